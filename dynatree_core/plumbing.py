@@ -1,0 +1,102 @@
+"""Model plumbing: attention masks, position ids and KV-cache surgery (no tree policy here).
+
+Everything the engine feeds a model goes through these helpers:
+
+* masks are 4D **float additive** ([batch=1, heads=1, new, past+new]; 0 = may attend, dtype-min =
+  may not). A 4D *bool* mask silently gives wrong logits with ``eager`` attention in
+  transformers 5.x, so bool masks never reach a model;
+* positions follow tree **depth**, not the BFS index: rotary models (Llama, GPT-NeoX) would
+  otherwise see siblings at different distances from the prefix;
+* caches are ``transformers.DynamicCache`` objects edited per layer.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+from transformers import DynamicCache
+
+
+def additive_mask(allowed: np.ndarray, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Float additive mask [1, 1, q, kv] from a bool [q, kv] matrix (True = may attend)."""
+    mask = torch.zeros(allowed.shape, dtype=dtype)
+    mask.masked_fill_(~torch.from_numpy(np.ascontiguousarray(allowed)), torch.finfo(dtype).min)
+    return mask.to(device)[None, None]
+
+
+def with_prefix(visible: np.ndarray, past_len: int) -> np.ndarray:
+    """[q, past_len + q] visibility: the whole cache plus ``visible`` among the new tokens."""
+    q = visible.shape[0]
+    return np.concatenate([np.ones((q, past_len), dtype=bool), visible], axis=1)
+
+
+def causal_visibility(q: int) -> np.ndarray:
+    """Plain causal visibility for a chain of q new tokens."""
+    return np.tril(np.ones((q, q), dtype=bool))
+
+
+def cache_length(cache: DynamicCache) -> int:
+    return cache.get_seq_length()
+
+
+def crop(cache: DynamicCache, length: int) -> None:
+    """Keep the first ``length`` entries of every layer."""
+    drop = cache_length(cache) - length
+    if drop > 0:
+        cache.crop(-drop)
+
+
+def keep_selected(cache: DynamicCache, start: int, selected: Sequence[int]) -> None:
+    """Keep entries [0, start) plus ``start + i`` for i in ``selected`` (ascending), drop the rest.
+
+    Used to keep the accepted path of a verified tree: its entries are moved down to
+    [start, start + len(selected)) and the cache is cut there. Nothing is recomputed.
+    """
+    selected = list(selected)
+    if selected != list(range(len(selected))):  # already contiguous at the front: no move needed
+        src = torch.as_tensor([start + i for i in selected], dtype=torch.long)
+        for layer in cache.layers:
+            idx = src.to(layer.keys.device)
+            layer.keys[:, :, start:start + len(selected)] = layer.keys.index_select(2, idx)
+            layer.values[:, :, start:start + len(selected)] = layer.values.index_select(2, idx)
+    crop(cache, start + len(selected))
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def model_dtype(model: torch.nn.Module) -> torch.dtype:
+    return next(model.parameters()).dtype
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued GPU work so timings are honest (a no-op on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def forward(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache,
+            allowed: np.ndarray | None = None, position_ids: np.ndarray | None = None) -> torch.Tensor:
+    """One cached forward of new tokens ``input_ids`` [1, q]; returns logits [q, vocab].
+
+    ``allowed`` (bool [q, past + q]) says which cache entries and new tokens each new token
+    may attend to; ``position_ids`` (int [q]) are absolute positions. Both default to a causal
+    chain continuing the cache.
+    """
+    q = input_ids.shape[1]
+    past = cache_length(cache)
+    device = input_ids.device
+    if allowed is None:
+        allowed = with_prefix(causal_visibility(q), past)
+    if position_ids is None:
+        position_ids = np.arange(past, past + q)
+    assert allowed.shape == (q, past + q), (allowed.shape, q, past)
+    mask = additive_mask(allowed, model_dtype(model), device)
+    pos = torch.as_tensor(np.asarray(position_ids, dtype=np.int64)).to(device)[None]
+    out = model(input_ids=input_ids, attention_mask=mask, position_ids=pos, cache=cache,
+                use_cache=True)
+    return out.logits[0]

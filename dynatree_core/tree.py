@@ -1,0 +1,285 @@
+"""The draft token tree and the policy that grows it (torch-free, so traces can be replayed).
+
+Node 0 is the *root*: the last committed token, which the target has not yet consumed. Its
+children (depth 1) are candidates for the next token, and so on. Nodes are stored in BFS order
+(level by level, siblings by parent then rank), which is also the order they are verified in, so
+every ancestor precedes its descendants.
+
+The growth loop asks a ``propose`` callback for the draft's top-k distribution of a whole tree
+level at once: the engine answers with one batched draft forward, a replay answers from a saved
+trace. Everything else (breadth, depth gate, pruning, budget) is decided here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple, Sequence
+
+import numpy as np
+
+from .config import GrowthRule
+
+#: why a node did not grow children (``"expanded"`` if it did)
+STOP_REASONS: tuple[str, ...] = ("expanded", "tau", "rho_stop", "depth_gate", "d_max", "n_max")
+
+#: draft top-k per node: (token ids, log-probs), sorted by decreasing probability
+TopK = tuple[Sequence[int], Sequence[float]]
+#: ``propose(tree, node_ids)`` -> the draft top-k after each of those nodes (one batched call)
+Propose = Callable[["DraftTree", list[int]], list[TopK]]
+
+
+class NodeView(NamedTuple):
+    """One node of a :class:`DraftTree` (a read-only row view)."""
+
+    index: int
+    token: int
+    parent: int
+    depth: int
+    logp: float
+    cum_logp: float
+    confidence: float | None
+    branching: int
+    stop_reason: str
+    topk_tokens: list[int] | None
+    topk_logps: list[float] | None
+
+    @property
+    def cum_prob(self) -> float:
+        """p(u) = exp(cumulative log-prob)."""
+        return math.exp(self.cum_logp)
+
+
+@dataclass
+class PrunedCandidate:
+    """A draft candidate that was considered but not verified (``reason``: ``tau`` or ``n_max``)."""
+
+    parent: int
+    token: int
+    logp: float
+    cum_logp: float
+    rank: int
+    reason: str
+
+
+@dataclass
+class DraftTree:
+    """A draft token tree in BFS order (structure of arrays; node 0 is the root).
+
+    Fields per node u: token z_u, parent π(u) (-1 for the root), depth d(u), draft log-prob ℓ_u,
+    cumulative log-prob ℓ̄_u, confidence c(u) = max q_D(.|u) (None if u was never fed to the
+    draft), branching B(u) (0 if not expanded), stop reason, and the draft's top-k at u.
+    """
+
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    depths: list[int] = field(default_factory=list)
+    logps: list[float] = field(default_factory=list)
+    cum_logps: list[float] = field(default_factory=list)
+    confidences: list[float | None] = field(default_factory=list)
+    branching: list[int] = field(default_factory=list)
+    stop_reasons: list[str] = field(default_factory=list)
+    topk_tokens: list[list[int] | None] = field(default_factory=list)
+    topk_logps: list[list[float] | None] = field(default_factory=list)
+    pruned: list[PrunedCandidate] = field(default_factory=list)
+    #: number of batched draft forwards spent growing this tree (one per expanded level)
+    draft_calls: int = 0
+
+    # --- construction ------------------------------------------------------------------
+    @classmethod
+    def with_root(cls, root_token: int) -> "DraftTree":
+        t = cls()
+        t._append(root_token, -1, 0, 0.0, 0.0)
+        return t
+
+    def _append(self, token: int, parent: int, depth: int, logp: float, cum_logp: float) -> int:
+        self.tokens.append(int(token))
+        self.parents.append(int(parent))
+        self.depths.append(int(depth))
+        self.logps.append(float(logp))
+        self.cum_logps.append(float(cum_logp))
+        self.confidences.append(None)
+        self.branching.append(0)
+        self.stop_reasons.append("expanded")
+        self.topk_tokens.append(None)
+        self.topk_logps.append(None)
+        return len(self.tokens) - 1
+
+    # --- queries -------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def num_drafted(self) -> int:
+        """Nodes drafted and verified, the root excluded (what N_max bounds)."""
+        return len(self.tokens) - 1
+
+    @property
+    def depth(self) -> int:
+        """Depth of the deepest node (0 for a root-only tree)."""
+        return max(self.depths) if self.depths else 0
+
+    def node(self, i: int) -> NodeView:
+        return NodeView(i, self.tokens[i], self.parents[i], self.depths[i], self.logps[i],
+                        self.cum_logps[i], self.confidences[i], self.branching[i],
+                        self.stop_reasons[i], self.topk_tokens[i], self.topk_logps[i])
+
+    def nodes(self) -> list[NodeView]:
+        return [self.node(i) for i in range(len(self))]
+
+    def children(self, i: int) -> list[int]:
+        return [j for j, p in enumerate(self.parents) if p == i]
+
+    def path_to(self, i: int) -> list[int]:
+        """Node ids from the root's child down to ``i`` (the root itself excluded)."""
+        path = []
+        while i > 0:
+            path.append(i)
+            i = self.parents[i]
+        return path[::-1]
+
+    def ancestor_mask(self) -> np.ndarray:
+        """Boolean [n, n] matrix: row i is True at i and at every ancestor of i (root included).
+
+        This is the tree part of the verification attention mask; every row additionally sees
+        the whole committed prefix in the KV cache.
+        """
+        n = len(self)
+        m = np.zeros((n, n), dtype=bool)
+        for i in range(n):
+            p = self.parents[i]
+            if p >= 0:
+                m[i] = m[p]  # BFS order: the parent's row is complete already
+            m[i, i] = True
+        return m
+
+    def position_offsets(self) -> np.ndarray:
+        """Position of each node relative to the root: its depth (not its BFS index)."""
+        return np.asarray(self.depths, dtype=np.int64)
+
+    # --- selection -----------------------------------------------------------------------
+    def greedy_path(self, target_argmax: Sequence[int]) -> tuple[list[int], int]:
+        """The longest root-to-node path whose tokens equal the target's greedy choices.
+
+        ``target_argmax[i]`` is the target's argmax *after* node i (its next-token prediction).
+        Returns (accepted node ids without the root, bonus token = argmax after the last one).
+        """
+        child_of: dict[tuple[int, int], int] = {
+            (p, t): j for j, (p, t) in enumerate(zip(self.parents, self.tokens)) if p >= 0}
+        cur, path = 0, []
+        while True:
+            nxt = child_of.get((cur, int(target_argmax[cur])))
+            if nxt is None:
+                return path, int(target_argmax[cur])
+            path.append(nxt)
+            cur = nxt
+
+    # --- (de)serialisation ---------------------------------------------------------------
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in _ARRAY_FIELDS}
+        d["pruned"] = [vars(p).copy() for p in self.pruned]
+        d["draft_calls"] = self.draft_calls
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DraftTree":
+        t = cls(**{k: list(d[k]) for k in _ARRAY_FIELDS})
+        t.pruned = [PrunedCandidate(**p) for p in d.get("pruned", [])]
+        t.draft_calls = int(d.get("draft_calls", 0))
+        return t
+
+
+_ARRAY_FIELDS = ("tokens", "parents", "depths", "logps", "cum_logps", "confidences", "branching",
+                 "stop_reasons", "topk_tokens", "topk_logps")
+
+
+def grow_tree(root_token: int, rule: GrowthRule, propose: Propose) -> DraftTree:
+    """Grow a draft tree level by level under ``rule`` (one ``propose`` call per level).
+
+    Per level: every frontier node that passes the depth gate (:meth:`GrowthRule.stop_reason`)
+    while budget remains is expanded; its top-B(u) draft candidates become children unless their
+    cumulative probability falls below τ. If the level offers more children than the remaining
+    N_max budget, the most probable ones (by p(child)) are kept, so the budget goes where the
+    draft is most confident rather than to whichever parent happened to come first.
+    """
+    tree = DraftTree.with_root(root_token)
+    budget = rule.n_max
+    frontier = [0]
+    log_tau = math.log(rule.tau) if rule.tau > 0 else -math.inf
+    while frontier:
+        expand: list[int] = []
+        for i in frontier:
+            reason = rule.stop_reason(tree.depths[i], math.exp(tree.cum_logps[i]))
+            if reason is None and budget <= 0:
+                reason = "n_max"
+            if reason is None:
+                expand.append(i)
+            else:
+                tree.stop_reasons[i] = reason
+        if not expand:
+            break
+        dists = propose(tree, expand)
+        tree.draft_calls += 1
+        # (cum_logp, parent, rank, token, logp) of every child that survives pruning by tau
+        cands: list[tuple[float, int, int, int, float]] = []
+        for i, (toks, lps) in zip(expand, dists):
+            toks = [int(t) for t in toks]
+            lps = [float(x) for x in lps]
+            conf = math.exp(lps[0])
+            b = min(rule.branching(conf), len(toks))
+            tree.confidences[i] = conf
+            tree.branching[i] = b
+            tree.topk_tokens[i] = toks
+            tree.topk_logps[i] = lps
+            for rank in range(b):
+                cum = tree.cum_logps[i] + lps[rank]
+                if cum < log_tau:
+                    tree.pruned.append(PrunedCandidate(i, toks[rank], lps[rank], cum, rank, "tau"))
+                else:
+                    cands.append((cum, i, rank, toks[rank], lps[rank]))
+        if len(cands) > budget:
+            cands.sort(key=lambda c: (-c[0], c[1], c[2]))
+            for cum, i, rank, tok, lp in cands[budget:]:
+                tree.pruned.append(PrunedCandidate(i, tok, lp, cum, rank, "n_max"))
+            cands = cands[:budget]
+        cands.sort(key=lambda c: (c[1], c[2]))  # BFS order: by parent, then by rank
+        frontier = []
+        kept_parents = set()
+        for cum, i, rank, tok, lp in cands:
+            frontier.append(tree._append(tok, i, tree.depths[i] + 1, lp, cum))
+            kept_parents.add(i)
+        budget -= len(cands)
+        for i in expand:
+            if i not in kept_parents:
+                # expanded, but every child was pruned: record which rule stopped the growth
+                reasons = {p.reason for p in tree.pruned if p.parent == i}
+                tree.stop_reasons[i] = "tau" if reasons == {"tau"} else "n_max"
+    return tree
+
+
+def replay_tree(tree: DraftTree, rule: GrowthRule) -> DraftTree:
+    """Re-grow a recorded tree under another rule using only its saved draft top-k lists.
+
+    Works wherever the new tree only expands nodes the recorded tree expanded (same or smaller
+    trees); a node the recording never fed to the draft raises :class:`KeyError`, naming it.
+    """
+    by_path: dict[tuple[int, ...], TopK] = {}
+    for i in range(len(tree)):
+        if tree.topk_tokens[i] is not None:
+            by_path[_token_path(tree, i)] = (tree.topk_tokens[i], tree.topk_logps[i])
+
+    def propose(new: DraftTree, ids: list[int]) -> list[TopK]:
+        out = []
+        for i in ids:
+            key = _token_path(new, i)
+            if key not in by_path:
+                raise KeyError(f"replay needs the draft distribution after tokens {list(key)}, "
+                               "which the recorded iteration never computed")
+            out.append(by_path[key])
+        return out
+
+    return grow_tree(tree.tokens[0], rule, propose)
+
+
+def _token_path(tree: DraftTree, i: int) -> tuple[int, ...]:
+    return tuple(tree.tokens[j] for j in [0] + tree.path_to(i))
