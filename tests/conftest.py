@@ -1,0 +1,47 @@
+"""Shared fixtures: tiny random model pairs (no downloads), cached per process."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from dynatree_core.testing import noisy_copy, tiny_model
+from dynatree_core.models import ModelPair
+
+torch.set_num_threads(1)  # tiny models: threads only add overhead, and CI has two cores
+
+
+@functools.lru_cache(maxsize=None)
+def cached_target(arch: str, attn: str) -> torch.nn.Module:
+    return tiny_model(arch, seed=0, attn=attn)
+
+
+@functools.lru_cache(maxsize=None)
+def cached_pair(arch: str, attn: str, noise: float) -> ModelPair:
+    target = cached_target(arch, attn)
+    return ModelPair(target=target, draft=noisy_copy(target, noise, seed=1),
+                     target_name=f"tiny-{arch}", draft_name=f"tiny-{arch}-noise{noise}")
+
+
+@functools.lru_cache(maxsize=None)
+def reference_greedy(arch: str, attn: str, prompt: tuple[int, ...], n: int) -> list[int]:
+    """The target's own greedy decoding via ``model.generate`` (EOS never stops it here)."""
+    if n == 0:
+        return []
+    model = cached_target(arch, attn)
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([list(prompt)]), do_sample=False, max_new_tokens=n,
+                             min_new_tokens=n, eos_token_id=None, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+@pytest.fixture
+def llama_pair() -> ModelPair:
+    return cached_pair("llama", "sdpa", 0.02)
+
+
+@pytest.fixture
+def neox_pair() -> ModelPair:
+    return cached_pair("gpt_neox", "sdpa", 0.02)

@@ -1,0 +1,120 @@
+"""Exactness: every decoder emits exactly the target's greedy tokens (model.generate).
+
+Property tests over tiny random GPT-NeoX and Llama models, eager and sdpa attention, drafts
+from identical to unrelated, random prompts, random valid configs and both KV modes.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dynatree_core import generate
+from dynatree_core.config import (ARConfig, DynaTreeConfig, FixedTreeConfig, HistoryConfig,
+                                  LinearConfig)
+from dynatree_core.testing import VOCAB_SIZE
+
+from conftest import cached_pair, reference_greedy
+
+ARCHS = ("llama", "gpt_neox")
+ATTNS = ("eager", "sdpa")
+NOISES = (0.0, 0.02, 0.1, 1.0)
+KV = st.sampled_from(["gather", "recompute"])
+
+prompts = st.lists(st.integers(2, VOCAB_SIZE - 1), min_size=1, max_size=12).map(tuple)
+
+
+@st.composite
+def dynatree_configs(draw):
+    d_max = draw(st.integers(2, 8))
+    b = sorted(draw(st.lists(st.integers(1, 4), min_size=3, max_size=3)))
+    tau_l = draw(st.floats(0.02, 0.9))
+    tau_h = draw(st.floats(tau_l + 0.01, 0.99))
+    rho_stop = draw(st.floats(0.001, 0.5))
+    rho_deep = draw(st.floats(rho_stop + 0.01, 0.99))
+    return DynaTreeConfig(
+        d0=draw(st.integers(1, d_max - 1)), d_max=d_max, b_min=b[0], b_mid=b[1], b_max=b[2],
+        tau_h=tau_h, tau_l=tau_l, rho_stop=rho_stop, rho_deep=rho_deep,
+        tau=draw(st.sampled_from([0.0, 0.001, 0.05, 0.3])), n_max=draw(st.integers(1, 64)),
+        dynamic_breadth=draw(st.booleans()), dynamic_depth=draw(st.booleans()),
+        history=HistoryConfig(enabled=draw(st.booleans()), window=draw(st.integers(1, 10)),
+                              target_acceptance=draw(st.floats(0.05, 0.95)),
+                              eta_d=draw(st.floats(0, 1)), eta_h=draw(st.floats(0, 1))),
+        kv_mode=draw(KV))
+
+
+method_configs = st.one_of(
+    st.builds(ARConfig, kv_mode=KV).map(lambda c: ("ar", c)),
+    st.builds(LinearConfig, k=st.integers(1, 8), kv_mode=KV).map(lambda c: ("linear", c)),
+    st.builds(FixedTreeConfig, d=st.integers(1, 6), b=st.integers(1, 4),
+              tau=st.sampled_from([0.0, 0.01, 0.1]), n_max=st.integers(1, 48),
+              kv_mode=KV).map(lambda c: ("fixed_tree", c)),
+    dynatree_configs().map(lambda c: ("dynatree", c)),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(arch=st.sampled_from(ARCHS), attn=st.sampled_from(ATTNS), noise=st.sampled_from(NOISES),
+       mc=method_configs, prompt=prompts, n=st.integers(0, 24))
+def test_every_decoder_equals_target_greedy(arch, attn, noise, mc, prompt, n):
+    method, config = mc
+    pair = cached_pair(arch, attn, noise)
+    res = generate(pair, list(prompt), method, config, max_new_tokens=n, ignore_eos=True)
+    assert res.tokens == reference_greedy(arch, attn, prompt, n)
+    assert res.metrics.new_tokens == n  # max_new_tokens is exact
+
+
+@settings(max_examples=40, deadline=None)
+@given(arch=st.sampled_from(ARCHS), mc=method_configs, prompt=prompts, cut=st.integers(0, 15))
+def test_stops_at_first_eos_even_inside_an_accepted_path(arch, mc, prompt, cut):
+    method, config = mc
+    # An identical draft: drafted paths are accepted, so the EOS lands inside one.
+    pair = cached_pair(arch, "sdpa", 0.0)
+    ref = reference_greedy(arch, "sdpa", prompt, 16)
+    eos = ref[cut]
+    expected = ref[: ref.index(eos) + 1]
+    res = generate(pair, list(prompt), method, config, max_new_tokens=16, eos_token_id=eos)
+    assert res.tokens == expected
+    assert res.metrics.stopped_by == "eos"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("attn", ATTNS)
+@pytest.mark.parametrize("method,config", [
+    ("linear", LinearConfig(k=1)),
+    ("fixed_tree", FixedTreeConfig(d=1, b=3, n_max=1)),
+    ("fixed_tree", FixedTreeConfig(d=6, b=3, tau=0.0, n_max=1)),
+    ("dynatree", DynaTreeConfig(n_max=1)),
+    ("dynatree", DynaTreeConfig(d0=1, d_max=2, b_min=3, b_mid=3, b_max=3, rho_stop=0.001, rho_deep=0.002)),
+    ("dynatree", DynaTreeConfig(kv_mode="recompute", tau=0.0, n_max=200, b_min=2, b_mid=3, b_max=4)),
+])
+def test_edge_configs_are_exact(arch, attn, method, config):
+    pair = cached_pair(arch, attn, 0.0)
+    prompt = (5, 9, 2, 33, 7)
+    res = generate(pair, list(prompt), method, config, max_new_tokens=30, ignore_eos=True)
+    assert res.tokens == reference_greedy(arch, attn, prompt, 30)
+
+
+def test_identical_draft_accepts_more_than_one_token_per_iteration():
+    """Sanity for the selection logic: with draft == target, linear K=4 commits 5 per round."""
+    pair = cached_pair("llama", "sdpa", 0.0)
+    res = generate(pair, [4, 8, 15, 16, 23], "linear", LinearConfig(k=4), max_new_tokens=25, ignore_eos=True)
+    assert res.metrics.iterations == 5
+    assert res.metrics.acceptance_rate == 1.0
+    assert res.metrics.tokens_per_iteration == 5.0
+
+
+def test_history_state_carries_across_prompts():
+    pair = cached_pair("gpt_neox", "sdpa", 0.02)
+    cfg = DynaTreeConfig()
+    first = generate(pair, [3, 4, 5], "dynatree", cfg, max_new_tokens=20, ignore_eos=True)
+    assert first.history_state is not None and first.history_state.window
+    second = generate(pair, [6, 7, 8], "dynatree", cfg, max_new_tokens=20, ignore_eos=True,
+                      history=first.history_state, trace=True)
+    assert second.tokens == reference_greedy("gpt_neox", "sdpa", (6, 7, 8), 20)
+    # the second run started from the first run's window, not from scratch
+    assert second.trace[0].history_before["window"] == first.history_state.window
+    drafted = sum(rec.acceptance is not None for rec in second.trace)
+    assert len(second.history_state.window) == min(cfg.history.window,
+                                                   len(first.history_state.window) + drafted)

@@ -1,0 +1,92 @@
+"""Tree attention: one masked forward over a tree gives every node the logits of sequential
+decoding along its own root-to-node path, for each architecture and attention kernel."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from transformers import DynamicCache
+
+from dynatree_core import plumbing as pl
+from dynatree_core.config import FixedTreeConfig
+from dynatree_core.tree import grow_tree
+
+from conftest import cached_target
+
+
+def _sequential_logits(model, tokens: list[int]) -> torch.Tensor:
+    with torch.inference_mode():
+        return model(input_ids=torch.tensor([tokens])).logits[0, -1]
+
+
+def _fake_propose(tree, ids):
+    # deterministic but varied candidates: breadth 3 everywhere, token ids from the node id
+    out = []
+    for i in ids:
+        toks = [(7 * i + 3 * r + 5) % 60 + 2 for r in range(4)]
+        out.append((toks, [math.log(p) for p in (0.5, 0.3, 0.15, 0.05)]))
+    return out
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt_neox"])
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_tree_logits_equal_sequential_path_logits(arch, attn):
+    model = cached_target(arch, attn)
+    prefix = [5, 17, 29, 3, 11, 40]
+    tree = grow_tree(prefix[-1], FixedTreeConfig(d=3, b=3, tau=0.0, n_max=30).growth_rule(), _fake_propose)
+    assert len(tree) > 10 and tree.depth == 3
+    cache = DynamicCache()
+    pl.forward(model, torch.tensor([prefix[:-1]]), cache)
+    past = pl.cache_length(cache)
+    allowed = pl.with_prefix(tree.ancestor_mask(), past)
+    logits = pl.forward(model, torch.tensor([tree.tokens]), cache, allowed, past + tree.position_offsets())
+    for i in range(len(tree)):
+        path = prefix + [tree.tokens[j] for j in tree.path_to(i)]
+        torch.testing.assert_close(logits[i], _sequential_logits(model, path), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt_neox"])
+def test_bfs_index_positions_would_be_wrong(arch):
+    """The reason positions follow depth: BFS-index positions change the logits."""
+    model = cached_target(arch, "eager")
+    prefix = [5, 17, 29]
+    tree = grow_tree(prefix[-1], FixedTreeConfig(d=2, b=3, tau=0.0).growth_rule(), _fake_propose)
+    outs = []
+    for offsets in (tree.position_offsets(), np.arange(len(tree))):
+        cache = DynamicCache()
+        pl.forward(model, torch.tensor([prefix[:-1]]), cache)
+        allowed = pl.with_prefix(tree.ancestor_mask(), 2)
+        outs.append(pl.forward(model, torch.tensor([tree.tokens]), cache, allowed, 2 + offsets))
+    last = len(tree) - 1
+    assert not torch.allclose(outs[0][last], outs[1][last], atol=1e-3)
+
+
+def test_float_mask_is_additive_zero_or_dtype_min():
+    allowed = np.array([[True, False], [True, True]])
+    m = pl.additive_mask(allowed, torch.float16, torch.device("cpu"))
+    assert m.shape == (1, 1, 2, 2) and m.dtype == torch.float16
+    assert m[0, 0, 0, 1] == torch.finfo(torch.float16).min and m[0, 0, 1].eq(0).all()
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt_neox"])
+def test_keep_selected_equals_a_fresh_cache_of_the_kept_tokens(arch):
+    model = cached_target(arch, "sdpa")
+    prefix = [9, 8, 7, 6]
+    tree = grow_tree(prefix[-1], FixedTreeConfig(d=3, b=2, tau=0.0).growth_rule(), _fake_propose)
+    cache = DynamicCache()
+    pl.forward(model, torch.tensor([prefix[:-1]]), cache)
+    past = pl.cache_length(cache)
+    pl.forward(model, torch.tensor([tree.tokens]), cache, pl.with_prefix(tree.ancestor_mask(), past),
+               past + tree.position_offsets())
+    leaf = len(tree) - 1
+    path = tree.path_to(leaf)
+    pl.keep_selected(cache, past, [0] + path)
+    fresh = DynamicCache()
+    pl.forward(model, torch.tensor([prefix + [tree.tokens[j] for j in path]]), fresh)
+    assert pl.cache_length(cache) == pl.cache_length(fresh)
+    for a, b in zip(cache.layers, fresh.layers):
+        torch.testing.assert_close(a.keys, b.keys, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(a.values, b.values, rtol=1e-4, atol=1e-5)
