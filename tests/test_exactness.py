@@ -118,3 +118,18 @@ def test_history_state_carries_across_prompts():
     drafted = sum(rec.acceptance is not None for rec in second.trace)
     assert len(second.history_state.window) == min(cfg.history.window,
                                                    len(first.history_state.window) + drafted)
+
+
+def test_tree_session_regrow_matches_the_first_iteration_of_generate():
+    from dynatree_core.session import TreeSession
+
+    pair = cached_pair("llama", "sdpa", 0.02)
+    prompt = [7, 3, 9, 12]
+    cfg = FixedTreeConfig(d=3, b=2, tau=0.0)
+    run = generate(pair, prompt, "fixed_tree", cfg, max_new_tokens=10, ignore_eos=True, trace=True)
+    session = TreeSession(pair, prompt)
+    for _ in range(2):  # regrowing twice gives the same answer: the prefilled caches are untouched
+        tree, argmax = session.regrow(cfg.growth_rule())
+        first = run.trace[0]
+        assert tree.tokens == first.tree.tokens and tree.parents == first.tree.parents
+        assert argmax == first.target_argmax

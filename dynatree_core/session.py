@@ -1,0 +1,64 @@
+"""One context, many trees: draft and verify a single iteration repeatedly (for explorers).
+
+:class:`TreeSession` prefills both models on a prompt once, then :meth:`TreeSession.regrow`
+drafts a tree under any :class:`~dynatree_core.config.GrowthRule` and verifies it with the
+target, each time from copies of the prefilled caches, so moving a slider never re-reads the
+prompt. ``dynatree_viz.explore`` uses it as its live backend.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Sequence
+
+import torch
+from transformers import DynamicCache
+
+from . import plumbing as pl
+from .config import GrowthRule
+from .engine import _TreeDrafter, encode_prompt
+from .models import ModelPair
+from .tree import DraftTree, grow_tree
+
+
+class TreeSession:
+    """Draft + verify one tree for a fixed prompt, as often as needed.
+
+    Args:
+        pair: a ModelPair with a draft model.
+        prompt: text or token ids; its last token is the tree's root.
+        top_k: draft candidates recorded per expanded node (>= any B_max you will try).
+    """
+
+    def __init__(self, pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, top_k: int = 8):
+        if pair.draft is None:
+            raise ValueError("TreeSession needs a ModelPair with a draft model")
+        self.pair = pair
+        self.prompt = encode_prompt(pair, prompt)
+        self.top_k = top_k
+        self.root = self.prompt[-1]
+        device = pair.device
+        self._target_cache = DynamicCache()
+        self._draft_cache = DynamicCache()
+        if len(self.prompt) > 1:
+            ctx = torch.tensor([self.prompt[:-1]], device=device)
+            pl.forward(pair.target, ctx, self._target_cache)
+            pl.forward(pair.draft, ctx, self._draft_cache)
+
+    @torch.inference_mode()
+    def regrow(self, rule: GrowthRule) -> tuple[DraftTree, list[int]]:
+        """Draft a tree under ``rule`` and verify it: returns (tree, target argmax per node)."""
+        drafter = _TreeDrafter(self.pair.draft, [self.root], max(self.top_k, rule.max_breadth))
+        drafter.cache = copy.deepcopy(self._draft_cache)
+        tree = grow_tree(self.root, rule, drafter.propose)
+        cache = copy.deepcopy(self._target_cache)
+        past = pl.cache_length(cache)
+        logits = pl.forward(self.pair.target, torch.tensor([tree.tokens], device=self.pair.device), cache,
+                            pl.with_prefix(tree.ancestor_mask(), past), past + tree.position_offsets())
+        return tree, logits.argmax(dim=-1).tolist()
+
+    __call__ = regrow
+
+    def token_text(self, token: int) -> str:
+        tok = self.pair.tokenizer
+        return tok.decode([token]) if tok is not None else str(token)
