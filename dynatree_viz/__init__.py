@@ -1,0 +1,39 @@
+"""dynatree_viz: interactive views of DynaTree traces (Plotly + ipywidgets).
+
+Views (plotly figures): :func:`tree_figure` (one iteration's draft tree), :func:`mask_figure`
+(its tree-attention mask), :func:`timeline_figure` (per-iteration statistics),
+:func:`text_html` (the output coloured by iteration), :func:`compare_figure` (benchmarks).
+Widgets: :func:`show` (iteration stepper), :func:`explore` (parameter explorer, replay or live).
+Export: :func:`report` (offline HTML report), :func:`figure_html`, :func:`save_html`,
+:func:`save_image` (PNG/SVG via kaleido, where a browser is available).
+
+Only torch-free parts of :mod:`dynatree_core` are imported, so saved traces can be rendered on
+a machine without torch; the live explorer imports the engine lazily.
+"""
+
+from __future__ import annotations
+
+from ._demo import demo_results, demo_trace
+from .compare import compare_figure, load_results
+from .cost import CostModel, expected_accepted
+from .export import (ImageExportUnavailable, figure_html, image_export_available, save_html,
+                     save_image)
+from .layout import draft_tree_graph, layered_layout, tree_graph
+from .mask_view import mask_figure, mask_matrix
+from .regrow import LiveBackend, RegrowResult, ReplayBackend, replay_partial
+from .report import report, report_html
+from .scene import TreeScene, greedy_walk
+from .text_view import text_html
+from .timeline import timeline_figure
+from .tokens import TokenNamer
+from .tree_view import tree_figure
+from .widgets import ParameterExplorer, Stepper, explore, show
+
+__all__ = [
+    "CostModel", "ImageExportUnavailable", "LiveBackend", "ParameterExplorer", "RegrowResult",
+    "ReplayBackend", "Stepper", "TokenNamer", "TreeScene", "compare_figure", "demo_results",
+    "demo_trace", "draft_tree_graph", "expected_accepted", "explore", "figure_html",
+    "greedy_walk", "image_export_available", "layered_layout", "load_results", "mask_figure",
+    "mask_matrix", "replay_partial", "report", "report_html", "save_html", "save_image", "show",
+    "text_html", "timeline_figure", "tree_figure", "tree_graph",
+]

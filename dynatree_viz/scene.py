@@ -1,0 +1,94 @@
+"""What one tree picture shows, independent of where the tree came from.
+
+A :class:`TreeScene` is a draft tree plus what the target said about it. It is built from a
+recorded :class:`~dynatree_core.trace.IterationRecord`, or by the parameter explorer from a
+re-grown tree, where the target's choice is only known at some nodes (``None`` elsewhere).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from dynatree_core.trace import IterationRecord
+from dynatree_core.tree import DraftTree
+
+from .tokens import TokenNamer, node_texts
+
+#: node status along the verification: how far the target's greedy walk got
+STATUSES: tuple[str, ...] = ("root", "accepted", "rejected", "below_rejection", "unknown")
+
+
+@dataclass
+class TreeScene:
+    """A draft tree and the verification outcome to draw over it.
+
+    ``target_argmax[i]`` is the target's greedy token after node i, or None where unknown.
+    ``accepted`` are the accepted node ids (root excluded); ``bonus`` the target's token after the
+    last accepted node (None if unknown or cut off); ``complete`` is False when the accepted
+    length is only a lower bound (the walk reached a node the target never saw).
+    """
+
+    tree: DraftTree
+    texts: list[str]
+    target_argmax: list[int | None]
+    accepted: list[int]
+    bonus: int | None
+    namer: TokenNamer
+    title: str = ""
+    complete: bool = True
+    target_prob: list[float | None] = field(default_factory=list)
+    index: int | None = None
+
+    @classmethod
+    def from_record(cls, rec: IterationRecord, namer: TokenNamer | None = None) -> "TreeScene":
+        namer = namer or TokenNamer.from_trace(rec)
+        return cls(tree=rec.tree, texts=node_texts(rec, namer),
+                   target_argmax=[int(t) for t in rec.target_argmax],
+                   accepted=list(rec.accepted_path), bonus=rec.bonus, namer=namer,
+                   target_prob=list(rec.target_prob_drafted or []), index=rec.index)
+
+    @classmethod
+    def from_partial(cls, tree: DraftTree, target_argmax: Sequence[int | None],
+                     namer: TokenNamer, texts: Sequence[str] | None = None) -> "TreeScene":
+        """A scene whose target choices are known only at some nodes (greedy walk stops there)."""
+        accepted, bonus, complete = greedy_walk(tree, target_argmax)
+        texts = list(texts) if texts is not None else [namer(t) for t in tree.tokens]
+        return cls(tree=tree, texts=texts, target_argmax=list(target_argmax), accepted=accepted,
+                   bonus=bonus, namer=namer, complete=complete)
+
+    def statuses(self) -> list[str]:
+        """Per node: root, accepted, rejected (the target chose another token at its parent),
+        below_rejection (under a rejected node) or unknown (target choice at parent unknown)."""
+        acc = set(self.accepted)
+        on_path = {0} | acc
+        out = []
+        for i, p in enumerate(self.tree.parents):
+            if i == 0:
+                out.append("root")
+            elif i in acc:
+                out.append("accepted")
+            elif p in on_path:
+                out.append("rejected" if self.target_argmax[p] is not None else "unknown")
+            else:
+                out.append("below_rejection")
+        return out
+
+
+def greedy_walk(tree: DraftTree, target_argmax: Sequence[int | None]) -> tuple[list[int], int | None, bool]:
+    """Like :meth:`DraftTree.greedy_path` but tolerant of unknown target choices.
+
+    Returns (accepted node ids, bonus token or None, complete). The walk stops where the target's
+    choice is unknown; the result is then a lower bound (``complete`` False).
+    """
+    child_of = {(p, t): j for j, (p, t) in enumerate(zip(tree.parents, tree.tokens)) if p >= 0}
+    cur, path = 0, []
+    while True:
+        choice = target_argmax[cur] if cur < len(target_argmax) else None
+        if choice is None:
+            return path, None, False
+        nxt = child_of.get((cur, int(choice)))
+        if nxt is None:
+            return path, int(choice), True
+        path.append(nxt)
+        cur = nxt

@@ -1,0 +1,398 @@
+"""Interactive widgets: the iteration stepper and the parameter explorer (ipywidgets).
+
+Both are ``ipywidgets.VBox`` subclasses, so they display by themselves in Jupyter, and they
+expose their controls and figures as attributes so code (and tests) can drive them:
+``stepper.slider.value = 3``, ``stepper.next_button.click()``,
+``explorer.sliders["n_max"].value = 4``. Figures are plotly ``FigureWidget``s (these need
+anywidget); each redraw replaces their data and layout wholesale.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any, Callable
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+
+from dynatree_core.config import DynaTreeConfig, GrowthRule, config_from_dict
+from dynatree_core.trace import IterationRecord, Trace
+
+from . import style
+from .cost import CostModel, expected_accepted
+from .mask_view import mask_figure
+from .regrow import LiveBackend, RegrowResult, ReplayBackend
+from .text_view import text_html
+from .timeline import mark_iteration, timeline_figure
+from .tokens import TokenNamer
+from .tree_view import NODES, tree_figure, trace_index
+
+
+def replace_figure(target: go.FigureWidget, fig: go.Figure) -> None:
+    """Redraw ``target`` with ``fig``'s data and layout (one front-end update per part)."""
+    target.data = ()
+    target.add_traces(list(fig.data))
+    target.layout = fig.layout
+
+
+def _empty_figure(message: str) -> go.Figure:
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_layout(template="plotly_white", height=300, xaxis=dict(visible=False),
+                      yaxis=dict(visible=False))
+    return fig
+
+
+class Stepper(widgets.VBox):
+    """Step through a trace's iterations: tree, mask, text and timeline update together.
+
+    Attributes: ``slider`` (iteration position), ``play``, ``prev_button``, ``next_button``,
+    ``color_toggle`` ("confidence" / "cum_prob"), ``pruned_checkbox``, ``tree_fig``,
+    ``mask_fig``, ``timeline_fig`` (FigureWidgets), ``text`` (HTML), ``info`` (HTML).
+    Clicking a node in the tree highlights its row in the mask (:meth:`select_node`).
+    """
+
+    def __init__(self, trace: Trace, *, start: int = 0, color_by: str = "confidence",
+                 show_pruned: bool = False, namer: TokenNamer | None = None,
+                 decode: Callable[[int], str] | None = None):
+        self.trace = trace
+        self.namer = namer or TokenNamer.from_trace(trace, decode=decode)
+        self.selected: int | None = None
+        n = len(trace.iterations)
+        last = max(n - 1, 0)
+        self.slider = widgets.IntSlider(value=min(max(start, 0), last), min=0, max=last,
+                                        description="iteration", continuous_update=False,
+                                        disabled=n == 0)
+        self.play = widgets.Play(value=self.slider.value, min=0, max=last, interval=1200,
+                                 description="play", disabled=n == 0)
+        widgets.jslink((self.play, "value"), (self.slider, "value"))
+        self.prev_button = widgets.Button(description="◀ prev", layout=widgets.Layout(width="80px"))
+        self.next_button = widgets.Button(description="next ▶", layout=widgets.Layout(width="80px"))
+        self.color_toggle = widgets.ToggleButtons(
+            options=[(f"colour: {style.COLOR_BY_TITLES[k]}", k) for k in style.COLOR_BY_CHOICES],
+            value=color_by, style={"button_width": "110px"})
+        self.pruned_checkbox = widgets.Checkbox(value=show_pruned, description="pruned ghosts",
+                                                indent=False)
+        self.info = widgets.HTML()
+        self.tree_fig = go.FigureWidget()
+        self.mask_fig = go.FigureWidget()
+        self.timeline_fig = go.FigureWidget(timeline_figure(trace, height=700) if n else
+                                            _empty_figure("empty trace"))
+        self.text = widgets.HTML()
+        self.prev_button.on_click(lambda _: self.step(-1))
+        self.next_button.on_click(lambda _: self.step(+1))
+        self.slider.observe(lambda _: self._redraw(), names="value")
+        self.color_toggle.observe(lambda _: self._draw_tree(), names="value")
+        self.pruned_checkbox.observe(lambda _: self._draw_tree(), names="value")
+        controls = widgets.HBox([self.play, self.prev_button, self.slider, self.next_button,
+                                 self.color_toggle, self.pruned_checkbox])
+        super().__init__([controls, self.info,
+                          widgets.HBox([self.tree_fig, self.mask_fig],
+                                       layout=widgets.Layout(overflow="auto")),
+                          self.text, self.timeline_fig])
+        self._redraw()
+
+    @property
+    def position(self) -> int:
+        """Position of the shown iteration in ``trace.iterations``."""
+        return self.slider.value
+
+    @property
+    def record(self) -> IterationRecord | None:
+        its = self.trace.iterations
+        return its[self.position] if its else None
+
+    def step(self, delta: int) -> None:
+        """Move ``delta`` iterations (clamped to the trace)."""
+        self.slider.value = min(max(self.slider.value + delta, self.slider.min), self.slider.max)
+
+    def show(self, position: int) -> None:
+        """Show iteration ``position`` (moves the slider; every view follows)."""
+        if position != self.slider.value:
+            self.slider.value = position  # the slider observer calls back here
+            return
+        self._redraw()
+
+    def _redraw(self) -> None:
+        rec = self.record
+        self.selected = None
+        if rec is None:
+            replace_figure(self.tree_fig, _empty_figure("no iterations in this trace"))
+            self.text.value = text_html(self.trace, namer=self.namer)
+            return
+        position = self.position
+        self.play.value = position
+        self.info.value = self._info_html(rec)
+        self._draw_tree()
+        replace_figure(self.mask_fig, mask_figure(rec, namer=self.namer))
+        self.text.value = text_html(self.trace, upto=position, current=position, namer=self.namer)
+        with self.timeline_fig.batch_update():
+            mark_iteration(self.timeline_fig, rec.index)
+
+    def select_node(self, node: int | None) -> None:
+        """Highlight one node (BFS index) in the tree and its row in the mask."""
+        rec = self.record
+        if rec is None:
+            return
+        self.selected = node
+        self._draw_tree()
+        replace_figure(self.mask_fig, mask_figure(rec, namer=self.namer, highlight=node))
+
+    def _draw_tree(self) -> None:
+        rec = self.record
+        if rec is None:
+            return
+        fig = tree_figure(rec, color_by=self.color_toggle.value,
+                          show_pruned=self.pruned_checkbox.value, namer=self.namer,
+                          highlight=self.selected)
+        replace_figure(self.tree_fig, fig)
+        nodes = self.tree_fig.data[trace_index(self.tree_fig, NODES)]
+        nodes.on_click(self._on_node_click)
+
+    def _on_node_click(self, trace: Any, points: Any, state: Any) -> None:
+        if points.point_inds:
+            self.select_node(int(points.point_inds[0]))
+
+    def _info_html(self, rec: IterationRecord) -> str:
+        acc = rec.acceptance
+        h = rec.history_before or {}
+        hist = (f" · D0 = {h.get('d0_effective')} (real {h.get('d0', 0):.2f}), "
+                f"τ_h = {h.get('tau_h', 0):.3f}" if h else "")
+        return (f"<b>iteration {rec.index}</b> · prefix {rec.prefix_len} tokens · "
+                f"{rec.num_nodes} drafted nodes · depth {rec.tree.depth} · accepted ℓ = "
+                f"{rec.accepted_length}{'' if acc is None else f' (a = {acc:.2f})'} · committed "
+                f"{len(rec.committed)}{hist}")
+
+
+#: explorer slider specs: name -> (kind, min, max, step, paper symbol)
+SLIDERS: dict[str, tuple[str, float, float, float, str]] = {
+    "tau_h": ("float", 0.01, 0.99, 0.01, "τ_h"),
+    "tau_l": ("float", 0.01, 0.99, 0.01, "τ_l"),
+    "b_min": ("int", 1, 8, 1, "B_min"),
+    "b_mid": ("int", 1, 8, 1, "B_mid"),
+    "b_max": ("int", 1, 8, 1, "B_max"),
+    "d0": ("int", 1, 15, 1, "D0"),
+    "d_max": ("int", 2, 16, 1, "D_max"),
+    "rho_stop": ("float", 0.01, 0.99, 0.01, "ρ_stop"),
+    "rho_deep": ("float", 0.01, 0.99, 0.01, "ρ_deep"),
+    "tau": ("float", 0.0, 0.5, 0.005, "τ"),
+    "n_max": ("int", 1, 512, 1, "N_max"),
+}
+
+
+def config_for_record(trace: Trace | None, rec: IterationRecord | None) -> DynaTreeConfig:
+    """The DynaTreeConfig that reproduces the rule ``rec`` was grown with (as far as possible).
+
+    DynaTree traces: the trace's config with the adapter's D0 / τ_h of that iteration. Fixed-tree
+    and linear traces map to the fixed backbone (``dynamic_breadth=dynamic_depth=False``).
+    Anything else: the paper defaults.
+    """
+    cfg_dict = dict((trace.config if trace is not None else None) or {})
+    method = cfg_dict.get("method", trace.method if trace is not None else None)
+    try:
+        cfg = config_from_dict(cfg_dict) if method else None
+    except Exception:
+        cfg = None
+    if isinstance(cfg, DynaTreeConfig):
+        h = (rec.history_before if rec is not None else None) or {}
+        if cfg.adaptive and h:
+            d0 = int(h.get("d0_effective", cfg.d0))
+            return cfg.replace(d0=min(max(d0, 1), cfg.d_max - 1), tau_h=float(h.get("tau_h", cfg.tau_h)))
+        return cfg
+    if method in ("fixed_tree", "linear") and cfg is not None:
+        rule = cfg.growth_rule()
+        return DynaTreeConfig(d0=rule.d0, d_max=rule.d0 + 1, b_min=rule.b_mid, b_mid=rule.b_mid,
+                              b_max=rule.b_mid, tau=rule.tau, n_max=rule.n_max,
+                              dynamic_breadth=False, dynamic_depth=False,
+                              trace_top_k=max(8, rule.b_mid))
+    return DynaTreeConfig()
+
+
+class ParameterExplorer(widgets.VBox):
+    """Move a slider → re-grow the tree under the new rule → redraw, with its statistics.
+
+    ``backend`` is a :class:`ReplayBackend` (no model; from a recorded iteration) or a
+    :class:`LiveBackend` (``regrow(rule)`` callable, see :mod:`dynatree_viz.regrow`).
+    Attributes: ``sliders`` (name → widget, names as in :data:`SLIDERS`), ``dynamic_breadth`` /
+    ``dynamic_depth`` (checkboxes), ``reset_button``, ``tree_fig``, ``status`` (HTML);
+    after each redraw ``config``, ``rule`` and ``result`` hold the latest valid state and
+    ``error`` the latest validation/growth error (None if the last change was valid).
+    """
+
+    def __init__(self, backend: ReplayBackend | LiveBackend, config: DynaTreeConfig | None = None,
+                 *, cost_model: CostModel | None = None, color_by: str = "confidence",
+                 recorded: IterationRecord | None = None):
+        self.backend = backend
+        self.base_config = config or DynaTreeConfig()
+        self.cost_model = cost_model or CostModel()
+        self.recorded = recorded
+        self.config: DynaTreeConfig | None = None
+        self.rule: GrowthRule | None = None
+        self.result: RegrowResult | None = None
+        self.error: str | None = None
+        self._suspended = False  # set while reset() moves several sliders at once
+        self.sliders: dict[str, widgets.ValueWidget] = {}
+        for name, (kind, lo, hi, step, symbol) in SLIDERS.items():
+            value = getattr(self.base_config, name)
+            cls = widgets.IntSlider if kind == "int" else widgets.FloatSlider
+            extra = {} if kind == "int" else {"readout_format": ".3f"}
+            s = cls(value=min(max(value, lo), max(hi, value)), min=lo, max=max(hi, value),
+                    step=step, description=symbol, continuous_update=False, **extra)
+            s.observe(self._on_change, names="value")
+            self.sliders[name] = s
+        self.dynamic_breadth = widgets.Checkbox(value=self.base_config.dynamic_breadth,
+                                                description="dynamic breadth", indent=False)
+        self.dynamic_depth = widgets.Checkbox(value=self.base_config.dynamic_depth,
+                                              description="dynamic depth", indent=False)
+        for cb in (self.dynamic_breadth, self.dynamic_depth):
+            cb.observe(self._on_change, names="value")
+        self.color_toggle = widgets.ToggleButtons(
+            options=[(style.COLOR_BY_TITLES[k], k) for k in style.COLOR_BY_CHOICES], value=color_by)
+        self.color_toggle.observe(lambda _: self._draw(), names="value")
+        self.reset_button = widgets.Button(description="reset")
+        self.reset_button.on_click(lambda _: self.reset())
+        self.status = widgets.HTML()
+        self.tree_fig = go.FigureWidget()
+        names = list(SLIDERS)
+        grid = widgets.GridBox(
+            [self.sliders[k] for k in names],
+            layout=widgets.Layout(grid_template_columns="repeat(3, 330px)"))
+        mode = getattr(backend, "mode", "live")
+        header = widgets.HTML(f"<b>parameter explorer</b> ({mode} mode)")
+        super().__init__([header, grid, widgets.HBox([self.dynamic_breadth, self.dynamic_depth,
+                                                      self.color_toggle, self.reset_button]),
+                          self.status, self.tree_fig])
+        self.regrow()
+
+    # --- state ---------------------------------------------------------------------------
+    def values(self) -> dict[str, Any]:
+        """Current slider values as DynaTreeConfig keyword arguments."""
+        v = {k: s.value for k, s in self.sliders.items()}
+        v["dynamic_breadth"] = self.dynamic_breadth.value
+        v["dynamic_depth"] = self.dynamic_depth.value
+        return v
+
+    def reset(self) -> None:
+        """Back to the starting configuration (one redraw, not one per slider)."""
+        self._suspended = True
+        try:
+            for k, s in self.sliders.items():
+                s.value = getattr(self.base_config, k)
+            self.dynamic_breadth.value = self.base_config.dynamic_breadth
+            self.dynamic_depth.value = self.base_config.dynamic_depth
+        finally:
+            self._suspended = False
+        self.regrow()
+
+    def _on_change(self, _change: Any = None) -> None:
+        if not self._suspended:
+            self.regrow()
+
+    def regrow(self) -> RegrowResult | None:
+        """Validate the sliders, re-grow, redraw. Invalid settings show their error instead."""
+        v = self.values()
+        try:
+            cfg = self.base_config.replace(
+                **v, trace_top_k=max(self.base_config.trace_top_k, v["b_max"]))
+            rule = cfg.growth_rule()
+        except (ValueError, TypeError) as e:
+            return self._fail(f"invalid setting: {e}")
+        try:
+            result = self.backend(rule)
+        except Exception as e:  # a live model failing must not kill the widget
+            return self._fail(f"re-growing failed: {type(e).__name__}: {e}")
+        self.config, self.rule, self.result, self.error = cfg, rule, result, None
+        self._draw()
+        return result
+
+    def _fail(self, message: str) -> None:
+        self.error = message
+        self.status.value = (f"<div style='color:{style.REJECTED}'><b>⚠ {html.escape(message)}"
+                             "</b><br>(the tree below still shows the last valid setting)</div>")
+        return None
+
+    def _draw(self) -> None:
+        if self.result is None:
+            return
+        replace_figure(self.tree_fig, tree_figure(self.result.scene, color_by=self.color_toggle.value,
+                                                  show_pruned=True))
+        self.status.value = self._status_html()
+
+    def _status_html(self) -> str:
+        res, cm = self.result, self.cost_model
+        tree, scene = res.tree, res.scene
+        cost = cm.cost(tree)
+        e_l = expected_accepted(tree)
+        acc = len(scene.accepted)
+        acc_txt = f"{'≥ ' if not scene.complete else ''}{acc}"
+        unit = "ms" if cm.unit == "s" else cm.unit
+        scale = 1000.0 if cm.unit == "s" else 1.0
+        rows = [("nodes (verified)", f"{tree.num_drafted}"), ("depth", f"{tree.depth}"),
+                ("draft forwards", f"{tree.draft_calls}"),
+                ("accepted ℓ (target)", acc_txt),
+                ("committed (ℓ + bonus)", f"{acc_txt} + {1 if scene.bonus is not None else '?'}"),
+                ("E[ℓ] = Σ p(u) (draft-calibrated)", f"{e_l:.2f}"),
+                (f"expected cost ({unit})", f"{cost * scale:.2f}"),
+                (f"expected tokens per {'s' if cm.unit == 's' else 'unit'}",
+                 f"{(e_l + 1) / cost:.2f}" if cost > 0 else "—")]
+        if self.recorded is not None:
+            rows.append(("recorded: nodes / ℓ", f"{self.recorded.num_nodes} / "
+                                                f"{self.recorded.accepted_length}"))
+        if self.config is not None and not self.config.dynamic_depth:
+            rows.append(("note", "dynamic depth off: D_max, ρ_stop, ρ_deep unused (depth = D0)"))
+        if self.config is not None and not self.config.dynamic_breadth:
+            rows.append(("note", "dynamic breadth off: B_mid everywhere, τ_h / τ_l unused"))
+        table = "".join(f"<tr><td style='padding-right:14px'>{html.escape(k)}</td>"
+                        f"<td><b>{html.escape(v)}</b></td></tr>" for k, v in rows)
+        notes = "".join(f"<div style='color:#8a5a00'>ⓘ {html.escape(n)}</div>" for n in res.notes)
+        return f"<table style='font-size:13px'>{table}</table>{notes}"
+
+
+def show(trace: Trace | str, **kwargs: Any) -> Stepper:
+    """The stepper widget for a trace (or a path to a trace JSON file)."""
+    if not isinstance(trace, Trace):
+        trace = Trace.from_json(trace)
+    return Stepper(trace, **kwargs)
+
+
+def explore(source: Any, prompt: Any = None, *, iteration: int = 0,
+            config: DynaTreeConfig | None = None, cost_model: CostModel | None = None,
+            namer: TokenNamer | None = None, **model_kwargs: Any) -> ParameterExplorer:
+    """The parameter explorer.
+
+    ``source`` may be:
+
+    * a :class:`Trace` (replay mode on ``trace.iterations[iteration]``; the cost model is
+      fitted to the trace's timings) or a path to a trace JSON file,
+    * an :class:`IterationRecord` (replay mode),
+    * a ``regrow(rule)`` callable or an object with ``.regrow`` (live mode; protocol in
+      :mod:`dynatree_viz.regrow`),
+    * a ``ModelPair`` together with ``prompt`` (live mode): a
+      ``dynatree_core.session.TreeSession(pair, prompt, top_k=...)`` is built (imported lazily,
+      so this module never needs torch) and re-drafts/verifies the prompt's next tree.
+
+    ``config`` sets the starting sliders (default: the rule the recorded iteration used).
+    """
+    if isinstance(source, (str, bytes)) and not callable(source):
+        source = Trace.from_json(source)
+    if isinstance(source, Trace):
+        if not source.iterations:
+            raise ValueError("the trace has no iterations to explore")
+        rec = source.iterations[iteration]
+        namer = namer or TokenNamer.from_trace(source)
+        return ParameterExplorer(ReplayBackend(rec, namer), config or config_for_record(source, rec),
+                                 cost_model=cost_model or CostModel.fit(source), recorded=rec)
+    if isinstance(source, IterationRecord):
+        return ParameterExplorer(ReplayBackend(source, namer), config or config_for_record(None, source),
+                                 cost_model=cost_model, recorded=source)
+    if prompt is None and (callable(source) or hasattr(source, "regrow")):
+        return ParameterExplorer(LiveBackend(source, namer), config, cost_model=cost_model)
+    if prompt is not None:
+        # Lazy: live mode is the only path that needs torch and the models.
+        from dynatree_core.session import TreeSession
+
+        top_k = model_kwargs.pop("top_k", max(8, config.b_max if config is not None else 8))
+        session = TreeSession(source, prompt, top_k=top_k, **model_kwargs)
+        return ParameterExplorer(LiveBackend(session, namer), config, cost_model=cost_model)
+    raise TypeError("explore() needs a Trace, an IterationRecord, a regrow(rule) callable, or a "
+                    f"model pair with a prompt; got {type(source).__name__}")

@@ -1,0 +1,72 @@
+"""dynatree_viz export: deterministic HTML, the offline report, images, torch-free import."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dynatree_viz as dv
+from viz_fixtures import record, tiny_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_figure_html_is_byte_stable():
+    a = dv.figure_html(dv.tree_figure(record(), show_pruned=True), "tree-0")
+    b = dv.figure_html(dv.tree_figure(record(), show_pruned=True), "tree-0")
+    assert a == b and 'id="tree-0"' in a
+    inlined = dv.figure_html(dv.mask_figure(record()), "m", include_plotlyjs=True)
+    assert "* plotly.js v" in inlined and not re.search(r"<script[^>]+src=", inlined)
+
+
+def test_report_is_deterministic_and_self_contained(tmp_path):
+    tr = dv.demo_trace(3)
+    p1, p2 = tmp_path / "a.html", tmp_path / "b.html"
+    dv.report(tr, p1, results=dv.demo_results())
+    dv.report(tr, p2, results=dv.demo_results())
+    text = p1.read_text(encoding="utf-8")
+    assert p1.read_bytes() == p2.read_bytes()
+    assert not re.search(r"<script[^>]+src=[\"']?https?:", text)  # offline: nothing fetched
+    assert text.count("* plotly.js v") == 1  # plotly.js inlined exactly once
+    for r in tr:
+        assert f'id="dt-tree-{r.index}"' in text and f'id="dt-mask-{r.index}"' in text
+    assert 'id="dt-timeline"' in text and 'id="dt-compare"' in text
+    assert text.count("data-iter=") == len(tr.tokens)
+
+
+def test_report_from_a_json_file_and_subset_of_iterations(tmp_path):
+    path = tmp_path / "t.json"
+    tiny_trace(3).to_json(path)
+    html = dv.report(str(path), iterations=[1], masks=False)
+    assert 'id="dt-tree-1"' in html and 'id="dt-tree-0"' not in html and "dt-mask" not in html
+
+
+def test_static_image_export_or_a_clear_reason(tmp_path):
+    ok, reason = dv.image_export_available()
+    if not ok:
+        with pytest.raises(dv.ImageExportUnavailable, match="Chrome|kaleido"):
+            dv.save_image(dv.tree_figure(record()), tmp_path / "t.png")
+        pytest.skip(reason)
+    out = dv.save_image(dv.tree_figure(record()), tmp_path / "t.svg")
+    assert out.read_text(encoding="utf-8").lstrip().startswith(("<svg", "<?xml"))
+
+
+def test_import_works_with_torch_blocked():
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import dynatree_viz as dv\n"
+            "tr = dv.demo_trace(2)\n"
+            "html = dv.report_html(tr)\n"
+            "st = dv.show(tr); st.next_button.click()\n"
+            "ex = dv.explore(tr); ex.sliders['n_max'].value = 1\n"
+            "assert ex.result.tree.num_drafted == 1 and st.position == 1\n"
+            "assert not any(m.startswith(('dynatree_core.engine', 'dynatree_core.models'))"
+            " for m in sys.modules)\n"
+            "print('ok', len(html) > 0)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok True"

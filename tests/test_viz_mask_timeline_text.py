@@ -1,0 +1,109 @@
+"""dynatree_viz mask heatmap, timeline, text view and method comparison."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dynatree_viz import compare_figure, demo_results, demo_trace, load_results, mask_figure
+from dynatree_viz import text_html, timeline_figure
+from dynatree_viz.mask_view import ATTENDS, ATTENDS_ACCEPTED, MASKED, PREFIX
+from dynatree_viz.text_view import alternatives
+from dynatree_viz.tokens import TokenNamer
+from viz_fixtures import record, tiny_trace
+
+
+def test_mask_heatmap_matches_the_attention_mask():
+    rec = record()
+    fig = mask_figure(rec)
+    z = np.array(fig.data[0].z)
+    n = len(rec.tree)
+    assert z.shape == (n, n + 1)  # prefix summarised into one column
+    assert (z[:, 0] == PREFIX).all()
+    visible = z[:, 1:] != MASKED
+    assert (visible == rec.attention_mask(include_prefix=False)).all()
+    assert rec.attention_mask().shape == (n, rec.prefix_len + n)
+    acc_rows = {0, *rec.accepted_path}
+    for i in range(n):
+        on = set(z[i, 1:][visible[i]].tolist())
+        assert on == ({ATTENDS_ACCEPTED} if i in acc_rows else {ATTENDS})
+    assert f"prefix ({rec.prefix_len})" in fig.layout.xaxis.ticktext
+    assert len(fig.layout.shapes) == len(acc_rows)
+    assert "'␣cat'" in fig.data[0].hovertext[1][2] and "attends" in fig.data[0].hovertext[1][2]
+
+
+def test_mask_highlight_row_is_framed():
+    rec = record()
+    shapes = mask_figure(rec, highlight=5).layout.shapes
+    hl = [s for s in shapes if s.name == "highlight"]
+    assert len(hl) == 1 and hl[0].y0 == 4.5 and hl[0].y1 == 5.5
+
+
+def test_timeline_series_come_from_the_trace():
+    tr = demo_trace(8)
+    fig = timeline_figure(tr, current=2)
+    by_name = {t.name: t for t in fig.data}
+    assert list(by_name["accepted (drafted)"].y) == [r.accepted_length for r in tr]
+    assert list(by_name["drafted nodes"].y) == [r.num_nodes for r in tr]
+    assert list(by_name["depth"].y) == [r.tree.depth for r in tr]
+    assert list(by_name["D0 (real)"].y) == [r.history_before["d0"] for r in tr]
+    assert list(by_name["τ_h"].y) == [r.history_before["tau_h"] for r in tr]
+    assert list(by_name["ā (window mean)"].y) == [r.history_after["window_mean"] for r in tr]
+    assert list(by_name["verify time"].y) == pytest.approx([1000 * r.timings["verify"] for r in tr])
+    band = [s for s in fig.layout.shapes if s.name == "current iteration"]
+    assert len(band) == 1 and band[0].x0 == 1.5
+
+
+def test_text_view_colours_tokens_by_iteration_and_kind():
+    tr = tiny_trace(2)
+    h = text_html(tr)
+    assert h.count("data-iter=") == len(tr.tokens) == 8
+    assert h.count("data-kind='bonus'") == 2 and h.count("data-kind='drafted'") == 6
+    assert h.count("data-iter='1'") == 4
+    assert "a cat on the" in h  # the prompt
+    assert "iteration 0 · drafted, accepted at depth 1" in h
+    up_to_0 = text_html(tr, upto=0, current=0)
+    assert up_to_0.count("data-iter=") == 4 and up_to_0.count(" dt-current'") == 4
+    doc = text_html(tr, standalone=True)
+    assert doc.startswith("<!DOCTYPE html>") and doc.rstrip().endswith("</html>")
+
+
+def test_text_view_alternatives_are_siblings_and_children_of_last_accepted():
+    rec = record()
+    namer = TokenNamer.from_trace(rec)
+    first = alternatives(rec, 0, namer)  # " cat" was chosen at the root: " dog" was rejected
+    assert len(first) == 1 and "'␣dog'" in first[0]
+    bonus = alternatives(rec, len(rec.committed) - 1, namer)  # after " on": nothing drafted
+    assert bonus == []
+    assert "no alternatives were drafted here" in text_html(tiny_trace(1))
+
+
+def test_compare_bars_and_sweep_lines():
+    rows = demo_results("methods")
+    fig = compare_figure(rows)
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert {t.name for t in bars} == {"ar", "linear", "fixed_tree", "dynatree"}
+    dyn_speed = next(t for t in bars if t.name == "dynatree" and "speedup" in t.hovertemplate)
+    assert list(dyn_speed.y) == pytest.approx([1.94, 1.94])
+    sweep = compare_figure(demo_results("sweep"), x="d0", metrics=["speedup"])
+    assert all(t.type == "scatter" for t in sweep.data) and len(sweep.data) == 2
+    assert list(sweep.data[0].x) == [2, 3, 4, 5, 6, 7]
+
+
+def test_compare_reads_result_files_averages_repeats_and_skips_warmup(tmp_path):
+    rows = [{"method": "dynatree", "label": "dt", "dataset": "w", "tokens_per_s": v, "speedup": 1.0}
+            for v in (10.0, 14.0)] + [{"method": "dynatree", "label": "dt", "dataset": "w",
+                                      "tokens_per_s": 1000.0, "speedup": 9.0, "warmup": True}]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"rows": rows}))
+    df = load_results(path)
+    assert len(df) == 2
+    fig = compare_figure(str(path), metrics=["tokens_per_s"])
+    assert list(fig.data[0].y) == [12.0]
+    assert fig.data[0].error_y.visible and fig.data[0].error_y.array[0] == pytest.approx(2 ** 1.5)
+    with pytest.raises(ValueError, match="method"):
+        load_results([{"tokens_per_s": 1.0}])
+    with pytest.raises(ValueError, match="sweep column"):
+        compare_figure(rows, x="n_max")

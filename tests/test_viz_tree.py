@@ -1,0 +1,137 @@
+"""dynatree_viz tree view and layout: figure data checked against the recorded tree."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dynatree_core.config import FixedTreeConfig
+from dynatree_viz import demo_trace, layered_layout, tree_figure, tree_graph
+from dynatree_viz import style
+from dynatree_viz.tree_view import ACCEPTED_EDGES, BONUS, EDGES, NODES, PRUNED, trace_index
+from viz_fixtures import record
+
+
+def _nodes(fig):
+    return fig.data[trace_index(fig, NODES)]
+
+
+def _segments(trace):
+    """(x0, y0, x1, y1) per None-separated line segment of a lines trace."""
+    xs, ys = list(trace.x), list(trace.y)
+    return [(xs[k], ys[k], xs[k + 1], ys[k + 1]) for k in range(0, len(xs), 3)]
+
+
+def test_layout_is_layered_tidy_and_deterministic():
+    parents = [-1, 0, 0, 1, 1, 2, 3]
+    pos = layered_layout(tree_graph(parents))
+    assert pos == layered_layout(tree_graph(parents))
+    assert [pos[i][1] for i in range(len(parents))] == [0, 1, 1, 2, 2, 2, 3]
+    leaves = sorted((i for i in range(len(parents)) if i not in parents), key=lambda i: pos[i][0])
+    assert [pos[i][0] for i in leaves] == [0.0, 1.0, 2.0]  # consecutive leaf slots
+    for i, p in enumerate(parents):  # every inner node is centred over its children
+        kids = [j for j, q in enumerate(parents) if q == i]
+        if kids:
+            assert pos[i][0] == pytest.approx((pos[kids[0]][0] + pos[kids[-1]][0]) / 2)
+
+
+def test_layout_handles_a_deep_chain_without_recursion():
+    parents = [-1] + list(range(2999))
+    pos = layered_layout(tree_graph(parents))
+    assert pos[2999] == (0.0, 2999)
+
+
+def test_nodes_and_edges_match_the_tree():
+    rec = record()
+    fig = tree_figure(rec)
+    nodes = _nodes(fig)
+    n = len(rec.tree)
+    assert len(nodes.x) == n and list(nodes.customdata) == list(range(n))
+    assert nodes.mode == "markers+text"
+    xy = {(nodes.x[i], nodes.y[i]): i for i in range(n)}
+    assert len(xy) == n  # no two nodes share a position
+    assert list(nodes.y) == rec.tree.depths
+    edges = set()
+    for name in (EDGES, ACCEPTED_EDGES):
+        for x0, y0, x1, y1 in _segments(fig.data[trace_index(fig, name)]):
+            if (x1, y1) in xy:  # the bonus edge ends at the bonus star, not at a node
+                edges.add((xy[(x0, y0)], xy[(x1, y1)]))
+    assert edges == {(p, i) for i, p in enumerate(rec.tree.parents) if p >= 0}
+
+
+def test_accepted_path_rejected_nodes_and_bonus_are_styled():
+    rec = record()
+    fig = tree_figure(rec)
+    line = _nodes(fig).marker.line.color
+    assert rec.accepted_path == [1, 3, 7]
+    for i in rec.accepted_path:
+        assert line[i] == style.ACCEPTED
+    assert line[2] == style.REJECTED  # " dog": the target chose " cat" at the root
+    assert line[4] not in (style.ACCEPTED, style.REJECTED)  # under the rejected node
+    acc_edges = _segments(fig.data[trace_index(fig, ACCEPTED_EDGES)])
+    assert len(acc_edges) == len(rec.accepted_path) + 1  # + the edge to the bonus star
+    bonus = fig.data[trace_index(fig, BONUS)]
+    assert bonus.marker.symbol == "star" and bonus.text[0] == "a"
+    assert bonus.y[0] == rec.tree.depths[rec.accepted_path[-1]] + 1
+
+
+def test_hover_text_has_token_depth_probabilities_and_target_choice():
+    rec = record()
+    hover = _nodes(tree_figure(rec)).hovertext
+    assert "␣sat" in hover[3] and "depth 2" in hover[3] and "BFS #3" in hover[3]
+    assert "c(u) = 0.900" in hover[3] and "B(u) = 1" in hover[3]
+    assert f"p(u) = {math.exp(rec.tree.cum_logps[3]):.4f}" in hover[3]
+    assert "rejected: target chose '␣cat'" in hover[2]
+    assert "depth_gate" in hover[7]
+
+
+def test_stop_reasons_set_marker_symbols_and_legend():
+    rec = record()
+    fig = tree_figure(rec)
+    symbols = _nodes(fig).marker.symbol
+    assert symbols[7] == style.STOP_SYMBOLS["depth_gate"]
+    assert symbols[5] == style.STOP_SYMBOLS["rho_stop"]
+    assert symbols[0] == style.STOP_SYMBOLS["expanded"]
+    legend = {t.name for t in fig.data}
+    assert {"stop: expanded", "stop: rho_stop", "stop: depth_gate"} <= legend
+
+
+def test_colour_by_confidence_or_cum_prob_and_switch_buttons():
+    rec = record()
+    by_c = _nodes(tree_figure(rec, color_by="confidence")).marker.color
+    by_p = _nodes(tree_figure(rec, color_by="cum_prob")).marker.color
+    assert by_c != by_p
+    assert by_c[5] == "#f0f0f0"  # a leaf the draft never ran on has no c(u)
+    assert all(isinstance(c, str) and c for c in by_p)
+    buttons = tree_figure(rec).layout.updatemenus[0].buttons
+    assert [b.label for b in buttons] == ["c(u)", "p(u)"]
+    assert tuple(buttons[1].args[0]["marker.color"][0]) == tuple(by_p)
+    with pytest.raises(ValueError, match="color_by"):
+        tree_figure(rec, color_by="rank")
+
+
+def test_pruned_candidates_appear_as_ghost_nodes_only_on_request():
+    rec = record()
+    assert len(rec.tree.pruned) == 1
+    assert PRUNED not in {t.name for t in tree_figure(rec).data}
+    ghosts = tree_figure(rec, show_pruned=True).data
+    ghost = next(t for t in ghosts if t.name == PRUNED)
+    assert len(ghost.x) == 1 and "pruned by tau" in ghost.hovertext[0]
+    assert ghost.y[0] == rec.tree.depths[rec.tree.pruned[0].parent] + 1
+
+
+def test_256_node_tree_uses_one_text_trace_and_no_annotations():
+    rec = demo_trace(1, config=FixedTreeConfig(d=5, b=4, tau=0.0, n_max=256))[0]
+    assert rec.num_nodes == 256
+    fig = tree_figure(rec)
+    assert len(_nodes(fig).x) == 257 and len(_nodes(fig).text) == 257
+    assert len(fig.layout.annotations) == 0
+    assert max(len(t) for t in _nodes(fig).text) <= 6  # labels shortened when dense
+    leaves = sum(1 for i in range(len(rec.tree)) if not rec.tree.children(i))
+    assert fig.layout.width >= 26 * leaves  # room for every leaf label
+
+
+def test_highlight_rings_one_node():
+    fig = tree_figure(record(), highlight=4)
+    assert _nodes(fig).marker.line.color[4] == style.HIGHLIGHT

@@ -1,0 +1,176 @@
+"""dynatree_viz widgets driven like a user would: sliders, buttons, clicks."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import dynatree_viz as dv
+from dynatree_core.config import DynaTreeConfig
+from dynatree_core.tree import grow_tree, replay_tree
+from dynatree_viz.regrow import UNRECORDED, replay_partial
+from dynatree_viz.tree_view import NODES, trace_index
+from viz_fixtures import propose, record, rule, tiny_trace
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return dv.demo_trace(6)
+
+
+def _node_count(fig) -> int:
+    return len(fig.data[trace_index(fig, NODES)].x)
+
+
+def test_stepper_slider_and_buttons_redraw_every_view(trace):
+    st = dv.show(trace)
+    assert st.position == 0 and st.tree_fig.layout.title.text.startswith("Iteration 0:")
+    before_mask = st.mask_fig.data[0].z
+    st.slider.value = 3
+    assert st.tree_fig.layout.title.text.startswith("Iteration 3:")
+    assert _node_count(st.tree_fig) == len(trace[3].tree)
+    assert len(st.mask_fig.data[0].z) == len(trace[3].tree)
+    assert len(before_mask) == len(trace[0].tree) != len(trace[3].tree)
+    assert st.text.value.count("data-iter=") == sum(len(r.committed) for r in trace.iterations[:4])
+    assert "dt-current" in st.text.value
+    band = [s for s in st.timeline_fig.layout.shapes if s.name == "current iteration"]
+    assert band[0].x0 == 2.5
+    st.next_button.click()
+    assert st.position == 4 and st.tree_fig.layout.title.text.startswith("Iteration 4:")
+    st.prev_button.click()
+    st.prev_button.click()
+    assert st.position == 2 and "iteration 2" in st.info.value
+    st.show(5)  # programmatic jump moves the slider too
+    assert st.slider.value == 5 and st.tree_fig.layout.title.text.startswith("Iteration 5:")
+
+
+def test_stepper_clamps_at_both_ends(trace):
+    st = dv.show(trace)
+    st.prev_button.click()
+    assert st.position == 0
+    st.slider.value = len(trace) - 1
+    st.next_button.click()
+    assert st.position == len(trace) - 1
+
+
+def test_stepper_colour_toggle_pruned_ghosts_and_linked_highlight(trace):
+    st = dv.show(trace)
+    nodes = lambda: st.tree_fig.data[trace_index(st.tree_fig, NODES)]
+    colours = nodes().marker.color
+    st.color_toggle.value = "cum_prob"
+    assert nodes().marker.color != colours
+    names = {t.name for t in st.tree_fig.data}
+    assert trace[0].tree.pruned and "pruned" not in names
+    st.pruned_checkbox.value = True
+    ghosts = [t for t in st.tree_fig.data if t.name == "pruned"]
+    assert len(ghosts) == 1 and len(ghosts[0].x) == len(trace[0].tree.pruned)
+    st.select_node(2)
+    assert [s for s in st.mask_fig.layout.shapes if s.name == "highlight"][0].y0 == 1.5
+    assert nodes().marker.line.color[2] == dv.style.HIGHLIGHT
+    st.next_button.click()  # a new iteration clears the selection
+    assert not [s for s in st.mask_fig.layout.shapes if s.name == "highlight"]
+
+
+def test_show_reads_a_trace_file(tmp_path):
+    path = tmp_path / "t.json"
+    tiny_trace(2).to_json(path)
+    st = dv.show(str(path))
+    assert st.slider.max == 1 and _node_count(st.tree_fig) == len(record().tree)
+
+
+def test_explorer_replay_reproduces_the_recording_then_follows_n_max(trace):
+    rec = trace[2]
+    ex = dv.explore(trace, iteration=2)
+    assert ex.error is None
+    assert ex.result.tree.tokens == rec.tree.tokens  # sliders start at the recorded rule
+    assert ex.result.scene.accepted == rec.accepted_path
+    assert _node_count(ex.tree_fig) == len(rec.tree)
+    ex.sliders["n_max"].value = 1
+    assert ex.result.tree.num_drafted == 1 and _node_count(ex.tree_fig) == 2
+    assert "nodes (verified)</td><td><b>1</b>" in ex.status.value
+    ex.reset()
+    assert ex.result.tree.num_drafted == rec.num_nodes
+
+
+def test_explorer_shows_invalid_settings_instead_of_crashing():
+    ex = dv.explore(record(), config=DynaTreeConfig(d0=3, d_max=6, trace_top_k=3))
+    good = ex.result
+    ex.sliders["tau_l"].value = 0.95  # tau_h is 0.9: tau_l >= tau_h is invalid
+    assert ex.error is not None and "tau_l must be < tau_h" in ex.error
+    assert "tau_l must be &lt; tau_h" in ex.status.value or "tau_l must be < tau_h" in ex.status.value
+    assert ex.result is good  # the last valid tree stays on screen
+    ex.sliders["tau_l"].value = 0.4
+    assert ex.error is None
+    ex.sliders["d0"].value = 6  # d0 >= d_max
+    assert "d0" in ex.error
+
+
+def test_explorer_replay_stops_gracefully_where_the_draft_never_ran():
+    rec = record()  # " on" (node 7) stopped at the depth gate: never expanded when recorded
+    ex = dv.explore(rec, config=DynaTreeConfig(d0=3, d_max=6, trace_top_k=3))
+    ex.sliders["d0"].value = 5  # now the depth gate lets " on" grow
+    assert ex.error is None
+    tree = ex.result.tree
+    stopped = ex.result.stopped
+    assert [tree.tokens[i] for i in stopped] == [6]
+    assert tree.stop_reasons[stopped[0]] == UNRECORDED
+    assert "never expanded" in ex.status.value
+
+
+def test_replay_partial_equals_replay_tree_when_everything_was_recorded():
+    rec = record()
+    smaller = rule(n_max=3)
+    exact = replay_tree(rec.tree, smaller)
+    tree, stopped = replay_partial(rec.tree, smaller)
+    assert stopped == [] and tree.to_dict() == exact.to_dict()
+
+
+@pytest.mark.parametrize("tau", [0.05, 0.0])
+def test_replay_partial_keeps_budget_and_drops_sentinels(tau):
+    rec = record()
+    wider = rule(d0=5, tau=tau)
+    tree, stopped = replay_partial(rec.tree, wider)
+    full = grow_tree(1, wider, propose)  # what the draft itself would have grown
+    assert stopped and all(full.tokens[:len(tree)][k] == tree.tokens[k] for k in range(len(tree)))
+    assert all(p.token >= 0 for p in tree.pruned)
+    assert all(tree.confidences[i] is None for i in stopped)
+
+
+def test_explorer_live_mode_calls_regrow_with_the_rule():
+    calls = []
+
+    def regrow(rule):
+        calls.append(rule)
+        tree = grow_tree(1, rule, propose)
+        return tree, [2] + [7] * (len(tree) - 1)
+
+    regrow.decode = lambda t: f"<{t}>"
+    ex = dv.explore(regrow, config=DynaTreeConfig(d0=3, d_max=6, trace_top_k=3))
+    assert len(calls) == 1 and calls[0].n_max == 256
+    ex.sliders["n_max"].value = 2
+    assert calls[-1].n_max == 2 and ex.result.tree.num_drafted == 2
+    assert ex.result.scene.accepted == [1] and ex.result.scene.bonus == 7
+    assert "live mode" in ex.children[0].value
+
+
+def test_explorer_surfaces_live_backend_errors():
+    def broken(rule):
+        raise RuntimeError("model on fire")
+
+    ex = dv.explore(broken)
+    assert ex.result is None and "model on fire" in ex.error
+
+
+def test_explore_rejects_unknown_sources():
+    with pytest.raises(TypeError, match="explore"):
+        dv.explore(42)
+
+
+def test_expected_cost_model_fitted_from_timings(trace):
+    cm = dv.CostModel.fit(trace)
+    assert cm.unit == "s" and cm.draft_call_s > 0 and cm.verify_per_node_s > 0
+    tree = trace[0].tree
+    assert cm.cost(tree) == pytest.approx(cm.draft_call_s * tree.draft_calls + cm.verify_base_s
+                                          + cm.verify_per_node_s * len(tree))
+    assert dv.expected_accepted(tree) == pytest.approx(sum(math.exp(x) for x in tree.cum_logps[1:]))

@@ -1,0 +1,82 @@
+"""Synthetic traces for the dynatree_viz tests (no model, no torch).
+
+``tiny_trace()`` is hand-specified: a draft whose top-k after each token path is a fixed table,
+so every node, pruned candidate and stop reason below is known exactly. ``demo_trace`` (from
+dynatree_viz._demo) gives longer, realistic traces.
+"""
+
+from __future__ import annotations
+
+import math
+
+from dynatree_core.config import DynaTreeConfig, GrowthRule
+from dynatree_core.history import HistoryAdapter
+from dynatree_core.trace import IterationRecord, Trace
+from dynatree_core.tree import DraftTree, grow_tree
+
+VOCAB = {0: "<eos>", 1: " the", 2: " cat", 3: " dog", 4: " sat", 5: " ran", 6: " on", 7: " mat",
+         8: " a", 9: "\n", 10: " fast"}
+
+#: draft top-3 (token, prob) after each root-to-node token path; the root token is 1 (" the")
+DRAFT = {
+    (1,): [(2, 0.55), (3, 0.30), (8, 0.10)],        # c = 0.55 -> B_mid = 2 children
+    (1, 2): [(4, 0.95), (5, 0.03), (6, 0.02)],      # c = 0.95 -> B_min = 1
+    (1, 3): [(5, 0.35), (4, 0.33), (10, 0.32)],     # c = 0.35 -> B_max = 3 (some pruned by tau)
+    (1, 2, 4): [(6, 0.9), (9, 0.05), (7, 0.05)],
+    (1, 2, 4, 6): [(1, 0.8), (8, 0.15), (7, 0.05)],
+}
+#: the target's greedy next token after each path (anything else: 7)
+TARGET = {(1,): 2, (1, 2): 4, (1, 2, 4): 6, (1, 2, 4, 6): 8, (1, 3): 5}
+
+
+def rule(**kw) -> GrowthRule:
+    base = dict(d0=3, d_max=6, b_min=1, b_mid=2, b_max=3, tau_h=0.9, tau_l=0.4, tau=0.05,
+                n_max=64, rho_stop=0.1, rho_deep=0.5, trace_top_k=3)
+    base.update(kw)
+    return DynaTreeConfig(**base).growth_rule()
+
+
+def _path(tree: DraftTree, i: int) -> tuple[int, ...]:
+    return tuple(tree.tokens[j] for j in [0] + tree.path_to(i))
+
+
+def propose(tree: DraftTree, ids: list[int]):
+    out = []
+    for i in ids:
+        table = DRAFT.get(_path(tree, i), [(7, 0.5), (9, 0.3), (10, 0.2)])
+        out.append(([t for t, _ in table], [math.log(p) for _, p in table]))
+    return out
+
+
+def record(index: int = 0, growth: GrowthRule | None = None, prefix_len: int = 4) -> IterationRecord:
+    tree = grow_tree(1, growth or rule(), propose)
+    argmax = [TARGET.get(_path(tree, i), 7) for i in range(len(tree))]
+    path, bonus = tree.greedy_path(argmax)
+    committed = [tree.tokens[i] for i in path] + [bonus]
+    return IterationRecord(
+        index=index, prefix_len=prefix_len, tree=tree, target_argmax=argmax,
+        accepted_path=path, committed=committed, bonus=bonus,
+        position_ids=[prefix_len + d for d in tree.depths],
+        target_prob_drafted=[None] + [0.5] * (len(tree) - 1),
+        token_texts=[VOCAB[t] for t in tree.tokens], committed_texts=[VOCAB[t] for t in committed],
+        history_before={"d0": 3.0, "tau_h": 0.9, "window": [], "window_mean": None,
+                        "d0_effective": 3},
+        history_after={"d0": 3.1, "tau_h": 0.89, "window": [0.75], "window_mean": 0.75,
+                       "d0_effective": 3},
+        timings={"draft": 0.01 * (index + 1), "verify": 0.03, "commit": 0.001},
+        draft_forwards=tree.draft_calls, target_forwards=1)
+
+
+def tiny_trace(n: int = 3) -> Trace:
+    """``n`` copies of the hand-specified iteration (indices 0..n-1), as one trace."""
+    cfg = DynaTreeConfig(d0=3, d_max=6, trace_top_k=3)
+    recs = [record(i, prefix_len=4 + 5 * i) for i in range(n)]
+    toks = [t for r in recs for t in r.committed]
+    return Trace(method="dynatree", config=cfg.to_dict(), target_name="t", draft_name="d",
+                 prompt_tokens=[8, 2, 6, 1], prompt_text="a cat on the", eos_token_id=0,
+                 max_new_tokens=50, iterations=recs, tokens=toks,
+                 text="".join(VOCAB[t] for t in toks))
+
+
+def adapter_for(cfg: DynaTreeConfig) -> HistoryAdapter:
+    return HistoryAdapter(cfg)
