@@ -66,6 +66,10 @@ def _offline_env():
 def load_target(device="cpu", dtype=torch.float32, attn_implementation: str = "sdpa", with_tokenizer: bool = True):
     """Load the GGUF target (dequantized) and, optionally, its tokenizer."""
     d = smollm2_dir()
+    try:
+        import accelerate  # noqa: F401  (transformers needs it to load GGUF checkpoints)
+    except ImportError as e:
+        raise ImportError("loading the GGUF target needs accelerate: pip install accelerate") from e
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 

@@ -202,8 +202,6 @@ def _tf_rows(model, chunks: list[list[int]], k: int) -> list[dict]:
         L = x.shape[1]
         tid, tp = _topk_from_logits(logits[j], k)
         m = torch.ones(L, dtype=torch.bool)
-        m[-1] = False  # the prediction after the last token has no context continuation... keep it anyway
-        m[-1] = True
         rows.append({"tokens": chunks[j], "ids": tid, "probs": tp, "mask": m})
     return rows
 
@@ -218,7 +216,7 @@ def _token_streams(tok, files: list[Path]) -> list[list[int]]:
     return streams
 
 
-def build_data(args) -> Path:
+def build_data(args, target=None, tok=None) -> Path:
     work = Path(args.work_dir)
     ddir = work / "data"
     ddir.mkdir(parents=True, exist_ok=True)
@@ -227,7 +225,8 @@ def build_data(args) -> Path:
     from .default_pair import load_target
 
     dtype = torch.bfloat16 if args.teacher_dtype == "bfloat16" else torch.float32
-    target, tok = load_target(dtype=dtype)
+    if target is None or tok is None:
+        target, tok = load_target(dtype=dtype)
     eos = eos_ids(target, tok)
     rng = random.Random(args.seed)
     data_dir = find_data_dir(args.data_dir)
@@ -394,7 +393,7 @@ def _distill_loss(draft, x, ids, p, m, lut, alpha: float):
     return alpha * soft + (1 - alpha) * hard, acc
 
 
-def train(args):
+def train(args, target=None):
     from tqdm import tqdm
     from .default_pair import load_target
     from .draft_model import build_draft_from_target, load_draft, save_draft
@@ -405,7 +404,8 @@ def train(args):
     ddir = work / "data"
     ckdir = work / "ckpt"
     ckdir.mkdir(parents=True, exist_ok=True)
-    target, tok = load_target(dtype=torch.float32, with_tokenizer=False)
+    if target is None:
+        target, _ = load_target(dtype=torch.float32, with_tokenizer=False)
     V = target.config.vocab_size
     pools = Pools(ddir, args.max_len)
     stats = pools.stats()
@@ -477,9 +477,9 @@ def train(args):
         ema = a if ema is None else 0.98 * ema + 0.02 * a
         pbar.update(1)
         if step % 20 == 0:
-            pbar.set_postfix(loss=f"{float(loss):.3f}", acc_ema=f"{ema:.3f}", lr=f"{sched.get_last_lr()[0]:.2e}")
+            pbar.set_postfix(loss=f"{float(loss.detach()):.3f}", acc_ema=f"{ema:.3f}", lr=f"{sched.get_last_lr()[0]:.2e}")
         if step % args.log_every == 0:
-            print(f"[distill] step {step} loss {float(loss):.4f} acc_ema {ema:.4f} "
+            print(f"[distill] step {step} loss {float(loss.detach()):.4f} acc_ema {ema:.4f} "
                   f"elapsed {elapsed_prev + time.time() - t0:.0f}s", flush=True)
         if step % args.ckpt_every == 0 or step == args.steps:
             tmp = ck.with_suffix(".tmp")
@@ -664,41 +664,41 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--teacher-dtype", choices=["bfloat16", "float32"], default="bfloat16")
     p.add_argument("--topk", type=int, default=32)
     p.add_argument("--max-prompts", type=int, default=0, help="use only the first N bundled prompts (0 = all)")
-    p.add_argument("--gen-batch", type=int, default=16)
+    p.add_argument("--gen-batch", type=int, default=48)
     p.add_argument("--gen-new-tokens", type=int, default=128)
-    p.add_argument("--passages", type=int, default=1024, help="training-text passages to continue with the target")
+    p.add_argument("--passages", type=int, default=288, help="training-text passages to continue with the target")
     p.add_argument("--passage-min", type=int, default=32)
     p.add_argument("--passage-max", type=int, default=256)
     p.add_argument("--chunk-len", type=int, default=512)
-    p.add_argument("--tf-chunks", type=int, default=1200, help="teacher-forced text chunks")
+    p.add_argument("--tf-chunks", type=int, default=940, help="teacher-forced text chunks")
     p.add_argument("--tf-batch", type=int, default=4)
     # training
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--head-size", type=int, default=8192)
-    p.add_argument("--steps", type=int, default=3000)
-    p.add_argument("--batch-tokens", type=int, default=4096)
+    p.add_argument("--steps", type=int, default=1200)
+    p.add_argument("--batch-tokens", type=int, default=2048)
     p.add_argument("--max-len", type=int, default=512)
-    p.add_argument("--lr", type=float, default=6e-4)
+    p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--min-lr-frac", type=float, default=0.05)
-    p.add_argument("--warmup", type=int, default=100)
+    p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--alpha", type=float, default=0.5, help="weight of the soft (top-K) loss")
-    p.add_argument("--gen-frac", type=float, default=0.5, help="share of batches from target-generated rows")
+    p.add_argument("--gen-frac", type=float, default=0.4, help="share of batches from target-generated rows")
     p.add_argument("--train-bf16", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--restart", action="store_true", help="ignore an existing checkpoint")
     p.add_argument("--log-every", type=int, default=100)
     p.add_argument("--ckpt-every", type=int, default=200)
 
 
-def run_distill(args) -> int:
+def run_distill(args, target=None, tok=None) -> int:
     if not getattr(args, "command_line", None):
         args.command_line = "dynatree distill " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if not args.eval_only:
         if args.stage in ("all", "data"):
-            build_data(args)
+            build_data(args, target=target, tok=tok)
         if args.stage in ("all", "train"):
-            train(args)
+            train(args, target=target)
     if args.evaluate or args.eval_only:
         res = evaluate_draft(args.out_dir, args.data_dir, n_passages=args.eval_passages, seed=args.seed)
         Path(args.work_dir).mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,89 @@
+"""Benchmark method specs: a label, an engine method and its config (torch-free).
+
+Names accepted by :func:`method_specs`: ``ar``, ``linear`` (K), ``fixed_tree`` (D, B, τ),
+``dynatree`` and the Table 4 ablation variants ``dynatree:fixed_backbone``,
+``dynatree:breadth_depth``, ``dynatree:full`` (``ablation`` expands to all three).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import (ABLATION_VARIANTS, ARConfig, DecoderConfig, DynaTreeConfig, FixedTreeConfig,
+                      HistoryConfig, LinearConfig)
+
+PRESETS: tuple[str, ...] = ("paper", "cpu")
+ABLATION_LABELS: tuple[str, ...] = tuple(f"dynatree:{v}" for v in ABLATION_VARIANTS)
+METHOD_NAMES: tuple[str, ...] = ("ar", "linear", "fixed_tree", "dynatree", *ABLATION_LABELS, "ablation")
+#: DynaTreeConfig fields settable from the command line
+DYNATREE_FIELDS: tuple[str, ...] = ("d0", "d_max", "b_min", "b_mid", "b_max", "tau_h", "tau_l", "tau",
+                                    "n_max", "rho_stop", "rho_deep")
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One benchmarked decoder: ``label`` names the row, ``method`` and ``config`` run it."""
+
+    label: str
+    method: str
+    config: DecoderConfig
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "method": self.method, "config": self.config.to_dict()}
+
+
+def parse_methods(spec: str) -> list[str]:
+    """``"ar,linear,ablation"`` -> validated labels (``ablation`` expanded, repeats dropped)."""
+    out: list[str] = []
+    for name in (s.strip() for s in spec.split(",")):
+        if not name:
+            continue
+        if name not in METHOD_NAMES:
+            raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHOD_NAMES)}")
+        for n in (ABLATION_LABELS if name == "ablation" else (name,)):
+            if n not in out:
+                out.append(n)
+    if not out:
+        raise ValueError(f"no method given; choose from {', '.join(METHOD_NAMES)}")
+    return out
+
+
+def dynatree_config(preset: str = "paper", history: bool = True, **overrides: Any) -> DynaTreeConfig:
+    """The DynaTree config of ``preset`` (``paper`` or ``cpu``) with field overrides."""
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {PRESETS}, got {preset!r}")
+    make = DynaTreeConfig.paper if preset == "paper" else DynaTreeConfig.cpu
+    if "b_max" in overrides and "trace_top_k" not in overrides:
+        overrides["trace_top_k"] = max(8, int(overrides["b_max"]))
+    cfg = make(**overrides)
+    if not history:
+        cfg = cfg.replace(history=HistoryConfig(enabled=False))
+    return cfg
+
+
+def method_specs(names: list[str], *, preset: str = "paper", k: int = 5, d: int = 5, b: int = 2,
+                 tau: float = 0.05, n_max: int = 256, kv_mode: str = "gather", history: bool = True,
+                 dynatree_overrides: dict[str, Any] | None = None) -> list[MethodSpec]:
+    """Configs for ``names`` (see :func:`parse_methods`); invalid parameters raise ValueError."""
+    dt = dict(dynatree_overrides or {})
+    base = dynatree_config(preset, history=history, kv_mode=kv_mode, **dt)
+    specs: list[MethodSpec] = []
+    for name in names:
+        if name == "ar":
+            cfg: DecoderConfig = ARConfig(kv_mode=kv_mode)
+        elif name == "linear":
+            cfg = LinearConfig(k=k, kv_mode=kv_mode)
+        elif name == "fixed_tree":
+            cfg = FixedTreeConfig(d=d, b=b, tau=tau, n_max=n_max, kv_mode=kv_mode,
+                                  trace_top_k=max(8, b))
+        elif name == "dynatree":
+            cfg = base
+        elif name in ABLATION_LABELS:
+            fields = {f: getattr(base, f) for f in DYNATREE_FIELDS}
+            cfg = DynaTreeConfig.ablation(name.split(":", 1)[1], kv_mode=kv_mode, history=base.history,
+                                          trace_top_k=base.trace_top_k, **fields)
+        else:
+            raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHOD_NAMES)}")
+        specs.append(MethodSpec(name, cfg.method, cfg))
+    return specs

