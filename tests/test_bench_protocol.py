@@ -46,7 +46,11 @@ def test_every_row_generates_exactly_T_tokens_and_warmup_is_flagged(result):
     rows = result["rows"]
     assert len(rows) == 2 * 3 * N
     assert all(r["new_tokens"] == T for r in rows)
-    assert [r["warmup"] for r in rows[:N]] == [True] + [False] * (N - 1)
+    for ds in ("wikitext2", "pg19"):
+        for label in {r["label"] for r in rows}:
+            cell = [r for r in rows if r["dataset"] == ds and r["label"] == label]
+            assert [r["warmup"] for r in cell] == [True] + [False] * (N - 1)
+            assert [r["prompt_index"] for r in cell] == sorted(r["prompt_index"] for r in cell)
     assert all(r["target_forwards_per_token"] > 0 and r["draft_forwards_per_token"] is not None for r in rows)
 
 

@@ -1,7 +1,8 @@
 """The paper's measurement protocol, shared by ``bench`` and every sweep.
 
 For each dataset and each :class:`RunPoint` (a method config at T new tokens and prompt length
-L_max), the N selected prompts are decoded greedily in order with EOS ignored, so every run
+L_max), the N selected prompts are decoded greedily (prompt-major: all points on prompt i, then
+prompt i+1) with EOS ignored, so every run
 produces exactly T tokens. The first W prompts of each point are warmup: they are run (and
 recorded, flagged ``warmup``) but left out of the aggregates. DynaTree's history state is
 carried from one prompt to the next within a point, as the engine recommends. Timing and GPU
@@ -95,22 +96,28 @@ def run_points(pair: Any, points: Sequence[RunPoint], datasets: Sequence[str], p
         bar = tqdm(total=total, unit="prompt", dynamic_ncols=True)
     rows: list[dict[str, Any]] = []
     try:
-        for ds, point, prompts in plan:
-            l_max = point.l_max(ds, defaults)
-            history = None
-            if bar is not None:
-                bar.set_description(f"{ds} {point.spec.label} T={point.max_new_tokens} L={l_max}")
-            for i, prompt in enumerate(prompts):
-                res = generate(pair, prompt.token_ids, point.spec.method, point.spec.config,
-                               point.max_new_tokens, ignore_eos=True, history=history)
-                history = res.history_state
-                m = res.metrics.to_dict()
-                if m["new_tokens"] != point.max_new_tokens:  # EOS is ignored: this is a bug
-                    raise RuntimeError(f"{point.spec.label}: produced {m['new_tokens']} tokens, "
-                                       f"expected T={point.max_new_tokens}")
-                rows.append(make_row(ds, point, prompt, m, res.tokens, i < warmup, l_max))
-                if bar is not None:
-                    bar.update(1)
+        # Prompt-major order: every method decodes prompt i before any method sees prompt i+1,
+        # so slow drifts of a shared machine (thermal, other load) hit all methods alike.
+        for ds in datasets:
+            cells = [(p, pr) for d, p, pr in plan if d == ds]
+            history: dict[int, Any] = {}
+            for i in range(max(len(pr) for _, pr in cells)):
+                for j, (point, prompts) in enumerate(cells):
+                    if i >= len(prompts):
+                        continue
+                    prompt, l_max = prompts[i], point.l_max(ds, defaults)
+                    if bar is not None:
+                        bar.set_description(f"{ds} {point.spec.label} T={point.max_new_tokens} L={l_max}")
+                    res = generate(pair, prompt.token_ids, point.spec.method, point.spec.config,
+                                   point.max_new_tokens, ignore_eos=True, history=history.get(j))
+                    history[j] = res.history_state  # carried to this cell's next prompt
+                    m = res.metrics.to_dict()
+                    if m["new_tokens"] != point.max_new_tokens:  # EOS is ignored: this is a bug
+                        raise RuntimeError(f"{point.spec.label}: produced {m['new_tokens']} tokens, "
+                                           f"expected T={point.max_new_tokens}")
+                    rows.append(make_row(ds, point, prompt, m, res.tokens, i < warmup, l_max))
+                    if bar is not None:
+                        bar.update(1)
     finally:
         if bar is not None:
             bar.close()
