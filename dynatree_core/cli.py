@@ -106,6 +106,8 @@ def add_protocol_args(p: argparse.ArgumentParser, default_dataset: str = "wikite
                    help=f"{' or '.join(DATASETS)}, or both comma-separated (default {default_dataset})")
     g.add_argument("--paper", action="store_true",
                    help="the paper's protocol: N=10, W=2, T=1500, L_max 800 (WikiText-2) / 1000 (PG-19), preset paper")
+    g.add_argument("--allow-long-context", action="store_true",
+                   help="decode past the models' context window (Pythia's is 2048 < the paper's L_max + T)")
     g.add_argument("--num-prompts", type=int, default=None, help=f"N (default {QUICK['num_prompts']}; paper 10)")
     g.add_argument("--warmup", type=int, default=None, help=f"W, discarded first prompts (default {QUICK['warmup']}; paper 2)")
     g.add_argument("--max-prompt-len", type=int, default=None,
@@ -221,7 +223,7 @@ def _execute(args: argparse.Namespace, exp: Any, stem: str, print_tables: Sequen
     pair = load_pair(args, need_draft)
     if need_draft and pair.draft is None:
         raise CLIError("the model pair has no draft model; pass --draft or use --methods ar")
-    check_lengths(pair, exp.points, exp.datasets, exp.max_prompt_len)
+    check_lengths(pair, exp.points, exp.datasets, exp.max_prompt_len, exp.allow_long_context)
     note = _protocol_note(exp.num_prompts, exp.warmup, max(p.max_new_tokens for p in exp.points),
                           {d: max(exp.l_max_values(d)) for d in exp.datasets})
     if note and exp.kind == "bench":
@@ -288,7 +290,7 @@ def _experiment(args: argparse.Namespace, kind: str, points: list[RunPoint], dat
 
     return Experiment(kind=kind, points=points, datasets=datasets, num_prompts=n, warmup=w, max_prompt_len=l_max,
                       seed=args.seed, data_dir=args.data_dir, data_source=args.data_source,
-                      paper_protocol=args.paper, sweep=sweep,
+                      paper_protocol=args.paper, sweep=sweep, allow_long_context=args.allow_long_context,
                       extra={"command_line": args.command_line})
 
 

@@ -156,7 +156,7 @@ class DecodingRun:
     def __init__(self, pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method: str = "dynatree",
                  config: DecoderConfig | None = None, max_new_tokens: int = 128, trace: bool = False,
                  eos_token_id: int | Sequence[int] | None = None, ignore_eos: bool = False,
-                 history: HistoryState | None = None):
+                 history: HistoryState | None = None, allow_long_context: bool = False):
         self.config = resolve_config(method, config)
         self.method = method
         if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool):
@@ -169,11 +169,12 @@ class DecodingRun:
         self.prompt = encode_prompt(pair, prompt)
         for role, m in (("target", pair.target), ("draft", pair.draft if method != "ar" else None)):
             win = context_window(m) if m is not None else None
-            if win is not None and len(self.prompt) + max_new_tokens > win:
+            if win is not None and len(self.prompt) + max_new_tokens > win and not allow_long_context:
                 raise ValueError(
                     f"prompt length ({len(self.prompt)}) + max_new_tokens ({max_new_tokens}) = "
                     f"{len(self.prompt) + max_new_tokens} exceeds the {role}'s context window of {win} "
-                    f"positions; shorten the prompt or lower max_new_tokens")
+                    f"positions; shorten the prompt, lower max_new_tokens, or pass allow_long_context=True "
+                    f"to decode past the trained window anyway")
         self.max_new_tokens = max_new_tokens
         if ignore_eos:
             self.eos: set[int] = set()
@@ -358,7 +359,7 @@ def iterate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method:
 def generate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method: str = "dynatree",
              config: DecoderConfig | None = None, max_new_tokens: int = 128, trace: bool = False,
              eos_token_id: int | Sequence[int] | None = None, ignore_eos: bool = False,
-             history: HistoryState | None = None) -> GenerationResult:
+             history: HistoryState | None = None, allow_long_context: bool = False) -> GenerationResult:
     """Greedy-decode ``max_new_tokens`` tokens with ``method`` (exactly the target's greedy output).
 
     Args:
@@ -372,11 +373,15 @@ def generate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method
         eos_token_id: stop after this token (default: the model's / tokenizer's EOS).
         ignore_eos: never stop early (benchmarks).
         history: a previous run's ``history_state`` to continue DynaTree's adaptation from.
+        allow_long_context: decode past the models' stated context window (rotary models such
+            as Pythia compute any position; the paper's Pythia runs, L_max + T = 2300-2500 >
+            2048, need this). Exactness is unaffected; quality past the window is the model's.
     Returns:
         :class:`GenerationResult` with ``tokens``, ``text``, ``metrics``, ``trace``.
     """
     return DecodingRun(pair, prompt, method, config, max_new_tokens, trace, eos_token_id=eos_token_id,
-                       ignore_eos=ignore_eos, history=history).finish()
+                       ignore_eos=ignore_eos, history=history,
+                       allow_long_context=allow_long_context).finish()
 
 
 def _versions() -> dict[str, str]:

@@ -136,3 +136,15 @@ def test_from_pretrained_rejects_bad_dtype_and_attention():
         ModelPair.from_pretrained("x", "y", device="cpu", dtype="float8")
     with pytest.raises(ValueError, match="attn_implementation must be one of"):
         ModelPair.from_pretrained("x", "y", device="cpu", attn_implementation="flash_attention_2")
+
+
+def test_allow_long_context_decodes_past_the_window_exactly():
+    """The paper's Pythia runs exceed its 2048-position window; the override is explicit."""
+    target = tiny_model("gpt_neox", max_positions=16)
+    p = ModelPair(target=target, draft=tiny_model("gpt_neox", seed=3, max_positions=16))
+    prompt = list(range(2, 14))
+    with pytest.raises(ValueError, match="allow_long_context=True"):
+        generate(p, prompt, "dynatree", max_new_tokens=10)
+    res = generate(p, prompt, "dynatree", max_new_tokens=10, ignore_eos=True, allow_long_context=True)
+    ar = generate(p, prompt, "ar", max_new_tokens=10, ignore_eos=True, allow_long_context=True)
+    assert res.tokens == ar.tokens and len(res.tokens) == 10

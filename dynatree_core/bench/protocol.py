@@ -41,14 +41,16 @@ class LengthError(ValueError):
 
 
 def check_lengths(pair: Any, points: Sequence[RunPoint], datasets: Sequence[str],
-                  defaults: dict[str, int]) -> None:
+                  defaults: dict[str, int], allow_long_context: bool = False) -> None:
     """Raise :class:`LengthError` if any L_max + T exceeds the target's (or draft's) context
-    window: called before any prompt is decoded."""
+    window (unless ``allow_long_context``): called before any prompt is decoded."""
     from ..models import context_window
 
     for p in points:
         if p.max_new_tokens < 1:
             raise LengthError(f"max_new_tokens (T) must be >= 1, got {p.max_new_tokens}")
+        if allow_long_context:
+            continue
         models = [("target", pair.target)] + ([("draft", pair.draft)] if p.spec.method != "ar" else [])
         for ds in datasets:
             total = p.l_max(ds, defaults) + p.max_new_tokens
@@ -57,7 +59,8 @@ def check_lengths(pair: Any, points: Sequence[RunPoint], datasets: Sequence[str]
                 if win is not None and total > win:
                     raise LengthError(
                         f"{ds}: L_max ({p.l_max(ds, defaults)}) + T ({p.max_new_tokens}) = {total} exceeds the "
-                        f"{role}'s context window of {win} positions; lower --max-prompt-len or --max-new-tokens")
+                        f"{role}'s context window of {win} positions; lower --max-prompt-len or --max-new-tokens, "
+                        f"or pass --allow-long-context to decode past it (the paper's Pythia runs need it)")
 
 
 def _digest(tokens: Sequence[int]) -> str:
@@ -80,7 +83,8 @@ def make_row(dataset: str, point: RunPoint, prompt: Prompt, metrics: dict[str, A
 
 
 def run_points(pair: Any, points: Sequence[RunPoint], datasets: Sequence[str], prompts_for: PromptsFor,
-               defaults: dict[str, int], warmup: int, progress: bool = True) -> list[dict[str, Any]]:
+               defaults: dict[str, int], warmup: int, progress: bool = True,
+               allow_long_context: bool = False) -> list[dict[str, Any]]:
     """Run every point on every dataset's prompts (see the module docstring); return the rows."""
     from ..engine import generate
 
@@ -109,7 +113,8 @@ def run_points(pair: Any, points: Sequence[RunPoint], datasets: Sequence[str], p
                     if bar is not None:
                         bar.set_description(f"{ds} {point.spec.label} T={point.max_new_tokens} L={l_max}")
                     res = generate(pair, prompt.token_ids, point.spec.method, point.spec.config,
-                                   point.max_new_tokens, ignore_eos=True, history=history.get(j))
+                                   point.max_new_tokens, ignore_eos=True, history=history.get(j),
+                                   allow_long_context=allow_long_context)
                     history[j] = res.history_state  # carried to this cell's next prompt
                     m = res.metrics.to_dict()
                     if m["new_tokens"] != point.max_new_tokens:  # EOS is ignored: this is a bug

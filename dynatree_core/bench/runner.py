@@ -30,6 +30,8 @@ class Experiment:
     data_dir: str | None = None
     data_source: str = "auto"
     paper_protocol: bool = False
+    #: decode past the models' stated context window (see ``generate(allow_long_context=)``)
+    allow_long_context: bool = False
     sweep: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -58,7 +60,7 @@ def load_corpora(exp: Experiment) -> dict[str, Corpus]:
 def run_experiment(pair: Any, exp: Experiment, corpora: dict[str, Corpus], progress: bool = True) -> dict[str, Any]:
     """Select prompts, run every point and assemble the result document (not yet written)."""
     exp.validate()
-    check_lengths(pair, exp.points, exp.datasets, exp.max_prompt_len)
+    check_lengths(pair, exp.points, exp.datasets, exp.max_prompt_len, exp.allow_long_context)
     tokenize = hf_tokenize(pair.tokenizer)
     cache: dict[tuple[str, int], list[Prompt]] = {}
     warnings: list[str] = []
@@ -73,7 +75,8 @@ def run_experiment(pair: Any, exp: Experiment, corpora: dict[str, Corpus], progr
     for ds in exp.datasets:  # select everything up front: data problems surface before decoding
         for l_max in exp.l_max_values(ds):
             prompts_for(ds, l_max)
-    rows = run_points(pair, exp.points, exp.datasets, prompts_for, exp.max_prompt_len, exp.warmup, progress)
+    rows = run_points(pair, exp.points, exp.datasets, prompts_for, exp.max_prompt_len, exp.warmup, progress,
+                      allow_long_context=exp.allow_long_context)
     specs: dict[str, dict[str, Any]] = {}
     for p in exp.points:
         specs.setdefault(p.spec.label, p.spec.to_dict())
@@ -82,7 +85,8 @@ def run_experiment(pair: Any, exp: Experiment, corpora: dict[str, Corpus], progr
         "max_new_tokens": sorted({p.max_new_tokens for p in exp.points}),
         "max_prompt_len": {ds: exp.l_max_values(ds) for ds in exp.datasets},
         "seed": exp.seed, "greedy": True, "ignore_eos": True, "eos_note": EOS_NOTE,
-        "history_carried_across_prompts": True, "paper_protocol": exp.paper_protocol, **exp.extra,
+        "history_carried_across_prompts": True, "paper_protocol": exp.paper_protocol,
+        "allow_long_context": exp.allow_long_context, **exp.extra,
     }
     models = {"target": pair.target_name, "draft": pair.draft_name,
               "target_params": sum(p.numel() for p in pair.target.parameters()),
