@@ -309,10 +309,12 @@ class DynaTreeConfig(DecoderConfig):
 
     @classmethod
     def cpu(cls, **overrides: Any) -> "DynaTreeConfig":
-        """CPU-sized preset: on a 2-core CPU the verify pass grows with the tree, so a smaller
-        node budget and narrower breadth pay off (tuned on WikiText-2 validation text)."""
+        """CPU-sized preset: on a 2-core CPU every extra verified node costs a visible share of a
+        target forward, so a small node budget and narrower breadth pay off. Tuned with
+        ``scripts/tune_cpu_preset.py`` on WikiText-2 *validation* passages with the default pair
+        (N_max in 4..48 tried; 6-8 was best, 2026-11-26)."""
         base = dict(d0=4, d_max=8, b_min=1, b_mid=2, b_max=2, tau_h=0.8, tau_l=0.3, tau=0.05,
-                    n_max=24, rho_stop=0.1, rho_deep=0.5)
+                    n_max=8, rho_stop=0.1, rho_deep=0.5)
         base.update(overrides)
         return cls(**base)
 

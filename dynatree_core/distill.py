@@ -511,6 +511,28 @@ def train(args, target=None):
     return draft, target
 
 
+def export_checkpoint(args, target=None):
+    """Export the draft from ``<work-dir>/ckpt/last.pt`` without further training."""
+    from .default_pair import load_target
+    from .draft_model import build_draft_from_target, save_draft
+
+    work = Path(args.work_dir)
+    if target is None:
+        target, _ = load_target(dtype=torch.float32, with_tokenizer=False)
+    head_ids = torch.load(work / "head_ids.pt", weights_only=True)
+    draft = build_draft_from_target(target, head_ids, num_layers=args.layers)
+    st = torch.load(work / "ckpt" / "last.pt", weights_only=False)
+    draft.load_state_dict(st["model"], strict=False)
+    meta = {"command": args.command_line, "seed": args.seed, "steps": st["step"], "planned_steps": args.steps,
+            "batch_tokens": args.batch_tokens, "train_seconds": round(st.get("elapsed", 0.0), 1),
+            "head_size": int(len(head_ids)), "layers": args.layers, "date": time.strftime("%Y-%m-%d"),
+            "note": "exported from checkpoint"}
+    (work / "train_meta.json").write_text(json.dumps(meta, indent=2))
+    save_draft(draft.eval(), Path(args.out_dir), dtype=torch.float16, metadata=meta)
+    print(f"[distill] exported checkpoint step {st['step']} to {args.out_dir}", flush=True)
+    return draft
+
+
 class _nullctx:
     def __enter__(self):
         return self
@@ -654,7 +676,8 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--work-dir", default=str(DEFAULT_WORK_DIR), help="data + checkpoints (default: .distill/)")
     p.add_argument("--data-dir", default=None, help="folder with wikitext-2-raw/ and gutenberg-train/")
     p.add_argument("--out-dir", default=str(Path(__file__).resolve().parent / "assets" / "smollm2-135m-draft"))
-    p.add_argument("--stage", choices=["all", "data", "train"], default="all")
+    p.add_argument("--stage", choices=["all", "data", "train", "export"], default="all",
+                   help="export: write the draft from the last checkpoint (e.g. after an interrupted training)")
     p.add_argument("--evaluate", action="store_true", help="evaluate the draft in --out-dir (after training if any)")
     p.add_argument("--eval-only", action="store_true", help="only evaluate, do not build data or train")
     p.add_argument("--eval-passages", type=int, default=10)
@@ -675,7 +698,7 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     # training
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--head-size", type=int, default=8192)
-    p.add_argument("--steps", type=int, default=1200)
+    p.add_argument("--steps", type=int, default=1600)
     p.add_argument("--batch-tokens", type=int, default=2048)
     p.add_argument("--max-len", type=int, default=512)
     p.add_argument("--lr", type=float, default=1e-3)
@@ -699,6 +722,8 @@ def run_distill(args, target=None, tok=None) -> int:
             build_data(args, target=target, tok=tok)
         if args.stage in ("all", "train"):
             train(args, target=target)
+        if args.stage == "export":
+            export_checkpoint(args, target=target)
     if args.evaluate or args.eval_only:
         res = evaluate_draft(args.out_dir, args.data_dir, n_passages=args.eval_passages, seed=args.seed)
         Path(args.work_dir).mkdir(parents=True, exist_ok=True)
