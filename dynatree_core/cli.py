@@ -391,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--methods", default="ar,linear,fixed_tree,dynatree",
                    help=f"comma-separated, from {', '.join(METHOD_NAMES)} (default ar,linear,fixed_tree,dynatree)")
     add_T_arg(b)
-    add_protocol_args(b)
+    add_protocol_args(b, default_dataset="wikitext2,pg19")  # the paper reports both
     add_model_args(b)
     add_method_args(b)
     b.set_defaults(func=cmd_bench)
