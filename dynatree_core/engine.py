@@ -17,7 +17,6 @@ level per forward under a tree mask. Accepted nodes the draft already consumed a
 from __future__ import annotations
 
 import dataclasses
-import math
 import resource
 import sys
 import time
@@ -96,12 +95,13 @@ def _peak_memory(device: torch.device) -> tuple[int | None, str]:
 class _TreeDrafter:
     """Runs the draft model for :func:`grow_tree` and keeps its KV cache across iterations."""
 
-    def __init__(self, model: torch.nn.Module, prompt: list[int], top_k: int):
+    def __init__(self, model: torch.nn.Module, pending: list[int], top_k: int,
+                 cache: DynamicCache | None = None):
         self.model = model
         self.device = pl.model_device(model)
         self.top_k = top_k
-        self.cache = DynamicCache()
-        self.pending: list[int] = list(prompt)  # committed tokens the draft has not consumed
+        self.cache = cache if cache is not None else DynamicCache()
+        self.pending: list[int] = list(pending)  # committed tokens the draft has not consumed
         self.slot: dict[int, int] = {}  # node id -> cache index, for nodes fed this iteration
         self.base = 0  # cache length once the root is fed (root at base - 1)
         self.forwards = 0

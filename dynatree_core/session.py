@@ -48,8 +48,8 @@ class TreeSession:
     @torch.inference_mode()
     def regrow(self, rule: GrowthRule) -> tuple[DraftTree, list[int]]:
         """Draft a tree under ``rule`` and verify it: returns (tree, target argmax per node)."""
-        drafter = _TreeDrafter(self.pair.draft, [self.root], max(self.top_k, rule.max_breadth))
-        drafter.cache = copy.deepcopy(self._draft_cache)
+        drafter = _TreeDrafter(self.pair.draft, [self.root], max(self.top_k, rule.max_breadth),
+                               cache=copy.deepcopy(self._draft_cache))
         tree = grow_tree(self.root, rule, drafter.propose)
         cache = copy.deepcopy(self._target_cache)
         past = pl.cache_length(cache)
