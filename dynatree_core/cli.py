@@ -88,7 +88,9 @@ def add_method_args(p: argparse.ArgumentParser, lists: bool = False) -> None:
     g.add_argument("--kv-mode", choices=("gather", "recompute"), default="gather",
                    help="KV cache restore: gather (default) or recompute (the paper's crop + re-run)")
     if not lists:
-        g.add_argument("--k", type=int, default=5, help="linear: draft length K (default 5)")
+        g.add_argument("--k", type=_k_list, default=5,
+                       help="linear: draft length K, or several comma-separated (e.g. 2,3,5: one linear row "
+                            "per K, labelled linear:k=K, to find linear's best K in the same run; default 5)")
         g.add_argument("--d", type=int, default=5, help="fixed tree: depth D (default 5)")
         g.add_argument("--b", type=int, default=2, help="fixed tree: branching B (default 2)")
         g.add_argument("--tau", type=float, default=0.05, help="fixed tree: pruning threshold tau (default 0.05)")
@@ -142,6 +144,18 @@ def _device_name(args: argparse.Namespace) -> str:
 
     resolve_dtype(args.dtype)
     return str(resolve_device(args.device))
+
+
+def _k_list(text: str) -> int | list[int]:
+    """``--k``: ``5`` or ``2,3,5`` (argparse type; bad values name the flag)."""
+    try:
+        ks = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--k takes integers >= 1, comma-separated (got {text!r})") from None
+    if not ks or min(ks) < 1:
+        raise argparse.ArgumentTypeError(f"--k takes integers >= 1, comma-separated (got {text!r})")
+    ks = list(dict.fromkeys(ks))
+    return ks[0] if len(ks) == 1 else ks
 
 
 def _dynatree_overrides(args: argparse.Namespace) -> dict[str, Any]:

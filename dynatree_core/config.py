@@ -312,9 +312,10 @@ class DynaTreeConfig(DecoderConfig):
         """CPU-sized preset: on a 2-core CPU every extra verified node costs a visible share of a
         target forward, so a small node budget and narrower breadth pay off. Tuned with
         ``scripts/tune_cpu_preset.py`` on WikiText-2 *validation* passages with the default pair
-        (N_max in 4..48 tried; 6-8 was best, 2026-11-26)."""
+        (2026-11-26, GPU-distilled draft: N_max 3..48 tried, 5-6 best; tau_h 0.6/0.8, d0 3/4 and
+        tau_l 0.3/0.5 made no clear difference)."""
         base = dict(d0=4, d_max=8, b_min=1, b_mid=2, b_max=2, tau_h=0.8, tau_l=0.3, tau=0.05,
-                    n_max=8, rho_stop=0.1, rho_deep=0.5)
+                    n_max=6, rho_stop=0.1, rho_deep=0.5)
         base.update(overrides)
         return cls(**base)
 

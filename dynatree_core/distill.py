@@ -2,31 +2,36 @@
 
 Pipeline (``dynatree distill`` / ``python -m dynatree_core.distill``):
 
-1. **data** - label text with the target (teacher):
+1. **data** - token sequences, written to ``<work-dir>/seqs`` (resumable, one shard per job):
 
-   * *gen-prompts*: greedy continuations of the bundled prompt set
-     (``dynatree_core/data/distill_prompts.txt``), both as raw text and in the chat template;
-   * *gen-passages*: greedy continuations of passages of the training text;
-   * *tf*: teacher-forced next-token distributions over chunks of natural text
+   * *prompts*: continuations of the bundled prompt set
+     (``dynatree_core/data/distill_prompts.txt``), as raw text and in the chat template;
+     one greedy continuation plus ``--samples-per-prompt`` sampled ones each;
+   * *passages*: greedy continuations of random windows of the training text;
+   * *text*: fixed-length chunks of the training text itself
      (``wikitext-2-raw/wiki.valid.raw`` and ``gutenberg-train/*.txt``; never
      ``wiki.test.raw`` or ``pg19/``, which are evaluation text).
+2. **train** - *online* distillation: every batch is labelled by the fp32 target as it is
+   drawn (its greedy token over the full vocabulary and its distribution over the head ids),
+   so no labels are stored and every position of every sequence is a training position.
+   The 2-layer student starts from the target (layers 0-1, final norm, head rows of the H
+   most frequent target tokens) and minimises
+   ``alpha * CE(teacher head distribution) + (1-alpha) * CE(greedy token)`` with AdamW and a
+   cosine schedule; seeded; checkpoints under ``<work-dir>/ckpt`` (resumable).  With
+   ``--time-limit`` the schedule is compressed to fit (the export records the steps done).
+3. **export** - fp16 weights to ``dynatree_core/assets/smollm2-135m-draft/``.
+4. **evaluate** (``--evaluate``) - on CPU in fp32: agreement with the target's greedy tokens
+   on held-out prompts and on continuations of ``wiki.test.raw`` / ``pg19`` passages,
+   decode-step cost ratio, shipped size and pair load time.
 
-   Per labelled position the target's top-K ids + probabilities (fp16) are stored;
-   the greedy token is the top-1 id.  Data shards go to ``<work-dir>/data`` and are
-   skipped when already present (resumable).
-2. **train** - initialise the 2-layer student from the target (layers 0-1, final norm,
-   head rows of the H most frequent greedy tokens) and train it with
-   ``alpha * CE(target top-K probs) + (1-alpha) * CE(greedy token)``, AdamW + cosine,
-   seeded; checkpoints under ``<work-dir>/ckpt`` (resumable).
-3. **export** - write fp16 weights to ``dynatree_core/assets/smollm2-135m-draft/``.
-4. **evaluate** (``--evaluate``) - agreement with the target's greedy tokens on held-out
-   prompts and on continuations of ``wiki.test.raw`` / ``pg19`` passages, decode-step cost
-   ratio, shipped size and pair load time.
+The shipped draft was made on one GPU (``--device cuda``); on CPU the same command works but
+the default sizes take many hours - shrink ``--passages``, ``--samples-per-prompt`` and ``--steps``.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -109,6 +114,59 @@ def read_prompts(path: Path = PROMPTS_FILE) -> list[str]:
     return [ln.strip() for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
 
 
+TOPICS_FILE = Path(__file__).resolve().parent / "data" / "distill_topics.txt"
+
+# Templates for the generated prompt bank: instruction-style ones go through the chat template,
+# raw ones are continued as plain text (both forms occur in real use and in the evaluation).
+CHAT_TEMPLATES = [
+    "Write a short paragraph about {t}.", "Explain {t} in simple terms.", "Give a brief history of {t}.",
+    "What are three interesting facts about {t}?", "Tell me a short story about {t}.", "Describe {t}.",
+    "Why is {t} important?", "How does {t} work?", "What should a beginner know about {t}?",
+    "Explain {t} to a ten-year-old.", "What are the advantages and disadvantages of {t}?",
+    "Write a poem about {t}.", "List five facts about {t}.", "How has {t} changed over time?",
+    "Write an encyclopedia-style introduction to {t}.", "What is the most surprising thing about {t}?",
+    "Compare {t} with something similar.", "Give me some tips about {t}.", "What do people get wrong about {t}?",
+    "Write a short dialogue between two friends about {t}.",
+]
+RAW_TEMPLATES = [
+    "The history of {t}", "An introduction to {t}:", "Many people are surprised to learn that {t}",
+    "Chapter 1. {T}", "In this article we discuss {t}.", "{T} is", "Here are some facts about {t}:",
+    "Q: What is {t}?\nA:",
+]
+TEXT_TEMPLATES = [
+    "Summarize the following text:\n{s}", "Explain what this passage means:\n{s}",
+    "Continue this text:\n{s}", "Rewrite this in simple words:\n{s}", "What is this passage about?\n{s}",
+]
+
+
+def read_topics(path: Path = TOPICS_FILE) -> list[str]:
+    return [ln.strip() for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def prompt_bank(n_topic: int, n_text: int, tok, streams: list[list[int]], seed: int) -> list[tuple[str, bool]]:
+    """Generated training prompts ``(text, use_chat_template)``: ``n_topic`` template x topic
+    combinations (``distill_topics.txt``) and ``n_text`` questions about short excerpts of the
+    training text.  Deterministic for a seed."""
+    rng = random.Random(seed + 11)
+    topics = read_topics()
+    combos = [(tpl, t, True) for tpl in CHAT_TEMPLATES for t in topics] + \
+             [(tpl, t, False) for tpl in RAW_TEMPLATES for t in topics]
+    rng.shuffle(combos)
+    out = []
+    for tpl, t, chat in combos[:n_topic]:
+        out.append((tpl.format(t=t, T=t[:1].upper() + t[1:]), chat))
+    weights = [len(x) for x in streams]
+    for _ in range(n_text):
+        s = rng.choices(streams, weights=weights)[0]
+        n = rng.randint(24, 96)
+        if len(s) <= n + 1:
+            continue
+        st = rng.randrange(0, len(s) - n)
+        excerpt = tok.decode(s[st:st + n]).strip()
+        out.append((rng.choice(TEXT_TEMPLATES).format(s=excerpt), True))
+    return out
+
+
 def chat_ids(tok, prompt: str) -> list[int]:
     out = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
                                   tokenize=True)
@@ -129,114 +187,67 @@ def eos_ids(model, tok) -> set[int]:
     return s
 
 
-def _topk_from_logits(logits: torch.Tensor, k: int):
-    """logits [N, V] -> (ids int16-packed [N,k], probs fp16 [N,k])."""
-    lp = torch.log_softmax(logits.float(), dim=-1)
-    v, i = lp.topk(k, dim=-1)
-    return i.to(torch.int32).to(torch.int16), v.exp().to(torch.float16)
-
-
-def _unpack_ids(x: torch.Tensor) -> torch.Tensor:
-    return x.to(torch.int64) & 0xFFFF
-
-
-def _save_rows(path: Path, rows: list[dict]) -> None:
-    toks = torch.cat([torch.as_tensor(r["tokens"], dtype=torch.int32) for r in rows])
-    ids = torch.cat([r["ids"] for r in rows])
-    probs = torch.cat([r["probs"] for r in rows])
-    mask = torch.cat([r["mask"] for r in rows])
-    lens = torch.tensor([len(r["tokens"]) for r in rows], dtype=torch.int64)
-    tmp = path.with_suffix(".tmp")
-    torch.save({"tokens": toks, "ids": ids, "probs": probs, "mask": mask, "lens": lens}, tmp)
-    os.replace(tmp, path)
-
-
 # ----------------------------------------------------------------------------- data
 
+def pick_device(name: str | None) -> torch.device:
+    """``auto`` -> CUDA when available, else CPU."""
+    if name in (None, "", "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {name}: CUDA is not available on this machine (use cpu or auto)")
+    return dev
+
+
+def _first_eos_cut(g: list[int], eos: set[int]) -> int:
+    for t, x in enumerate(g):
+        if x in eos:
+            return t + 1  # keep the EOS itself: the draft must learn to predict it
+    return len(g)
+
+
 @torch.no_grad()
-def _generate_rows(model, tok, batch: list[list[int]], max_new: int, k: int, eos: set[int]) -> list[dict]:
-    """Greedy-continue a batch of prompts (left-padded); label the continuation positions."""
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+def _continue(model, pad: int, batch: list[list[int]], max_new: int, eos: set[int],
+              sample: bool, temperature: float, top_p: float) -> list[tuple[list[int], int]]:
+    """Continue a batch of prompts (left-padded) with the target; ``(tokens, continuation_start)`` rows."""
+    dev = next(model.parameters()).device
     P = max(len(p) for p in batch)
     ids = torch.full((len(batch), P), pad, dtype=torch.long)
     att = torch.zeros((len(batch), P), dtype=torch.long)
     for j, p in enumerate(batch):
         ids[j, P - len(p):] = torch.tensor(p)
         att[j, P - len(p):] = 1
-    out = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=max_new, do_sample=False,
-                         output_logits=True, return_dict_in_generate=True, pad_token_id=pad,
-                         temperature=None, top_p=None, top_k=None)
-    gen = out.sequences[:, P:]
-    logits = torch.stack(out.logits, dim=1)  # [B, G, V]
+    kw = ({"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0} if sample else
+          {"do_sample": False, "temperature": None, "top_p": None, "top_k": None})
+    out = model.generate(input_ids=ids.to(dev), attention_mask=att.to(dev), max_new_tokens=max_new,
+                         pad_token_id=pad, **kw)
     rows = []
-    for j, p in enumerate(batch):
-        g = gen[j].tolist()
-        n = len(g)
-        for t, x in enumerate(g):
-            if x in eos:
-                n = t + 1
-                break
-        n = min(n, logits.shape[1])
-        if n == 0:
-            continue
-        tid, tp = _topk_from_logits(logits[j, :n], k)
-        tokens = list(p) + g[:n]
-        L = len(tokens)
-        idsf = torch.zeros((L, k), dtype=torch.int16)
-        pf = torch.zeros((L, k), dtype=torch.float16)
-        m = torch.zeros(L, dtype=torch.bool)
-        s = len(p) - 1
-        idsf[s:s + n] = tid
-        pf[s:s + n] = tp
-        m[s:s + n] = True
-        rows.append({"tokens": tokens, "ids": idsf, "probs": pf, "mask": m})
+    for p, g in zip(batch, out[:, P:].tolist()):
+        n = _first_eos_cut(g, eos)
+        if n:
+            rows.append((list(p) + g[:n], len(p)))
     return rows
 
 
-@torch.no_grad()
-def _tf_rows(model, chunks: list[list[int]], k: int) -> list[dict]:
-    x = torch.tensor(chunks, dtype=torch.long)
-    logits = model(input_ids=x).logits
-    rows = []
-    for j in range(x.shape[0]):
-        L = x.shape[1]
-        tid, tp = _topk_from_logits(logits[j], k)
-        m = torch.ones(L, dtype=torch.bool)
-        rows.append({"tokens": chunks[j], "ids": tid, "probs": tp, "mask": m})
-    return rows
+def _save_seqs(path: Path, rows: list[tuple[list[int], int]], kind: str) -> int:
+    """One shard: concatenated int32 tokens, per-row lengths and continuation starts."""
+    toks = torch.tensor([t for r, _ in rows for t in r], dtype=torch.int32)
+    lens = torch.tensor([len(r) for r, _ in rows], dtype=torch.int64)
+    cont = torch.tensor([c for _, c in rows], dtype=torch.int64)
+    tmp = path.with_suffix(".tmp")
+    torch.save({"tokens": toks, "lens": lens, "cont": cont, "kind": kind}, tmp)
+    os.replace(tmp, path)  # atomic: a killed run never leaves a half-written shard
+    return int(lens.sum())
 
 
 def _token_streams(tok, files: list[Path]) -> list[list[int]]:
-    streams = []
-    for f in files:
-        text = f.read_text(encoding="utf-8", errors="replace")
-        # tokenize in paragraphs-sized pieces to keep memory and time moderate
-        ids = tok(text, add_special_tokens=False)["input_ids"]
-        streams.append(ids)
-    return streams
+    return [tok(f.read_text(encoding="utf-8", errors="replace"), add_special_tokens=False)["input_ids"]
+            for f in files]
 
 
-def build_data(args, target=None, tok=None) -> Path:
-    work = Path(args.work_dir)
-    ddir = work / "data"
-    ddir.mkdir(parents=True, exist_ok=True)
-    _set_threads(args.threads)
-    from tqdm import tqdm
-    from .default_pair import load_target
-
-    dtype = torch.bfloat16 if args.teacher_dtype == "bfloat16" else torch.float32
-    if target is None or tok is None:
-        target, tok = load_target(dtype=dtype)
-    eos = eos_ids(target, tok)
+def _data_jobs(args, tok, streams: list[list[int]]) -> list[tuple]:
+    """The deterministic job list: ``(name, kind, prompts, max_new, sample)``."""
     rng = random.Random(args.seed)
-    data_dir = find_data_dir(args.data_dir)
-    files = training_text_files(data_dir)
-    streams = _token_streams(tok, files)
-    n_text = sum(len(s) for s in streams)
-    print(f"[distill] training text: {len(files)} files, {n_text} tokens, from {data_dir}", flush=True)
-    k = args.topk
-
-    # ---- jobs: (name, kind, payload)
     jobs = []
     prompts = read_prompts()
     if args.max_prompts:
@@ -245,119 +256,161 @@ def build_data(args, target=None, tok=None) -> Path:
     for p in prompts:
         pitems.append(tok(p, add_special_tokens=False)["input_ids"])
         pitems.append(chat_ids(tok, p))
-    pitems.sort(key=len)
+    pitems.sort(key=len)  # similar lengths per batch: little left padding
     bs = args.gen_batch
-    for i in range(0, len(pitems), bs):
-        jobs.append((f"genp_{i // bs:05d}", "gen", pitems[i:i + bs], args.gen_new_tokens))
-    # passages: one prompt length per batch (no padding)
+    # repeat 0 is the greedy continuation; repeats 1.. are sampled, which multiplies a few hundred
+    # prompts into many distinct target-style texts (labels are always the target's greedy tokens)
+    for rep in range(1 + args.samples_per_prompt):
+        for i in range(0, len(pitems), bs):
+            jobs.append((f"p{rep:02d}_{i // bs:05d}", "prompt", pitems[i:i + bs], args.gen_new_tokens, rep > 0))
+    bank = prompt_bank(args.prompt_bank, args.text_prompts, tok, streams, args.seed)
+    bitems = [chat_ids(tok, p) if chat else tok(p, add_special_tokens=False)["input_ids"] for p, chat in bank]
+    bitems.sort(key=len)
+    for rep in range(1 + args.bank_samples if bitems else 0):
+        for i in range(0, len(bitems), bs):
+            jobs.append((f"b{rep:02d}_{i // bs:05d}", "prompt", bitems[i:i + bs], args.bank_new_tokens, rep > 0))
     weights = [len(s) for s in streams]
-    for b in range(math.ceil(args.passages / bs)):
-        plen = rng.randint(args.passage_min, args.passage_max)
+    pbs = max(1, args.passage_batch or bs)
+    for b in range(math.ceil(args.passages / pbs)):
+        plen = rng.randint(args.passage_min, args.passage_max)  # one length per batch: no padding
         batch = []
-        for _ in range(min(bs, args.passages - b * bs)):
+        for _ in range(min(pbs, args.passages - b * pbs)):
             s = rng.choices(streams, weights=weights)[0]
             if len(s) <= plen + 1:
                 continue
             st = rng.randrange(0, len(s) - plen)
             batch.append(s[st:st + plen])
         if batch:
-            jobs.append((f"genx_{b:05d}", "gen", batch, args.gen_new_tokens))
-    # teacher-forced chunks
+            jobs.append((f"x_{b:05d}", "passage", batch, args.passage_new_tokens, False))
+    return jobs
+
+
+def build_data(args, target=None, tok=None) -> Path:
+    """Stage 1: token sequences for training (the teacher labels them online while training)."""
+    from tqdm import tqdm
+    from .default_pair import load_target
+
+    work = Path(args.work_dir)
+    sdir = work / "seqs"
+    sdir.mkdir(parents=True, exist_ok=True)
+    _set_threads(args.threads)
+    dev = pick_device(args.device)
+    t_start = time.time()
+    if target is None or tok is None:
+        target, tok = load_target(dtype=torch.float32)
+    eos = eos_ids(target, tok)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    data_dir = find_data_dir(args.data_dir)
+    files = training_text_files(data_dir)
+    streams = _token_streams(tok, files)
+    n_text = sum(len(s) for s in streams)
+    print(f"[distill] training text: {len(files)} files, {n_text} tokens, from {data_dir}", flush=True)
+    # natural text, teacher-forced at training time: fixed-length chunks of every training file
     L = args.chunk_len
-    chunks = [s[i:i + L] for s in streams for i in range(0, len(s) - L + 1, L)]
-    rng.shuffle(chunks)
-    chunks = chunks[: args.tf_chunks]
-    tb = args.tf_batch
-    for i in range(0, len(chunks), tb):
-        jobs.append((f"tf_{i // tb:05d}", "tf", chunks[i:i + tb], 0))
-    # interleave so a partial run already has a mix of everything
+    if not (sdir / "text_00000.pt").exists():
+        chunks = [(s[i:i + L], 0) for s in streams for i in range(0, len(s) - L + 1, L)]
+        _save_seqs(sdir / "text_00000.pt", chunks, "text")
+    jobs = _data_jobs(args, tok, streams)
     order = list(range(len(jobs)))
-    random.Random(args.seed + 1).shuffle(order)
-    todo = [jobs[i] for i in order if not (ddir / f"{jobs[i][0]}.pt").exists()]
-    print(f"[distill] data jobs: {len(jobs)} total, {len(todo)} to do", flush=True)
-    t0 = time.time()
-    ntok = 0
-    for name, kind, payload, mx in tqdm(todo, desc="teacher data", mininterval=5):
-        if kind == "gen":
-            rows = _generate_rows(target, tok, payload, mx, k, eos)
-        else:
-            rows = _tf_rows(target, payload, k)
-        ntok += sum(int(r["mask"].sum()) for r in rows)
-        _save_rows(ddir / f"{name}.pt", rows)
-    dt = time.time() - t0
-    print(f"[distill] labelled {ntok} new positions in {dt:.0f}s", flush=True)
+    random.Random(args.seed + 1).shuffle(order)  # a partial run already holds a mix of everything
+    todo = [(i, jobs[i]) for i in order if not (sdir / f"{jobs[i][0]}.pt").exists()]
+    print(f"[distill] generation jobs: {len(jobs)} total, {len(todo)} to do, device {dev}", flush=True)
+    gen_dtype = _DTYPES[args.gen_dtype]
+    gen_model = target if (gen_dtype == torch.float32 and dev == target.device) else \
+        copy.deepcopy(target).to(device=dev, dtype=gen_dtype)
+    t_run = getattr(args, "_t0", t_start)
+    deadline = (t_run + args.time_limit * args.data_share) if args.time_limit else None
+    ntok, done = 0, 0
+    for i, (name, kind, payload, mx, sample) in tqdm(todo, desc="target continuations", mininterval=10):
+        if deadline is not None and time.time() > deadline:
+            print(f"[distill] data time share used up: {done}/{len(todo)} jobs done (rerun to resume)", flush=True)
+            break
+        torch.manual_seed(args.seed * 1_000_003 + i)  # per-job seed: resumable runs sample the same text
+        rows = _continue(gen_model, pad, payload, mx, eos, sample, args.temperature, args.top_p)
+        ntok += _save_seqs(sdir / f"{name}.pt", rows, kind)
+        done += 1
+    dt = time.time() - t_start
+    print(f"[distill] wrote {ntok} tokens in {done} jobs, {dt:.0f}s", flush=True)
     meta = {"files": [str(f.relative_to(data_dir)) for f in files], "text_tokens": n_text, "jobs": len(jobs),
-            "seconds_last_run": dt}
+            "jobs_done": len(jobs) - len(todo) + done, "seconds_last_run": round(dt, 1), "device": str(dev)}
     (work / "data_meta.json").write_text(json.dumps(meta, indent=2))
-    del target
-    return ddir
+    if gen_model is not target:
+        del gen_model
+    return sdir
 
 
 # ----------------------------------------------------------------------------- training
 
-class Pools:
-    """Rows grouped by source ('gen' / 'tf'); batches of padded rows."""
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
-    def __init__(self, ddir: Path, max_len: int):
-        self.pools: dict[str, list[dict]] = {"gen": [], "tf": []}
-        for f in sorted(ddir.glob("*.pt")):
+
+class SeqPools:
+    """Token rows by pool: ``gen`` (target continuations with their context) and ``text``."""
+
+    def __init__(self, sdir: Path, max_len: int, val_rows: int = 0, seed: int = 0):
+        self.pools: dict[str, list[torch.Tensor]] = {"gen": [], "text": []}
+        self.cont: list[tuple[torch.Tensor, int]] = []  # for head-id counts
+        for f in sorted(sdir.glob("*.pt")):
             d = torch.load(f, weights_only=True)
-            pool = "tf" if f.name.startswith("tf_") else "gen"
+            pool = "text" if d["kind"] == "text" else "gen"
             off = 0
-            for n in d["lens"].tolist():
-                sl = slice(off, off + n)
+            for n, c in zip(d["lens"].tolist(), d["cont"].tolist()):
+                r = d["tokens"][off:off + n]
                 off += n
-                m = d["mask"][sl]
-                if not bool(m.any()):
-                    continue
-                r = {"tokens": d["tokens"][sl][:max_len], "ids": d["ids"][sl][:max_len],
-                     "probs": d["probs"][sl][:max_len], "mask": m[:max_len]}
-                self.pools[pool].append(r)
+                if pool == "gen":
+                    self.cont.append((r, c))
+                # keep the tail: the continuation is what the draft is mostly asked to predict
+                self.pools[pool].append(r[-max_len:])
+        if not any(self.pools.values()):
+            raise FileNotFoundError(f"no training sequences in {sdir}; run --stage data first")
+        self.val: list[torch.Tensor] = []
+        if val_rows and len(self.pools["gen"]) > 4 * val_rows:
+            g = torch.Generator().manual_seed(seed + 99)
+            perm = torch.randperm(len(self.pools["gen"]), generator=g).tolist()
+            held = set(perm[:val_rows])
+            self.val = [r for i, r in enumerate(self.pools["gen"]) if i in held]
+            self.pools["gen"] = [r for i, r in enumerate(self.pools["gen"]) if i not in held]
         self.pools = {k: v for k, v in self.pools.items() if v}
 
     def stats(self) -> dict:
-        return {k: {"rows": len(v), "labelled": int(sum(int(r["mask"].sum()) for r in v)),
-                    "tokens": int(sum(len(r["tokens"]) for r in v))} for k, v in self.pools.items()}
+        out = {k: {"rows": len(v), "tokens": int(sum(len(r) for r in v))} for k, v in self.pools.items()}
+        out["gen_continuation_tokens"] = int(sum(len(r) - c for r, c in self.cont))
+        out["val_rows"] = len(self.val)
+        return out
 
-    def greedy_counts(self, vocab: int) -> torch.Tensor:
+    def token_counts(self, vocab: int) -> torch.Tensor:
+        """Continuation tokens (the target's own outputs) weigh 1, other tokens 0.1."""
         c = torch.zeros(vocab, dtype=torch.float64)
+        for r, s in self.cont:
+            c += torch.bincount(r[s:].long(), minlength=vocab).double()
         for v in self.pools.values():
             for r in v:
-                g = _unpack_ids(r["ids"][r["mask"], 0])
-                c += torch.bincount(g, minlength=vocab).double()
-                c += 0.1 * torch.bincount(r["tokens"].long(), minlength=vocab).double()
+                c += 0.1 * torch.bincount(r.long(), minlength=vocab).double()
         return c
 
-    @staticmethod
-    def collate(rows: list[dict]):
-        L = max(len(r["tokens"]) for r in rows)
-        B, K = len(rows), rows[0]["ids"].shape[1]
-        x = torch.zeros((B, L), dtype=torch.long)
-        ids = torch.zeros((B, L, K), dtype=torch.long)
-        p = torch.zeros((B, L, K), dtype=torch.float32)
-        m = torch.zeros((B, L), dtype=torch.bool)
-        for j, r in enumerate(rows):
-            n = len(r["tokens"])
-            x[j, :n] = r["tokens"].long()
-            ids[j, :n] = _unpack_ids(r["ids"])
-            p[j, :n] = r["probs"].float()
-            m[j, :n] = r["mask"]
-        return x, ids, p, m
+
+def _collate(rows: list[torch.Tensor], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad: with a causal mask no real position ever sees a pad, so no attention mask is needed."""
+    L = max(len(r) for r in rows)
+    x = torch.zeros((len(rows), L), dtype=torch.long)
+    m = torch.zeros((len(rows), L), dtype=torch.bool)
+    for j, r in enumerate(rows):
+        x[j, :len(r)] = r.long()
+        m[j, :len(r)] = True
+    return x.to(device), m.to(device)
 
 
-def _batch_plan(pools: Pools, tokens_per_batch: int, seed: int):
-    """Infinite deterministic iterator of (pool, rows) batches."""
+def _batch_plan(pools: SeqPools, tokens_per_batch: int, seed: int):
+    """Deterministic infinite sampler: ``take(pool) -> rows`` (reshuffled every epoch)."""
     names = sorted(pools.pools)
     cycles = {n: 0 for n in names}
-    perms = {}
     pos = {n: 0 for n in names}
 
     def perm(n):
         g = torch.Generator().manual_seed(seed * 1000 + names.index(n) * 100 + cycles[n])
         return torch.randperm(len(pools.pools[n]), generator=g).tolist()
 
-    for n in names:
-        perms[n] = perm(n)
+    perms = {n: perm(n) for n in names}
 
     def take(n):
         rows, ntok = [], 0
@@ -369,182 +422,253 @@ def _batch_plan(pools: Pools, tokens_per_batch: int, seed: int):
             r = pools.pools[n][perms[n][pos[n]]]
             pos[n] += 1
             rows.append(r)
-            ntok += len(r["tokens"])
+            ntok += len(r)
         return rows
 
     return take
 
 
-def _distill_loss(draft, x, ids, p, m, lut, alpha: float):
-    h = draft.model(input_ids=x, use_cache=False).last_hidden_state
-    hm = h[m]  # [N, d]
-    logits = draft.lm_head.forward_compact(hm).float()
+def _pick_pool(rng: random.Random, names: list[str], gen_frac: float) -> str:
+    if len(names) == 1:
+        return names[0]
+    return "gen" if rng.random() < gen_frac else "text"
+
+
+@torch.no_grad()
+def _teacher_targets(target, x: torch.Tensor, m: torch.Tensor, head_ids: torch.Tensor, chunk: int = 8192):
+    """The target's greedy token (full vocabulary) and its distribution renormalised over the head ids,
+    at every real position of the batch."""
+    h = target.model(input_ids=x).last_hidden_state[m]
+    W = target.get_output_embeddings().weight
+    greedy, probs = [], []
+    for i in range(0, h.shape[0], chunk):
+        lg = (h[i:i + chunk] @ W.T).float()
+        greedy.append(lg.argmax(-1))
+        probs.append(torch.softmax(lg[:, head_ids], dim=-1))
+    return torch.cat(greedy), torch.cat(probs)
+
+
+def _distill_loss(draft, x, m, greedy, probs, lut, alpha: float):
+    """``alpha * CE(teacher probs over head) + (1 - alpha) * CE(greedy token)``; also top-1 agreement
+    with the full-vocabulary greedy token (a greedy token outside the head counts as a miss)."""
+    h = draft.model(input_ids=x, use_cache=False).last_hidden_state[m]
+    logits = draft.lm_head.forward_compact(h).float()
     logq = torch.log_softmax(logits, dim=-1)
-    idx = lut[ids[m]]  # [N, K] head index or -1
-    valid = idx >= 0
-    g = logq.gather(1, idx.clamp(min=0))
-    pk = p[m] * valid
-    soft = -(pk * g).sum(-1).mean()
-    greedy = idx[:, 0]
-    hard = torch.nn.functional.cross_entropy(logits, greedy.clamp(min=0), reduction="none")
-    gv = greedy >= 0
+    soft = -(probs * logq).sum(-1).mean()
+    idx = lut[greedy]
+    gv = idx >= 0
+    hard = torch.nn.functional.cross_entropy(logits, idx.clamp(min=0), reduction="none")
     hard = (hard * gv).sum() / gv.sum().clamp(min=1)
-    acc = ((logits.argmax(-1) == greedy) & gv).float().mean()
+    acc = ((logits.argmax(-1) == idx) & gv).float().mean()
     return alpha * soft + (1 - alpha) * hard, acc
 
 
+def _autocast(dev: torch.device, enabled: bool):
+    import contextlib
+
+    if not enabled:
+        return contextlib.nullcontext()
+    return torch.autocast(dev.type, dtype=torch.bfloat16)
+
+
 def train(args, target=None):
+    """Stage 2: online distillation - each batch is labelled by the target as it is drawn."""
     from tqdm import tqdm
     from .default_pair import load_target
-    from .draft_model import build_draft_from_target, load_draft, save_draft
+    from .draft_model import build_draft_from_target
 
     _set_threads(args.threads)
     torch.manual_seed(args.seed)
+    dev = pick_device(args.device)
+    if dev.type == "cuda":
+        # TF32 for the teacher: labels stay those of an fp32 model up to near-ties
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    t_start = time.time()
     work = Path(args.work_dir)
-    ddir = work / "data"
     ckdir = work / "ckpt"
     ckdir.mkdir(parents=True, exist_ok=True)
     if target is None:
         target, _ = load_target(dtype=torch.float32, with_tokenizer=False)
+    target = target.to(dev)
     V = target.config.vocab_size
-    pools = Pools(ddir, args.max_len)
+    pools = SeqPools(work / "seqs", args.max_len, val_rows=args.val_rows, seed=args.seed)
     stats = pools.stats()
-    print(f"[distill] training data: {json.dumps(stats)}", flush=True)
+    print(f"[distill] training sequences: {json.dumps(stats)}", flush=True)
     head_path = work / "head_ids.pt"
-    if head_path.exists():
+    counts = pools.token_counts(V)
+    init = None
+    if args.init_from:
+        from .draft_model import load_draft
+
+        init = load_draft(args.init_from, target, device=dev, dtype=torch.float32, attn_implementation="sdpa")
+        head_ids = init.lm_head.vocab_ids.cpu()  # fine-tuning keeps the head of the draft it starts from
+    elif head_path.exists():
         head_ids = torch.load(head_path, weights_only=True)
     else:
-        counts = pools.greedy_counts(V)
-        from .default_pair import smollm2_dir  # noqa: F401
-        special = [0, 1, 2]
-        counts[special] = counts.max() + 1
-        head_ids = counts.argsort(descending=True)[: args.head_size].sort().values
+        c = counts.clone()
+        c[[0, 1, 2]] = c.max() + 1  # special tokens (EOS among them) always in the head
+        head_ids = c.argsort(descending=True)[: args.head_size].sort().values
         torch.save(head_ids, head_path)
-    cover = pools.greedy_counts(V)
-    print(f"[distill] head {len(head_ids)} ids covering {float(cover[head_ids].sum() / cover.sum()):.4f} "
-          f"of (weighted) greedy labels", flush=True)
-    draft = build_draft_from_target(target, head_ids, num_layers=args.layers, dtype=torch.float32,
-                                    attn_implementation="sdpa")
+    print(f"[distill] head: {len(head_ids)} ids covering {float(counts[head_ids].sum() / counts.sum()):.4f} "
+          f"of (weighted) target tokens", flush=True)
+    if init is not None:
+        draft = init
+    else:
+        draft = build_draft_from_target(target, head_ids, num_layers=args.layers, device=dev, dtype=torch.float32,
+                                        attn_implementation="sdpa")
     draft.train()
-    lut = torch.full((V,), -1, dtype=torch.long)
-    lut[draft.lm_head.vocab_ids] = torch.arange(len(head_ids))
+    head_dev = head_ids.to(dev)
+    lut = torch.full((V,), -1, dtype=torch.long, device=dev)
+    lut[head_dev] = torch.arange(len(head_ids), device=dev)
     params = [p for n, p in draft.named_parameters() if p.requires_grad and not n.startswith("model.embed_tokens")]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.98), weight_decay=args.weight_decay)
     warm = max(1, int(args.warmup))
 
-    def lr_at(step):
+    def lr_factor(step: int, progress: float) -> float:
         if step < warm:
             return (step + 1) / warm
-        q = (step - warm) / max(1, args.steps - warm)
-        return args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, q)))
+        return args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     take = _batch_plan(pools, args.batch_tokens, args.seed)
     names = sorted(pools.pools)
     pool_rng = random.Random(args.seed + 7)
-    step = 0
-    elapsed_prev = 0.0
+    step, elapsed_prev, progress = 0, 0.0, 0.0  # progress in [0, 1] drives the cosine schedule
     ck = ckdir / "last.pt"
-    plan_log = []
     if ck.exists() and not args.restart:
-        st = torch.load(ck, weights_only=False)
+        st = torch.load(ck, weights_only=False, map_location=dev)
         draft.load_state_dict(st["model"], strict=False)
         opt.load_state_dict(st["opt"])
-        sched.load_state_dict(st["sched"])
-        step = st["step"]
-        elapsed_prev = st.get("elapsed", 0.0)
-        # replay the deterministic batch plan up to `step`
-        for _ in range(step):
-            n = _pick_pool(pool_rng, names, args.gen_frac)
-            take(n)
+        step, elapsed_prev, progress = st["step"], st.get("elapsed", 0.0), st.get("progress", 0.0)
+        if progress >= 1.0:  # a finished run resumed with more --steps goes on along the longer schedule
+            progress = step / args.steps
+        for _ in range(step):  # replay the deterministic batch plan up to `step`
+            take(_pick_pool(pool_rng, names, args.gen_frac))
         print(f"[distill] resumed from step {step}", flush=True)
+    # time budget for training: what the data stage left of --time-limit, minus room for the export
+    train_budget = None
+    if args.time_limit:
+        t_run = getattr(args, "_t0", t_start)
+        train_budget = max(1.0, args.time_limit - (time.time() - t_run) - args.export_reserve)
     t0 = time.time()
+    progress0 = progress  # a resumed run anneals the rest of the schedule within its own budget
     ema = None
+    stopped_by_time = False
+
+    def save_ck():
+        tmp = ck.with_suffix(".tmp")
+        torch.save({"model": {k: v for k, v in draft.state_dict().items() if not k.startswith("model.embed_tokens")},
+                    "opt": opt.state_dict(), "step": step, "progress": progress,
+                    "elapsed": elapsed_prev + time.time() - t0}, tmp)
+        os.replace(tmp, ck)
+
     pbar = tqdm(total=args.steps, initial=step, desc="distill", mininterval=10)
-    ac = torch.autocast("cpu", dtype=torch.bfloat16) if args.train_bf16 else _nullctx()
-    while step < args.steps:
-        n = _pick_pool(pool_rng, names, args.gen_frac)
-        x, ids, p, m = Pools.collate(take(n))
-        with ac:
-            loss, acc = _distill_loss(draft, x, ids, p, m, lut, args.alpha)
+    while progress < 1.0:
+        progress = max(progress, (step + 1) / args.steps)
+        if train_budget is not None:
+            tp = progress0 + (1 - progress0) * (time.time() - t0) / train_budget
+            if tp > progress:
+                stopped_by_time = True
+                progress = tp
+        for g in opt.param_groups:
+            g["lr"] = args.lr * lr_factor(step, progress)
+        x, m = _collate(take(_pick_pool(pool_rng, names, args.gen_frac)), dev)
+        greedy, probs = _teacher_targets(target, x, m, head_dev)
+        with _autocast(dev, args.train_bf16):
+            loss, acc = _distill_loss(draft, x, m, greedy, probs, lut, args.alpha)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        sched.step()
         step += 1
         a = float(acc)
         ema = a if ema is None else 0.98 * ema + 0.02 * a
         pbar.update(1)
-        if step % 20 == 0:
-            pbar.set_postfix(loss=f"{float(loss.detach()):.3f}", acc_ema=f"{ema:.3f}", lr=f"{sched.get_last_lr()[0]:.2e}")
-        if step % args.log_every == 0:
-            print(f"[distill] step {step} loss {float(loss.detach()):.4f} acc_ema {ema:.4f} "
-                  f"elapsed {elapsed_prev + time.time() - t0:.0f}s", flush=True)
-        if step % args.ckpt_every == 0 or step == args.steps:
-            tmp = ck.with_suffix(".tmp")
-            torch.save({"model": {k: v for k, v in draft.state_dict().items() if not k.startswith("model.embed_tokens")},
-                        "opt": opt.state_dict(), "sched": sched.state_dict(), "step": step,
-                        "elapsed": elapsed_prev + time.time() - t0}, tmp)
-            os.replace(tmp, ck)
+        if step % args.log_every == 0 or progress >= 1.0:
+            msg = (f"[distill] step {step} progress {min(progress, 1.0):.3f} loss {float(loss.detach()):.4f} "
+                   f"acc_ema {ema:.4f} lr {args.lr * lr_factor(step, progress):.2e} "
+                   f"elapsed {elapsed_prev + time.time() - t0:.0f}s")
+            if pools.val:
+                msg += f" val_acc {_val_accuracy(draft, target, pools.val, head_dev, lut, dev, args):.4f}"
+            print(msg, flush=True)
+        if step % args.ckpt_every == 0 or progress >= 1.0:
+            save_ck()
+            if progress < 1.0 and args.export_every_ckpt:
+                _export(args, draft, head_ids, stats, step, elapsed_prev + time.time() - t0, partial=True)
     pbar.close()
     train_s = elapsed_prev + time.time() - t0
     draft.eval()
+    _export(args, draft, head_ids, stats, step, train_s, partial=False, stopped_by_time=stopped_by_time)
+    return draft, target
+
+
+@torch.no_grad()
+def _val_accuracy(draft, target, rows, head_dev, lut, dev, args) -> float:
+    was = draft.training
+    draft.eval()
+    hit = tot = 0
+    for i in range(0, len(rows), 16):
+        x, m = _collate(rows[i:i + 16], dev)
+        greedy, _ = _teacher_targets(target, x, m, head_dev)
+        with _autocast(dev, args.train_bf16):
+            h = draft.model(input_ids=x, use_cache=False).last_hidden_state[m]
+            pred = draft.lm_head.forward_compact(h).argmax(-1)
+        hit += int((pred == lut[greedy]).sum())
+        tot += int(greedy.numel())
+    draft.train(was)
+    return hit / max(1, tot)
+
+
+def _export(args, draft, head_ids, stats, step, train_s, partial: bool, stopped_by_time: bool = False):
+    from .draft_model import save_draft
+
     meta = {
         "command": args.command_line,
         "seed": args.seed,
-        "steps": args.steps,
+        "steps_done": step,
+        "steps_planned": args.steps,
         "batch_tokens": args.batch_tokens,
         "train_seconds": round(train_s, 1),
+        "device": str(pick_device(args.device)),
+        "device_name": (torch.cuda.get_device_name() if torch.cuda.is_available() and
+                        pick_device(args.device).type == "cuda" else "cpu"),
         "data": stats,
         "head_size": int(len(head_ids)),
-        "layers": args.layers,
+        "layers": int(draft.config.num_hidden_layers),
         "date": time.strftime("%Y-%m-%d"),
     }
-    (work / "train_meta.json").write_text(json.dumps(meta, indent=2))
+    if args.init_from:
+        prev = json.loads((Path(args.init_from) / "draft_config.json").read_text()).get("metadata", {})
+        meta["init_from"] = {"dir": str(args.init_from), "metadata": prev}
+    if stopped_by_time:
+        meta["note"] = f"--time-limit {args.time_limit}s reached: cosine schedule compressed into {step} steps"
+    if partial:
+        meta["partial"] = True
     out = Path(args.out_dir)
-    save_draft(draft, out, dtype=torch.float16, metadata=meta)
-    size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
-    print(f"[distill] exported draft to {out} ({size / 1e6:.1f} MB); training took {train_s:.0f}s", flush=True)
-    # sanity reload
-    load_draft(out, target)
-    return draft, target
+    was = draft.training
+    save_draft(draft.eval(), out, dtype=torch.float16, metadata=meta)
+    draft.train(was)
+    if not partial:
+        (Path(args.work_dir) / "train_meta.json").write_text(json.dumps(meta, indent=2))
+        size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
+        print(f"[distill] exported draft to {out} ({size / 1e6:.1f} MB); training took {train_s:.0f}s", flush=True)
 
 
 def export_checkpoint(args, target=None):
     """Export the draft from ``<work-dir>/ckpt/last.pt`` without further training."""
     from .default_pair import load_target
-    from .draft_model import build_draft_from_target, save_draft
+    from .draft_model import build_draft_from_target
 
     work = Path(args.work_dir)
     if target is None:
         target, _ = load_target(dtype=torch.float32, with_tokenizer=False)
     head_ids = torch.load(work / "head_ids.pt", weights_only=True)
     draft = build_draft_from_target(target, head_ids, num_layers=args.layers)
-    st = torch.load(work / "ckpt" / "last.pt", weights_only=False)
+    st = torch.load(work / "ckpt" / "last.pt", weights_only=False, map_location=target.device)
     draft.load_state_dict(st["model"], strict=False)
-    meta = {"command": args.command_line, "seed": args.seed, "steps": st["step"], "planned_steps": args.steps,
-            "batch_tokens": args.batch_tokens, "train_seconds": round(st.get("elapsed", 0.0), 1),
-            "head_size": int(len(head_ids)), "layers": args.layers, "date": time.strftime("%Y-%m-%d"),
-            "note": "exported from checkpoint"}
-    (work / "train_meta.json").write_text(json.dumps(meta, indent=2))
-    save_draft(draft.eval(), Path(args.out_dir), dtype=torch.float16, metadata=meta)
-    print(f"[distill] exported checkpoint step {st['step']} to {args.out_dir}", flush=True)
+    _export(args, draft, head_ids, {"note": "exported from checkpoint"}, st["step"], st.get("elapsed", 0.0),
+            partial=False)
     return draft
-
-
-class _nullctx:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
-
-
-def _pick_pool(rng: random.Random, names: list[str], gen_frac: float) -> str:
-    if len(names) == 1:
-        return names[0]
-    return "gen" if rng.random() < gen_frac else "tf"
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -673,7 +797,7 @@ def evaluate_draft(draft_dir=None, data_dir=None, n_passages: int = 10, passage_
 # ----------------------------------------------------------------------------- CLI
 
 def _add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--work-dir", default=str(DEFAULT_WORK_DIR), help="data + checkpoints (default: .distill/)")
+    p.add_argument("--work-dir", default=str(DEFAULT_WORK_DIR), help="sequences + checkpoints (default: .distill/)")
     p.add_argument("--data-dir", default=None, help="folder with wikitext-2-raw/ and gutenberg-train/")
     p.add_argument("--out-dir", default=str(Path(__file__).resolve().parent / "assets" / "smollm2-135m-draft"))
     p.add_argument("--stage", choices=["all", "data", "train", "export"], default="all",
@@ -682,42 +806,92 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-only", action="store_true", help="only evaluate, do not build data or train")
     p.add_argument("--eval-passages", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    # data
-    p.add_argument("--teacher-dtype", choices=["bfloat16", "float32"], default="bfloat16")
-    p.add_argument("--topk", type=int, default=32)
+    p.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:1, ...")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    p.add_argument("--time-limit", type=float, default=0,
+                   help="seconds for data + training (0 = none): generation stops after --data-share of it "
+                        "(resumable) and the cosine schedule is compressed into the rest")
+    p.add_argument("--data-share", type=float, default=0.4)
+    p.add_argument("--export-reserve", type=float, default=20.0, help="seconds kept back for the export")
+    # data: target continuations
+    p.add_argument("--gen-dtype", choices=sorted(_DTYPES), default="bfloat16",
+                   help="dtype of the target while it writes continuations (labels are always computed in fp32)")
     p.add_argument("--max-prompts", type=int, default=0, help="use only the first N bundled prompts (0 = all)")
-    p.add_argument("--gen-batch", type=int, default=48)
-    p.add_argument("--gen-new-tokens", type=int, default=128)
-    p.add_argument("--passages", type=int, default=288, help="training-text passages to continue with the target")
+    p.add_argument("--samples-per-prompt", type=int, default=7,
+                   help="sampled continuations per bundled prompt, besides the greedy one")
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--gen-batch", type=int, default=1024)
+    p.add_argument("--gen-new-tokens", type=int, default=256)
+    p.add_argument("--passages", type=int, default=16384, help="training-text passages to continue with the target")
+    p.add_argument("--passage-batch", type=int, default=0, help="batch size for passages (0 = --gen-batch)")
     p.add_argument("--passage-min", type=int, default=32)
-    p.add_argument("--passage-max", type=int, default=256)
-    p.add_argument("--chunk-len", type=int, default=512)
-    p.add_argument("--tf-chunks", type=int, default=940, help="teacher-forced text chunks")
-    p.add_argument("--tf-batch", type=int, default=4)
+    p.add_argument("--passage-max", type=int, default=384)
+    p.add_argument("--passage-new-tokens", type=int, default=192)
+    p.add_argument("--prompt-bank", type=int, default=0,
+                   help="generated template x topic prompts (data/distill_topics.txt) to continue")
+    p.add_argument("--text-prompts", type=int, default=0,
+                   help="generated chat questions about excerpts of the training text")
+    p.add_argument("--bank-samples", type=int, default=1, help="sampled continuations per generated prompt")
+    p.add_argument("--bank-new-tokens", type=int, default=96)
+    p.add_argument("--chunk-len", type=int, default=512, help="natural-text chunk length")
     # training
+    p.add_argument("--init-from", default=None,
+                   help="fine-tune an exported draft (its layers and head ids) instead of starting from the target")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--head-size", type=int, default=8192)
-    p.add_argument("--steps", type=int, default=1600)
-    p.add_argument("--batch-tokens", type=int, default=2048)
-    p.add_argument("--max-len", type=int, default=512)
+    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--batch-tokens", type=int, default=24576)
+    p.add_argument("--max-len", type=int, default=576)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--min-lr-frac", type=float, default=0.05)
-    p.add_argument("--warmup", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--weight-decay", type=float, default=0.0)
-    p.add_argument("--alpha", type=float, default=0.5, help="weight of the soft (top-K) loss")
-    p.add_argument("--gen-frac", type=float, default=0.4, help="share of batches from target-generated rows")
+    p.add_argument("--alpha", type=float, default=0.5, help="weight of the soft (teacher distribution) loss")
+    p.add_argument("--gen-frac", type=float, default=0.8, help="share of batches drawn from target continuations")
+    p.add_argument("--val-rows", type=int, default=64, help="continuation rows held out to report val_acc")
     p.add_argument("--train-bf16", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--restart", action="store_true", help="ignore an existing checkpoint")
     p.add_argument("--log-every", type=int, default=100)
-    p.add_argument("--ckpt-every", type=int, default=200)
+    p.add_argument("--ckpt-every", type=int, default=250)
+    p.add_argument("--export-every-ckpt", action=argparse.BooleanOptionalAction, default=True,
+                   help="also write the draft to --out-dir at every checkpoint (marked partial)")
+
+
+def _check_args(args) -> None:
+    def need(ok, msg):
+        if not ok:
+            raise ValueError(msg)
+
+    need(args.steps >= 1, f"--steps must be >= 1 (got {args.steps})")
+    need(args.batch_tokens >= 1, f"--batch-tokens must be >= 1 (got {args.batch_tokens})")
+    need(0.0 <= args.alpha <= 1.0, f"--alpha must be in [0, 1] (got {args.alpha})")
+    need(0.0 <= args.gen_frac <= 1.0, f"--gen-frac must be in [0, 1] (got {args.gen_frac})")
+    need(0.0 < args.data_share < 1.0, f"--data-share must be in (0, 1) (got {args.data_share})")
+    need(args.time_limit >= 0, f"--time-limit must be >= 0 (got {args.time_limit})")
+    need(1 <= args.passage_min <= args.passage_max,
+         f"need 1 <= --passage-min <= --passage-max (got {args.passage_min}, {args.passage_max})")
+    need(args.prompt_bank >= 0 and args.text_prompts >= 0 and args.bank_samples >= 0,
+         "--prompt-bank, --text-prompts and --bank-samples must be >= 0")
+    if args.init_from and not (Path(args.init_from) / "draft_config.json").is_file():
+        raise ValueError(f"--init-from {args.init_from}: no exported draft there (draft_config.json missing)")
+    need(args.layers >= 1, f"--layers must be >= 1 (got {args.layers})")
+    need(args.head_size >= 4, f"--head-size must be >= 4 (got {args.head_size})")
+    need(args.max_len >= 2, f"--max-len must be >= 2 (got {args.max_len})")
+    pick_device(args.device)
 
 
 def run_distill(args, target=None, tok=None) -> int:
     if not getattr(args, "command_line", None):
         args.command_line = "dynatree distill " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args._t0 = time.time()
+    _check_args(args)
     if not args.eval_only:
+        if target is None or (tok is None and args.stage in ("all", "data")):
+            from .default_pair import load_target
+
+            target, tok = load_target(dtype=torch.float32)  # once, shared by the stages
         if args.stage in ("all", "data"):
             build_data(args, target=target, tok=tok)
         if args.stage in ("all", "train"):

