@@ -261,9 +261,29 @@ def test_training_text_excludes_eval_files(tmp_path):
     files = distill.training_text_files(tmp_path)
     assert [f.name for f in files] == ["wiki.valid.raw"]
     # held-out eval prompt topics are not in the training prompt set
-    train_prompts = "\n".join(distill.read_prompts()).lower()
-    for word in ["volcano", "chess", "origami", "submarine", "penguin", "tornado", "bonsai"]:
+    train_prompts = "\n".join(distill.read_prompts() + distill.read_topics()).lower()
+    held_out = ["volcano", "chess", "beekeep", "origami", "submarine", "jazz", "glacier", "cryptograph",
+                "lighthouse", "tea ceremony", "silk road", "coral", "marathon", "printing press", "black hole",
+                "sourdough", "windmill", "penguin", "aqueduct", "video game", "violin", "tornado", "vaccin",
+                "bonsai"]
+    for word in held_out:
         assert word not in train_prompts
+    # every held-out eval prompt mentions one of these topics, so the list above covers them all
+    for prompt in distill.EVAL_PROMPTS:
+        assert any(w in prompt.lower() for w in held_out), prompt
+
+
+def test_prompt_bank_is_deterministic_and_mixes_chat_and_raw_prompts(pair):
+    from dynatree_core import distill
+
+    _, _, tok = pair
+    streams = [tok("The river flows past the old mill and into the sea. " * 40)["input_ids"]]
+    a = distill.prompt_bank(200, 20, tok, streams, seed=3)
+    assert a == distill.prompt_bank(200, 20, tok, streams, seed=3)
+    assert a != distill.prompt_bank(200, 20, tok, streams, seed=4)
+    assert len(a) == 220 and {chat for _, chat in a} == {True, False}
+    assert all("{" not in p for p, _ in a)  # every template placeholder was filled
+    assert sum("river flows" in p for p, _ in a) == 20
 
 
 def test_every_decoder_on_the_default_pair_equals_ar(pair):
