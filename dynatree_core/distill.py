@@ -8,6 +8,8 @@ Pipeline (``dynatree distill`` / ``python -m dynatree_core.distill``):
      (``dynatree_core/data/distill_prompts.txt``), as raw text and in the chat template;
      one greedy continuation plus ``--samples-per-prompt`` sampled ones each;
    * *passages*: greedy continuations of random windows of the training text;
+   * with ``--generator draft --init-from DIR`` the continuations are written by an existing
+     draft instead (on-policy data: the contexts the draft's own proposals lead into);
    * *text*: fixed-length chunks of the training text itself
      (``wikitext-2-raw/wiki.valid.raw`` and ``gutenberg-train/*.txt``; never
      ``wiki.test.raw`` or ``pg19/``, which are evaluation text).
@@ -316,12 +318,20 @@ def build_data(args, target=None, tok=None) -> Path:
     todo = [(i, jobs[i]) for i in order if not (sdir / f"{jobs[i][0]}.pt").exists()]
     print(f"[distill] generation jobs: {len(jobs)} total, {len(todo)} to do, device {dev}", flush=True)
     gen_dtype = _DTYPES[args.gen_dtype]
-    gen_model = target if (gen_dtype == torch.float32 and dev == target.device) else \
-        copy.deepcopy(target).to(device=dev, dtype=gen_dtype)
+    if args.generator == "draft":
+        # on-policy data: the draft writes the text, the target still labels every position while
+        # training, so the draft learns from exactly the contexts its own proposals lead into
+        from .draft_model import load_draft
+
+        gen_model = load_draft(args.init_from, target, device=dev, dtype=gen_dtype)
+    elif gen_dtype == torch.float32 and dev == target.device:
+        gen_model = target
+    else:
+        gen_model = copy.deepcopy(target).to(device=dev, dtype=gen_dtype)
     t_run = getattr(args, "_t0", t_start)
     deadline = (t_run + args.time_limit * args.data_share) if args.time_limit else None
     ntok, done = 0, 0
-    for i, (name, kind, payload, mx, sample) in tqdm(todo, desc="target continuations", mininterval=10):
+    for i, (name, kind, payload, mx, sample) in tqdm(todo, desc=f"{args.generator} continuations", mininterval=10):
         if deadline is not None and time.time() > deadline:
             print(f"[distill] data time share used up: {done}/{len(todo)} jobs done (rerun to resume)", flush=True)
             break
@@ -332,7 +342,8 @@ def build_data(args, target=None, tok=None) -> Path:
     dt = time.time() - t_start
     print(f"[distill] wrote {ntok} tokens in {done} jobs, {dt:.0f}s", flush=True)
     meta = {"files": [str(f.relative_to(data_dir)) for f in files], "text_tokens": n_text, "jobs": len(jobs),
-            "jobs_done": len(jobs) - len(todo) + done, "seconds_last_run": round(dt, 1), "device": str(dev)}
+            "jobs_done": len(jobs) - len(todo) + done, "seconds_last_run": round(dt, 1), "device": str(dev),
+            "generator": args.generator}
     (work / "data_meta.json").write_text(json.dumps(meta, indent=2))
     if gen_model is not target:
         del gen_model
@@ -814,6 +825,9 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-share", type=float, default=0.4)
     p.add_argument("--export-reserve", type=float, default=20.0, help="seconds kept back for the export")
     # data: target continuations
+    p.add_argument("--generator", choices=["target", "draft"], default="target",
+                   help="who writes the continuations: the target, or the --init-from draft (on-policy data; "
+                        "labels always come from the target)")
     p.add_argument("--gen-dtype", choices=sorted(_DTYPES), default="bfloat16",
                    help="dtype of the target while it writes continuations (labels are always computed in fp32)")
     p.add_argument("--max-prompts", type=int, default=0, help="use only the first N bundled prompts (0 = all)")
@@ -873,6 +887,8 @@ def _check_args(args) -> None:
          f"need 1 <= --passage-min <= --passage-max (got {args.passage_min}, {args.passage_max})")
     need(args.prompt_bank >= 0 and args.text_prompts >= 0 and args.bank_samples >= 0,
          "--prompt-bank, --text-prompts and --bank-samples must be >= 0")
+    if args.generator == "draft" and not args.init_from:
+        raise ValueError("--generator draft needs --init-from (the draft that writes the continuations)")
     if args.init_from and not (Path(args.init_from) / "draft_config.json").is_file():
         raise ValueError(f"--init-from {args.init_from}: no exported draft there (draft_config.json missing)")
     need(args.layers >= 1, f"--layers must be >= 1 (got {args.layers})")

@@ -298,3 +298,24 @@ def test_every_decoder_on_the_default_pair_equals_ar(pair):
         res = generate(mp, prompt, method, cfg, max_new_tokens=24, ignore_eos=True)
         assert res.tokens == ar.tokens, (method, cfg)
         assert res.metrics.target_forwards < ar.metrics.target_forwards  # the draft helps at all
+
+
+def test_distill_on_policy_data_is_written_by_the_draft(pair, tmp_path):
+    from dynatree_core import distill
+    from dynatree_core.default_pair import DRAFT_ASSET_DIR
+
+    target, draft, tok = pair
+    args = _distill_args(tmp_path, "--generator", "draft", "--init-from", str(DRAFT_ASSET_DIR),
+                         "--samples-per-prompt", "0", "--steps", "1")
+    assert args.func(args, target=target, tok=tok) == 0
+    g = torch.load(tmp_path / "work" / "seqs" / "p00_00000.pt", weights_only=True)
+    n0, c0 = int(g["lens"][0]), int(g["cont"][0])
+    row = g["tokens"][:n0].long()
+    with torch.no_grad():
+        ref = draft.generate(input_ids=row[None, :c0], max_new_tokens=n0 - c0, do_sample=False)[0, c0:]
+    assert row[c0:].tolist() == ref.tolist()  # the draft's greedy text, not the target's
+    assert json.loads((tmp_path / "work" / "data_meta.json").read_text())["generator"] == "draft"
+    meta = json.loads((tmp_path / "draft" / "draft_config.json").read_text())["metadata"]
+    assert meta["init_from"]["dir"] == str(DRAFT_ASSET_DIR)
+    with pytest.raises(ValueError, match="--generator draft needs --init-from"):
+        distill.run_distill(_distill_args(tmp_path, "--generator", "draft"))
