@@ -46,6 +46,8 @@ from pathlib import Path
 
 import torch
 
+from .models import resolve_device, resolve_dtype
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PROMPTS_FILE = Path(__file__).resolve().parent / "data" / "distill_prompts.txt"
 DEFAULT_WORK_DIR = REPO_ROOT / ".distill"
@@ -191,16 +193,6 @@ def eos_ids(model, tok) -> set[int]:
 
 # ----------------------------------------------------------------------------- data
 
-def pick_device(name: str | None) -> torch.device:
-    """``auto`` -> CUDA when available, else CPU."""
-    if name in (None, "", "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(name)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {name}: CUDA is not available on this machine (use cpu or auto)")
-    return dev
-
-
 def _first_eos_cut(g: list[int], eos: set[int]) -> int:
     for t, x in enumerate(g):
         if x in eos:
@@ -247,6 +239,14 @@ def _token_streams(tok, files: list[Path]) -> list[list[int]]:
             for f in files]
 
 
+def _prompt_jobs(prefix: str, items: list[list[int]], bs: int, max_new: int, samples: int) -> list[tuple]:
+    """Batches of prompts, continued greedily (repeat 0) and ``samples`` times sampled: sampling
+    multiplies a few hundred prompts into many distinct target-style texts (the labels are always
+    the target's greedy tokens)."""
+    return [(f"{prefix}{rep:02d}_{i // bs:05d}", "prompt", items[i:i + bs], max_new, rep > 0)
+            for rep in range(1 + samples if items else 0) for i in range(0, len(items), bs)]
+
+
 def _data_jobs(args, tok, streams: list[list[int]]) -> list[tuple]:
     """The deterministic job list: ``(name, kind, prompts, max_new, sample)``."""
     rng = random.Random(args.seed)
@@ -260,17 +260,11 @@ def _data_jobs(args, tok, streams: list[list[int]]) -> list[tuple]:
         pitems.append(chat_ids(tok, p))
     pitems.sort(key=len)  # similar lengths per batch: little left padding
     bs = args.gen_batch
-    # repeat 0 is the greedy continuation; repeats 1.. are sampled, which multiplies a few hundred
-    # prompts into many distinct target-style texts (labels are always the target's greedy tokens)
-    for rep in range(1 + args.samples_per_prompt):
-        for i in range(0, len(pitems), bs):
-            jobs.append((f"p{rep:02d}_{i // bs:05d}", "prompt", pitems[i:i + bs], args.gen_new_tokens, rep > 0))
+    jobs += _prompt_jobs("p", pitems, bs, args.gen_new_tokens, args.samples_per_prompt)
     bank = prompt_bank(args.prompt_bank, args.text_prompts, tok, streams, args.seed)
     bitems = [chat_ids(tok, p) if chat else tok(p, add_special_tokens=False)["input_ids"] for p, chat in bank]
     bitems.sort(key=len)
-    for rep in range(1 + args.bank_samples if bitems else 0):
-        for i in range(0, len(bitems), bs):
-            jobs.append((f"b{rep:02d}_{i // bs:05d}", "prompt", bitems[i:i + bs], args.bank_new_tokens, rep > 0))
+    jobs += _prompt_jobs("b", bitems, bs, args.bank_new_tokens, args.bank_samples)
     weights = [len(s) for s in streams]
     pbs = max(1, args.passage_batch or bs)
     for b in range(math.ceil(args.passages / pbs)):
@@ -296,7 +290,7 @@ def build_data(args, target=None, tok=None) -> Path:
     sdir = work / "seqs"
     sdir.mkdir(parents=True, exist_ok=True)
     _set_threads(args.threads)
-    dev = pick_device(args.device)
+    dev = resolve_device(args.device)
     t_start = time.time()
     if target is None or tok is None:
         target, tok = load_target(dtype=torch.float32)
@@ -317,7 +311,7 @@ def build_data(args, target=None, tok=None) -> Path:
     random.Random(args.seed + 1).shuffle(order)  # a partial run already holds a mix of everything
     todo = [(i, jobs[i]) for i in order if not (sdir / f"{jobs[i][0]}.pt").exists()]
     print(f"[distill] generation jobs: {len(jobs)} total, {len(todo)} to do, device {dev}", flush=True)
-    gen_dtype = _DTYPES[args.gen_dtype]
+    gen_dtype = resolve_dtype(args.gen_dtype)
     if args.generator == "draft":
         # on-policy data: the draft writes the text, the target still labels every position while
         # training, so the draft learns from exactly the contexts its own proposals lead into
@@ -345,15 +339,10 @@ def build_data(args, target=None, tok=None) -> Path:
             "jobs_done": len(jobs) - len(todo) + done, "seconds_last_run": round(dt, 1), "device": str(dev),
             "generator": args.generator}
     (work / "data_meta.json").write_text(json.dumps(meta, indent=2))
-    if gen_model is not target:
-        del gen_model
     return sdir
 
 
 # ----------------------------------------------------------------------------- training
-
-_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-
 
 class SeqPools:
     """Token rows by pool: ``gen`` (target continuations with their context) and ``text``."""
@@ -459,11 +448,16 @@ def _teacher_targets(target, x: torch.Tensor, m: torch.Tensor, head_ids: torch.T
     return torch.cat(greedy), torch.cat(probs)
 
 
+def _draft_head_logits(draft, x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """The draft's logits over its head ids at every real position of the batch."""
+    h = draft.model(input_ids=x, use_cache=False).last_hidden_state[m]
+    return draft.lm_head.forward_compact(h)
+
+
 def _distill_loss(draft, x, m, greedy, probs, lut, alpha: float):
     """``alpha * CE(teacher probs over head) + (1 - alpha) * CE(greedy token)``; also top-1 agreement
     with the full-vocabulary greedy token (a greedy token outside the head counts as a miss)."""
-    h = draft.model(input_ids=x, use_cache=False).last_hidden_state[m]
-    logits = draft.lm_head.forward_compact(h).float()
+    logits = _draft_head_logits(draft, x, m).float()
     logq = torch.log_softmax(logits, dim=-1)
     soft = -(probs * logq).sum(-1).mean()
     idx = lut[greedy]
@@ -490,7 +484,7 @@ def train(args, target=None):
 
     _set_threads(args.threads)
     torch.manual_seed(args.seed)
-    dev = pick_device(args.device)
+    dev = resolve_device(args.device)
     if dev.type == "cuda":
         # TF32 for the teacher: labels stay those of an fp32 model up to near-ties
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -622,8 +616,7 @@ def _val_accuracy(draft, target, rows, head_dev, lut, dev, args) -> float:
         x, m = _collate(rows[i:i + 16], dev)
         greedy, _ = _teacher_targets(target, x, m, head_dev)
         with _autocast(dev, args.train_bf16):
-            h = draft.model(input_ids=x, use_cache=False).last_hidden_state[m]
-            pred = draft.lm_head.forward_compact(h).argmax(-1)
+            pred = _draft_head_logits(draft, x, m).argmax(-1)
         hit += int((pred == lut[greedy]).sum())
         tot += int(greedy.numel())
     draft.train(was)
@@ -633,6 +626,7 @@ def _val_accuracy(draft, target, rows, head_dev, lut, dev, args) -> float:
 def _export(args, draft, head_ids, stats, step, train_s, partial: bool, stopped_by_time: bool = False):
     from .draft_model import save_draft
 
+    dev = resolve_device(args.device)
     meta = {
         "command": args.command_line,
         "seed": args.seed,
@@ -640,9 +634,8 @@ def _export(args, draft, head_ids, stats, step, train_s, partial: bool, stopped_
         "steps_planned": args.steps,
         "batch_tokens": args.batch_tokens,
         "train_seconds": round(train_s, 1),
-        "device": str(pick_device(args.device)),
-        "device_name": (torch.cuda.get_device_name() if torch.cuda.is_available() and
-                        pick_device(args.device).type == "cuda" else "cpu"),
+        "device": str(dev),
+        "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         "data": stats,
         "head_size": int(len(head_ids)),
         "layers": int(draft.config.num_hidden_layers),
@@ -828,7 +821,7 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--generator", choices=["target", "draft"], default="target",
                    help="who writes the continuations: the target, or the --init-from draft (on-policy data; "
                         "labels always come from the target)")
-    p.add_argument("--gen-dtype", choices=sorted(_DTYPES), default="bfloat16",
+    p.add_argument("--gen-dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16",
                    help="dtype of the target while it writes continuations (labels are always computed in fp32)")
     p.add_argument("--max-prompts", type=int, default=0, help="use only the first N bundled prompts (0 = all)")
     p.add_argument("--samples-per-prompt", type=int, default=7,
@@ -894,7 +887,10 @@ def _check_args(args) -> None:
     need(args.layers >= 1, f"--layers must be >= 1 (got {args.layers})")
     need(args.head_size >= 4, f"--head-size must be >= 4 (got {args.head_size})")
     need(args.max_len >= 2, f"--max-len must be >= 2 (got {args.max_len})")
-    pick_device(args.device)
+    try:
+        resolve_device(args.device)
+    except (ValueError, RuntimeError) as e:  # torch.device("banana") raises RuntimeError
+        raise ValueError(f"--device {args.device!r}: {e} (use auto, cpu, cuda or cuda:N)") from None
 
 
 def run_distill(args, target=None, tok=None) -> int:

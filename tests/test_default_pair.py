@@ -237,7 +237,8 @@ def test_distill_rejects_bad_arguments(tmp_path):
     from dynatree_core import distill
 
     for extra, word in ((["--alpha", "1.5"], "--alpha"), (["--passage-min", "20"], "--passage-min"),
-                        (["--steps", "0"], "--steps"), (["--data-share", "1"], "--data-share")):
+                        (["--steps", "0"], "--steps"), (["--data-share", "1"], "--data-share"),
+                        (["--device", "banana"], "--device")):
         with pytest.raises(ValueError, match=word):
             distill.run_distill(_distill_args(tmp_path, *extra))
 
