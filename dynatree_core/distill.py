@@ -7,14 +7,19 @@ Pipeline (``dynatree distill`` / ``python -m dynatree_core.distill``):
    * *prompts*: continuations of the bundled prompt set
      (``dynatree_core/data/distill_prompts.txt``), as raw text and in the chat template;
      one greedy continuation plus ``--samples-per-prompt`` sampled ones each;
+   * *bank*: template x topic prompts (``--prompt-bank``) and questions about training-text
+     excerpts (``--text-prompts``);
+   * *self-written prompts* (``--self-prompts N``): user requests the target writes itself when
+     sampled right after the chat template's user header, held-out evaluation topics filtered
+     out; continued in chat form and as raw text, in equal-length (padding-free) batches;
    * *passages*: greedy continuations of random windows of the training text;
    * with ``--generator draft --init-from DIR`` the continuations are written by an existing
      draft instead (on-policy data: the contexts the draft's own proposals lead into);
    * *text*: fixed-length chunks of the training text itself
      (``wikitext-2-raw/wiki.valid.raw`` and ``gutenberg-train/*.txt``; never
      ``wiki.test.raw`` or ``pg19/``, which are evaluation text).
-2. **train** - *online* distillation: every batch is labelled by the fp32 target as it is
-   drawn (its greedy token over the full vocabulary and its distribution over the head ids),
+2. **train** - *online* distillation: every batch is labelled by the target (fp32 unless
+   ``--teacher-dtype bfloat16``) as it is drawn (its greedy token over the full vocabulary and its distribution over the head ids),
    so no labels are stored and every position of every sequence is a training position.
    The 2-layer student starts from the target (layers 0-1, final norm, head rows of the H
    most frequent target tokens) and minimises
@@ -26,8 +31,10 @@ Pipeline (``dynatree distill`` / ``python -m dynatree_core.distill``):
    on held-out prompts and on continuations of ``wiki.test.raw`` / ``pg19`` passages,
    decode-step cost ratio, shipped size and pair load time.
 
-The shipped draft was made on one GPU (``--device cuda``); on CPU the same command works but
-the default sizes take many hours - shrink ``--passages``, ``--samples-per-prompt`` and ``--steps``.
+The base phases of the shipped draft were made on one GPU (``--device cuda``); on CPU the same
+command works but the default sizes take many hours - shrink ``--passages``,
+``--samples-per-prompt`` and ``--steps``.  On a CPU with bf16 matrix units (AMX),
+``--gen-dtype bfloat16 --teacher-dtype bfloat16`` makes writing and labelling several times faster.
 """
 
 from __future__ import annotations
@@ -80,6 +87,18 @@ EVAL_PROMPTS = [
     "How do vaccines train the immune system?",
     "Chapter 1. The bonsai gardener",
 ]
+# One word (stem) per held-out topic: every EVAL_PROMPTS entry mentions one (a test checks it).
+# No training prompt may contain any of them - bundled, template x topic, or self-written ones.
+HELD_OUT_TOPIC_WORDS = (
+    "volcano", "chess", "beekeep", "origami", "submarine", "jazz", "glacier", "cryptograph", "lighthouse",
+    "tea ceremony", "silk road", "coral", "marathon", "printing press", "black hole", "sourdough", "windmill",
+    "penguin", "aqueduct", "video game", "violin", "tornado", "vaccin", "bonsai",
+)
+
+
+def mentions_held_out_topic(text: str) -> bool:
+    low = text.lower()
+    return any(w in low for w in HELD_OUT_TOPIC_WORDS)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -200,27 +219,119 @@ def _first_eos_cut(g: list[int], eos: set[int]) -> int:
     return len(g)
 
 
+def _sample_next(logits: torch.Tensor, sample: bool, temperature: float, top_p: float) -> torch.Tensor:
+    """Greedy or temperature + nucleus sampling from last-position logits ``[B, V]``."""
+    if not sample:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits.float() / max(temperature, 1e-6), dim=-1)
+    if top_p < 1.0:
+        sp, si = probs.sort(dim=-1, descending=True)
+        drop = (sp.cumsum(-1) - sp) > top_p  # keep the smallest prefix whose mass reaches top_p
+        sp = sp.masked_fill(drop, 0.0)
+        return si.gather(-1, torch.multinomial(sp, 1)).squeeze(-1)
+    return torch.multinomial(probs, 1).squeeze(-1)
+
+
+@torch.no_grad()
+def _decode_equal_length(model, batch: list[list[int]], max_new: int, stop: set[int], sample: bool,
+                         temperature: float, top_p: float) -> list[list[int]]:
+    """KV-cached decoding of prompts that all have the same length: no padding, so no attention
+    mask, and logits only at the last position.  On CPU this runs several times faster than
+    ``generate`` with left padding (whose masked attention and full prefill logits dominate)."""
+    from transformers import DynamicCache
+
+    dev = next(model.parameters()).device
+    x = torch.tensor(batch, device=dev)
+    B, P = x.shape
+    cache = DynamicCache(config=model.config)
+    h = model.model(input_ids=x, cache=cache, use_cache=True).last_hidden_state[:, -1]
+    out = torch.zeros((B, max_new), dtype=torch.long, device=dev)
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
+    stop_t = torch.tensor(sorted(stop), dtype=torch.long, device=dev)
+    n = 0
+    for i in range(max_new):
+        t = _sample_next(model.lm_head(h), sample, temperature, top_p)
+        out[:, i] = t
+        n = i + 1
+        done |= torch.isin(t, stop_t)
+        if bool(done.all()) or i + 1 == max_new:
+            break
+        pos = torch.full((B, 1), P + i, device=dev)
+        h = model.model(input_ids=t[:, None], cache=cache, use_cache=True, position_ids=pos).last_hidden_state[:, -1]
+    return out[:, :n].tolist()
+
+
 @torch.no_grad()
 def _continue(model, pad: int, batch: list[list[int]], max_new: int, eos: set[int],
               sample: bool, temperature: float, top_p: float) -> list[tuple[list[int], int]]:
-    """Continue a batch of prompts (left-padded) with the target; ``(tokens, continuation_start)`` rows."""
+    """Continue a batch of prompts with the target; ``(tokens, continuation_start)`` rows.
+    Equal-length batches take the padding-free decode loop, others ``generate`` with left padding."""
     dev = next(model.parameters()).device
     P = max(len(p) for p in batch)
-    ids = torch.full((len(batch), P), pad, dtype=torch.long)
-    att = torch.zeros((len(batch), P), dtype=torch.long)
-    for j, p in enumerate(batch):
-        ids[j, P - len(p):] = torch.tensor(p)
-        att[j, P - len(p):] = 1
-    kw = ({"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0} if sample else
-          {"do_sample": False, "temperature": None, "top_p": None, "top_k": None})
-    out = model.generate(input_ids=ids.to(dev), attention_mask=att.to(dev), max_new_tokens=max_new,
-                         pad_token_id=pad, **kw)
+    if all(len(p) == P for p in batch):
+        gen = _decode_equal_length(model, batch, max_new, eos, sample, temperature, top_p)
+    else:
+        ids = torch.full((len(batch), P), pad, dtype=torch.long)
+        att = torch.zeros((len(batch), P), dtype=torch.long)
+        for j, p in enumerate(batch):
+            ids[j, P - len(p):] = torch.tensor(p)
+            att[j, P - len(p):] = 1
+        kw = ({"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0} if sample else
+              {"do_sample": False, "temperature": None, "top_p": None, "top_k": None})
+        out = model.generate(input_ids=ids.to(dev), attention_mask=att.to(dev), max_new_tokens=max_new,
+                             pad_token_id=pad, **kw)
+        gen = out[:, P:].tolist()
     rows = []
-    for p, g in zip(batch, out[:, P:].tolist()):
+    for p, g in zip(batch, gen):
         n = _first_eos_cut(g, eos)
         if n:
             rows.append((list(p) + g[:n], len(p)))
     return rows
+
+
+def _length_batches(items: list[list[int]], bs: int) -> list[list[list[int]]]:
+    """Batches of at most ``bs`` prompts of exactly equal length (for the padding-free decode loop)."""
+    by_len: dict[int, list[list[int]]] = {}
+    for it in items:
+        by_len.setdefault(len(it), []).append(it)
+    return [v[i:i + bs] for n in sorted(by_len) for v in [by_len[n]] for i in range(0, len(v), bs)]
+
+
+def user_turn_prefix(tok) -> list[int]:
+    """Token ids of the chat template up to where the user's message begins (system turn included)."""
+    marker = "<<DYNATREE-USER-MESSAGE>>"
+    text = tok.apply_chat_template([{"role": "user", "content": marker}], add_generation_prompt=False,
+                                   tokenize=False)
+    return tok(text.split(marker)[0], add_special_tokens=False)["input_ids"]
+
+
+def self_prompts(model, tok, n: int, seed: int, batch: int = 256, max_len: int = 80,
+                 temperature: float = 1.0, top_p: float = 1.0) -> list[str]:
+    """``n`` user requests written by the target itself (sampled after the chat template's user
+    header, the "Magpie" recipe): an instruct model's own idea of what users ask, far more varied
+    than a topic list.  Unfinished requests, duplicates and any mention of a held-out evaluation
+    topic are dropped, so the result may be shorter than ``n``.  Deterministic for a seed."""
+    from tqdm import tqdm
+
+    head = user_turn_prefix(tok)
+    end = set(eos_ids(model, tok))
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(im_end, int) and im_end != tok.unk_token_id:
+        end.add(im_end)
+    out, seen = [], set()
+    for b in tqdm(range(0, n, batch), desc="self-written prompts", mininterval=10):
+        torch.manual_seed(seed * 7_919 + b)
+        rows = _decode_equal_length(model, [head] * min(batch, n - b), max_len, end, True, temperature, top_p)
+        for g in rows:
+            cut = _first_eos_cut(g, end)
+            if not cut or g[cut - 1] not in end:
+                continue  # ran out of tokens mid-request
+            text = tok.decode(g[:cut - 1], skip_special_tokens=True).strip()
+            if len(text) < 12 or text in seen or mentions_held_out_topic(text):
+                continue
+            seen.add(text)
+            out.append(text)
+    return out
 
 
 def _save_seqs(path: Path, rows: list[tuple[list[int], int]], kind: str) -> int:
@@ -247,11 +358,12 @@ def _prompt_jobs(prefix: str, items: list[list[int]], bs: int, max_new: int, sam
             for rep in range(1 + samples if items else 0) for i in range(0, len(items), bs)]
 
 
-def _data_jobs(args, tok, streams: list[list[int]]) -> list[tuple]:
-    """The deterministic job list: ``(name, kind, prompts, max_new, sample)``."""
+def _data_jobs(args, tok, streams: list[list[int]], own_prompts: list[str] = ()) -> list[tuple]:
+    """The deterministic job list: ``(name, kind, prompts, max_new, sample)``.  ``own_prompts``
+    are the target's self-written requests (``--self-prompts``), continued in both forms."""
     rng = random.Random(args.seed)
     jobs = []
-    prompts = read_prompts()
+    prompts = read_prompts() if args.bundled_prompts else []
     if args.max_prompts:
         prompts = prompts[: args.max_prompts]
     pitems = []
@@ -265,6 +377,12 @@ def _data_jobs(args, tok, streams: list[list[int]]) -> list[tuple]:
     bitems = [chat_ids(tok, p) if chat else tok(p, add_special_tokens=False)["input_ids"] for p, chat in bank]
     bitems.sort(key=len)
     jobs += _prompt_jobs("b", bitems, bs, args.bank_new_tokens, args.bank_samples)
+    # self-written requests: equal-length batches, so the fast padding-free decode loop runs
+    sitems = [chat_ids(tok, p) for p in own_prompts] + [tok(p, add_special_tokens=False)["input_ids"]
+                                                          for p in own_prompts]
+    for rep in range(1 + args.bank_samples if sitems else 0):
+        for k, b in enumerate(_length_batches(sitems, bs)):
+            jobs.append((f"s{rep:02d}_{k:05d}", "prompt", b, args.bank_new_tokens, rep > 0))
     weights = [len(s) for s in streams]
     pbs = max(1, args.passage_batch or bs)
     for b in range(math.ceil(args.passages / pbs)):
@@ -306,22 +424,35 @@ def build_data(args, target=None, tok=None) -> Path:
     if not (sdir / "text_00000.pt").exists():
         chunks = [(s[i:i + L], 0) for s in streams for i in range(0, len(s) - L + 1, L)]
         _save_seqs(sdir / "text_00000.pt", chunks, "text")
-    jobs = _data_jobs(args, tok, streams)
+    gen_dtype = resolve_dtype(args.gen_dtype)
+    if gen_dtype == torch.float32 and dev == target.device:
+        writer = target
+    else:
+        writer = copy.deepcopy(target).to(device=dev, dtype=gen_dtype)
+    own: list[str] = []
+    if args.self_prompts:
+        sp_path = work / "self_prompts.json"
+        if sp_path.exists():
+            own = json.loads(sp_path.read_text())
+        else:
+            own = self_prompts(writer, tok, args.self_prompts, args.seed, batch=args.gen_batch)
+            tmp = sp_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(own, indent=0, ensure_ascii=False))
+            os.replace(tmp, sp_path)
+        print(f"[distill] self-written prompts: {len(own)} kept of {args.self_prompts}", flush=True)
+    jobs = _data_jobs(args, tok, streams, own)
     order = list(range(len(jobs)))
     random.Random(args.seed + 1).shuffle(order)  # a partial run already holds a mix of everything
     todo = [(i, jobs[i]) for i in order if not (sdir / f"{jobs[i][0]}.pt").exists()]
     print(f"[distill] generation jobs: {len(jobs)} total, {len(todo)} to do, device {dev}", flush=True)
-    gen_dtype = resolve_dtype(args.gen_dtype)
     if args.generator == "draft":
         # on-policy data: the draft writes the text, the target still labels every position while
         # training, so the draft learns from exactly the contexts its own proposals lead into
         from .draft_model import load_draft
 
         gen_model = load_draft(args.init_from, target, device=dev, dtype=gen_dtype)
-    elif gen_dtype == torch.float32 and dev == target.device:
-        gen_model = target
     else:
-        gen_model = copy.deepcopy(target).to(device=dev, dtype=gen_dtype)
+        gen_model = writer
     t_run = getattr(args, "_t0", t_start)
     deadline = (t_run + args.time_limit * args.data_share) if args.time_limit else None
     ntok, done = 0, 0
@@ -337,7 +468,7 @@ def build_data(args, target=None, tok=None) -> Path:
     print(f"[distill] wrote {ntok} tokens in {done} jobs, {dt:.0f}s", flush=True)
     meta = {"files": [str(f.relative_to(data_dir)) for f in files], "text_tokens": n_text, "jobs": len(jobs),
             "jobs_done": len(jobs) - len(todo) + done, "seconds_last_run": round(dt, 1), "device": str(dev),
-            "generator": args.generator}
+            "generator": args.generator, "self_prompts_kept": len(own)}
     (work / "data_meta.json").write_text(json.dumps(meta, indent=2))
     return sdir
 
@@ -400,6 +531,21 @@ def _collate(rows: list[torch.Tensor], device) -> tuple[torch.Tensor, torch.Tens
     return x.to(device), m.to(device)
 
 
+def _micro_batches(rows: list[torch.Tensor], max_padded: int) -> list[list[torch.Tensor]]:
+    """Split a batch into length-sorted groups of at most ``max_padded`` padded positions (0: one
+    group).  Short continuation rows padded to a 512-token text row would otherwise waste most
+    of the teacher's compute on padding - decisive on a CPU."""
+    if max_padded <= 0:
+        return [rows]
+    groups, cur = [], []
+    for r in sorted(rows, key=len, reverse=True):
+        if cur and (len(cur) + 1) * len(cur[0]) > max_padded:
+            groups.append(cur)
+            cur = []
+        cur.append(r)
+    return groups + [cur] if cur else groups
+
+
 def _batch_plan(pools: SeqPools, tokens_per_batch: int, seed: int):
     """Deterministic infinite sampler: ``take(pool) -> rows`` (reshuffled every epoch)."""
     names = sorted(pools.pools)
@@ -442,9 +588,11 @@ def _teacher_targets(target, x: torch.Tensor, m: torch.Tensor, head_ids: torch.T
     W = target.get_output_embeddings().weight
     greedy, probs = [], []
     for i in range(0, h.shape[0], chunk):
-        lg = (h[i:i + chunk] @ W.T).float()
+        lg = h[i:i + chunk] @ W.T
+        # argmax in the teacher's own dtype: a full-vocabulary fp32 copy of low-precision logits
+        # would cost more memory traffic than the matmul, and cannot change a bf16 argmax anyway
         greedy.append(lg.argmax(-1))
-        probs.append(torch.softmax(lg[:, head_ids], dim=-1))
+        probs.append(torch.softmax(lg[:, head_ids].float(), dim=-1))
     return torch.cat(greedy), torch.cat(probs)
 
 
@@ -466,6 +614,24 @@ def _distill_loss(draft, x, m, greedy, probs, lut, alpha: float):
     hard = (hard * gv).sum() / gv.sum().clamp(min=1)
     acc = ((logits.argmax(-1) == idx) & gv).float().mean()
     return alpha * soft + (1 - alpha) * hard, acc
+
+
+def _backward_batch(draft, teacher, rows, micro_tokens: int, head_dev, lut, alpha: float, dev,
+                    bf16: bool) -> tuple[float, float]:
+    """Label ``rows`` with the teacher and accumulate the draft's gradients over length-sorted
+    micro-batches; returns the batch's (loss, top-1 agreement), both position-weighted means."""
+    n_all = sum(len(r) for r in rows)
+    loss_v = acc_v = 0.0
+    for group in _micro_batches(rows, micro_tokens):
+        x, m = _collate(group, dev)
+        greedy, probs = _teacher_targets(teacher, x, m, head_dev)
+        with _autocast(dev, bf16):
+            loss, acc = _distill_loss(draft, x, m, greedy, probs, lut, alpha)
+        w = int(m.sum()) / n_all  # position-weighted: the same mean loss as one big batch
+        (loss * w).backward()
+        loss_v += float(loss.detach()) * w
+        acc_v += float(acc) * w
+    return loss_v, acc_v
 
 
 def _autocast(dev: torch.device, enabled: bool):
@@ -497,6 +663,10 @@ def train(args, target=None):
         target, _ = load_target(dtype=torch.float32, with_tokenizer=False)
     target = target.to(dev)
     V = target.config.vocab_size
+    teacher_dtype = resolve_dtype(args.teacher_dtype)
+    # a low-precision teacher copy (bf16 runs on CPU AMX units ~6x faster than fp32); its labels
+    # can differ from the fp32 target's at near-ties, which the export metadata records
+    teacher = target if teacher_dtype == torch.float32 else copy.deepcopy(target).to(dtype=teacher_dtype)
     pools = SeqPools(work / "seqs", args.max_len, val_rows=args.val_rows, seed=args.seed)
     stats = pools.stats()
     print(f"[distill] training sequences: {json.dumps(stats)}", flush=True)
@@ -577,12 +747,9 @@ def train(args, target=None):
                 progress = tp
         for g in opt.param_groups:
             g["lr"] = args.lr * lr_factor(step, progress)
-        x, m = _collate(take(_pick_pool(pool_rng, names, args.gen_frac)), dev)
-        greedy, probs = _teacher_targets(target, x, m, head_dev)
-        with _autocast(dev, args.train_bf16):
-            loss, acc = _distill_loss(draft, x, m, greedy, probs, lut, args.alpha)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss, acc = _backward_batch(draft, teacher, take(_pick_pool(pool_rng, names, args.gen_frac)),
+                                    args.micro_tokens, head_dev, lut, args.alpha, dev, args.train_bf16)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         step += 1
@@ -590,11 +757,11 @@ def train(args, target=None):
         ema = a if ema is None else 0.98 * ema + 0.02 * a
         pbar.update(1)
         if step % args.log_every == 0 or progress >= 1.0:
-            msg = (f"[distill] step {step} progress {min(progress, 1.0):.3f} loss {float(loss.detach()):.4f} "
+            msg = (f"[distill] step {step} progress {min(progress, 1.0):.3f} loss {loss:.4f} "
                    f"acc_ema {ema:.4f} lr {args.lr * lr_factor(step, progress):.2e} "
                    f"elapsed {elapsed_prev + time.time() - t0:.0f}s")
             if pools.val:
-                msg += f" val_acc {_val_accuracy(draft, target, pools.val, head_dev, lut, dev, args):.4f}"
+                msg += f" val_acc {_val_accuracy(draft, teacher, pools.val, head_dev, lut, dev, args):.4f}"
             print(msg, flush=True)
         if step % args.ckpt_every == 0 or progress >= 1.0:
             save_ck()
@@ -639,6 +806,7 @@ def _export(args, draft, head_ids, stats, step, train_s, partial: bool, stopped_
         "data": stats,
         "head_size": int(len(head_ids)),
         "layers": int(draft.config.num_hidden_layers),
+        "teacher_dtype": args.teacher_dtype,
         "date": time.strftime("%Y-%m-%d"),
     }
     if args.init_from:
@@ -823,6 +991,11 @@ def _add_args(p: argparse.ArgumentParser) -> None:
                         "labels always come from the target)")
     p.add_argument("--gen-dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16",
                    help="dtype of the target while it writes continuations (labels are always computed in fp32)")
+    p.add_argument("--bundled-prompts", action=argparse.BooleanOptionalAction, default=True,
+                   help="continue the bundled prompts of data/distill_prompts.txt")
+    p.add_argument("--self-prompts", type=int, default=0,
+                   help="user requests for the target to write itself (sampled after the chat template's user "
+                        "header; held-out topics filtered out), each continued in chat and raw form like the bank")
     p.add_argument("--max-prompts", type=int, default=0, help="use only the first N bundled prompts (0 = all)")
     p.add_argument("--samples-per-prompt", type=int, default=7,
                    help="sampled continuations per bundled prompt, besides the greedy one")
@@ -849,11 +1022,17 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--head-size", type=int, default=8192)
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--batch-tokens", type=int, default=24576)
+    p.add_argument("--micro-tokens", type=int, default=0,
+                   help="split each batch into length-sorted micro-batches of at most this many padded "
+                        "positions, gradients accumulated (0 = one batch; a few thousand on CPU)")
     p.add_argument("--max-len", type=int, default=576)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--min-lr-frac", type=float, default=0.05)
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--teacher-dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="dtype of the labelling target (bfloat16: much faster on CPUs with AMX, labels may "
+                        "differ at near-ties)")
     p.add_argument("--alpha", type=float, default=0.5, help="weight of the soft (teacher distribution) loss")
     p.add_argument("--gen-frac", type=float, default=0.8, help="share of batches drawn from target continuations")
     p.add_argument("--val-rows", type=int, default=64, help="continuation rows held out to report val_acc")
@@ -878,8 +1057,8 @@ def _check_args(args) -> None:
     need(args.time_limit >= 0, f"--time-limit must be >= 0 (got {args.time_limit})")
     need(1 <= args.passage_min <= args.passage_max,
          f"need 1 <= --passage-min <= --passage-max (got {args.passage_min}, {args.passage_max})")
-    need(args.prompt_bank >= 0 and args.text_prompts >= 0 and args.bank_samples >= 0,
-         "--prompt-bank, --text-prompts and --bank-samples must be >= 0")
+    need(args.prompt_bank >= 0 and args.text_prompts >= 0 and args.bank_samples >= 0 and args.self_prompts >= 0,
+         "--prompt-bank, --text-prompts, --self-prompts and --bank-samples must be >= 0")
     if args.generator == "draft" and not args.init_from:
         raise ValueError("--generator draft needs --init-from (the draft that writes the continuations)")
     if args.init_from and not (Path(args.init_from) / "draft_config.json").is_file():
@@ -887,6 +1066,7 @@ def _check_args(args) -> None:
     need(args.layers >= 1, f"--layers must be >= 1 (got {args.layers})")
     need(args.head_size >= 4, f"--head-size must be >= 4 (got {args.head_size})")
     need(args.max_len >= 2, f"--max-len must be >= 2 (got {args.max_len})")
+    need(args.micro_tokens >= 0, f"--micro-tokens must be >= 0 (got {args.micro_tokens})")
     try:
         resolve_device(args.device)
     except (ValueError, RuntimeError) as e:  # torch.device("banana") raises RuntimeError

@@ -263,10 +263,8 @@ def test_training_text_excludes_eval_files(tmp_path):
     assert [f.name for f in files] == ["wiki.valid.raw"]
     # held-out eval prompt topics are not in the training prompt set
     train_prompts = "\n".join(distill.read_prompts() + distill.read_topics()).lower()
-    held_out = ["volcano", "chess", "beekeep", "origami", "submarine", "jazz", "glacier", "cryptograph",
-                "lighthouse", "tea ceremony", "silk road", "coral", "marathon", "printing press", "black hole",
-                "sourdough", "windmill", "penguin", "aqueduct", "video game", "violin", "tornado", "vaccin",
-                "bonsai"]
+    held_out = distill.HELD_OUT_TOPIC_WORDS
+    assert len(held_out) == 24
     for word in held_out:
         assert word not in train_prompts
     # every held-out eval prompt mentions one of these topics, so the list above covers them all
@@ -320,3 +318,100 @@ def test_distill_on_policy_data_is_written_by_the_draft(pair, tmp_path):
     assert meta["init_from"]["dir"] == str(DRAFT_ASSET_DIR)
     with pytest.raises(ValueError, match="--generator draft needs --init-from"):
         distill.run_distill(_distill_args(tmp_path, "--generator", "draft"))
+
+
+def test_equal_length_decode_matches_generate_and_stops():
+    from dynatree_core import distill
+    from dynatree_core.testing import tiny_model
+
+    m = tiny_model("llama", seed=3)
+    g = torch.Generator().manual_seed(0)
+    batch = torch.randint(2, 60, (5, 7), generator=g).tolist()
+    got = distill._decode_equal_length(m, batch, 9, {999}, False, 1.0, 1.0)
+    with torch.no_grad():
+        ref = m.generate(input_ids=torch.tensor(batch), max_new_tokens=9, do_sample=False,
+                         pad_token_id=0, eos_token_id=None)[:, 7:]
+    assert got == ref.tolist()
+    # a stop token ends the loop once every row has written one; _continue cuts each row after its own
+    stop = {got[0][2], got[1][2], got[2][2], got[3][2], got[4][2]}
+    short = distill._decode_equal_length(m, batch, 9, stop, False, 1.0, 1.0)
+    assert len(short[0]) <= 3 and all(any(t in stop for t in r) for r in short)
+    rows = distill._continue(m, 0, batch, 9, stop, False, 1.0, 1.0)
+    assert all(r[-1] in stop and not any(t in stop for t in r[c:-1]) for r, c in rows)
+    # sampling is reproducible under a seed and differs across seeds
+    torch.manual_seed(1)
+    a = distill._decode_equal_length(m, batch, 9, set(), True, 1.0, 0.9)
+    torch.manual_seed(1)
+    assert a == distill._decode_equal_length(m, batch, 9, set(), True, 1.0, 0.9)
+    torch.manual_seed(2)
+    assert a != distill._decode_equal_length(m, batch, 9, set(), True, 1.0, 0.9)
+
+
+def test_length_batches_group_equal_lengths():
+    from dynatree_core import distill
+
+    items = [[1] * n for n in (3, 5, 3, 3, 5, 7, 3)]
+    batches = distill._length_batches(items, 2)
+    assert all(len({len(r) for r in b}) == 1 and 1 <= len(b) <= 2 for b in batches)
+    assert sorted(len(r) for b in batches for r in b) == sorted(len(r) for r in items)
+    assert [len(b) for b in batches] == [2, 2, 2, 1]
+
+
+def test_self_written_prompts_are_deterministic_and_skip_held_out_topics(pair):
+    from dynatree_core import distill
+
+    target, _, tok = pair
+    assert distill.mentions_held_out_topic("Tell me about VOLCANOES please")
+    assert not distill.mentions_held_out_topic("Tell me about rivers")
+    head = distill.user_turn_prefix(tok)
+    assert tok.decode(head).rstrip().endswith("user")
+    a = distill.self_prompts(target, tok, 12, seed=5, batch=6, max_len=40)
+    assert a == distill.self_prompts(target, tok, 12, seed=5, batch=6, max_len=40)
+    assert a and all(isinstance(p, str) and len(p) >= 12 for p in a)
+    assert not any(distill.mentions_held_out_topic(p) for p in a) and len(set(a)) == len(a)
+
+
+def test_distill_self_prompts_and_bf16_teacher(pair, tmp_path):
+    target, _, tok = pair
+    args = _distill_args(tmp_path, "--no-bundled-prompts", "--self-prompts", "6", "--bank-samples", "0",
+                         "--bank-new-tokens", "4", "--teacher-dtype", "bfloat16", "--gen-batch", "6",
+                         "--micro-tokens", "32")
+    assert args.func(args, target=target, tok=tok) == 0
+    work = tmp_path / "work"
+    own = json.loads((work / "self_prompts.json").read_text())
+    files = sorted(p.name for p in (work / "seqs").glob("*.pt"))
+    assert not any(f.startswith("p") for f in files)  # --no-bundled-prompts
+    if own:  # each kept request is continued in chat form and as raw text, in equal-length batches
+        s = [torch.load(work / "seqs" / f, weights_only=True) for f in files if f.startswith("s00")]
+        assert sum(len(d["lens"]) for d in s) <= 2 * len(own)
+        assert all(len(set(d["cont"].tolist())) == 1 for d in s)
+    meta = json.loads((tmp_path / "draft" / "draft_config.json").read_text())["metadata"]
+    assert meta["teacher_dtype"] == "bfloat16"
+    assert json.loads((work / "data_meta.json").read_text())["self_prompts_kept"] == len(own)
+
+
+def test_micro_batches_bound_padding_and_keep_the_gradient(pair):
+    from dynatree_core import distill
+
+    target, _, _ = pair
+    g = torch.Generator().manual_seed(0)
+    rows = [torch.randint(3, 3000, (n,), generator=g) for n in (40, 7, 12, 33, 5, 9)]
+    groups = distill._micro_batches(rows, 48)
+    assert all(len(gr) * max(len(r) for r in gr) <= 48 or len(gr) == 1 for gr in groups)
+    assert sorted(len(r) for gr in groups for r in gr) == sorted(len(r) for r in rows)
+    assert distill._micro_batches(rows, 0) == [rows]
+    head = torch.arange(0, 3000)
+    lut = torch.full((target.config.vocab_size,), -1, dtype=torch.long)
+    lut[head] = torch.arange(len(head))
+
+    def grads(max_padded):
+        torch.manual_seed(0)
+        d = build_draft_from_target(target, head, num_layers=1)
+        d.train()
+        loss, acc = distill._backward_batch(d, target, rows, max_padded, head, lut, 0.5, torch.device("cpu"), False)
+        assert 0.0 <= acc <= 1.0 and loss > 0
+        return loss, torch.cat([p.grad.flatten() for p in d.parameters() if p.grad is not None])
+
+    (l1, g1), (l0, g0) = grads(48), grads(0)
+    assert l1 == pytest.approx(l0, rel=1e-5)
+    torch.testing.assert_close(g1, g0, rtol=1e-4, atol=1e-6)
