@@ -19,8 +19,8 @@ Pipeline (``dynatree distill`` / ``python -m dynatree_core.distill``):
      (``wikitext-2-raw/wiki.valid.raw`` and ``gutenberg-train/*.txt``; never
      ``wiki.test.raw`` or ``pg19/``, which are evaluation text).
 2. **train** - *online* distillation: every batch is labelled by the target (fp32 unless
-   ``--teacher-dtype bfloat16``) as it is drawn (its greedy token over the full vocabulary and its distribution over the head ids),
-   so no labels are stored and every position of every sequence is a training position.
+   ``--teacher-dtype bfloat16``) as it is drawn (its greedy token over the full vocabulary and
+   its distribution over the head ids), so no labels are stored and every position of every sequence is a training position.
    The 2-layer student starts from the target (layers 0-1, final norm, head rows of the H
    most frequent target tokens) and minimises
    ``alpha * CE(teacher head distribution) + (1-alpha) * CE(greedy token)`` with AdamW and a
@@ -314,7 +314,7 @@ def self_prompts(model, tok, n: int, seed: int, batch: int = 256, max_len: int =
     from tqdm import tqdm
 
     head = user_turn_prefix(tok)
-    end = set(eos_ids(model, tok))
+    end = eos_ids(model, tok)
     im_end = tok.convert_tokens_to_ids("<|im_end|>")
     if isinstance(im_end, int) and im_end != tok.unk_token_id:
         end.add(im_end)
@@ -425,10 +425,12 @@ def build_data(args, target=None, tok=None) -> Path:
         chunks = [(s[i:i + L], 0) for s in streams for i in range(0, len(s) - L + 1, L)]
         _save_seqs(sdir / "text_00000.pt", chunks, "text")
     gen_dtype = resolve_dtype(args.gen_dtype)
-    if gen_dtype == torch.float32 and dev == target.device:
-        writer = target
-    else:
-        writer = copy.deepcopy(target).to(device=dev, dtype=gen_dtype)
+    writer = None  # the target at --gen-dtype; copied only when it writes something
+    if args.generator == "target" or args.self_prompts:
+        if gen_dtype == torch.float32 and dev == target.device:
+            writer = target
+        else:
+            writer = copy.deepcopy(target).to(device=dev, dtype=gen_dtype)
     own: list[str] = []
     if args.self_prompts:
         sp_path = work / "self_prompts.json"
@@ -847,19 +849,8 @@ def export_checkpoint(args, target=None):
 
 @torch.no_grad()
 def _greedy_continue(model, ids: list[int], n: int, eos: set[int]) -> list[int]:
-    from transformers import DynamicCache
-
-    cache = DynamicCache(config=model.config)
-    x = torch.tensor([ids])
-    out = []
-    logits = model(input_ids=x, cache=cache, use_cache=True).logits[:, -1]
-    for _ in range(n):
-        t = int(logits.argmax(-1))
-        out.append(t)
-        if t in eos:
-            break
-        logits = model(input_ids=torch.tensor([[t]]), cache=cache, use_cache=True).logits[:, -1]
-    return out
+    g = _decode_equal_length(model, [ids], n, eos, False, 1.0, 1.0)[0]
+    return g[:_first_eos_cut(g, eos)]
 
 
 @torch.no_grad()
@@ -990,7 +981,7 @@ def _add_args(p: argparse.ArgumentParser) -> None:
                    help="who writes the continuations: the target, or the --init-from draft (on-policy data; "
                         "labels always come from the target)")
     p.add_argument("--gen-dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16",
-                   help="dtype of the target while it writes continuations (labels are always computed in fp32)")
+                   help="dtype of the target while it writes continuations (labels: --teacher-dtype)")
     p.add_argument("--bundled-prompts", action=argparse.BooleanOptionalAction, default=True,
                    help="continue the bundled prompts of data/distill_prompts.txt")
     p.add_argument("--self-prompts", type=int, default=0,

@@ -238,7 +238,8 @@ def test_distill_rejects_bad_arguments(tmp_path):
 
     for extra, word in ((["--alpha", "1.5"], "--alpha"), (["--passage-min", "20"], "--passage-min"),
                         (["--steps", "0"], "--steps"), (["--data-share", "1"], "--data-share"),
-                        (["--device", "banana"], "--device")):
+                        (["--device", "banana"], "--device"), (["--self-prompts", "-1"], "--self-prompts"),
+                        (["--micro-tokens", "-1"], "--micro-tokens")):
         with pytest.raises(ValueError, match=word):
             distill.run_distill(_distill_args(tmp_path, *extra))
 
@@ -415,3 +416,16 @@ def test_micro_batches_bound_padding_and_keep_the_gradient(pair):
     (l1, g1), (l0, g0) = grads(48), grads(0)
     assert l1 == pytest.approx(l0, rel=1e-5)
     torch.testing.assert_close(g1, g0, rtol=1e-4, atol=1e-6)
+
+
+def test_eval_greedy_continuation_is_the_targets_and_ends_at_eos(pair):
+    from dynatree_core import distill
+
+    target, _, tok = pair
+    ids = distill.chat_ids(tok, "Say hi.")
+    with torch.no_grad():
+        ref = target.generate(input_ids=torch.tensor([ids]), max_new_tokens=12, do_sample=False)[0, len(ids):]
+    assert distill._greedy_continue(target, ids, 12, set()) == ref.tolist()
+    stop = {ref.tolist()[3]}
+    got = distill._greedy_continue(target, ids, 12, stop)
+    assert got[-1] in stop and len(got) <= 4
