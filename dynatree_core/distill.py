@@ -26,9 +26,12 @@ Pipeline (``dynatree distill`` / ``python -m dynatree_core.distill``):
    ``alpha * CE(teacher head distribution) + (1-alpha) * CE(greedy token)`` with AdamW and a
    cosine schedule; seeded; checkpoints under ``<work-dir>/ckpt`` (resumable).  With
    ``--time-limit`` the schedule is compressed to fit (the export records the steps done).
+   ``--init-from DIR`` fine-tunes an exported draft instead; a ``--head-size`` above its head's
+   grows the head by the ids the training data uses most that it lacks.
 3. **export** - fp16 weights to ``dynatree_core/assets/smollm2-135m-draft/``.
 4. **evaluate** (``--evaluate``) - on CPU in fp32: agreement with the target's greedy tokens
-   on held-out prompts and on continuations of ``wiki.test.raw`` / ``pg19`` passages,
+   on 48 held-out prompts (one topic each, never in any training prompt; a bootstrap interval
+   over prompts) and on continuations of ``wiki.test.raw`` / ``pg19`` passages,
    decode-step cost ratio, shipped size and pair load time.
 
 The base phases of the shipped draft were made on one GPU (``--device cuda``); on CPU the same
@@ -86,13 +89,45 @@ EVAL_PROMPTS = [
     "How do tornadoes form?",
     "How do vaccines train the immune system?",
     "Chapter 1. The bonsai gardener",
+    # a second set of 24 topics (added when 24 prompts gave a +-2-point interval: too coarse to rank drafts)
+    "Write a short paragraph about hedgehogs.",
+    "Explain how a trampoline works.",
+    "What are three interesting facts about the saxophone?",
+    "Describe how to build an igloo.",
+    "Give a brief history of parachutes.",
+    "Why do kangaroos hop instead of walking?",
+    "How do cacti survive in the desert?",
+    "Explain the rules of volleyball to a beginner.",
+    "Tell me a short story about a young girl learning falconry.",
+    "Describe the history of stained glass windows.",
+    "Why do fireflies glow?",
+    "What should a beginner know about paddling a kayak?",
+    "How did medieval armies use the catapult?",
+    "Explain how a geyser erupts to a ten-year-old.",
+    "How do you make a patchwork quilt at home?",
+    "What makes a good crossword puzzle?",
+    "The history of the accordion",
+    "Many people are surprised to learn that flamingos",
+    "An introduction to the gondolas of Venice:",
+    "Chapter 1. The tattoo artist",
+    "Before clocks were common, the sundial",
+    "Jellyfish are",
+    "In the spring, the tulip fields of",
+    "Every snowflake",
 ]
+# The first 24 entries: the set every draft before 2026-11-26 10:00 UTC was measured on.
+N_EVAL_PROMPTS_V1 = 24
+# eval.json layout; 2 added the 48-prompt set, its bootstrap interval and the first-24 number
+EVAL_SCHEMA_VERSION = 2
 # One word (stem) per held-out topic: every EVAL_PROMPTS entry mentions one (a test checks it).
 # No training prompt may contain any of them - bundled, template x topic, or self-written ones.
 HELD_OUT_TOPIC_WORDS = (
     "volcano", "chess", "beekeep", "origami", "submarine", "jazz", "glacier", "cryptograph", "lighthouse",
     "tea ceremony", "silk road", "coral", "marathon", "printing press", "black hole", "sourdough", "windmill",
     "penguin", "aqueduct", "video game", "violin", "tornado", "vaccin", "bonsai",
+    "hedgehog", "trampoline", "saxophone", "igloo", "parachute", "kangaroo", "cact", "volleyball", "falconry",
+    "stained glass", "firefl", "kayak", "catapult", "geyser", "quilt", "crossword", "accordion", "flamingo",
+    "gondola", "tattoo", "sundial", "jellyfish", "tulip", "snowflake",
 )
 
 
@@ -679,7 +714,18 @@ def train(args, target=None):
         from .draft_model import load_draft
 
         init = load_draft(args.init_from, target, device=dev, dtype=torch.float32, attn_implementation="sdpa")
-        head_ids = init.lm_head.vocab_ids.cpu()  # fine-tuning keeps the head of the draft it starts from
+        n_init = init.lm_head.num_head_ids
+        if args.head_size > n_init:
+            # grow the head by the ids the training data uses most that it lacks (ties: lower id, i.e.
+            # earlier BPE merge); a smaller --head-size keeps the draft's own head
+            from .draft_model import extend_head
+
+            have = init.lm_head.vocab_ids.cpu()
+            c = counts.double().clone()
+            c[have] = -1.0
+            order = torch.argsort(-c, stable=True)  # stable: ties keep id order
+            extend_head(init, order[: args.head_size - n_init].tolist(), target)
+        head_ids = init.lm_head.vocab_ids.cpu()  # fine-tuning keeps (or grows) the head it starts from
     elif head_path.exists():
         head_ids = torch.load(head_path, weights_only=True)
     else:
@@ -872,6 +918,23 @@ def _passages(tok, path: Path, n: int, plen: int, rng: random.Random) -> list[li
     return out
 
 
+def pooled_rate(units: list[tuple[int, int]]) -> float:
+    """Hits over tokens, pooled across ``(hits, tokens)`` units."""
+    return sum(h for h, _ in units) / max(1, sum(n for _, n in units))
+
+
+def bootstrap_ci(units: list[tuple[int, int]], n_boot: int = 2000, level: float = 0.95,
+                 seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of :func:`pooled_rate`, resampling whole units (prompts):
+    tokens of one answer are correlated, so a per-token interval would be too narrow."""
+    if not units:
+        raise ValueError("bootstrap_ci needs at least one unit")
+    rng = random.Random(seed)
+    stats = sorted(pooled_rate([units[rng.randrange(len(units))] for _ in units]) for _ in range(n_boot))
+    a = (1 - level) / 2
+    return stats[int(a * (n_boot - 1))], stats[int(round((1 - a) * (n_boot - 1)))]
+
+
 @torch.no_grad()
 def _step_cost(model, ctx: list[int], steps: int) -> float:
     from transformers import DynamicCache
@@ -910,21 +973,32 @@ def evaluate_draft(draft_dir=None, data_dir=None, n_passages: int = 10, passage_
     _set_threads(threads_gen)
     log = (lambda *a: print(*a, flush=True)) if verbose else (lambda *a: None)
 
-    def run(items, n_new):
-        hit = tot = 0
+    def counts(items, n_new):
+        out = []  # (hits, tokens) per item
         for p in items:
-            cont = _greedy_continue(target, p, n_new, eos)
-            h, n = _agreement(draft, p, cont)
-            hit += h
-            tot += n
-        return hit / max(1, tot), tot
+            out.append(_agreement(draft, p, _greedy_continue(target, p, n_new, eos)))
+        return out
 
-    a_raw, n1 = run([tok(p, add_special_tokens=False)["input_ids"] for p in EVAL_PROMPTS], prompt_new_tokens)
-    a_chat, n2 = run([chat_ids(tok, p) for p in EVAL_PROMPTS], prompt_new_tokens)
+    def run(items, n_new):
+        c = counts(items, n_new)
+        return pooled_rate(c), sum(n for _, n in c)
+
+    raw = counts([tok(p, add_special_tokens=False)["input_ids"] for p in EVAL_PROMPTS], prompt_new_tokens)
+    chat = counts([chat_ids(tok, p) for p in EVAL_PROMPTS], prompt_new_tokens)
+    # one unit per prompt (raw + chat form): the bootstrap resamples topics, not correlated tokens
+    per_prompt = [(hr + hc, nr + nc) for (hr, nr), (hc, nc) in zip(raw, chat)]
+    n1, n2 = sum(n for _, n in raw), sum(n for _, n in chat)
+    a_raw, a_chat = pooled_rate(raw), pooled_rate(chat)
     res["agree_heldout_prompts_raw"] = round(a_raw, 4)
     res["agree_heldout_prompts_chat"] = round(a_chat, 4)
-    res["agree_heldout_prompts"] = round((a_raw * n1 + a_chat * n2) / (n1 + n2), 4)
-    log(f"[eval] held-out prompts: raw {a_raw:.3f} ({n1} tok), chat {a_chat:.3f} ({n2} tok)")
+    res["agree_heldout_prompts"] = round(pooled_rate(per_prompt), 4)
+    res["agree_heldout_prompts_ci95"] = [round(x, 4) for x in bootstrap_ci(per_prompt, seed=seed)]
+    res["agree_heldout_prompts_first24"] = round(pooled_rate(per_prompt[:N_EVAL_PROMPTS_V1]), 4)
+    res["heldout_prompts"] = len(EVAL_PROMPTS)
+    lo, hi = res["agree_heldout_prompts_ci95"]
+    log(f"[eval] held-out prompts ({len(EVAL_PROMPTS)}): {res['agree_heldout_prompts']:.3f} "
+        f"(95% CI {lo:.3f}-{hi:.3f}); raw {a_raw:.3f} ({n1} tok), chat {a_chat:.3f} ({n2} tok); "
+        f"first {N_EVAL_PROMPTS_V1} prompts {res['agree_heldout_prompts_first24']:.3f}")
     ddir = find_data_dir(data_dir)
     rng = random.Random(seed)
     per = {}
@@ -1010,7 +1084,8 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--init-from", default=None,
                    help="fine-tune an exported draft (its layers and head ids) instead of starting from the target")
     p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--head-size", type=int, default=8192)
+    p.add_argument("--head-size", type=int, default=8192,
+                   help="output-head ids; with --init-from, a size above the draft's grows its head")
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--batch-tokens", type=int, default=24576)
     p.add_argument("--micro-tokens", type=int, default=0,
@@ -1084,6 +1159,8 @@ def run_distill(args, target=None, tok=None) -> int:
     if args.evaluate or args.eval_only:
         res = evaluate_draft(args.out_dir, args.data_dir, n_passages=args.eval_passages, seed=args.seed)
         Path(args.work_dir).mkdir(parents=True, exist_ok=True)
+        res = {"schema_version": EVAL_SCHEMA_VERSION, "draft_dir": str(args.out_dir),
+               "config": {"eval_passages": args.eval_passages, "seed": args.seed}, **res}
         (Path(args.work_dir) / "eval.json").write_text(json.dumps(res, indent=2))
         print(json.dumps(res, indent=2))
     return 0

@@ -83,6 +83,32 @@ class SparseLMHead(nn.Module):
         return f"hidden_size={self.hidden_size}, head_ids={self.num_head_ids}, vocab_size={self.vocab_size}"
 
 
+def extend_head(model, extra_ids, target) -> int:
+    """Grow a draft's :class:`SparseLMHead` by ``extra_ids`` (ids already in the head are skipped).
+
+    New rows start from the target's output rows, rescaled to the mean norm of the draft's trained
+    rows: a trained head drifts away from the target's scale, and rows at the wrong scale would win
+    (or never win) the argmax before any training.  Returns the number of ids added."""
+    head = model.lm_head
+    have = set(head.vocab_ids.tolist())
+    new = [int(i) for i in extra_ids if int(i) not in have]
+    if len(set(new)) != len(new):
+        raise ValueError("extra_ids must be unique")
+    if not new:
+        return 0
+    dev, dt = head.weight.device, head.weight.dtype
+    out_w = target.get_output_embeddings().weight.detach()
+    new_t = torch.tensor(new, dtype=torch.long)
+    rows = out_w[new_t.to(out_w.device)].to(device=dev, dtype=torch.float32)
+    scale = head.weight.detach().float().norm(dim=-1).mean() / rows.norm(dim=-1).mean().clamp_min(1e-8)
+    ids = torch.cat([head.vocab_ids.cpu(), new_t])
+    weight = torch.cat([head.weight.detach().float(), rows * scale])
+    order = ids.argsort()  # keep vocab_ids sorted, like a head built from scratch
+    model.lm_head = SparseLMHead(head.hidden_size, ids[order], head.vocab_size,
+                                 weight=weight[order.to(dev)]).to(device=dev, dtype=dt)
+    return len(new)
+
+
 def draft_config_from_target(target_config: Any, num_layers: int = 2, attn_implementation: str | None = None):
     """A LlamaConfig for the draft: the target's config with fewer layers, untied, no GGUF quantization."""
     from transformers import LlamaConfig

@@ -219,6 +219,49 @@ def test_distill_tiny_end_to_end(pair, tmp_path):
     assert meta["steps_done"] == 4
 
 
+def test_extend_head_keeps_old_logits_and_adds_rows(pair):
+    import copy
+
+    from dynatree_core.draft_model import extend_head
+
+    target, draft, tok = pair
+    d = copy.deepcopy(draft)
+    old = d.lm_head.vocab_ids.clone()
+    missing = [i for i in range(target.config.vocab_size) if i not in set(old.tolist())][:50]
+    assert extend_head(d, [int(old[0])] + missing, target) == 50  # ids already there are skipped
+    assert d.lm_head.num_head_ids == len(old) + 50
+    assert torch.equal(d.lm_head.vocab_ids, d.lm_head.vocab_ids.sort().values)
+    ids = torch.tensor([tok("The history of the city", add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        a, b = draft(input_ids=ids).logits, d(input_ids=ids).logits
+    assert torch.allclose(a[..., old], b[..., old])  # the trained rows are untouched
+    assert torch.isfinite(b[..., missing]).all() and (a[..., missing] == torch.finfo(a.dtype).min).all()
+    # new rows come in at the trained rows' scale, not the target's
+    w = d.lm_head.weight.detach()
+    new_rows = torch.isin(d.lm_head.vocab_ids, torch.tensor(missing))
+    ratio = w[new_rows].norm(dim=-1).mean() / draft.lm_head.weight.detach().norm(dim=-1).mean()
+    assert abs(float(ratio) - 1) < 1e-4
+    assert extend_head(d, missing, target) == 0
+    have = set(d.lm_head.vocab_ids.tolist())
+    fresh = next(i for i in range(target.config.vocab_size) if i not in have)
+    with pytest.raises(ValueError, match="unique"):
+        extend_head(d, [fresh, fresh], target)
+
+
+def test_distill_fine_tune_grows_the_head(pair, tmp_path):
+    target, _, tok = pair
+    args = _distill_args(tmp_path / "a")
+    assert args.func(args, target=target, tok=tok) == 0
+    first = load_draft(tmp_path / "a" / "draft", target).lm_head.vocab_ids
+    args = _distill_args(tmp_path / "b", "--init-from", str(tmp_path / "a" / "draft"))
+    args.head_size = 300
+    assert args.func(args, target=target, tok=tok) == 0
+    grown = load_draft(tmp_path / "b" / "draft", target).lm_head.vocab_ids
+    assert len(grown) == 300 and set(first.tolist()) <= set(grown.tolist())
+    meta = json.loads((tmp_path / "b" / "draft" / "draft_config.json").read_text())["metadata"]
+    assert meta["head_size"] == 300
+
+
 def test_distill_teacher_targets_match_the_target(pair):
     from dynatree_core import distill
 
@@ -265,12 +308,51 @@ def test_training_text_excludes_eval_files(tmp_path):
     # held-out eval prompt topics are not in the training prompt set
     train_prompts = "\n".join(distill.read_prompts() + distill.read_topics()).lower()
     held_out = distill.HELD_OUT_TOPIC_WORDS
-    assert len(held_out) == 24
+    assert len(held_out) == len(distill.EVAL_PROMPTS) == 48
     for word in held_out:
         assert word not in train_prompts
     # every held-out eval prompt mentions one of these topics, so the list above covers them all
     for prompt in distill.EVAL_PROMPTS:
-        assert any(w in prompt.lower() for w in held_out), prompt
+        assert sum(w in prompt.lower() for w in held_out) == 1, prompt
+    # one prompt per topic: no topic counts twice in the bootstrap over prompts
+    assert len({next(w for w in held_out if w in p.lower()) for p in distill.EVAL_PROMPTS}) == 48
+
+
+def test_bootstrap_interval_resamples_prompts():
+    from dynatree_core.distill import bootstrap_ci, pooled_rate
+
+    # pooled, not a mean of per-prompt rates: a 1-token prompt weighs 1 token
+    assert pooled_rate([(9, 10), (0, 1)]) == 9 / 11
+    same = [(5, 10)] * 8
+    assert bootstrap_ci(same) == (0.5, 0.5)
+    mixed = [(10, 10), (0, 10)] * 4
+    lo, hi = bootstrap_ci(mixed, seed=1)
+    assert lo < pooled_rate(mixed) == 0.5 < hi
+    assert bootstrap_ci(mixed, seed=1) == (lo, hi)  # seeded
+    lo2, hi2 = bootstrap_ci(mixed * 16, seed=1)
+    assert lo < lo2 and hi2 < hi  # more prompts, narrower interval
+    with pytest.raises(ValueError, match="at least one"):
+        bootstrap_ci([])
+
+
+def test_evaluate_draft_reports_an_interval_over_prompts(tmp_path, monkeypatch):
+    from dynatree_core import distill
+
+    (tmp_path / "wikitext-2-raw").mkdir()
+    (tmp_path / "wikitext-2-raw" / "wiki.test.raw").write_text(" = Rivers = \n A river flows to the sea . " * 40)
+    (tmp_path / "pg19").mkdir()
+    (tmp_path / "pg19" / "book.txt").write_text("It was a dark and stormy night ; the rain fell . " * 40)
+    monkeypatch.setattr(distill, "EVAL_PROMPTS", ["Describe a river.", "Jellyfish are", "Why is the sky blue?"])
+    monkeypatch.setattr(distill, "N_EVAL_PROMPTS_V1", 1)
+    monkeypatch.setattr(distill, "_step_cost", lambda model, ctx, steps: 1.0)  # timing is not under test
+    r = distill.evaluate_draft(data_dir=tmp_path, n_passages=2, passage_len=24, new_tokens=4,
+                               prompt_new_tokens=6, verbose=False)
+    assert r["heldout_prompts"] == 3
+    lo, hi = r["agree_heldout_prompts_ci95"]
+    assert 0.0 <= lo <= r["agree_heldout_prompts"] <= hi <= 1.0
+    assert 0.0 <= r["agree_heldout_prompts_first24"] <= 1.0
+    assert set(r["agree_passages_by_file"]) == {"wiki.test.raw", "book.txt"}
+    assert r["cost_ratio"] == 1.0 and r["draft_size_mb"] > 1
 
 
 def test_prompt_bank_is_deterministic_and_mixes_chat_and_raw_prompts(pair):
