@@ -225,6 +225,11 @@ def prompt_bank(n_topic: int, n_text: int, tok, streams: list[list[int]], seed: 
     return out
 
 
+def raw_ids(tok, text: str) -> list[int]:
+    """``text`` as plain token ids (no BOS/special tokens): the raw-text form of a prompt."""
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
 def chat_ids(tok, prompt: str) -> list[int]:
     out = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
                                   tokenize=True)
@@ -337,7 +342,7 @@ def user_turn_prefix(tok) -> list[int]:
     marker = "<<DYNATREE-USER-MESSAGE>>"
     text = tok.apply_chat_template([{"role": "user", "content": marker}], add_generation_prompt=False,
                                    tokenize=False)
-    return tok(text.split(marker)[0], add_special_tokens=False)["input_ids"]
+    return raw_ids(tok, text.split(marker)[0])
 
 
 def self_prompts(model, tok, n: int, seed: int, batch: int = 256, max_len: int = 80,
@@ -381,8 +386,7 @@ def _save_seqs(path: Path, rows: list[tuple[list[int], int]], kind: str) -> int:
 
 
 def _token_streams(tok, files: list[Path]) -> list[list[int]]:
-    return [tok(f.read_text(encoding="utf-8", errors="replace"), add_special_tokens=False)["input_ids"]
-            for f in files]
+    return [raw_ids(tok, f.read_text(encoding="utf-8", errors="replace")) for f in files]
 
 
 def _prompt_jobs(prefix: str, items: list[list[int]], bs: int, max_new: int, samples: int) -> list[tuple]:
@@ -403,18 +407,17 @@ def _data_jobs(args, tok, streams: list[list[int]], own_prompts: list[str] = ())
         prompts = prompts[: args.max_prompts]
     pitems = []
     for p in prompts:
-        pitems.append(tok(p, add_special_tokens=False)["input_ids"])
+        pitems.append(raw_ids(tok, p))
         pitems.append(chat_ids(tok, p))
     pitems.sort(key=len)  # similar lengths per batch: little left padding
     bs = args.gen_batch
     jobs += _prompt_jobs("p", pitems, bs, args.gen_new_tokens, args.samples_per_prompt)
     bank = prompt_bank(args.prompt_bank, args.text_prompts, tok, streams, args.seed)
-    bitems = [chat_ids(tok, p) if chat else tok(p, add_special_tokens=False)["input_ids"] for p, chat in bank]
+    bitems = [chat_ids(tok, p) if chat else raw_ids(tok, p) for p, chat in bank]
     bitems.sort(key=len)
     jobs += _prompt_jobs("b", bitems, bs, args.bank_new_tokens, args.bank_samples)
     # self-written requests: equal-length batches, so the fast padding-free decode loop runs
-    sitems = [chat_ids(tok, p) for p in own_prompts] + [tok(p, add_special_tokens=False)["input_ids"]
-                                                          for p in own_prompts]
+    sitems = [chat_ids(tok, p) for p in own_prompts] + [raw_ids(tok, p) for p in own_prompts]
     for rep in range(1 + args.bank_samples if sitems else 0):
         for k, b in enumerate(_length_batches(sitems, bs)):
             jobs.append((f"s{rep:02d}_{k:05d}", "prompt", b, args.bank_new_tokens, rep > 0))
@@ -910,7 +913,7 @@ def _agreement(draft, prompt: list[int], cont: list[int]) -> tuple[int, int]:
 
 def _passages(tok, path: Path, n: int, plen: int, rng: random.Random) -> list[list[int]]:
     text = path.read_text(encoding="utf-8", errors="replace")
-    ids = tok(text, add_special_tokens=False)["input_ids"]
+    ids = raw_ids(tok, text)
     out = []
     for _ in range(n):
         st = rng.randrange(0, len(ids) - plen - 1)
@@ -983,7 +986,7 @@ def evaluate_draft(draft_dir=None, data_dir=None, n_passages: int = 10, passage_
         c = counts(items, n_new)
         return pooled_rate(c), sum(n for _, n in c)
 
-    raw = counts([tok(p, add_special_tokens=False)["input_ids"] for p in EVAL_PROMPTS], prompt_new_tokens)
+    raw = counts([raw_ids(tok, p) for p in EVAL_PROMPTS], prompt_new_tokens)
     chat = counts([chat_ids(tok, p) for p in EVAL_PROMPTS], prompt_new_tokens)
     # one unit per prompt (raw + chat form): the bootstrap resamples topics, not correlated tokens
     per_prompt = [(hr + hc, nr + nc) for (hr, nr), (hc, nc) in zip(raw, chat)]
