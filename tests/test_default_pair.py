@@ -227,7 +227,8 @@ def test_extend_head_keeps_old_logits_and_adds_rows(pair):
     target, draft, tok = pair
     d = copy.deepcopy(draft)
     old = d.lm_head.vocab_ids.clone()
-    missing = [i for i in range(target.config.vocab_size) if i not in set(old.tolist())][:50]
+    in_head = set(old.tolist())
+    missing = [i for i in range(target.config.vocab_size) if i not in in_head][:50]
     assert extend_head(d, [int(old[0])] + missing, target) == 50  # ids already there are skipped
     assert d.lm_head.num_head_ids == len(old) + 50
     assert torch.equal(d.lm_head.vocab_ids, d.lm_head.vocab_ids.sort().values)
