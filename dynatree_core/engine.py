@@ -31,6 +31,7 @@ from . import plumbing as pl
 from .config import DecoderConfig, DynaTreeConfig, GrowthRule, resolve_config
 from .history import HistoryAdapter, HistoryState
 from .metrics import Metrics, summarize
+from .drafters import make_drafter
 from .models import ModelPair, context_window
 from .trace import IterationRecord, Trace
 from .tree import DraftTree, TopK, grow_tree
@@ -90,60 +91,6 @@ def _peak_memory(device: torch.device) -> tuple[int | None, str]:
         return int(torch.cuda.max_memory_allocated(device)), "cuda_max_allocated"
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024), "process_max_rss"
-
-
-class _TreeDrafter:
-    """Runs the draft model for :func:`grow_tree` and keeps its KV cache across iterations."""
-
-    def __init__(self, model: torch.nn.Module, pending: list[int], top_k: int,
-                 cache: DynamicCache | None = None):
-        self.model = model
-        self.device = pl.model_device(model)
-        self.top_k = top_k
-        self.cache = cache if cache is not None else DynamicCache()
-        self.pending: list[int] = list(pending)  # committed tokens the draft has not consumed
-        self.slot: dict[int, int] = {}  # node id -> cache index, for nodes fed this iteration
-        self.base = 0  # cache length once the root is fed (root at base - 1)
-        self.forwards = 0
-
-    def propose(self, tree: DraftTree, ids: list[int]) -> list[TopK]:
-        if ids == [0]:
-            # Level 0: feed the pending committed tokens, the root last, as a causal chain.
-            assert self.pending and self.pending[-1] == tree.tokens[0]
-            inp = torch.tensor([self.pending], device=self.device)
-            logits = pl.forward(self.model, inp, self.cache)[-1:]
-            self.base = pl.cache_length(self.cache)
-            self.slot = {0: self.base - 1}
-            self.pending = []
-        else:
-            past = pl.cache_length(self.cache)
-            q = len(ids)
-            allowed = np.zeros((q, past + q), dtype=bool)
-            allowed[:, : self.base] = True  # committed prefix, root included
-            for r, i in enumerate(ids):
-                for a in tree.path_to(i)[:-1]:
-                    allowed[r, self.slot[a]] = True
-                allowed[r, past + r] = True
-            pos = np.array([self.base - 1 + tree.depths[i] for i in ids])
-            inp = torch.tensor([[tree.tokens[i] for i in ids]], device=self.device)
-            logits = pl.forward(self.model, inp, self.cache, allowed, pos)
-            for r, i in enumerate(ids):
-                self.slot[i] = past + r
-        self.forwards += 1
-        k = min(self.top_k, logits.shape[-1])
-        top = torch.log_softmax(logits.float(), dim=-1).topk(k, dim=-1)
-        toks, lps = top.indices.tolist(), top.values.tolist()
-        return list(zip(toks, lps))
-
-    def commit(self, path: list[int], committed: list[int]) -> None:
-        """Keep the accepted nodes the draft consumed; queue the rest of ``committed``."""
-        if 0 not in self.slot:  # the root was never fed (nothing drafted this iteration)
-            self.pending.extend(committed)
-            return
-        fed = [i for i in path if i in self.slot]  # a prefix of the path: parents feed first
-        pl.keep_selected(self.cache, self.base, [self.slot[i] - self.base for i in fed])
-        self.pending = list(committed[len(fed):])
-        self.slot = {}
 
 
 class DecodingRun:
@@ -215,6 +162,10 @@ class DecodingRun:
     def _run(self) -> Iterator[IterationRecord]:
         pair, cfg = self.pair, self.config
         target, device = pair.target, pair.device
+        top_k = max(cfg.trace_top_k if self.tracing else 0, cfg.growth_rule().max_breadth)
+        drafter = make_drafter(pair.draft, top_k) if pair.draft is not None and self.method != "ar" else None
+        # a feature drafter reads the target's hidden states: take them from the forwards that run anyway
+        need_hidden = drafter is not None and drafter.needs_target_hidden
         trace = None
         if self.tracing:
             trace = Trace(method=self.method, config=cfg.to_dict(), target_name=pair.target_name,
@@ -223,11 +174,10 @@ class DecodingRun:
                           prompt_text=pair.tokenizer.decode(self.prompt) if pair.tokenizer else None,
                           eos_token_id=min(self.eos) if self.eos else None,
                           max_new_tokens=self.max_new_tokens, device=str(device),
-                          dtype=str(pair.dtype).replace("torch.", ""), versions=_versions())
+                          dtype=str(pair.dtype).replace("torch.", ""), versions=_versions(),
+                          drafter=drafter.settings() if drafter is not None else None)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        top_k = max(cfg.trace_top_k if self.tracing else 0, cfg.growth_rule().max_breadth)
-        drafter = _TreeDrafter(pair.draft, self.prompt, top_k) if pair.draft is not None and self.method != "ar" else None
 
         out: list[int] = []
         accepted, committed_counts, depths, sizes = [], [], [], []
@@ -238,9 +188,16 @@ class DecodingRun:
         t_start = time.perf_counter()
         ttft = None
         cache = DynamicCache()
+        prompt_hidden = None
         if len(self.prompt) > 1 and self.max_new_tokens > 0:
-            pl.forward(target, torch.tensor([self.prompt[:-1]], device=device), cache)
+            ctx = torch.tensor([self.prompt[:-1]], device=device)
+            if need_hidden:
+                prompt_hidden = pl.hidden_states(target, ctx, cache)
+            else:
+                pl.forward(target, ctx, cache)
             target_forwards += 1
+        if drafter is not None and self.max_new_tokens > 0:
+            drafter.start(self.prompt, prompt_hidden)
         pl.synchronize(device)
         t_prefill = time.perf_counter() - t_start
         root = self.prompt[-1]
@@ -264,7 +221,11 @@ class DecodingRun:
             prefix_len = pl.cache_length(cache)
             allowed = pl.with_prefix(tree.ancestor_mask(), prefix_len)
             pos = prefix_len + tree.position_offsets()
-            logits = pl.forward(target, torch.tensor([tree.tokens], device=device), cache, allowed, pos)
+            inp = torch.tensor([tree.tokens], device=device)
+            if need_hidden:
+                logits, hidden = pl.forward_with_hidden(target, inp, cache, allowed, pos)
+            else:
+                logits = pl.forward(target, inp, cache, allowed, pos)
             target_forwards += 1
             argmax = logits.argmax(dim=-1).tolist()
             pl.synchronize(device)
@@ -291,7 +252,7 @@ class DecodingRun:
                     pl.forward(target, torch.tensor([[root] + new[:-1]], device=device), cache)
                     target_forwards += 1
                 if drafter is not None:
-                    drafter.commit(path, new)
+                    drafter.commit(path, new, hidden[[0] + path] if need_hidden else None)
                 root = new[-1]
             acc = len(path) / tree.depth if tree.depth > 0 else None
             hist_after = self.adapter.update(acc).to_dict() if self.adapter is not None else None

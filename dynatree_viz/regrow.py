@@ -105,8 +105,10 @@ class ReplayBackend:
 
     mode = "replay"
 
-    def __init__(self, rec: IterationRecord, namer: TokenNamer | None = None):
+    def __init__(self, rec: IterationRecord, namer: TokenNamer | None = None, drafter_kind: str | None = None):
         self.rec = rec
+        #: who drafted the recorded tree (``Trace.drafter_kind``), shown by the explorer
+        self.drafter_kind = drafter_kind
         self.namer = namer or TokenNamer.from_trace(rec)
         texts = node_texts(rec, self.namer)
         self._by_path = {token_path(rec.tree, i): i for i in range(len(rec.tree))}
@@ -148,6 +150,8 @@ class LiveBackend:
             raise TypeError(f"live mode needs a callable regrow(rule) or an object with .regrow, "
                             f"got {type(regrow).__name__}")
         self.regrow = fn
+        #: ``"model"`` / ``"feature"`` when the source says (a TreeSession does)
+        self.drafter_kind = getattr(regrow, "drafter_kind", None)
         decode = (getattr(regrow, "decode", None) or getattr(fn, "decode", None)
                   or getattr(regrow, "token_text", None))
         self.namer = namer or TokenNamer(decode=decode)

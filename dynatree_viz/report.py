@@ -71,7 +71,8 @@ def report_html(trace: Trace, *, title: str | None = None,
 
     m = trace.metrics or {}
     summary = [("method", trace.method), ("target", trace.target_name),
-               ("draft", trace.draft_name), ("device / dtype", f"{trace.device} / {trace.dtype}"),
+               ("draft", trace.draft_name), ("drafter", _drafter_text(trace)),
+               ("device / dtype", f"{trace.device} / {trace.dtype}"),
                ("prompt tokens", len(trace.prompt_tokens)),
                ("max_new_tokens", trace.max_new_tokens)]
     summary += [(k, m[k]) for k in _METRIC_KEYS if m.get(k) is not None]
@@ -103,7 +104,8 @@ def report_html(trace: Trace, *, title: str | None = None,
         parts.append(f"<h3 id='iteration-{rec.index}'>iteration {rec.index}</h3>"
                      "<div class='dt-row'>")
         parts.append("<div class='dt-scroll'>" + fig(
-            tree_figure(rec, namer=namer, show_pruned=show_pruned), f"dt-tree-{rec.index}") +
+            tree_figure(rec, namer=namer, show_pruned=show_pruned, drafter=trace.drafter_kind),
+            f"dt-tree-{rec.index}") +
             "</div>")
         if masks:
             parts.append("<div class='dt-scroll'>" + fig(
@@ -127,3 +129,13 @@ def report(trace: Trace | str, path: str | os.PathLike | None = None, **kwargs: 
     if path is not None:
         Path(path).write_text(text, encoding="utf-8")
     return text
+
+
+def _drafter_text(trace: Trace) -> str | None:
+    """``feature (hidden_size 576, head_ids 8192, ...)``: the drafter kind and its main settings."""
+    d = trace.drafter
+    if not d:
+        return None
+    keys = [k for k in ("layers", "head_ids", "hidden_size", "model_type") if d.get(k) is not None]
+    extra = ", ".join(f"{k} {d[k]}" for k in keys)
+    return f"{d.get('kind')}" + (f" ({extra})" if extra else "")

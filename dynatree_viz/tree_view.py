@@ -89,7 +89,7 @@ def tree_figure(source: IterationRecord | TreeScene, *, color_by: str = "confide
                 show_pruned: bool = False, namer: TokenNamer | None = None,
                 max_label_chars: int | None = None, title: str | None = None,
                 highlight: int | None = None, width: int | None = None,
-                height: int | None = None) -> go.Figure:
+                height: int | None = None, drafter: str | None = None) -> go.Figure:
     """The draft tree of one iteration.
 
     ``color_by``: ``"confidence"`` (c(u)) or ``"cum_prob"`` (p(u)); ``show_pruned`` adds the
@@ -205,7 +205,7 @@ def tree_figure(source: IterationRecord | TreeScene, *, color_by: str = "confide
 
     depth = max(pos[i][1] for i in pos)
     fig.update_layout(
-        title=dict(text=title if title is not None else default_title(scene), x=0.01,
+        title=dict(text=title if title is not None else default_title(scene, drafter), x=0.01,
                    font=dict(size=14)),
         template="plotly_white",
         width=width if width is not None else int(min(max(220 + 26 * n_leaves, 700), 7000)),
@@ -226,13 +226,15 @@ def tree_figure(source: IterationRecord | TreeScene, *, color_by: str = "confide
     return fig
 
 
-def default_title(scene: TreeScene) -> str:
+def default_title(scene: TreeScene, drafter: str | None = None) -> str:
+    """The tree's summary line; ``drafter`` (e.g. ``trace.drafter_kind``) names who drafted it."""
     t = scene.tree
     it = f"Iteration {scene.index}: " if scene.index is not None else ""
     bonus = (f" + bonus '{style.hover_escape(scene.namer(scene.bonus))}'"
              if scene.bonus is not None else "")
     bound = "≥ " if not scene.complete else ""
-    return (f"{it}{t.num_drafted} drafted nodes, depth {t.depth}, "
+    by = f" ({drafter} drafter)" if drafter else ""
+    return (f"{it}{t.num_drafted} drafted nodes{by}, depth {t.depth}, "
             f"accepted ℓ = {bound}{len(scene.accepted)}{bonus}")
 
 

@@ -144,7 +144,7 @@ class Stepper(widgets.VBox):
             return
         fig = tree_figure(rec, color_by=self.color_toggle.value,
                           show_pruned=self.pruned_checkbox.value, namer=self.namer,
-                          highlight=self.selected)
+                          highlight=self.selected, drafter=self.trace.drafter_kind)
         replace_figure(self.tree_fig, fig)
         nodes = self.tree_fig.data[trace_index(self.tree_fig, NODES)]
         nodes.on_click(self._on_node_click)
@@ -161,7 +161,8 @@ class Stepper(widgets.VBox):
         return (f"<b>iteration {rec.index}</b> · prefix {rec.prefix_len} tokens · "
                 f"{rec.num_nodes} drafted nodes · depth {rec.tree.depth} · accepted ℓ = "
                 f"{rec.accepted_length}{'' if acc is None else f' (a = {acc:.2f})'} · committed "
-                f"{len(rec.committed)}{hist}")
+                f"{len(rec.committed)}{hist}"
+                + (f" · drafter: {html.escape(self.trace.drafter_kind)}" if self.trace.drafter_kind else ""))
 
 
 #: explorer slider specs: name -> (kind, min, max, step, paper symbol)
@@ -258,7 +259,9 @@ class ParameterExplorer(widgets.VBox):
             [self.sliders[k] for k in names],
             layout=widgets.Layout(grid_template_columns="repeat(3, 330px)"))
         mode = getattr(backend, "mode", "live")
-        header = widgets.HTML(f"<b>parameter explorer</b> ({mode} mode)")
+        drafter = getattr(backend, "drafter_kind", None)
+        header = widgets.HTML(f"<b>parameter explorer</b> ({mode} mode"
+                              + (f", {html.escape(drafter)} drafter" if drafter else "") + ")")
         super().__init__([header, grid, widgets.HBox([self.dynamic_breadth, self.dynamic_depth,
                                                       self.color_toggle, self.reset_button]),
                           self.status, self.tree_fig])
@@ -380,7 +383,8 @@ def explore(source: Any, prompt: Any = None, *, iteration: int = 0,
             raise ValueError("the trace has no iterations to explore")
         rec = source.iterations[iteration]
         namer = namer or TokenNamer.from_trace(source)
-        return ParameterExplorer(ReplayBackend(rec, namer), config or config_for_record(source, rec),
+        return ParameterExplorer(ReplayBackend(rec, namer, drafter_kind=source.drafter_kind),
+                                 config or config_for_record(source, rec),
                                  cost_model=cost_model or CostModel.fit(source), recorded=rec)
     if isinstance(source, IterationRecord):
         return ParameterExplorer(ReplayBackend(source, namer), config or config_for_record(None, source),

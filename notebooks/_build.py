@@ -24,8 +24,9 @@ PAIRS = {
     # The shipped notebooks: the embedded offline pair, on the GPU when there is one.
     "default": '''\
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        pair = ModelPair.default(device=device)
-        print(f"target: {pair.target_name}\\ndraft:  {pair.draft_name}\\ndevice: {pair.device}")''',
+        pair = ModelPair.default(device=device)   # or draft="model" / draft="feature"
+        print(f"target: {pair.target_name}\\ndraft:  {pair.draft_name} ({pair.drafter_kind} drafter)\\n"
+              f"device: {pair.device}")''',
     # Development only: the real target with its first 4 layers as a stand-in draft (no distilled weights needed).
     "proxy": '''\
         import copy
@@ -79,8 +80,11 @@ def pair_cells(pair: str) -> list:
     return [code(SETUP),
             md("""\
             Load the model pair. `ModelPair.default()` is the embedded offline pair: SmolLM2-135M-Instruct
-            as the **target** (the model whose output we want) and a small distilled **draft** model that
-            shares its vocabulary. Nothing is downloaded.
+            as the **target** (the model whose output we want) and a small **draft** distilled for it that
+            shares its vocabulary. Two drafts ship, and every method runs with either: `draft="model"` (an
+            independent 2-layer model, the paper's setting) and `draft="feature"` (a small head that also reads
+            the target's own hidden states, the EAGLE idea); `ModelPair.default()` takes the one that was faster in
+            this project's CPU benchmark (the README gives the numbers). Nothing is downloaded.
             """),
             code(PAIRS[pair], ignore=True)]
 
@@ -212,6 +216,8 @@ def nb01(pair: str) -> list:
         ## What to try next
 
         * Change `prompt` and `N`, or try `DynaTreeConfig.paper()` (bigger trees) on a GPU.
+        * Compare the drafters: `ModelPair.default(draft="model")` and `ModelPair.default(draft="feature")`;
+          the tokens stay the same, L̄ and the speed change (`dt.trace.drafter` records which one ran).
         * `dv.report(trace, "report.html")` writes a self-contained HTML report of the run.
         * Iterate instead of generating: `for rec in iterate(pair, prompt, "dynatree", config, trace=True): ...`
           yields one `IterationRecord` per round.

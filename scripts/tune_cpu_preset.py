@@ -2,7 +2,7 @@
 
 Runs AR, linear (several K), fixed trees and DynaTree variants on a few validation passages with
 the default pair and prints throughput ratios against AR measured in the same run, L-bar and
-forward counts. Usage: python scripts/tune_cpu_preset.py [--prompts 2] [--tokens 96]
+forward counts. Usage: python scripts/tune_cpu_preset.py [--prompts 2] [--tokens 96] [--drafter feature|model]
 """
 
 from __future__ import annotations
@@ -30,16 +30,20 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--prompt-len", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--drafter", choices=("auto", "feature", "model"), default="auto")
+    ap.add_argument("--n-max", default="8,12,16,24,32,48", help="DynaTree N_max values to try")
+    ap.add_argument("--b-max", default="2,3", help="DynaTree B_max values to try")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    pair = ModelPair.default()
+    pair = ModelPair.default(draft=args.drafter)
+    print(f"drafter: {pair.drafter_kind}", flush=True)
     prompts = passages(pair.tokenizer, args.prompts, args.prompt_len)
     cells = [("ar", ARConfig())]
     cells += [("linear", LinearConfig(k=k)) for k in (2, 3, 4, 5, 6)]
     cells += [("fixed_tree", FixedTreeConfig(d=d, b=b, n_max=n)) for d, b, n in ((3, 2, 256), (4, 2, 256), (5, 2, 256))]
     cells += [("dynatree", DynaTreeConfig.paper())]
-    for n_max in (8, 12, 16, 24, 32, 48):
-        for b_max in (2, 3):
+    for n_max in (int(x) for x in args.n_max.split(",")):
+        for b_max in (int(x) for x in args.b_max.split(",")):
             cells.append(("dynatree", DynaTreeConfig.cpu(n_max=n_max, b_max=b_max)))
     generate(pair, prompts[0], "ar", max_new_tokens=8, ignore_eos=True)  # warm up
     base = None

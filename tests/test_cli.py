@@ -139,3 +139,30 @@ def test_bad_k_list_names_the_flag(data_dir, tmp_path, capsys, k):
     except SystemExit as e:  # argparse rejects it while parsing
         rc = e.code
     assert rc == 2 and "--k takes integers >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("target, kind", [("tiny-llama", "model"), ("tiny-llama-feature", "feature")])
+def test_bench_json_records_the_drafter(data_dir, tmp_path, target, kind):
+    out = tmp_path / "run.json"
+    args = bench_args(data_dir, out)
+    args[args.index("tiny-llama")] = target
+    assert main(args) == 0
+    d = json.loads(out.read_text())
+    assert d["models"]["drafter"]["kind"] == kind
+    assert d["checks"]["outputs_identical_across_methods"]
+
+
+def test_drafter_flag_is_for_the_embedded_pair_only(data_dir, tmp_path, capsys):
+    assert main(bench_args(data_dir, tmp_path / "r.json", "--drafter", "feature")) == 2
+    assert "--drafter" in capsys.readouterr().err
+
+
+def test_generate_refuses_zero_new_tokens_before_loading_any_model(capsys, monkeypatch):
+    import dynatree_core.cli as cli
+
+    def boom(*a, **k):
+        raise AssertionError("the model pair must not be loaded for a bad --max-new-tokens")
+
+    monkeypatch.setattr(cli, "load_pair", boom)
+    assert main(["generate", "--prompt", "x", "--max-new-tokens", "0"]) == 2
+    assert "--max-new-tokens must be >= 1" in capsys.readouterr().err

@@ -25,7 +25,7 @@ HAS_ASSET = (default_pair.DRAFT_ASSET_DIR / "model.safetensors").is_file()
 def pair(monkeypatch_module):
     monkeypatch_module.setenv("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(1)
-    return default_pair.load_default_pair()
+    return default_pair.load_default_pair(draft="model")
 
 
 @pytest.fixture(scope="module")
@@ -336,7 +336,8 @@ def test_bootstrap_interval_resamples_prompts():
         bootstrap_ci([])
 
 
-def test_evaluate_draft_reports_an_interval_over_prompts(tmp_path, monkeypatch):
+def _small_eval(tmp_path, monkeypatch):
+    """A tiny evaluation set: three prompts, one wiki.test and one PG-19 file; timing stubbed."""
     from dynatree_core import distill
 
     (tmp_path / "wikitext-2-raw").mkdir()
@@ -346,6 +347,12 @@ def test_evaluate_draft_reports_an_interval_over_prompts(tmp_path, monkeypatch):
     monkeypatch.setattr(distill, "EVAL_PROMPTS", ["Describe a river.", "Jellyfish are", "Why is the sky blue?"])
     monkeypatch.setattr(distill, "N_EVAL_PROMPTS_V1", 1)
     monkeypatch.setattr(distill, "_step_cost", lambda model, ctx, steps: 1.0)  # timing is not under test
+
+
+def test_evaluate_draft_reports_an_interval_over_prompts(tmp_path, monkeypatch):
+    from dynatree_core import distill
+
+    _small_eval(tmp_path, monkeypatch)
     r = distill.evaluate_draft(data_dir=tmp_path, n_passages=2, passage_len=24, new_tokens=4,
                                prompt_new_tokens=6, verbose=False)
     assert r["heldout_prompts"] == 3
@@ -512,3 +519,80 @@ def test_eval_greedy_continuation_is_the_targets_and_ends_at_eos(pair):
     stop = {ref.tolist()[3]}
     got = distill._greedy_continue(target, ids, 12, stop)
     assert got[-1] in stop and len(got) <= 4
+
+
+# ----------------------------------------------------------------------------- the shipped feature draft
+
+HAS_FEATURE_ASSET = (default_pair.FEATURE_DRAFT_ASSET_DIR / "model.safetensors").is_file()
+
+
+@pytest.fixture(scope="module")
+def feature_draft(pair):
+    target, _, tok = pair
+    return default_pair.load_default_feature_draft(target, tokenizer=tok)
+
+
+def test_shipped_drafts_together_stay_within_60_mb():
+    assert HAS_FEATURE_ASSET, f"the shipped feature draft is missing from {default_pair.FEATURE_DRAFT_ASSET_DIR}"
+    size = sum(f.stat().st_size for d in (default_pair.DRAFT_ASSET_DIR, default_pair.FEATURE_DRAFT_ASSET_DIR)
+               for f in d.iterdir() if f.is_file())
+    assert size <= 60 * 1000 * 1000
+    keys = _safetensor_keys(default_pair.FEATURE_DRAFT_ASSET_DIR / "model.safetensors")
+    assert "head.vocab_ids" in keys and not any(k.startswith("embed") for k in keys)
+
+
+def test_default_draft_choice_names_the_drafter():
+    assert default_pair.resolve_draft_kind("auto") == default_pair.DEFAULT_DRAFT_KIND
+    assert default_pair.draft_name("feature") != default_pair.draft_name("model")
+    with pytest.raises(ValueError, match="draft must be one of"):
+        default_pair.resolve_draft_kind("medusa")
+
+
+def test_every_decoder_with_the_shipped_feature_draft_equals_ar(pair, feature_draft):
+    from dynatree_core import DynaTreeConfig, FixedTreeConfig, LinearConfig, ModelPair, generate
+
+    target, _, tok = pair
+    mp = ModelPair(target=target, draft=feature_draft, tokenizer=tok)
+    assert mp.drafter_kind == "feature"
+    prompt = "The history of the printing press begins"
+    ar = generate(mp, prompt, "ar", max_new_tokens=24, ignore_eos=True)
+    for method, cfg in (("linear", LinearConfig(k=3)), ("fixed_tree", FixedTreeConfig(d=3, b=2)),
+                        ("dynatree", DynaTreeConfig.cpu()), ("dynatree", DynaTreeConfig.paper())):
+        res = generate(mp, prompt, method, cfg, max_new_tokens=24, ignore_eos=True, trace=True)
+        assert res.tokens == ar.tokens, (method, cfg)
+        assert res.trace.drafter["kind"] == "feature"
+        assert res.metrics.target_forwards < ar.metrics.target_forwards  # the draft helps at all
+
+
+def test_shipped_feature_draft_is_refused_by_another_target():
+    from dynatree_core.testing import tiny_model
+
+    with pytest.raises(ValueError, match="hidden size"):
+        default_pair.load_default_feature_draft(tiny_model("llama"))
+
+
+def test_evaluate_feature_draft_reports_agreement_by_depth(tmp_path, monkeypatch):
+    from dynatree_core import distill_feature
+
+    _small_eval(tmp_path, monkeypatch)
+    monkeypatch.setattr(distill_feature, "feature_step_cost", lambda model, target, ctx, steps: 0.5)
+    r = distill_feature.evaluate_feature_draft(data_dir=tmp_path, n_passages=2, passage_len=24, new_tokens=4,
+                                               prompt_new_tokens=6, verbose=False)
+    assert r["kind"] == "feature" and r["heldout_prompts"] == 3 and r["cost_ratio"] == 0.5
+    lo, hi = r["agree_heldout_prompts_ci95"]
+    assert 0.0 <= lo <= r["agree_heldout_prompts"] <= hi <= 1.0
+    assert len(r["agree_passages_by_depth"]) == 3 and r["agree_passages_by_depth"][0] == r["agree_passages"]
+    assert set(r["agree_passages_by_file"]) == {"wiki.test.raw", "book.txt"}
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--kind", "feature", "--generator", "draft", "--init-from", str(default_pair.DRAFT_ASSET_DIR)],
+     "--generator draft"),
+    (["--kind", "feature", "--unroll", "0"], "--unroll"),
+    (["--kind", "feature", "--warm-lr-frac", "0"], "--warm-lr-frac"),
+])
+def test_distill_feature_rejects_bad_arguments(tmp_path, extra, message):
+    from dynatree_core import distill
+
+    with pytest.raises(ValueError, match=message):
+        distill._check_args(_distill_args(tmp_path, *extra))

@@ -79,16 +79,20 @@ def test_stops_at_first_eos_even_inside_an_accepted_path(arch, mc, prompt, cut):
     assert res.metrics.stopped_by == "eos"
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("attn", ATTNS)
-@pytest.mark.parametrize("method,config", [
+#: budgets of 1, depth 1, the shallowest DynaTree, a wide recompute tree (shared with other drafters' tests)
+EDGE_CONFIGS = [
     ("linear", LinearConfig(k=1)),
     ("fixed_tree", FixedTreeConfig(d=1, b=3, n_max=1)),
     ("fixed_tree", FixedTreeConfig(d=6, b=3, tau=0.0, n_max=1)),
     ("dynatree", DynaTreeConfig(n_max=1)),
     ("dynatree", DynaTreeConfig(d0=1, d_max=2, b_min=3, b_mid=3, b_max=3, rho_stop=0.001, rho_deep=0.002)),
     ("dynatree", DynaTreeConfig(kv_mode="recompute", tau=0.0, n_max=200, b_min=2, b_mid=3, b_max=4)),
-])
+]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("attn", ATTNS)
+@pytest.mark.parametrize("method,config", EDGE_CONFIGS)
 def test_edge_configs_are_exact(arch, attn, method, config):
     pair = cached_pair(arch, attn, 0.0)
     prompt = (5, 9, 2, 33, 7)

@@ -174,3 +174,20 @@ def test_expected_cost_model_fitted_from_timings(trace):
     assert cm.cost(tree) == pytest.approx(cm.draft_call_s * tree.draft_calls + cm.verify_base_s
                                           + cm.verify_per_node_s * len(tree))
     assert dv.expected_accepted(tree) == pytest.approx(sum(math.exp(x) for x in tree.cum_logps[1:]))
+
+
+def test_every_view_names_the_drafter_of_a_trace(tmp_path):
+    """A trace says which drafter grew its trees; the stepper, tree titles, explorer and report show it."""
+    t = tiny_trace(2)
+    t.drafter = {"kind": "feature", "top_k": 3, "layers": 1, "head_ids": 8192, "hidden_size": 576}
+    st = dv.show(t)
+    assert "drafter: feature" in st.info.value
+    assert "(feature drafter)" in st.tree_fig.layout.title.text
+    ex = dv.explore(t)
+    assert "feature drafter" in ex.children[0].value
+    out = tmp_path / "r.html"
+    dv.report(t, str(out))
+    assert "feature (layers 1, head_ids 8192, hidden_size 576)" in out.read_text()
+    # a trace without the field (older files, AR) shows no drafter rather than failing
+    t.drafter = None
+    assert "drafter" not in dv.show(t).info.value

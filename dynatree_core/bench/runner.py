@@ -88,7 +88,7 @@ def run_experiment(pair: Any, exp: Experiment, corpora: dict[str, Corpus], progr
         "history_carried_across_prompts": True, "paper_protocol": exp.paper_protocol,
         "allow_long_context": exp.allow_long_context, **exp.extra,
     }
-    models = {"target": pair.target_name, "draft": pair.draft_name,
+    models = {"target": pair.target_name, "draft": pair.draft_name, "drafter": _drafter_settings(pair),
               "target_params": sum(p.numel() for p in pair.target.parameters()),
               "draft_params": sum(p.numel() for p in pair.draft.parameters()) if pair.draft is not None else None}
     data = {ds: {"origin": c.origin, "location": c.location, "documents": len(c.documents)}
@@ -97,3 +97,14 @@ def run_experiment(pair: Any, exp: Experiment, corpora: dict[str, Corpus], progr
     return build_result(kind=exp.kind, run_id=new_run_id(), protocol=protocol, methods=list(specs.values()),
                         models=models, device=str(pair.device), dtype=str(pair.dtype).replace("torch.", ""),
                         data=data, prompts=prompts, rows=rows, warnings=warnings, sweep=exp.sweep)
+
+
+def _drafter_settings(pair: Any) -> dict[str, Any] | None:
+    """Which drafter the pair's draft gives (kind and settings), as recorded in every result."""
+    if pair.draft is None:
+        return None
+    from ..drafters import make_drafter
+
+    d = make_drafter(pair.draft, top_k=1).settings()
+    d.pop("top_k", None)  # set per method by the engine
+    return d

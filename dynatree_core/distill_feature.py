@@ -1,0 +1,516 @@
+"""Training the feature draft (``dynatree distill --kind feature``).
+
+Stages after the shared ``data`` stage of :mod:`dynatree_core.distill` (the same token sequences:
+target continuations of prompts and passages, plus chunks of the training text; never
+``wiki.test.raw`` or ``pg19/``):
+
+1. **features** - the target reads every sequence once; its final (post-norm) hidden state and
+   its greedy token at every position are stored (``<work-dir>/features``, fp16, resumable).
+   ``--feature-text-tokens`` caps how much plain training text joins the continuations.
+2. **train** - the feature draft learns, at every position j, to predict the target's greedy
+   token after ``x_j`` from ``(f_{j-1}, x_j)``. Training runs the draft *unrolled* for
+   ``--unroll`` steps (training-time test): step s feeds the features step s-1 predicted, under the
+   attention pattern a tree node at depth s-1 sees (:func:`~dynatree_core.feature_draft.unrolled_mask`),
+   so deeper tree levels are trained on the inputs they get at decode time. Loss per step:
+   ``alpha * CE(teacher distribution over the head) + (1-alpha) * CE(greedy token)
+   + reg_weight * SmoothL1(predicted feature, target feature)``, steps weighted 0.8^(s-1).
+   With ``--time-limit`` the cosine schedule follows the wall-clock budget.
+3. **export** - fp16 weights and ``feature_draft_config.json`` to
+   ``dynatree_core/assets/smollm2-135m-feature-draft/`` with the command, data and timing.
+4. **evaluate** - :func:`evaluate_feature_draft`: agreement with the fp32 target's greedy tokens
+   on the same held-out prompts and passages as the independent draft (teacher-forced, depth 1),
+   plus depth-2 and depth-3 agreement on predicted features, and the decode-step cost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .feature_draft import (FeatureDraftModel, build_feature_draft, feature_draft_from_model_draft,
+                            load_feature_draft, save_feature_draft, unrolled_mask)
+from .distill import _micro_batches, cosine_lr
+from .models import resolve_device, resolve_dtype
+
+STEP_DECAY = 0.8
+
+
+# ----------------------------------------------------------------------------- features
+
+def _rows_from_seqs(sdir: Path, max_len: int, text_tokens: int, seed: int) -> list[tuple[str, torch.Tensor]]:
+    """(kind, tokens) rows: every continuation row (its tail of ``max_len``), then text chunks drawn
+    at random until ``text_tokens`` tokens."""
+    gen, text = [], []
+    for f in sorted(sdir.glob("*.pt")):
+        d = torch.load(f, weights_only=True)
+        off = 0
+        for n in d["lens"].tolist():
+            r = d["tokens"][off:off + n]
+            off += n
+            (text if d["kind"] == "text" else gen).append(r[-max_len:])
+    if not gen and not text:
+        raise FileNotFoundError(f"no training sequences in {sdir}; run the data stage first")
+    random.Random(seed + 3).shuffle(text)
+    picked, n = [], 0
+    for r in text:
+        if n >= text_tokens:
+            break
+        picked.append(r[:max_len])
+        n += len(picked[-1])
+    return [("gen", r) for r in gen] + [("text", r) for r in picked]
+
+
+@torch.no_grad()
+def target_features(target, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Final hidden states [B, T, H] and greedy tokens [B, T] of equal-length rows ``x``."""
+    h = target.base_model(input_ids=x).last_hidden_state
+    return h, target.get_output_embeddings()(h).argmax(-1)
+
+
+def build_features(args, target) -> Path:
+    """Stage: run the target (``--teacher-dtype``) over the sequences; store features + labels."""
+    from tqdm import tqdm
+
+    work = Path(args.work_dir)
+    fdir = work / "features"
+    fdir.mkdir(parents=True, exist_ok=True)
+    rows = _rows_from_seqs(work / "seqs", args.max_len, args.feature_text_tokens, args.seed)
+    # equal-length groups: no padding, so no attention mask and every position is real
+    by_len: dict[int, list[torch.Tensor]] = {}
+    for _, r in rows:
+        if len(r) >= 3:
+            by_len.setdefault(len(r), []).append(r)
+    groups = []
+    for n in sorted(by_len):
+        rs = by_len[n]
+        per = max(1, args.feature_batch_tokens // n)
+        groups += [rs[i:i + per] for i in range(0, len(rs), per)]
+    # shards of about 64k tokens, resumable
+    shards, cur, ntok = [], [], 0
+    for g in groups:
+        cur.append(g)
+        ntok += sum(len(r) for r in g)
+        if ntok >= 65536:
+            shards.append(cur)
+            cur, ntok = [], 0
+    if cur:
+        shards.append(cur)
+    dt = resolve_dtype(args.teacher_dtype)
+    dev = next(target.parameters()).device
+    teacher = target if dt == torch.float32 else _copy_as(target, dt)
+    todo = [i for i in range(len(shards)) if not (fdir / f"feat_{i:05d}.pt").exists()]
+    print(f"[distill] features: {len(rows)} rows, {sum(len(r) for _, r in rows)} tokens in {len(shards)} shards "
+          f"({len(todo)} to do), teacher {args.teacher_dtype}", flush=True)
+    for i in tqdm(todo, desc="target features", mininterval=10):
+        toks, feats, labels, lens = [], [], [], []
+        for g in shards[i]:
+            x = torch.stack([r.long() for r in g]).to(dev)
+            h, y = target_features(teacher, x)
+            for b in range(x.shape[0]):
+                toks.append(x[b].int().cpu())
+                feats.append(h[b].to(torch.float16).cpu())
+                labels.append(y[b].int().cpu())
+                lens.append(x.shape[1])
+        path = fdir / f"feat_{i:05d}.pt"
+        tmp = path.with_suffix(".tmp")
+        torch.save({"tokens": torch.cat(toks), "features": torch.cat(feats), "labels": torch.cat(labels),
+                    "lens": torch.tensor(lens)}, tmp)
+        os.replace(tmp, path)
+    return fdir
+
+
+def _copy_as(model, dtype):
+    import copy
+
+    return copy.deepcopy(model).to(dtype=dtype)
+
+
+class FeatureRows:
+    """All feature rows in memory: (tokens int64 [n], features fp16 [n, H], labels int64 [n])."""
+
+    def __init__(self, fdir: Path, val_rows: int = 0, seed: int = 0):
+        self.rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        for f in sorted(fdir.glob("feat_*.pt")):
+            d = torch.load(f, weights_only=True)
+            off = 0
+            for n in d["lens"].tolist():
+                self.rows.append((d["tokens"][off:off + n].long(), d["features"][off:off + n],
+                                  d["labels"][off:off + n].long()))
+                off += n
+        if not self.rows:
+            raise FileNotFoundError(f"no feature shards in {fdir}; run the features stage first")
+        g = torch.Generator().manual_seed(seed + 99)
+        perm = torch.randperm(len(self.rows), generator=g).tolist()
+        self.val = [self.rows[i] for i in perm[:val_rows]]
+        self.rows = [self.rows[i] for i in perm[val_rows:]]
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(r[0]) for r in self.rows)
+
+    def label_counts(self, vocab: int) -> torch.Tensor:
+        c = torch.zeros(vocab, dtype=torch.float64)
+        for _, _, y in self.rows:
+            c += torch.bincount(y, minlength=vocab).double()
+        return c
+
+
+def collate(rows, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded x [B, T], f [B, T, H] (fp32), y [B, T], mask [B, T]."""
+    T = max(len(r[0]) for r in rows)
+    H = rows[0][1].shape[1]
+    x = torch.zeros((len(rows), T), dtype=torch.long)
+    f = torch.zeros((len(rows), T, H), dtype=torch.float32)
+    y = torch.zeros((len(rows), T), dtype=torch.long)
+    m = torch.zeros((len(rows), T), dtype=torch.bool)
+    for j, (t, h, lab) in enumerate(rows):
+        n = len(t)
+        x[j, :n], f[j, :n], y[j, :n], m[j, :n] = t, h.float(), lab, True
+    return x.to(device), f.to(device), y.to(device), m.to(device)
+
+
+# ----------------------------------------------------------------------------- the unrolled forward
+
+def unrolled_forward(model: FeatureDraftModel, x: torch.Tensor, f: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    """Predicted features of each unrolled step, each [B, T-1, H] for positions j = 1..T-1.
+
+    Step 1 reads the real features ``f_{j-1}``; step s reads what step s-1 predicted at j-1 and
+    attends (in every layer) to step-1 keys up to j-s+1 plus the keys of steps 2..s on its tree
+    path. Position j's output predicts the target's greedy token after x_j (``y[:, 1:]``). Rows of
+    step s at j < s are padding (never seen by valid positions, excluded by :func:`step_valid`).
+    """
+    B, T = x.shape
+    n = T - 1
+    pos = torch.arange(1, T, device=x.device)[None].expand(B, n)
+    tok = x[:, 1:]
+    outs: list[torch.Tensor] = []
+    kvs: list[list[tuple[torch.Tensor, torch.Tensor]]] = []  # per step, per layer
+    prev = f[:, :-1]
+    L = len(model.layers)
+    for s in range(1, steps + 1):
+        if s > 1:  # the feature step s-1 predicted at the previous position
+            prev = torch.cat([torch.zeros_like(outs[-1][:, :1]), outs[-1][:, :-1]], dim=1)
+        inp = model.fuse(tok, prev)
+        vis = unrolled_mask(n, s, device=x.device)
+        mask = torch.zeros(vis.shape, dtype=inp.dtype, device=x.device).masked_fill(~vis, torch.finfo(inp.dtype).min)
+        past = None
+        if kvs:  # [step 1 | ... | step s-1] keys of each layer, the layout unrolled_mask expects
+            past = [(torch.cat([kv[i][0] for kv in kvs], dim=2), torch.cat([kv[i][1] for kv in kvs], dim=2))
+                    for i in range(L)]
+        out, new = model.stack(inp, pos, mask[None, None], past)
+        outs.append(out)
+        kvs.append(new)
+    return outs
+
+
+def step_valid(m: torch.Tensor, s: int) -> torch.Tensor:
+    """Positions j = 1..T-1 where step s is defined: x_{j-s+1..j} real (mask [B, T] -> [B, T-1])."""
+    v = m[:, 1:] & m[:, :-1]
+    if s > 1:
+        v = v.clone()
+        v[:, : s - 1] = False
+    return v
+
+
+def feature_loss(model: FeatureDraftModel, x, f, y, m, steps: int, alpha: float, reg_weight: float,
+                 teacher_w: torch.Tensor, lut: torch.Tensor):
+    """Total loss and per-step top-1 agreement (with the full-vocabulary greedy token)."""
+    outs = unrolled_forward(model, x, f, steps)
+    tgt_f = f[:, 1:]
+    labels = lut[y[:, 1:]]  # -1: the greedy token is outside the head (counts as a miss)
+    with torch.no_grad():
+        teacher = torch.softmax((tgt_f @ teacher_w.T).float(), dim=-1)
+    total = 0.0
+    accs = []
+    for s, out in enumerate(outs, start=1):
+        v = step_valid(m, s)
+        logits = model.head.forward_compact(out).float()[v]
+        logq = torch.log_softmax(logits, dim=-1)
+        soft = -(teacher[v] * logq).sum(-1).mean()
+        lab = labels[v]
+        ok = lab >= 0
+        hard = nn.functional.cross_entropy(logits, lab.clamp(min=0), reduction="none")
+        hard = (hard * ok).sum() / ok.sum().clamp(min=1)
+        reg = nn.functional.smooth_l1_loss(out[v].float(), tgt_f[v].float())
+        w = STEP_DECAY ** (s - 1)
+        total = total + w * (alpha * soft + (1 - alpha) * hard + reg_weight * reg)
+        accs.append(float(((logits.argmax(-1) == lab) & ok).float().mean()))
+    return total, accs
+
+
+# ----------------------------------------------------------------------------- training
+
+def train_feature(args, target, tok=None) -> FeatureDraftModel:
+    from tqdm import tqdm
+
+    torch.manual_seed(args.seed)
+    dev = resolve_device(args.device)
+    work = Path(args.work_dir)
+    t_start = time.time()
+    data = FeatureRows(work / "features", val_rows=args.val_rows, seed=args.seed)
+    V = int(target.config.vocab_size)
+    counts = data.label_counts(V)
+    if args.init_from:
+        # warm start from an independent draft: its layers, norm and head; the feature input starts at 0
+        from .draft_model import load_draft
+
+        model = feature_draft_from_model_draft(load_draft(args.init_from, target, device=dev), target).to(dev)
+        head_ids = model.head.vocab_ids.cpu()
+    else:
+        c = counts.clone()
+        c[[0, 1, 2]] = c.max() + 1  # special tokens (EOS among them) always in the head
+        head_ids = c.argsort(descending=True)[: args.head_size].sort().values
+        model = build_feature_draft(target, head_ids, seed=args.seed, num_layers=args.layers).to(dev)
+    cover = float(counts[head_ids].sum() / counts.sum())
+    print(f"[distill] feature rows: {len(data.rows)} ({data.tokens} tokens), val {len(data.val)}; head "
+          f"{len(head_ids)} ids cover {cover:.4f} of the target's greedy tokens; {len(model.layers)} layer(s)"
+          f"{', warm start from ' + str(args.init_from) if args.init_from else ''}", flush=True)
+    if data.val:
+        print(f"[distill] val_acc_by_step at the start: {val_accuracy(model, data.val, args.unroll, _lut(head_ids, V, dev), dev)}",
+              flush=True)
+    model.train()
+    head_dev = head_ids.to(dev)
+    lut = _lut(head_ids, V, dev)
+    teacher_w = target.get_output_embeddings().weight.detach()[head_dev].float()
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and not n.startswith("embed.")]
+    params = [p for _, p in named]
+    # A warm start keeps the seeded layers and the embedding path close to where they were (a
+    # fraction of the learning rate) while the new feature path learns at the full rate.
+    slow = args.init_from is not None
+    new_path = ("fc_feat.", "feat_norm.")
+    groups = [{"params": [p for n, p in named if n.startswith(new_path) or not slow], "scale": 1.0},
+              {"params": [p for n, p in named if slow and not n.startswith(new_path)], "scale": args.warm_lr_frac}]
+    opt = torch.optim.AdamW([g for g in groups if g["params"]], lr=args.lr, betas=(0.9, 0.98),
+                            weight_decay=args.weight_decay)
+    warm = max(1, int(args.warmup))
+    budget = None
+    if args.time_limit:
+        budget = max(1.0, args.time_limit - (time.time() - getattr(args, "_t0", t_start)) - args.export_reserve)
+    rng = random.Random(args.seed + 5)
+    order: list[int] = []
+    step, progress, ema = 0, 0.0, None
+    t0 = time.time()
+    pbar = tqdm(total=args.steps, desc="feature draft", mininterval=10)
+    while progress < 1.0:
+        progress = (step + 1) / args.steps
+        if budget is not None:
+            progress = max(progress, (time.time() - t0) / budget)
+        f_lr = cosine_lr(step, progress, warm, args.min_lr_frac)
+        for g in opt.param_groups:
+            g["lr"] = args.lr * f_lr * g["scale"]
+        batch, ntok = [], 0
+        while ntok < args.batch_tokens:
+            if not order:
+                order = list(range(len(data.rows)))
+                rng.shuffle(order)
+            r = data.rows[order.pop()]
+            batch.append(r)
+            ntok += len(r[0])
+        opt.zero_grad(set_to_none=True)
+        accs_sum = None
+        for group in _micro_batches(batch, args.micro_tokens, length=lambda r: len(r[0])):
+            x, f, y, m = collate(group, dev)
+            with _autocast(dev, args.train_bf16):
+                loss, accs = feature_loss(model, x, f, y, m, args.unroll, args.alpha, args.reg_weight, teacher_w, lut)
+            w = int(m.sum()) / ntok
+            (loss * w).backward()
+            accs_sum = [a * w for a in accs] if accs_sum is None else [s + a * w for s, a in zip(accs_sum, accs)]
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        step += 1
+        ema = accs_sum[0] if ema is None else 0.98 * ema + 0.02 * accs_sum[0]
+        pbar.update(1)
+        if step % args.log_every == 0 or progress >= 1.0:
+            msg = (f"[distill] step {step} progress {min(progress, 1.0):.3f} loss {float(loss.detach()):.4f} "
+                   f"acc1_ema {ema:.4f} acc_by_step {[round(a, 3) for a in accs_sum]} "
+                   f"lr {args.lr * f_lr:.2e} elapsed {time.time() - t0:.0f}s")
+            if data.val:
+                msg += f" val_acc_by_step {val_accuracy(model, data.val, args.unroll, lut, dev)}"
+            print(msg, flush=True)
+    pbar.close()
+    train_s = time.time() - t0
+    model.eval()
+    meta = {"command": args.command_line, "seed": args.seed, "steps_done": step, "steps_planned": args.steps,
+            "batch_tokens": args.batch_tokens, "unroll": args.unroll, "lr": args.lr, "alpha": args.alpha,
+            "reg_weight": args.reg_weight, "warm_lr_frac": args.warm_lr_frac if args.init_from else None,
+            "train_seconds": round(train_s, 1), "device": str(dev),
+            "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+            "teacher_dtype": args.teacher_dtype, "data": {"rows": len(data.rows), "tokens": data.tokens,
+                                                          "val_rows": len(data.val)},
+            "head_size": int(len(head_ids)), "head_coverage": round(cover, 4), "layers": len(model.layers),
+            "init_from": str(args.init_from) if args.init_from else None,
+            "val_acc_by_step": val_accuracy(model, data.val, args.unroll, lut, dev) if data.val else None,
+            "date": time.strftime("%Y-%m-%d")}
+    if budget is not None and step < args.steps:
+        meta["note"] = f"--time-limit {args.time_limit}s reached: cosine schedule compressed into {step} steps"
+    out = Path(args.out_dir)
+    save_feature_draft(model, out, dtype=torch.float16, target_name=_target_name(), tokenizer=tok, metadata=meta)
+    (work / "train_meta.json").write_text(json.dumps(meta, indent=2))
+    size = sum(p.stat().st_size for p in out.iterdir() if p.is_file())
+    print(f"[distill] exported feature draft to {out} ({size / 1e6:.1f} MB); training took {train_s:.0f}s", flush=True)
+    return model
+
+
+def _lut(head_ids: torch.Tensor, vocab: int, dev) -> torch.Tensor:
+    """Full-vocabulary id -> row of the head (-1 outside it)."""
+    lut = torch.full((vocab,), -1, dtype=torch.long, device=dev)
+    lut[head_ids.to(dev)] = torch.arange(len(head_ids), device=dev)
+    return lut
+
+
+def _target_name() -> str:
+    from .default_pair import DEFAULT_TARGET_NAME
+
+    return DEFAULT_TARGET_NAME
+
+
+def _autocast(dev: torch.device, enabled: bool):
+    import contextlib
+
+    return torch.autocast(dev.type, dtype=torch.bfloat16) if enabled else contextlib.nullcontext()
+
+
+@torch.no_grad()
+def val_accuracy(model: FeatureDraftModel, rows, steps: int, lut: torch.Tensor, dev) -> list[float]:
+    was = model.training
+    model.eval()
+    hits = [0] * steps
+    tots = [0] * steps
+    for i in range(0, len(rows), 8):
+        x, f, y, m = collate(rows[i:i + 8], dev)
+        outs = unrolled_forward(model, x, f, steps)
+        for s, out in enumerate(outs, start=1):
+            v = step_valid(m, s)
+            pred = model.head.forward_compact(out).argmax(-1)
+            hits[s - 1] += int(((pred == lut[y[:, 1:]]) & v).sum())
+            tots[s - 1] += int(v.sum())
+    model.train(was)
+    return [round(h / max(1, t), 4) for h, t in zip(hits, tots)]
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+@torch.no_grad()
+def agreement_by_depth(model: FeatureDraftModel, target, prompt: list[int], cont: list[int], depths: int = 3
+                       ) -> list[tuple[int, int]]:
+    """(hits, tokens) per depth d = 1..depths on the continuation, teacher-forced on tokens.
+
+    Depth 1 reads the target's real feature of the previous position (what the root of every
+    tree gets); depth d > 1 reads features the draft predicted d - 1 steps before, as a tree node
+    at depth d - 1 does.
+    """
+    ids = prompt + cont
+    x = torch.tensor([ids], device=next(target.parameters()).device)
+    f = target.base_model(input_ids=x).last_hidden_state.to(model.fc_emb.weight.dtype)
+    outs = unrolled_forward(model, x, f, depths)
+    P = len(prompt)
+    res = []
+    for s, out in enumerate(outs, start=1):
+        pred = model.head.vocab_ids[model.head.forward_compact(out[0]).argmax(-1)].tolist()
+        # output index i is position j = i + 1 and predicts ids[j + 1]; the continuation starts at P
+        hit = n = 0
+        for j in range(max(P - 1, s), len(ids) - 1):
+            hit += int(pred[j - 1] == ids[j + 1])
+            n += 1
+        res.append((hit, n))
+    return res
+
+
+@torch.no_grad()
+def feature_step_cost(model: FeatureDraftModel, target, ctx: list[int], steps: int) -> float:
+    """Median seconds of one cached decode step (one token through fusion, layer and head, top-k)."""
+    from .drafters import FeatureDrafter
+    from .tree import DraftTree
+
+    dev = next(target.parameters()).device
+    h = target.base_model(input_ids=torch.tensor([ctx[:-1]], device=dev)).last_hidden_state[0]
+    d = FeatureDrafter(model, top_k=3)
+    d.start(ctx, h)
+    d.prefill()
+    times = []
+    tok = ctx[-1]
+    for i in range(steps):
+        tree = DraftTree.with_root(tok)
+        s = time.perf_counter()
+        top = d.propose(tree, [0])
+        times.append(time.perf_counter() - s)
+        tok = int(top[0][0][0])
+        d.commit([], [tok], h[-1:])  # the real feature does not matter for timing
+    return statistics.median(times[3:])
+
+
+def evaluate_feature_draft(draft_dir=None, data_dir=None, n_passages: int = 10, passage_len: int = 256,
+                           new_tokens: int = 64, prompt_new_tokens: int = 48, threads_gen: int = 1,
+                           threads_timing: int = 2, seed: int = 0, verbose: bool = True) -> dict:
+    """The independent draft's evaluation (:func:`dynatree_core.distill.evaluate_draft`) for a feature
+    draft: same prompts, passages, continuations and bootstrap; agreement reported per depth."""
+    from .default_pair import FEATURE_DRAFT_ASSET_DIR, load_target
+    from .distill import (EVAL_PROMPTS, N_EVAL_PROMPTS_V1, _greedy_continue, _passages, _set_threads,
+                          bootstrap_ci, chat_ids, eos_ids, find_data_dir, pooled_rate, raw_ids)
+
+    res: dict = {}
+    draft_dir = Path(draft_dir) if draft_dir else FEATURE_DRAFT_ASSET_DIR
+    _set_threads(threads_timing)
+    t = time.time()
+    target, tok = load_target()
+    model = load_feature_draft(draft_dir, target, tokenizer=tok)
+    res["pair_load_seconds"] = round(time.time() - t, 2)
+    res["draft_size_mb"] = round(sum(f.stat().st_size for f in draft_dir.iterdir() if f.is_file()) / 1e6, 2)
+    eos = eos_ids(target, tok)
+    _set_threads(threads_gen)
+    log = (lambda *a: print(*a, flush=True)) if verbose else (lambda *a: None)
+
+    def counts(items, n_new):
+        return [agreement_by_depth(model, target, p, _greedy_continue(target, p, n_new, eos)) for p in items]
+
+    raw = counts([raw_ids(tok, p) for p in EVAL_PROMPTS], prompt_new_tokens)
+    chat = counts([chat_ids(tok, p) for p in EVAL_PROMPTS], prompt_new_tokens)
+    per_prompt = [[(a[0] + b[0], a[1] + b[1]) for a, b in zip(r, c)] for r, c in zip(raw, chat)]
+    d1 = [u[0] for u in per_prompt]
+    res["agree_heldout_prompts"] = round(pooled_rate(d1), 4)
+    res["agree_heldout_prompts_ci95"] = [round(x, 4) for x in bootstrap_ci(d1, seed=seed)]
+    res["agree_heldout_prompts_raw"] = round(pooled_rate([u[0] for u in raw]), 4)
+    res["agree_heldout_prompts_chat"] = round(pooled_rate([u[0] for u in chat]), 4)
+    res["agree_heldout_prompts_first24"] = round(pooled_rate(d1[:N_EVAL_PROMPTS_V1]), 4)
+    res["agree_heldout_prompts_by_depth"] = [round(pooled_rate([u[d] for u in per_prompt]), 4)
+                                             for d in range(len(per_prompt[0]))]
+    res["heldout_prompts"] = len(EVAL_PROMPTS)
+    lo, hi = res["agree_heldout_prompts_ci95"]
+    log(f"[eval] held-out prompts: {res['agree_heldout_prompts']:.3f} (95% CI {lo:.3f}-{hi:.3f}); by depth "
+        f"{res['agree_heldout_prompts_by_depth']}")
+    ddir = find_data_dir(data_dir)
+    rng = random.Random(seed)
+    per, allp = {}, []
+    srcs = [ddir / "wikitext-2-raw" / "wiki.test.raw"] + sorted((ddir / "pg19").glob("*.txt"))
+    for s in srcs:
+        npass = n_passages if s.name == "wiki.test.raw" else max(1, n_passages // 2)
+        c = counts(_passages(tok, s, npass, passage_len, rng), new_tokens)
+        per[s.name] = round(pooled_rate([u[0] for u in c]), 4)
+        allp += c
+        log(f"[eval] {s.name}: {per[s.name]:.3f}")
+    res["agree_passages_by_file"] = per
+    res["agree_passages"] = round(pooled_rate([u[0] for u in allp]), 4)
+    res["agree_passages_by_depth"] = [round(pooled_rate([u[d] for u in allp]), 4) for d in range(len(allp[0]))]
+    res["agree_wikitext_test"] = per.get("wiki.test.raw")
+    _set_threads(threads_timing)
+    from .distill import _step_cost
+
+    ctx = _passages(tok, srcs[0], 1, 128, rng)[0]
+    ct = min(_step_cost(target, ctx, 40), _step_cost(target, ctx, 40))
+    cd = min(feature_step_cost(model, target, ctx, 40), feature_step_cost(model, target, ctx, 40))
+    res["target_step_ms"] = round(ct * 1e3, 3)
+    res["draft_step_ms"] = round(cd * 1e3, 3)
+    res["cost_ratio"] = round(cd / ct, 4)
+    res["timing_threads"] = threads_timing
+    res["kind"] = "feature"
+    res["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    log(f"[eval] {json.dumps(res)}")
+    return res
+

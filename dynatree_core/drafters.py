@@ -1,0 +1,307 @@
+"""Drafters: where the draft distributions of a tree come from (any drafter feeds any tree policy).
+
+The decode loop asks a :class:`Drafter` for the draft's top-k after a whole tree level at once
+(:meth:`Drafter.propose`, the ``propose`` callback of :func:`~dynatree_core.tree.grow_tree`) and
+tells it what was committed (:meth:`Drafter.commit`). How the distributions are made is the
+drafter's business; the tree policy (breadth, depth, pruning, budget) never changes with it.
+
+Shipped drafters:
+
+* :class:`ModelDrafter` - an independent small causal LM with its own KV cache (the paper's
+  setting; the reproduction path).
+* :class:`FeatureDrafter` - a small head that reads the target's final hidden states
+  (:mod:`dynatree_core.feature_draft`, the EAGLE idea). It sets ``needs_target_hidden``: the
+  engine then takes the hidden states of the root and the accepted path from the verification
+  forward it runs anyway (no extra target forward) and hands them to :meth:`Drafter.commit`.
+
+Both keep committed tokens they have not consumed yet as *pending*; the first level of the next
+tree feeds them (the root last) as a causal chain, later levels feed one tree level per forward
+under the tree mask built by :func:`level_visibility` - the one place for per-level draft masks
+and positions.
+
+Model-free drafters (prompt lookup, n-grams) implement the same four methods.
+"""
+
+from __future__ import annotations
+
+import copy
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+import torch
+from transformers import DynamicCache
+
+from . import plumbing as pl
+from .feature_draft import FeatureDraftModel
+from .tree import DraftTree, TopK
+
+#: the drafter kinds :func:`make_drafter` builds, by the kind of ``ModelPair.draft``
+DRAFTER_KINDS: tuple[str, ...] = ("model", "feature")
+
+
+def level_visibility(tree: DraftTree, ids: Sequence[int], slot: dict[int, int], base: int,
+                     past: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mask and position offsets for feeding tree level ``ids`` to a draft with a KV cache.
+
+    ``slot`` maps already-fed nodes to their cache index, ``base`` is the cache length once the
+    root is fed (committed prefix, root included), ``past`` the current cache length. Returns the
+    bool visibility ``[q, past + q]`` (prefix, own ancestors, itself) and each node's depth, the
+    offset of its position from the root's.
+    """
+    q = len(ids)
+    allowed = np.zeros((q, past + q), dtype=bool)
+    allowed[:, :base] = True  # committed prefix, root included
+    for r, i in enumerate(ids):
+        for a in tree.path_to(i)[:-1]:
+            allowed[r, slot[a]] = True
+        allowed[r, past + r] = True
+    return allowed, np.array([tree.depths[i] for i in ids], dtype=np.int64)
+
+
+class Drafter(ABC):
+    """The protocol between the decode loop and a source of draft distributions.
+
+    Lifecycle: :meth:`start` once per sequence, then per iteration :meth:`propose` once per tree
+    level (level 0 is ``[0]``, the root) and :meth:`commit` with the accepted path.
+    """
+
+    #: short name recorded in traces and benchmark JSON
+    kind: ClassVar[str] = ""
+    #: whether :meth:`start` / :meth:`commit` need the target's final hidden states
+    needs_target_hidden: ClassVar[bool] = False
+
+    def __init__(self, top_k: int):
+        self.top_k = top_k
+        self.forwards = 0  # draft forwards spent (what "draft fwd/iter" counts)
+
+    @abstractmethod
+    def start(self, prompt: Sequence[int], target_hidden: torch.Tensor | None = None) -> None:
+        """Begin a sequence (and forget any previous one). ``target_hidden`` [L-1, H]: the target's
+        final hidden states of ``prompt[:-1]`` (only for drafters that need them)."""
+
+    @abstractmethod
+    def propose(self, tree: DraftTree, ids: list[int]) -> list[TopK]:
+        """The draft's top-k (tokens, log-probs) after each node of ``ids`` (one tree level)."""
+
+    @abstractmethod
+    def commit(self, path: list[int], committed: list[int], target_hidden: torch.Tensor | None = None) -> None:
+        """The iteration committed ``committed`` (accepted path tokens + bonus). ``target_hidden``
+        [len(committed), H]: the target's final hidden states of the root and the path's nodes,
+        row k being the state that predicted ``committed[k]``."""
+
+    def prefill(self) -> None:
+        """Consume the pending committed tokens except the root now (explorers call this once so
+        that every regrown tree starts from a warm cache)."""
+
+    def fork(self) -> "Drafter":
+        """An independent copy of the current state (the model itself is shared)."""
+        return copy.copy(self)
+
+    def settings(self) -> dict[str, Any]:
+        """What to record about this drafter in traces and results (JSON-safe)."""
+        return {"kind": self.kind, "top_k": self.top_k}
+
+    def _topk(self, logits: torch.Tensor) -> list[TopK]:
+        k = min(self.top_k, logits.shape[-1])
+        top = torch.log_softmax(logits.float(), dim=-1).topk(k, dim=-1)
+        return list(zip(top.indices.tolist(), top.values.tolist()))
+
+
+class ModelDrafter(Drafter):
+    """An independent draft causal LM (Hugging Face, ``cache=``/4D-mask interface) with a KV cache
+    kept across iterations; accepted nodes it already consumed stay in its cache."""
+
+    kind = "model"
+
+    def __init__(self, model: torch.nn.Module, top_k: int):
+        super().__init__(top_k)
+        self.model = model
+        self.device = pl.model_device(model)
+        self.start([])
+
+    def start(self, prompt: Sequence[int], target_hidden: torch.Tensor | None = None) -> None:
+        self.cache = DynamicCache()
+        self.pending: list[int] = list(prompt)  # committed tokens the draft has not consumed
+        self.slot: dict[int, int] = {}  # node id -> cache index, for nodes fed this iteration
+        self.base = 0  # cache length once the root is fed (root at base - 1)
+
+    def prefill(self) -> None:
+        if len(self.pending) > 1:
+            pl.forward(self.model, torch.tensor([self.pending[:-1]], device=self.device), self.cache)
+            self.forwards += 1
+            self.pending = self.pending[-1:]
+
+    def fork(self) -> "ModelDrafter":
+        new = copy.copy(self)
+        new.cache = copy.deepcopy(self.cache)
+        new.pending, new.slot = list(self.pending), dict(self.slot)
+        return new
+
+    def propose(self, tree: DraftTree, ids: list[int]) -> list[TopK]:
+        if ids == [0]:
+            # Level 0: feed the pending committed tokens, the root last, as a causal chain.
+            assert self.pending and self.pending[-1] == tree.tokens[0]
+            inp = torch.tensor([self.pending], device=self.device)
+            logits = pl.forward(self.model, inp, self.cache)[-1:]
+            self.base = pl.cache_length(self.cache)
+            self.slot = {0: self.base - 1}
+            self.pending = []
+        else:
+            past = pl.cache_length(self.cache)
+            allowed, depth = level_visibility(tree, ids, self.slot, self.base, past)
+            inp = torch.tensor([[tree.tokens[i] for i in ids]], device=self.device)
+            logits = pl.forward(self.model, inp, self.cache, allowed, self.base - 1 + depth)
+            for r, i in enumerate(ids):
+                self.slot[i] = past + r
+        self.forwards += 1
+        return self._topk(logits)
+
+    def commit(self, path: list[int], committed: list[int], target_hidden: torch.Tensor | None = None) -> None:
+        """Keep the accepted nodes the draft consumed; queue the rest of ``committed``."""
+        if 0 not in self.slot:  # the root was never fed (nothing drafted this iteration)
+            self.pending.extend(committed)
+            return
+        fed = [i for i in path if i in self.slot]  # a prefix of the path: parents feed first
+        pl.keep_selected(self.cache, self.base, [self.slot[i] - self.base for i in fed])
+        self.pending = list(committed[len(fed):])
+        self.slot = {}
+
+    def settings(self) -> dict[str, Any]:
+        cfg = getattr(self.model, "config", None)
+        return {**super().settings(), "layers": getattr(cfg, "num_hidden_layers", None),
+                "model_type": getattr(cfg, "model_type", None)}
+
+
+class FeatureDrafter(Drafter):
+    """Drafts with a :class:`~dynatree_core.feature_draft.FeatureDraftModel`.
+
+    Committed token ``x_j`` is fed with the target's hidden state ``f_{j-1}``; a tree node is fed
+    with the feature its parent's draft step predicted. After each iteration the tree's cache
+    entries are dropped (they were computed from predicted features) and the committed tokens
+    are queued with the target's real features, so the next level 0 re-reads them (EAGLE does
+    the same): a few tokens through the small head.
+    """
+
+    kind = "feature"
+    needs_target_hidden = True
+
+    def __init__(self, model: FeatureDraftModel, top_k: int):
+        super().__init__(top_k)
+        self.model = model
+        p = model.fc_emb.weight
+        self.device, self.dtype = p.device, p.dtype
+        self.start([0])
+
+    # --- state -----------------------------------------------------------------------------
+    def start(self, prompt: Sequence[int], target_hidden: torch.Tensor | None = None) -> None:
+        prompt = list(prompt)
+        H = self.model.config.hidden_size
+        self.kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # per layer, [1, kv_heads, n, head_dim]
+        self.slot: dict[int, int] = {}
+        self.base = 0
+        self.feats: dict[int, torch.Tensor] = {}  # node id -> predicted feature [H]
+        if len(prompt) > 1:
+            if target_hidden is None or target_hidden.shape[0] != len(prompt) - 1:
+                raise ValueError("FeatureDrafter.start needs the target's hidden states of prompt[:-1] "
+                                 f"({len(prompt) - 1} rows), got "
+                                 f"{None if target_hidden is None else tuple(target_hidden.shape)}")
+            # x_0 has no previous feature: the draft's sequence starts at x_1 (as in training)
+            self.pending = prompt[1:]
+            self.pending_feats = target_hidden.to(self.device, self.dtype)
+            self.pos0 = 1
+        else:  # a one-token prompt: no feature exists yet, a zero vector stands in once
+            self.pending = prompt
+            self.pending_feats = torch.zeros((len(prompt), H), device=self.device, dtype=self.dtype)
+            self.pos0 = 0
+        self.root_pos = self.pos0 + len(self.pending) - 1
+
+    def fork(self) -> "FeatureDrafter":
+        new = copy.copy(self)
+        new.slot, new.feats, new.pending = dict(self.slot), dict(self.feats), list(self.pending)
+        return new
+
+    def cache_length(self) -> int:
+        return 0 if self.kv is None else int(self.kv[0][0].shape[2])
+
+    def _run(self, tokens: list[int], feats: torch.Tensor, positions: np.ndarray, allowed: np.ndarray | None
+             ) -> torch.Tensor:
+        past = self.cache_length()
+        q = len(tokens)
+        if allowed is None:
+            allowed = pl.with_prefix(pl.causal_visibility(q), past)
+        mask = pl.additive_mask(allowed, self.dtype, self.device)
+        tok = torch.tensor([tokens], device=self.device)
+        pos = torch.as_tensor(np.asarray(positions, dtype=np.int64), device=self.device)[None]
+        out, new = self.model(tok, feats[None], pos, mask, self.kv)
+        self.kv = new if self.kv is None else [(torch.cat([k0, k], dim=2), torch.cat([v0, v], dim=2))
+                                               for (k0, v0), (k, v) in zip(self.kv, new)]
+        self.forwards += 1
+        return out[0]
+
+    def prefill(self) -> None:
+        if len(self.pending) > 1:
+            n = len(self.pending) - 1
+            self._run(self.pending[:-1], self.pending_feats[:-1], np.arange(self.pos0, self.pos0 + n), None)
+            self.pending, self.pending_feats = self.pending[-1:], self.pending_feats[-1:]
+            self.pos0 += n
+
+    # --- the protocol ----------------------------------------------------------------------
+    @torch.inference_mode()
+    def propose(self, tree: DraftTree, ids: list[int]) -> list[TopK]:
+        if ids == [0]:
+            assert self.pending and self.pending[-1] == tree.tokens[0]
+            n = len(self.pending)
+            out = self._run(self.pending, self.pending_feats, np.arange(self.pos0, self.pos0 + n), None)[-1:]
+            self.base = self.cache_length()
+            self.slot = {0: self.base - 1}
+            self.root_pos = self.pos0 + n - 1
+            self.pending, self.pending_feats = [], self.pending_feats[:0]
+        else:
+            past = self.cache_length()
+            allowed, depth = level_visibility(tree, ids, self.slot, self.base, past)
+            feats = torch.stack([self.feats[tree.parents[i]] for i in ids])
+            out = self._run([tree.tokens[i] for i in ids], feats, self.root_pos + depth, allowed)
+            for r, i in enumerate(ids):
+                self.slot[i] = past + r
+        for r, i in enumerate(ids):
+            self.feats[i] = out[r]
+        # Top-k over the head ids only: ids outside the head have logit dtype-min (probability 0).
+        compact = torch.log_softmax(self.model.head.forward_compact(out).float(), dim=-1)
+        k = min(self.top_k, compact.shape[-1])
+        top = compact.topk(k, dim=-1)
+        toks = self.model.head.vocab_ids[top.indices]
+        return list(zip(toks.tolist(), top.values.tolist()))
+
+    def commit(self, path: list[int], committed: list[int], target_hidden: torch.Tensor | None = None) -> None:
+        if target_hidden is None or target_hidden.shape[0] < len(committed):
+            raise ValueError("FeatureDrafter.commit needs one target hidden state per committed token")
+        new_feats = target_hidden[: len(committed)].to(self.device, self.dtype)
+        if 0 not in self.slot:  # the root was never fed: queue behind the pending tokens
+            self.pending = self.pending + list(committed)
+            self.pending_feats = torch.cat([self.pending_feats, new_feats])
+            return
+        # Drop the tree's entries (made from predicted features); the root's entry stays.
+        self.kv = [(k[:, :, : self.base], v[:, :, : self.base]) for k, v in self.kv]
+        self.pending, self.pending_feats = list(committed), new_feats
+        self.pos0 = self.root_pos + 1
+        self.slot, self.feats = {}, {}
+
+    def settings(self) -> dict[str, Any]:
+        return {**super().settings(), **self.model.settings()}
+
+
+def drafter_kind(draft: Any) -> str | None:
+    """The drafter kind a ``ModelPair.draft`` object gives (None for no draft)."""
+    if draft is None:
+        return None
+    return "feature" if isinstance(draft, FeatureDraftModel) else "model"
+
+
+def make_drafter(draft: Any, top_k: int) -> Drafter:
+    """The drafter for a ``ModelPair.draft``: a feature draft or an independent causal LM."""
+    if isinstance(draft, Drafter):
+        raise TypeError("pass the draft model, not a Drafter instance, as ModelPair.draft")
+    if isinstance(draft, FeatureDraftModel):
+        return FeatureDrafter(draft, top_k)
+    return ModelDrafter(draft, top_k)
