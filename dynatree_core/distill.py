@@ -519,23 +519,29 @@ def build_data(args, target=None, tok=None) -> Path:
 
 # ----------------------------------------------------------------------------- training
 
+def seq_rows(sdir: Path):
+    """Every row of the data stage's shards: ``(pool, tokens, continuation_start)``, pool ``"text"``
+    for training-text chunks and ``"gen"`` for prompt/passage continuations."""
+    for f in sorted(sdir.glob("*.pt")):
+        d = torch.load(f, weights_only=True)
+        pool = "text" if d["kind"] == "text" else "gen"
+        off = 0
+        for n, c in zip(d["lens"].tolist(), d["cont"].tolist()):
+            yield pool, d["tokens"][off:off + n], c
+            off += n
+
+
 class SeqPools:
     """Token rows by pool: ``gen`` (target continuations with their context) and ``text``."""
 
     def __init__(self, sdir: Path, max_len: int, val_rows: int = 0, seed: int = 0):
         self.pools: dict[str, list[torch.Tensor]] = {"gen": [], "text": []}
         self.cont: list[tuple[torch.Tensor, int]] = []  # for head-id counts
-        for f in sorted(sdir.glob("*.pt")):
-            d = torch.load(f, weights_only=True)
-            pool = "text" if d["kind"] == "text" else "gen"
-            off = 0
-            for n, c in zip(d["lens"].tolist(), d["cont"].tolist()):
-                r = d["tokens"][off:off + n]
-                off += n
-                if pool == "gen":
-                    self.cont.append((r, c))
-                # keep the tail: the continuation is what the draft is mostly asked to predict
-                self.pools[pool].append(r[-max_len:])
+        for pool, r, c in seq_rows(sdir):
+            if pool == "gen":
+                self.cont.append((r, c))
+            # keep the tail: the continuation is what the draft is mostly asked to predict
+            self.pools[pool].append(r[-max_len:])
         if not any(self.pools.values()):
             raise FileNotFoundError(f"no training sequences in {sdir}; run --stage data first")
         self.val: list[torch.Tensor] = []

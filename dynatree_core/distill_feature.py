@@ -36,7 +36,7 @@ from torch import nn
 
 from .feature_draft import (FeatureDraftModel, build_feature_draft, feature_draft_from_model_draft,
                             load_feature_draft, save_feature_draft, unrolled_mask)
-from .distill import _micro_batches, cosine_lr
+from .distill import _micro_batches, cosine_lr, seq_rows
 from .models import resolve_device, resolve_dtype
 
 STEP_DECAY = 0.8
@@ -48,13 +48,8 @@ def _rows_from_seqs(sdir: Path, max_len: int, text_tokens: int, seed: int) -> li
     """(kind, tokens) rows: every continuation row (its tail of ``max_len``), then text chunks drawn
     at random until ``text_tokens`` tokens."""
     gen, text = [], []
-    for f in sorted(sdir.glob("*.pt")):
-        d = torch.load(f, weights_only=True)
-        off = 0
-        for n in d["lens"].tolist():
-            r = d["tokens"][off:off + n]
-            off += n
-            (text if d["kind"] == "text" else gen).append(r[-max_len:])
+    for pool, r, _ in seq_rows(sdir):
+        (text if pool == "text" else gen).append(r[-max_len:])
     if not gen and not text:
         raise FileNotFoundError(f"no training sequences in {sdir}; run the data stage first")
     random.Random(seed + 3).shuffle(text)

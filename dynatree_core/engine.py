@@ -190,11 +190,7 @@ class DecodingRun:
         cache = DynamicCache()
         prompt_hidden = None
         if len(self.prompt) > 1 and self.max_new_tokens > 0:
-            ctx = torch.tensor([self.prompt[:-1]], device=device)
-            if need_hidden:
-                prompt_hidden = pl.hidden_states(target, ctx, cache)
-            else:
-                pl.forward(target, ctx, cache)
+            prompt_hidden = pl.prefill(target, torch.tensor([self.prompt[:-1]], device=device), cache, need_hidden)
             target_forwards += 1
         if drafter is not None and self.max_new_tokens > 0:
             drafter.start(self.prompt, prompt_hidden)

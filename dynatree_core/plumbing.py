@@ -107,10 +107,15 @@ def forward_with_hidden(model: torch.nn.Module, input_ids: torch.Tensor, cache: 
 
 
 @torch.inference_mode()
-def hidden_states(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
-    """Extend the cache by a causal chain and return its final hidden states [q, hidden] only
-    (a prefill for a feature drafter: no logits are needed for the prompt)."""
-    return model.base_model(**_inputs(model, input_ids, cache, None, None)).last_hidden_state[0]
+def prefill(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache,
+            want_hidden: bool) -> torch.Tensor | None:
+    """Extend the cache by the causal chain ``input_ids`` [1, q] (a prompt prefix). With
+    ``want_hidden`` (a feature drafter needs them) return the final hidden states [q, hidden]
+    from the base model alone - no logits are needed for the prompt - else None."""
+    if want_hidden:
+        return model.base_model(**_inputs(model, input_ids, cache, None, None)).last_hidden_state[0]
+    forward(model, input_ids, cache)
+    return None
 
 
 def _inputs(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache,

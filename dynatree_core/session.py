@@ -41,23 +41,17 @@ class TreeSession:
         device = pair.device
         self._target_cache = DynamicCache()
         self._drafter = make_drafter(pair.draft, top_k)
-        self._need_hidden = self._drafter.needs_target_hidden
         hidden = None
         if len(self.prompt) > 1:
-            ctx = torch.tensor([self.prompt[:-1]], device=device)
-            if self._need_hidden:
-                hidden = pl.hidden_states(pair.target, ctx, self._target_cache)
-            else:
-                pl.forward(pair.target, ctx, self._target_cache)
+            hidden = pl.prefill(pair.target, torch.tensor([self.prompt[:-1]], device=device), self._target_cache,
+                                self._drafter.needs_target_hidden)
         self._drafter.start(self.prompt, hidden)
         self._drafter.prefill()  # every regrown tree starts from the warm cache
 
     @property
     def drafter_kind(self) -> str:
+        """Which drafter grows the trees (the explorer shows it)."""
         return self._drafter.kind
-
-    def drafter_settings(self) -> dict:
-        return self._drafter.settings()
 
     @torch.inference_mode()
     def regrow(self, rule: GrowthRule) -> tuple[DraftTree, list[int]]:
