@@ -7,6 +7,8 @@ mask, the text view and the report.
 from __future__ import annotations
 
 import html
+import re
+from dataclasses import dataclass
 
 #: marker symbol per stop reason (why a node did not grow children); "unrecorded" is the
 #: explorer's own reason for a replayed node whose draft distribution was never computed.
@@ -30,13 +32,46 @@ STOP_DESCRIPTIONS: dict[str, str] = {
     "unrecorded": "replay: draft never ran here",
 }
 
-ACCEPTED = "#1a9850"   # accepted path: nodes' outline and edges
-REJECTED = "#d73027"   # verified child the target disagreed with
-BONUS = "#f1a340"      # the target's bonus token
+#: The Okabe-Ito palette (Okabe & Ito 2008): eight colours that stay distinct under the common
+#: colour-vision deficiencies. Every categorical colour below is taken from it.
+OKABE_ITO: dict[str, str] = {
+    "black": "#000000", "orange": "#E69F00", "sky_blue": "#56B4E9", "bluish_green": "#009E73",
+    "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00", "reddish_purple": "#CC79A7",
+}
+
+# Accepted vs rejected is blue vs vermillion (the pair that survives deuteranopia and protanopia,
+# unlike green vs red), and the tree view also marks them with different shapes (ring vs cross),
+# so the distinction never rests on colour alone.
+ACCEPTED = OKABE_ITO["blue"]          # accepted path: nodes' outline, ring and edges
+REJECTED = OKABE_ITO["vermillion"]    # verified child the target disagreed with
+BONUS = OKABE_ITO["orange"]           # the target's bonus token (a star; underlined in text)
 EDGE = "#b0b0b0"
-GHOST = "#c8c8c8"      # pruned candidates (never verified)
+GHOST = "#a8a8a8"      # pruned candidates (never verified)
 PREFIX = "#6a6a6a"
-HIGHLIGHT = "#7b3294"  # row picked by the user (linked tree → mask highlight)
+HIGHLIGHT = OKABE_ITO["reddish_purple"]  # node picked by the user (linked tree -> mask highlight)
+
+#: marker symbols that mark the verification outcome on top of the stop-reason symbol
+ACCEPTED_MARK = "circle-open"     # a ring around the node
+REJECTED_MARK = "x-thin-open"     # a cross through the node
+
+#: one colour per benchmarked method / ablation label, used by every comparison figure so that
+#: "dynatree" is the same blue in every panel and every notebook
+METHOD_COLORS: dict[str, str] = {
+    "ar": OKABE_ITO["black"],
+    "linear": OKABE_ITO["sky_blue"],
+    "fixed_tree": OKABE_ITO["orange"],
+    "dynatree": OKABE_ITO["blue"],
+    "dynatree:fixed_backbone": OKABE_ITO["reddish_purple"],
+    "dynatree:breadth_depth": OKABE_ITO["bluish_green"],
+    "dynatree:full": OKABE_ITO["vermillion"],
+}
+#: line dashes / bar patterns that tell apart variants of one method family (``linear:k=3``)
+VARIANT_DASHES: tuple[str, ...] = ("dash", "dot", "dashdot", "longdash", "longdashdot")
+VARIANT_PATTERNS: tuple[str, ...] = ("/", "x", ".", "\\", "+")
+#: colours for groups that are not methods (e.g. sweep series), assigned in sorted order
+SERIES_COLORS: tuple[str, ...] = tuple(OKABE_ITO[k] for k in (
+    "blue", "orange", "bluish_green", "vermillion", "reddish_purple", "sky_blue", "black",
+    "yellow"))
 
 #: continuous colour scale for c(u) / p(u): both live in [0, 1]
 COLORSCALE = "Viridis"
@@ -49,6 +84,13 @@ ITERATION_COLORS: tuple[str, ...] = (
 
 COLOR_BY_CHOICES: tuple[str, ...] = ("confidence", "cum_prob")
 COLOR_BY_TITLES: dict[str, str] = {"confidence": "c(u)", "cum_prob": "p(u)"}
+#: colour-bar captions: what the fill colour means
+COLOR_BY_CAPTIONS: dict[str, str] = {"confidence": "fill = c(u)<br>draft confidence",
+                                     "cum_prob": "fill = p(u)<br>path probability"}
+
+#: a white halo behind label text (CSS text-shadow), so that a label stays readable where an edge
+#: or a neighbour's marker runs under it
+LABEL_HALO = "0 0 2px #fff, 0 0 3px #fff, 0 0 4px #fff"
 
 
 def visible_token(text: str) -> str:
@@ -71,3 +113,40 @@ def hover_escape(text: str) -> str:
 
 def iteration_color(index: int) -> str:
     return ITERATION_COLORS[index % len(ITERATION_COLORS)]
+
+
+@dataclass(frozen=True)
+class MethodStyle:
+    """How one method/configuration label is drawn: colour, plus a dash / bar pattern that sets
+    apart variants of a family (``""`` = solid)."""
+
+    color: str
+    dash: str = "solid"
+    pattern: str = ""
+
+
+def method_style(label: str) -> MethodStyle | None:
+    """The fixed style of a method label (``"dynatree"``, ``"linear:k=3"``, ...), or None for a
+    label that is not a method. A variant ``family:suffix`` of a known family keeps the family's
+    colour and gets a dash/pattern chosen from the suffix (its number if it has one), so the
+    choice does not depend on which other labels share the figure."""
+    label = str(label)
+    if label in METHOD_COLORS:
+        return MethodStyle(METHOD_COLORS[label])
+    family, sep, suffix = label.partition(":")
+    if not sep or family not in METHOD_COLORS:
+        return None
+    digits = re.findall(r"\d+", suffix)
+    k = int(digits[0]) if digits else sum(suffix.encode())  # stable across runs (no hash())
+    return MethodStyle(METHOD_COLORS[family], VARIANT_DASHES[k % len(VARIANT_DASHES)],
+                       VARIANT_PATTERNS[k % len(VARIANT_PATTERNS)])
+
+
+def group_styles(groups: list) -> dict:
+    """{group: MethodStyle} for a figure's groups: methods get their fixed style, any other
+    group a colour from :data:`SERIES_COLORS` by its sorted position."""
+    out = {g: method_style(g) for g in groups}
+    others = sorted((g for g, st in out.items() if st is None), key=str)
+    for k, g in enumerate(others):
+        out[g] = MethodStyle(SERIES_COLORS[k % len(SERIES_COLORS)])
+    return out

@@ -1,16 +1,37 @@
 """Token id → text, for ids that appear in a trace without their own text.
 
 A trace stores the text of every tree node and every committed token, but not of the target's
-argmax at a rejected node or of the draft's unverified top-k. :class:`TokenNamer` collects every
-(id, text) pair the trace does contain and falls back to an optional ``decode`` callable, then to
-``⟨id⟩``.
+argmax at a rejected node or of the draft's unverified top-k (pruned candidates included).
+:class:`TokenNamer` collects every (id, text) pair the trace does contain and falls back to an
+optional decoder, then to ``⟨id⟩``. Every view takes ``tokenizer=``: anything with
+``.decode(list[int]) -> str`` (a Hugging Face tokenizer) or a plain ``decode(id) -> str``.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from dynatree_core.trace import IterationRecord, Trace
+
+
+Decoder = Callable[[int], str]
+
+
+def as_decoder(tokenizer: Any) -> Decoder | None:
+    """``decode(id) -> str`` from a tokenizer-like object.
+
+    Accepts None, an object with ``.decode(list[int])`` (checked first: Hugging Face tokenizers
+    are callable too, but calling one *encodes*), or a callable taking one id.
+    """
+    if tokenizer is None:
+        return None
+    method = getattr(tokenizer, "decode", None)
+    if callable(method):
+        return lambda t: method([int(t)])
+    if callable(tokenizer):
+        return tokenizer
+    raise TypeError("tokenizer must have .decode(list[int]) -> str or be a callable "
+                    f"decode(id) -> str; got {type(tokenizer).__name__}")
 
 
 class TokenNamer:
@@ -47,13 +68,25 @@ class TokenNamer:
 
     @classmethod
     def from_trace(cls, trace: Trace | IterationRecord | None,
-                   decode: Callable[[int], str] | None = None) -> "TokenNamer":
-        namer = cls(decode=decode)
+                   decode: Callable[[int], str] | None = None,
+                   tokenizer: Any = None) -> "TokenNamer":
+        namer = cls(decode=decode or as_decoder(tokenizer))
         if isinstance(trace, Trace):
             namer.learn(trace.iterations)
         elif isinstance(trace, IterationRecord):
             namer.learn([trace])
         return namer
+
+
+def resolve_namer(source: Trace | IterationRecord | None, namer: TokenNamer | None = None,
+                  tokenizer: Any = None) -> TokenNamer:
+    """The namer a view uses: ``namer`` if given (a ``tokenizer`` then fills in its missing
+    decoder), else one learned from ``source`` with ``tokenizer`` as the fallback."""
+    if namer is None:
+        return TokenNamer.from_trace(source, tokenizer=tokenizer)
+    if namer.decode is None and tokenizer is not None:
+        namer.decode = as_decoder(tokenizer)
+    return namer
 
 
 def node_texts(rec: IterationRecord, namer: TokenNamer) -> list[str]:

@@ -9,8 +9,9 @@ import pytest
 from dynatree_core.config import FixedTreeConfig
 from dynatree_viz import demo_trace, layered_layout, tree_figure, tree_graph
 from dynatree_viz import style
+from dynatree_viz import tree_view as tv
 from dynatree_viz.tree_view import ACCEPTED_EDGES, BONUS, EDGES, NODES, PRUNED, trace_index
-from viz_fixtures import record
+from viz_fixtures import VOCAB, FakeTokenizer, record
 
 
 def _nodes(fig):
@@ -93,7 +94,7 @@ def test_stop_reasons_set_marker_symbols_and_legend():
     assert symbols[7] == style.STOP_SYMBOLS["depth_gate"]
     assert symbols[5] == style.STOP_SYMBOLS["rho_stop"]
     assert symbols[0] == style.STOP_SYMBOLS["expanded"]
-    legend = {t.name for t in fig.data}
+    legend = {t.name.split(" (")[0] for t in fig.data}
     assert {"stop: expanded", "stop: rho_stop", "stop: depth_gate"} <= legend
 
 
@@ -135,3 +136,92 @@ def test_256_node_tree_uses_one_text_trace_and_no_annotations():
 def test_highlight_rings_one_node():
     fig = tree_figure(record(), highlight=4)
     assert _nodes(fig).marker.line.color[4] == style.HIGHLIGHT
+
+
+def _simulate(hex_color: str, matrix) -> list[float]:
+    """sRGB (0-255) of ``hex_color`` as seen with a colour-vision deficiency (Machado 2009)."""
+    def lin(c):
+        c /= 255.0
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    def enc(x):
+        x = min(max(x, 0.0), 1.0)
+        return 255 * (12.92 * x if x <= 0.0031308 else 1.055 * x ** (1 / 2.4) - 0.055)
+
+    rgb = [lin(float(int(hex_color[k:k + 2], 16))) for k in (1, 3, 5)]
+    return [enc(sum(m * c for m, c in zip(row, rgb))) for row in matrix]
+
+
+DEUTERANOPIA = [[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413],
+                [-0.011820, 0.042940, 0.968881]]
+PROTANOPIA = [[0.152286, 1.052583, -0.204868], [0.114503, 0.786281, 0.099216],
+              [-0.003882, -0.048116, 1.051998]]
+
+
+@pytest.mark.parametrize("matrix", [DEUTERANOPIA, PROTANOPIA], ids=["deuteranopia", "protanopia"])
+def test_accepted_and_rejected_colours_stay_apart_for_colour_blind_readers(matrix):
+    def dist(a, b):
+        return math.dist(_simulate(a, matrix), _simulate(b, matrix))
+
+    assert dist(style.ACCEPTED, style.REJECTED) > 120
+    assert dist("#1a9850", "#d73027") < 120 or matrix is PROTANOPIA  # the old green/red did not
+    assert {style.ACCEPTED, style.REJECTED, style.BONUS} <= set(style.OKABE_ITO.values())
+
+
+def test_accepted_and_rejected_nodes_also_differ_in_shape():
+    rec = record()
+    fig = tree_figure(rec)
+    acc = fig.data[trace_index(fig, tv.ACCEPTED_MARKS)]
+    rej = fig.data[trace_index(fig, tv.REJECTED_MARKS)]
+    nodes = _nodes(fig)
+    at = {(nodes.x[i], nodes.y[i]): i for i in range(len(nodes.x))}
+    assert [at[xy] for xy in zip(acc.x, acc.y)] == rec.accepted_path
+    assert [at[xy] for xy in zip(rej.x, rej.y)] == [2]  # " dog"
+    assert acc.marker.symbol != rej.marker.symbol
+    assert acc.marker.symbol == style.ACCEPTED_MARK and rej.marker.symbol == style.REJECTED_MARK
+    # the marks are bigger than the nodes, so they show around the stop-reason symbol
+    assert acc.marker.size > max(nodes.marker.size) and rej.marker.size > max(nodes.marker.size)
+
+
+def test_labels_are_drawn_after_every_edge_and_mark_with_a_halo():
+    fig = tree_figure(record(), show_pruned=True)
+    kinds = [(k, t) for k, t in enumerate(fig.data) if t.x and t.x[0] is not None]
+    lines = [k for k, t in kinds if "lines" in t.mode or t.name in (tv.ACCEPTED_MARKS,
+                                                                     tv.REJECTED_MARKS)]
+    labelled = [k for k, t in kinds if "text" in t.mode]
+    assert {fig.data[k].name for k in labelled} == {NODES, PRUNED, BONUS}
+    assert max(lines) < min(labelled)  # plotly paints in trace order: labels on top
+    for k in labelled:
+        assert fig.data[k].textfont.shadow == style.LABEL_HALO
+        assert all(t for t in fig.data[k].text)  # accepted ',' '.' 'a' alike get a label
+
+
+def test_every_encoding_in_use_has_a_legend_entry():
+    rec = record()
+    fig = tree_figure(rec, show_pruned=True, highlight=3)
+    shown = {t.name for t in fig.data if t.showlegend is not False}
+    assert {tv.LEGEND_ACCEPTED, tv.LEGEND_REJECTED, tv.LEGEND_BONUS, tv.LEGEND_FADED,
+            tv.LEGEND_HOLLOW, tv.LEGEND_PRUNED, tv.LEGEND_SELECTED} <= shown
+    assert all(k.x == (None,) for k in fig.data if k.name in shown)  # keys carry no data
+    assert "c(u)" in fig.data[trace_index(fig, tv.COLORBAR)].marker.colorbar.title.text
+    # only encodings that appear: p(u) has no hollow nodes; no pruned/selected unless asked
+    plain = {t.name for t in tree_figure(rec, color_by="cum_prob").data}
+    assert not {tv.LEGEND_HOLLOW, tv.LEGEND_PRUNED, tv.LEGEND_SELECTED} & plain
+
+
+def test_a_tokenizer_names_pruned_candidates_the_trace_has_no_text_for():
+    rec = record()
+    (pruned,) = rec.tree.pruned
+    assert pruned.token not in rec.tree.tokens + rec.committed  # no stored text for it
+    ghost = lambda fig: fig.data[trace_index(fig, PRUNED)]
+    assert ghost(tree_figure(rec, show_pruned=True)).text[0] == f"⟨{pruned.token}⟩"
+    named = ghost(tree_figure(rec, show_pruned=True, tokenizer=FakeTokenizer()))
+    assert named.text[0] == style.short_label(VOCAB[pruned.token])
+    assert "⟨" not in named.hovertext[0]
+    # a plain decode(id) callable works too
+    assert ghost(tree_figure(rec, show_pruned=True,
+                             tokenizer=lambda t: VOCAB[t])).text[0] == named.text[0]
+
+
+def test_color_buttons_can_be_left_out_for_widgets():
+    assert tree_figure(record(), color_buttons=False).layout.updatemenus == ()

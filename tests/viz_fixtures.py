@@ -29,6 +29,17 @@ DRAFT = {
 TARGET = {(1,): 2, (1, 2): 4, (1, 2, 4): 6, (1, 2, 4, 6): 8, (1, 3): 5}
 
 
+class FakeTokenizer:
+    """Tokenizer-like: ``decode(list[int]) -> str`` (and callable, like a Hugging Face tokenizer,
+    where calling encodes: the views must not call it)."""
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(VOCAB[i] for i in ids)
+
+    def __call__(self, text: str):
+        raise AssertionError("a view called the tokenizer (encode) instead of .decode")
+
+
 def rule(**kw) -> GrowthRule:
     base = dict(d0=3, d_max=6, b_min=1, b_mid=2, b_max=3, tau_h=0.9, tau_l=0.4, tau=0.05,
                 n_max=64, rho_stop=0.1, rho_deep=0.5, trace_top_k=3)
