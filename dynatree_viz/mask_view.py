@@ -8,19 +8,23 @@ and one extra row can be highlighted (the stepper links it to a click in the tre
 
 from __future__ import annotations
 
+from typing import Any
+
 import plotly.graph_objects as go
 
 from dynatree_core.trace import IterationRecord
 
 from . import style
-from .tokens import TokenNamer, node_texts
+from .tokens import TokenNamer, node_texts, resolve_namer
 
 #: cell codes of the heatmap's z
 MASKED, ATTENDS, ATTENDS_ACCEPTED, PREFIX = 0, 1, 2, 3
-CODE_NAMES = {MASKED: "masked", ATTENDS: "attends", ATTENDS_ACCEPTED: "attends (accepted row)",
+CODE_NAMES = {MASKED: "masked", ATTENDS: "attends", ATTENDS_ACCEPTED: "attends (accepted row, framed)",
               PREFIX: "prefix (every row attends)"}
-_CODE_COLORS = {MASKED: "#f7f7f7", ATTENDS: "#4575b4", ATTENDS_ACCEPTED: style.ACCEPTED,
-                PREFIX: style.PREFIX}
+# Light vs dark blue differ in lightness, not only hue, so they survive colour-vision
+# deficiencies; accepted rows are also framed and their labels bold.
+_CODE_COLORS = {MASKED: "#f7f7f7", ATTENDS: style.OKABE_ITO["sky_blue"],
+                ATTENDS_ACCEPTED: style.ACCEPTED, PREFIX: style.PREFIX}
 HOVER_TEXT_MAX_NODES = 96  # above this, per-cell hover text would bloat exported HTML
 MASK_SHAPE = "accepted rows"
 
@@ -60,14 +64,15 @@ def _hover_matrix(rec: IterationRecord, texts: list[str], z: list[list[int]]) ->
 
 def mask_figure(rec: IterationRecord, *, namer: TokenNamer | None = None,
                 highlight: int | None = None, max_label_chars: int = 8,
-                title: str | None = None) -> go.Figure:
+                title: str | None = None, tokenizer: Any = None) -> go.Figure:
     """Heatmap of ``rec.attention_mask()`` (prefix summarised in the leftmost column).
 
     The first trace is the heatmap (z = cell codes, see ``CODE_NAMES``; z[i][0] is the prefix
     summary, z[i][j + 1] key node j) with x = brick edges (the prefix brick left of -0.5, key
-    node j centred on x = j) and y = i the query node i. ``highlight`` frames row i.
+    node j centred on x = j) and y = i the query node i. ``highlight`` frames row i;
+    ``tokenizer`` names tokens without stored text (see :mod:`dynatree_viz.tokens`).
     """
-    namer = namer or TokenNamer.from_trace(rec)
+    namer = resolve_namer(rec, namer, tokenizer)
     texts = node_texts(rec, namer)
     n = len(rec.tree)
     z = mask_matrix(rec)

@@ -1,31 +1,40 @@
 """View 4: the generated text, each token coloured by the iteration that committed it.
 
-Background colour = the iteration (cycling palette), a gold underline = the target's bonus token
-(plain background = a drafted token the target accepted). Hovering a token shows the rejected
+Background colour = the iteration (cycling palette), an orange underline = the target's bonus
+token (no underline = a drafted token the target accepted). Hovering a token shows the rejected
 alternatives at its position: the other verified children of the same parent in the tree (for
 a bonus token: every verified child of the last accepted node), and candidates pruned there.
 The output is plain HTML: put it in ``ipywidgets.HTML`` or save it (``standalone=True``).
+Every visual property is also an inline ``style`` attribute, so the view keeps its look where a
+front end strips ``<style>`` blocks (an untrusted notebook in JupyterLab).
 """
 
 from __future__ import annotations
 
 import html
 import math
+from typing import Any
 
 from dynatree_core.trace import IterationRecord, Trace
 
 from . import style
-from .tokens import TokenNamer, node_texts
+from .tokens import TokenNamer, node_texts, resolve_namer
+
+#: inline styles (see the module docstring): the bonus underline, the current-iteration outline
+BONUS_STYLE = f"border-bottom: 3px solid {style.BONUS};"
+CURRENT_STYLE = f"outline: 2px solid {style.HIGHLIGHT};"
+#: the bonus legend sample's background: neutral, never one of the iteration colours
+LEGEND_SAMPLE_BACKGROUND = "#ffffff"
 
 CSS = f"""
 .dt-text {{ font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 14px;
   line-height: 1.9; white-space: pre-wrap; word-break: break-word; max-width: 1100px; }}
 .dt-text .dt-prompt {{ color: #777; }}
 .dt-text .dt-tok {{ border-radius: 3px; padding: 1px 0; }}
-.dt-text .dt-bonus {{ border-bottom: 3px solid {style.BONUS}; }}
-.dt-text .dt-current {{ outline: 2px solid {style.HIGHLIGHT}; }}
+.dt-bonus {{ {BONUS_STYLE} }}
+.dt-current {{ {CURRENT_STYLE} }}
 .dt-legend {{ font-family: sans-serif; font-size: 12px; color: #444; margin: 4px 0 8px 0; }}
-.dt-legend span {{ margin-right: 14px; }}
+.dt-legend > span {{ margin-right: 14px; }}
 """
 
 
@@ -59,37 +68,55 @@ def _token_title(rec: IterationRecord, k: int, text: str, namer: TokenNamer) -> 
     return "\n".join(lines)
 
 
+def legend_html() -> str:
+    """The key: background = iteration (a few samples of the cycle), underline = bonus (on a
+    neutral background, so the sample is not mistaken for an iteration colour)."""
+    swatches = "".join(
+        f"<span class='dt-tok' style='background:{style.iteration_color(k)};padding:1px 3px'>"
+        f"{k}</span>" for k in range(4))
+    return ("<div class='dt-legend' style='font-family:sans-serif;font-size:12px;color:#444'>"
+            f"<span style='margin-right:14px'>background = iteration: {swatches} …</span>"
+            f"<span style='margin-right:14px'><span class='dt-tok dt-bonus' data-legend='bonus' "
+            f"style='background:{LEGEND_SAMPLE_BACKGROUND};{BONUS_STYLE}'>token</span>"
+            " underlined = bonus from the target (not drafted)</span>"
+            f"<span style='margin-right:14px'><span data-legend='current' "
+            f"style='{CURRENT_STYLE}'>token</span> outlined = the current iteration</span>"
+            "<span>hover a token for the rejected alternatives</span></div>")
+
+
+def _token_style(rec_index: int, bonus: bool, current: bool) -> str:
+    return (f"background:{style.iteration_color(rec_index)};border-radius:3px;"
+            + (BONUS_STYLE if bonus else "") + (CURRENT_STYLE if current else ""))
+
+
 def text_html(trace: Trace, *, upto: int | None = None, current: int | None = None,
               namer: TokenNamer | None = None, show_prompt: bool = True,
-              standalone: bool = False, title: str | None = None) -> str:
+              standalone: bool = False, title: str | None = None,
+              tokenizer: Any = None) -> str:
     """HTML of the output, optionally only up to iteration position ``upto`` (inclusive), with
     iteration position ``current`` outlined. Every token is a ``<span class="dt-tok">`` with
     ``data-iter`` (iteration index), ``data-kind`` (``drafted`` / ``bonus``) and a ``title``
-    tooltip. ``standalone=True`` returns a whole HTML document."""
-    namer = namer or TokenNamer.from_trace(trace)
+    tooltip. ``standalone=True`` returns a whole HTML document; ``tokenizer`` names tokens the
+    trace has no text for (rejected alternatives, pruned candidates)."""
+    namer = resolve_namer(trace, namer, tokenizer)
     its = trace.iterations if upto is None else trace.iterations[: upto + 1]
-    parts = [f"<style>{CSS}</style>", "<div class='dt-legend'>",
-             f"<span><span class='dt-tok' style='background:{style.iteration_color(0)}'>token</span>"
-             " drafted &amp; accepted (background = iteration)</span>",
-             f"<span><span class='dt-tok dt-bonus' style='background:{style.iteration_color(1)}'>"
-             "token</span> bonus from the target</span>",
-             "<span>hover a token for the rejected alternatives</span></div>",
-             "<div class='dt-text'>"]
+    parts = [f"<style>{CSS}</style>", legend_html(),
+             "<div class='dt-text' style='font-family:ui-monospace,Menlo,Consolas,monospace;"
+             "font-size:14px;line-height:1.9;white-space:pre-wrap;word-break:break-word'>"]
     if show_prompt and trace.prompt_text:
-        parts.append(f"<span class='dt-prompt'>{html.escape(trace.prompt_text)}</span>")
+        parts.append(f"<span class='dt-prompt' style='color:#777'>"
+                     f"{html.escape(trace.prompt_text)}</span>")
     for pos, rec in enumerate(its):
         texts = list(rec.committed_texts or [])
+        is_current = current is not None and pos == current
         for k, tok in enumerate(rec.committed):
             text = texts[k] if k < len(texts) else namer(tok)
-            classes = ["dt-tok"]
             kind = "bonus" if k >= rec.accepted_length else "drafted"
-            if kind == "bonus":
-                classes.append("dt-bonus")
-            if current is not None and pos == current:
-                classes.append("dt-current")
+            classes = ["dt-tok"] + (["dt-bonus"] if kind == "bonus" else []) + (
+                ["dt-current"] if is_current else [])
             parts.append(
                 f"<span class='{' '.join(classes)}' data-iter='{rec.index}' data-kind='{kind}' "
-                f"style='background:{style.iteration_color(rec.index)}' "
+                f"style='{_token_style(rec.index, kind == 'bonus', is_current)}' "
                 f"title='{html.escape(_token_title(rec, k, text, namer), quote=True)}'>"
                 f"{html.escape(text)}</span>")
     parts.append("</div>")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -10,9 +11,10 @@ import pytest
 from dynatree_viz import compare_figure, demo_results, demo_trace, load_results, mask_figure
 from dynatree_viz import text_html, timeline_figure
 from dynatree_viz.mask_view import ATTENDS, ATTENDS_ACCEPTED, MASKED, PREFIX
-from dynatree_viz.text_view import alternatives
+from dynatree_viz import style
+from dynatree_viz.text_view import BONUS_STYLE, CURRENT_STYLE, alternatives
 from dynatree_viz.tokens import TokenNamer
-from viz_fixtures import record, tiny_trace
+from viz_fixtures import FakeTokenizer, record, rule, tiny_trace
 
 
 def test_mask_heatmap_matches_the_attention_mask():
@@ -107,3 +109,53 @@ def test_compare_reads_result_files_averages_repeats_and_skips_warmup(tmp_path):
         load_results([{"tokens_per_s": 1.0}])
     with pytest.raises(ValueError, match="sweep column"):
         compare_figure(rows, x="n_max")
+
+
+def _legend_sample(h: str, kind: str) -> str:
+    m = re.search(rf"<span [^>]*data-legend='{kind}'[^>]*>", h)
+    assert m, f"no {kind} sample in the legend"
+    return m.group(0)
+
+
+def test_text_legend_bonus_sample_is_underlined_and_not_an_iteration_colour():
+    h = text_html(tiny_trace(2))
+    sample = _legend_sample(h, "bonus")
+    assert BONUS_STYLE in sample  # the underline is inline: it shows even without the <style>
+    bg = re.search(r"background:\s*(#[0-9a-fA-F]{6})", sample).group(1).lower()
+    assert bg not in {c.lower() for c in style.ITERATION_COLORS}
+    # the bonus tokens themselves carry the same underline inline, the drafted ones do not
+    bonus_spans = re.findall(r"<span [^>]*data-kind='bonus'[^>]*>", h)
+    drafted_spans = re.findall(r"<span [^>]*data-kind='drafted'[^>]*>", h)
+    assert bonus_spans and all(BONUS_STYLE in s for s in bonus_spans)
+    assert drafted_spans and not any(BONUS_STYLE in s for s in drafted_spans)
+
+
+def test_text_view_keeps_its_look_without_the_style_block():
+    """An untrusted notebook strips <style>; the inline styles still colour every token."""
+    h = re.sub(r"<style>.*?</style>", "", text_html(tiny_trace(2), upto=1, current=1), flags=re.S)
+    spans = re.findall(r"<span [^>]*data-iter='(\d+)'([^>]*)>", h)
+    assert spans and all(f"background:{style.iteration_color(int(i))}" in rest for i, rest in spans)
+    assert all(CURRENT_STYLE in rest for i, rest in spans if i == "1")
+
+
+def test_text_view_names_pruned_alternatives_with_a_tokenizer():
+    # tau = 0.2 prunes all three children of " dog"; the target picks " dog" and then " fast"
+    rec = record(growth=rule(tau=0.2), target={(1,): 3, (1, 3): 10})
+    assert rec.committed == [3, 10] and {p.token for p in rec.tree.pruned} == {4, 5, 10}
+    tr = tiny_trace(1)
+    tr.iterations, tr.tokens = [rec], list(rec.committed)
+    plain = text_html(tr)
+    assert "⟨5⟩" in plain  # " ran" was pruned: the trace has no text for it
+    named = text_html(tr, tokenizer=FakeTokenizer())
+    assert "⟨" not in named and "&#x27;␣ran&#x27; pruned by tau" in named
+    assert "&#x27;␣fast&#x27; pruned by tau (q=0.32) ← the target&#x27;s choice" in named
+
+
+def test_mask_colours_tell_accepted_rows_apart_by_lightness():
+    from dynatree_viz.mask_view import _CODE_COLORS
+
+    def lum(h):
+        r, g, b = (int(h[k:k + 2], 16) for k in (1, 3, 5))
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+    assert abs(lum(_CODE_COLORS[ATTENDS]) - lum(_CODE_COLORS[ATTENDS_ACCEPTED])) > 40

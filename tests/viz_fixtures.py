@@ -59,9 +59,12 @@ def propose(tree: DraftTree, ids: list[int]):
     return out
 
 
-def record(index: int = 0, growth: GrowthRule | None = None, prefix_len: int = 4) -> IterationRecord:
+def record(index: int = 0, growth: GrowthRule | None = None, prefix_len: int = 4,
+           target: dict[tuple[int, ...], int] | None = None) -> IterationRecord:
+    """The hand-specified iteration; ``target`` overrides entries of :data:`TARGET`."""
     tree = grow_tree(1, growth or rule(), propose)
-    argmax = [TARGET.get(_path(tree, i), 7) for i in range(len(tree))]
+    table = {**TARGET, **(target or {})}
+    argmax = [table.get(_path(tree, i), 7) for i in range(len(tree))]
     path, bonus = tree.greedy_path(argmax)
     committed = [tree.tokens[i] for i in path] + [bonus]
     return IterationRecord(
