@@ -22,6 +22,11 @@ seeds) are averaged and drawn with standard-deviation error bars (a single row p
 ``<metric>_std`` column, as in ``dynatree_core.bench`` aggregates, when present). Nested
 ``metrics`` dicts in a row (``{"metrics": {"tokens_per_s": ...}}``) are flattened. A result
 document's ``sweep.param_keys`` become the default ``x`` of :func:`compare_figure`.
+
+Colours: a method label always gets the same colour (:data:`dynatree_viz.style.METHOD_COLORS`,
+variants such as ``linear:k=3`` the family colour plus a dash / bar pattern), whichever other
+methods share the figure. Every value axis starts at 0, so a 4% difference looks like 4%; the
+speedup panels also draw the AR baseline at 1.0.
 """
 
 from __future__ import annotations
@@ -33,8 +38,9 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.colors import qualitative
 from plotly.subplots import make_subplots
+
+from . import style
 
 DEFAULT_METRICS: tuple[str, ...] = ("tokens_per_s", "speedup", "tokens_per_iteration",
                                     "acceptance_rate")
@@ -98,6 +104,15 @@ def _ordered(values: Iterable) -> list:
     return list(dict.fromkeys(v for v in values if not (isinstance(v, float) and v != v)))
 
 
+def value_axis_range(tops: Sequence[float], metric: str) -> list[float]:
+    """[0, top + 8%]: a value axis that starts at zero (never zoomed into the spread between
+    methods), with room above the highest bar / error bar; speedup always shows its 1.0 line."""
+    top = max([t for t in tops if t == t] or [1.0])
+    if metric == "speedup":
+        top = max(top, 1.0)
+    return [0.0, top * 1.08 if top > 0 else 1.0]
+
+
 def compare_figure(results: ResultsLike, *, x: str | None = None,
                    metrics: Sequence[str] | None = None, color: str = "label",
                    dataset: str | None = None, title: str | None = None,
@@ -122,7 +137,7 @@ def compare_figure(results: ResultsLike, *, x: str | None = None,
     if not metrics:
         raise ValueError(f"none of the metrics {list(metrics or DEFAULT_METRICS)} are in the results")
     groups = _ordered(df[color])
-    palette = {g: qualitative.Plotly[i % len(qualitative.Plotly)] for i, g in enumerate(groups)}
+    styles = style.group_styles(groups)
     cols = min(2, len(metrics))
     rows = (len(metrics) + cols - 1) // cols
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=[METRIC_TITLES.get(m, m) for m in metrics],
@@ -130,6 +145,7 @@ def compare_figure(results: ResultsLike, *, x: str | None = None,
     has_ds = "dataset" in df.columns and df["dataset"].notna().any()
     for k, metric in enumerate(metrics):
         r, c = k // cols + 1, k % cols + 1
+        tops: list[float] = []
         for g in groups:
             sub = df[df[color] == g]
             if x is None:
@@ -147,18 +163,26 @@ def compare_figure(results: ResultsLike, *, x: str | None = None,
                 stored = sub.groupby(key_col, sort=(x is not None))[f"{metric}_std"].first()
                 err = stored.reindex(agg.index)
             err_y = dict(type="data", array=err.fillna(0).tolist(), visible=bool(err.notna().any()))
-            common = dict(name=str(g), legendgroup=str(g), showlegend=(k == 0),
-                          marker_color=palette[g], error_y=err_y,
+            st = styles[g]
+            common = dict(name=str(g), legendgroup=str(g), showlegend=(k == 0), error_y=err_y,
                           hovertemplate=f"{g}<br>%{{x}}: %{{y:.3g}}<extra>{metric}</extra>")
+            ys = agg["mean"].tolist()
+            tops.append(max((m + (e if e == e else 0.0)) for m, e in zip(ys, err.fillna(0))
+                            if m == m))
             if x is None:
-                fig.add_trace(go.Bar(x=xs, y=agg["mean"].tolist(), **common), row=r, col=c)
+                fig.add_trace(go.Bar(x=xs, y=ys, marker=dict(
+                    color=st.color, pattern=dict(shape=st.pattern)), **common), row=r, col=c)
             else:
-                fig.add_trace(go.Scatter(x=xs, y=agg["mean"].tolist(), mode="lines+markers",
-                                         line=dict(color=palette[g]), **common), row=r, col=c)
+                fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", marker_color=st.color,
+                                         line=dict(color=st.color, dash=st.dash), **common),
+                              row=r, col=c)
         if x is not None:
             fig.update_xaxes(title_text=x, row=r, col=c)
+        fig.update_yaxes(range=value_axis_range(tops, metric), row=r, col=c)
         if metric == "speedup":
-            fig.add_hline(y=1.0, line=dict(color="#888", dash="dot", width=1), row=r, col=c)
+            fig.add_hline(y=1.0, line=dict(color="#888", dash="dot", width=1), row=r, col=c,
+                          annotation_text="AR = 1.0", annotation_position="bottom right",
+                          annotation_font=dict(size=10, color="#666"))
     fig.update_layout(template="plotly_white", barmode="group",
                       height=height or 320 * rows + 80,
                       title=dict(text=title or ("methods compared" if x is None else f"sweep over {x}"),

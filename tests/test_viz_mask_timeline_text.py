@@ -159,3 +159,47 @@ def test_mask_colours_tell_accepted_rows_apart_by_lightness():
         return 0.2126 * r + 0.7152 * g + 0.0722 * b
 
     assert abs(lum(_CODE_COLORS[ATTENDS]) - lum(_CODE_COLORS[ATTENDS_ACCEPTED])) > 40
+
+
+def _colour(trace):
+    return trace.marker.color if trace.type == "bar" else trace.line.color
+
+
+def test_method_colours_are_fixed_whatever_else_is_in_the_figure():
+    rows = demo_results("methods")
+    everything = compare_figure(rows)
+    only_two = compare_figure([r for r in rows if r["method"] in ("dynatree", "fixed_tree")])
+    sweep = compare_figure(demo_results("sweep"), x="d0")
+    for fig in (everything, only_two, sweep):
+        for t in fig.data:
+            assert _colour(t) == style.METHOD_COLORS[t.name], (t.name, _colour(t))
+    assert len(set(style.METHOD_COLORS.values())) == len(style.METHOD_COLORS)
+    # ablation labels and linear variants: the family colour, variants told apart by dash
+    ks = [{"method": "linear", "label": f"linear:k={k}", "d0": d, "speedup": 1.0 + d / 10}
+          for k in (3, 5) for d in (1, 2)]
+    abl = [{"method": "dynatree", "label": lab, "d0": d, "speedup": 1.2}
+           for lab in ("dynatree:fixed_backbone", "dynatree:full") for d in (1, 2)]
+    fig = compare_figure(ks + abl, x="d0", metrics=["speedup"])
+    by = {t.name: t for t in fig.data}
+    assert by["linear:k=3"].line.color == by["linear:k=5"].line.color == style.METHOD_COLORS["linear"]
+    assert by["linear:k=3"].line.dash != by["linear:k=5"].line.dash
+    assert by["dynatree:full"].line.color == style.METHOD_COLORS["dynatree:full"]
+    # groups that are not methods (sweep series) get colours by sorted name, not by row order
+    series = [{"method": "dynatree", "series": s, "d0": 1, "speedup": 1.1} for s in ("b", "a")]
+    f1 = compare_figure(series, x="d0", color="series")
+    f2 = compare_figure(series[::-1], x="d0", color="series")
+    assert {t.name: t.line.color for t in f1.data} == {t.name: t.line.color for t in f2.data}
+
+
+def test_speedup_axes_start_at_zero_and_show_the_ar_baseline():
+    rows = [{"method": m, "label": m, "d0": d, "speedup": sp, "tokens_per_s": 20 * sp}
+            for m, base in (("fixed_tree", 1.00), ("dynatree", 1.04)) for d, sp in
+            ((2, base), (3, base + 0.08))]  # all within 1.00-1.12: a 4% difference
+    fig = compare_figure(rows, x="d0")  # panels: throughput (y), speedup (y2)
+    lo, hi = fig.layout.yaxis2.range
+    assert lo == 0 and 1.12 <= hi < 1.5
+    assert fig.layout.yaxis.range[0] == 0 and fig.layout.yaxis.range[1] >= 20 * 1.12
+    baseline = [s for s in fig.layout.shapes if s.y0 == 1.0 and s.y1 == 1.0]
+    assert len(baseline) == 1
+    bars = compare_figure(demo_results("methods"))
+    assert all(bars.layout[a].range[0] == 0 for a in ("yaxis", "yaxis2", "yaxis3", "yaxis4"))
