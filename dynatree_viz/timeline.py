@@ -1,8 +1,9 @@
 """View 3: per-iteration timeline of a whole trace.
 
-Five stacked panels sharing the iteration axis: committed tokens (accepted + bonus), tree size and
-depth, acceptance a_r with the history window mean ā, the adapter's D0 and τ_h (the values the
-iteration was grown with), and the time split draft / verify / commit.
+Up to five stacked panels sharing the iteration axis: committed tokens (accepted + bonus), tree
+size and depth, acceptance a_r with the history window mean ā, the adapter's D0 and τ_h (the
+values the iteration was grown with), and the time split draft / verify / commit. Panels with no
+data (an AR run has no tree, acceptance or adapter) are left out, and the title says so.
 """
 
 from __future__ import annotations
@@ -15,7 +16,20 @@ from dynatree_core.trace import Trace
 from . import style
 
 CURRENT_SHAPE = "current iteration"
-_TIMING_COLORS = {"draft": "#74add1", "verify": "#f46d43", "commit": "#999999"}
+_OI = style.OKABE_ITO
+_TIMING_COLORS = {"draft": _OI["sky_blue"], "verify": _OI["vermillion"], "commit": "#999999"}
+
+#: panel key -> (subplot title, has a secondary y axis); drawn in this order when they have data
+PANELS: dict[str, tuple[str, bool]] = {
+    "tokens": ("committed tokens per iteration", False),
+    "tree": ("tree size (nodes) and depth", True),
+    "acceptance": ("acceptance a_r and window mean ā", False),
+    "adapter": ("history adapter: D0 and τ_h", True),
+    "time": ("time per iteration (ms)", False),
+}
+#: why a panel is left out (said under the title instead of an empty panel)
+_MISSING = {"tree": "no draft tree", "acceptance": "no acceptance",
+            "adapter": "no history adapter"}
 
 
 def _hist(rec, key: str, when: str = "before"):
@@ -23,80 +37,113 @@ def _hist(rec, key: str, when: str = "before"):
     return None if not h else h.get(key)
 
 
-def timeline_figure(trace: Trace, *, current: int | None = None, height: int = 900,
+def timeline_panels(trace: Trace) -> list[str]:
+    """The panels with something to show: an AR run has no tree, acceptance or adapter, so it
+    gets two panels rather than three empty ones."""
+    its = list(trace.iterations)
+    has = {"tokens": True,
+           "tree": any(r.num_nodes > 0 for r in its),
+           "acceptance": any(r.acceptance is not None for r in its),
+           "adapter": any(r.history_before for r in its),
+           "time": True}
+    return [k for k in PANELS if has[k]]
+
+
+def timeline_figure(trace: Trace, *, current: int | None = None, height: int | None = None,
                     title: str | None = None) -> go.Figure:
     """Per-iteration panels; ``current`` marks one iteration (its ``index``) with a shaded band
-    across all panels."""
+    across all panels. Panels without data (see :func:`timeline_panels`) are left out and named
+    in a note under the title; ``height`` defaults to 170 px per panel."""
     its = list(trace.iterations)
     x = [r.index for r in its]
+    panels = timeline_panels(trace)
+    row = {k: i + 1 for i, k in enumerate(panels)}
     fig = make_subplots(
-        rows=5, cols=1, shared_xaxes=True, vertical_spacing=0.035,
-        specs=[[{}], [{"secondary_y": True}], [{}], [{"secondary_y": True}], [{}]],
-        subplot_titles=("committed tokens per iteration", "tree size (nodes) and depth",
-                        "acceptance a_r and window mean ā", "history adapter: D0 and τ_h",
-                        "time per iteration (ms)"))
+        rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.16 / len(panels),
+        specs=[[{"secondary_y": PANELS[k][1]}] for k in panels],
+        subplot_titles=[PANELS[k][0] for k in panels])
     acc = [r.accepted_length for r in its]
     bonus = [len(r.committed) - min(r.accepted_length, len(r.committed)) for r in its]
-    fig.add_trace(go.Bar(x=x, y=acc, name="accepted (drafted)", marker_color=style.ACCEPTED,
-                         legendgroup="tok"), row=1, col=1)
-    fig.add_trace(go.Bar(x=x, y=bonus, name="bonus", marker_color=style.BONUS,
-                         legendgroup="tok"), row=1, col=1)
-    fig.add_trace(go.Bar(x=x, y=[r.num_nodes for r in its], name="drafted nodes",
-                         marker_color="#abd9e9"), row=2, col=1)
-    fig.add_trace(go.Scatter(x=x, y=[r.tree.depth for r in its], name="depth",
-                             mode="lines+markers", line=dict(color="#313695")),
-                  row=2, col=1, secondary_y=True)
-    fig.add_trace(go.Scatter(x=x, y=[r.acceptance for r in its], name="a_r", mode="markers",
-                             marker=dict(color="#4d4d4d", size=7)), row=3, col=1)
-    wm = [_hist(r, "window_mean", "after") for r in its]
-    if any(v is not None for v in wm):
-        fig.add_trace(go.Scatter(x=x, y=wm, name="ā (window mean)", mode="lines",
-                                 line=dict(color="#1b7837", width=2)), row=3, col=1)
-    target = ((trace.config or {}).get("history") or {}).get("target_acceptance")
-    if target is not None:
-        fig.add_hline(y=target, line=dict(color="#1b7837", dash="dot", width=1), row=3, col=1,
-                      annotation_text=f"a* = {target}", annotation_position="top left")
-    d0 = [_hist(r, "d0") for r in its]
-    if any(v is not None for v in d0):
-        fig.add_trace(go.Scatter(x=x, y=d0, name="D0 (real)", mode="lines",
-                                 line=dict(color="#762a83")), row=4, col=1)
+    if "tree" in row:
+        fig.add_trace(go.Bar(x=x, y=acc, name="accepted (drafted)", marker_color=style.ACCEPTED,
+                             legendgroup="tok"), row=1, col=1)
+    # without a draft every committed token is the target's own (what a bonus is in a tree run)
+    fig.add_trace(go.Bar(x=x, y=bonus, name="bonus" if "tree" in row else "target's token",
+                         marker_color=style.BONUS, legendgroup="tok"), row=1, col=1)
+    if "tree" in row:
+        fig.add_trace(go.Bar(x=x, y=[r.num_nodes for r in its], name="drafted nodes",
+                             marker_color=_OI["sky_blue"]), row=row["tree"], col=1)
+        fig.add_trace(go.Scatter(x=x, y=[r.tree.depth for r in its], name="depth",
+                                 mode="lines+markers", line=dict(color=_OI["black"])),
+                      row=row["tree"], col=1, secondary_y=True)
+    if "acceptance" in row:
+        _acceptance_panel(fig, trace, its, x, row["acceptance"])
+    if "adapter" in row:
+        r4 = row["adapter"]
+        fig.add_trace(go.Scatter(x=x, y=[_hist(r, "d0") for r in its], name="D0 (real)",
+                                 mode="lines", line=dict(color=_OI["reddish_purple"])),
+                      row=r4, col=1)
         fig.add_trace(go.Scatter(x=x, y=[_hist(r, "d0_effective") for r in its],
                                  name="D0 used", mode="markers",
-                                 marker=dict(color="#762a83", symbol="line-ew-open", size=12)),
-                      row=4, col=1)
+                                 marker=dict(color=_OI["reddish_purple"], symbol="line-ew-open",
+                                             size=12)), row=r4, col=1)
         fig.add_trace(go.Scatter(x=x, y=[_hist(r, "tau_h") for r in its], name="τ_h",
-                                 mode="lines", line=dict(color="#e08214", dash="dash")),
-                      row=4, col=1, secondary_y=True)
-    else:
-        fig.add_annotation(text="no history adapter in this run", showarrow=False,
-                           xref="x4 domain", yref="y6 domain", x=0.5, y=0.5)
+                                 mode="lines", line=dict(color=_OI["orange"], dash="dash")),
+                      row=r4, col=1, secondary_y=True)
     for key, color in _TIMING_COLORS.items():
+        if not any(r.timings.get(key) for r in its) and key != "verify":
+            continue  # e.g. AR never drafts: no all-zero "draft time" series in the legend
         fig.add_trace(go.Bar(x=x, y=[1000.0 * r.timings.get(key, 0.0) for r in its],
                              name=f"{key} time", marker_color=color, legendgroup="time"),
-                      row=5, col=1)
+                      row=row["time"], col=1)
+    head = title if title is not None else (
+        f"{trace.method}: {len(its)} iterations, {len(trace.tokens)} tokens")
+    missing = [_MISSING[k] for k in PANELS if k not in row]
+    note = (f"<br><span style='font-size:11px;color:#666'>{trace.method}: "
+            f"{', '.join(missing)}, so those panels are left out</span>" if missing else "")
     fig.update_layout(
-        barmode="stack", template="plotly_white", height=height, bargap=0.15,
-        title=dict(text=title if title is not None else
-                   f"{trace.method}: {len(its)} iterations, {len(trace.tokens)} tokens",
-                   x=0.01, font=dict(size=14)),
-        margin=dict(l=60, r=60, t=70, b=40), legend=dict(font=dict(size=10)),
+        barmode="stack", template="plotly_white", bargap=0.15,
+        height=height if height is not None else 170 * len(panels) + 130,
+        title=dict(text=head + note, x=0.01, font=dict(size=14)),
+        margin=dict(l=60, r=60, t=90 if missing else 70, b=40), legend=dict(font=dict(size=10)),
         hovermode="x unified")
-    fig.update_yaxes(title_text="tokens", row=1, col=1)
-    # secondary_y=False: without it an update to a cell also hits its secondary axis
-    fig.update_yaxes(title_text="nodes", row=2, col=1, secondary_y=False)
-    max_depth = max((r.tree.depth for r in its), default=1)
-    fig.update_yaxes(title_text="depth", row=2, col=1, secondary_y=True, showgrid=False,
-                     range=[0, max_depth + 0.5], dtick=1)
-    fig.update_yaxes(rangemode="tozero", row=2, col=1, secondary_y=False)
-    fig.update_yaxes(title_text="a", range=[-0.05, 1.05], row=3, col=1)
-    fig.update_yaxes(title_text="D0", row=4, col=1, dtick=1, secondary_y=False)
-    fig.update_yaxes(title_text="τ_h", row=4, col=1, secondary_y=True, showgrid=False,
-                     tickformat=".2f")
-    fig.update_yaxes(title_text="ms", row=5, col=1)
-    fig.update_xaxes(title_text="iteration", row=5, col=1)
+    _label_axes(fig, its, row)
     if its:
         mark_iteration(fig, current)
     return fig
+
+
+def _acceptance_panel(fig: go.Figure, trace: Trace, its: list, x: list, r: int) -> None:
+    fig.add_trace(go.Scatter(x=x, y=[rec.acceptance for rec in its], name="a_r", mode="markers",
+                             marker=dict(color="#4d4d4d", size=7)), row=r, col=1)
+    wm = [_hist(rec, "window_mean", "after") for rec in its]
+    if any(v is not None for v in wm):
+        fig.add_trace(go.Scatter(x=x, y=wm, name="ā (window mean)", mode="lines",
+                                 line=dict(color=_OI["bluish_green"], width=2)), row=r, col=1)
+    target = ((trace.config or {}).get("history") or {}).get("target_acceptance")
+    if target is not None and any(rec.history_before for rec in its):
+        fig.add_hline(y=target, line=dict(color=_OI["bluish_green"], dash="dot", width=1),
+                      row=r, col=1, annotation_text=f"a* = {target}",
+                      annotation_position="top left")
+
+
+def _label_axes(fig: go.Figure, its: list, row: dict[str, int]) -> None:
+    fig.update_yaxes(title_text="tokens", rangemode="tozero", row=1, col=1)
+    if "tree" in row:
+        # secondary_y=False: without it an update to a cell also hits its secondary axis
+        fig.update_yaxes(title_text="nodes", rangemode="tozero", row=row["tree"], col=1,
+                         secondary_y=False)
+        max_depth = max((r.tree.depth for r in its), default=1)
+        fig.update_yaxes(title_text="depth", row=row["tree"], col=1, secondary_y=True,
+                         showgrid=False, range=[0, max_depth + 0.5], dtick=1)
+    if "acceptance" in row:
+        fig.update_yaxes(title_text="a", range=[-0.05, 1.05], row=row["acceptance"], col=1)
+    if "adapter" in row:
+        fig.update_yaxes(title_text="D0", row=row["adapter"], col=1, dtick=1, secondary_y=False)
+        fig.update_yaxes(title_text="τ_h", row=row["adapter"], col=1, secondary_y=True,
+                         showgrid=False, tickformat=".2f")
+    fig.update_yaxes(title_text="ms", rangemode="tozero", row=row["time"], col=1)
+    fig.update_xaxes(title_text="iteration", row=row["time"], col=1)
 
 
 def mark_iteration(fig: go.Figure, current: int | None) -> None:

@@ -203,3 +203,18 @@ def test_speedup_axes_start_at_zero_and_show_the_ar_baseline():
     assert len(baseline) == 1
     bars = compare_figure(demo_results("methods"))
     assert all(bars.layout[a].range[0] == 0 for a in ("yaxis", "yaxis2", "yaxis3", "yaxis4"))
+
+
+def test_ar_timeline_has_no_empty_panels_and_no_note_over_the_axes():
+    from dynatree_core.config import ARConfig
+
+    fig = timeline_figure(demo_trace(5, config=ARConfig()))
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles == ["committed tokens per iteration", "time per iteration (ms)"]
+    assert "yaxis3" not in fig.layout.to_plotly_json()  # two panels, two axes
+    for t in fig.data:  # every trace sits on a panel that exists and has data
+        assert t.yaxis in ("y", "y2") and any(v for v in t.y)
+    # the note about what an AR run lacks is part of the title, not an annotation on a panel
+    assert "no draft tree, no acceptance, no history adapter" in fig.layout.title.text
+    full = timeline_figure(demo_trace(4))
+    assert len(full.layout.annotations) >= 5 and "left out" not in full.layout.title.text
