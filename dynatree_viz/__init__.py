@@ -2,7 +2,9 @@
 
 Views (plotly figures): :func:`tree_figure` (one iteration's draft tree), :func:`mask_figure`
 (its tree-attention mask), :func:`timeline_figure` (per-iteration statistics),
-:func:`text_html` (the output coloured by iteration), :func:`compare_figure` (benchmarks).
+:func:`text_html` (the output coloured by iteration), :func:`compare_figure` (benchmarks),
+:func:`why` (one node: the draft's top-k at its parent against the target's choice).
+Every view takes ``tokenizer=`` (``.decode(list[int])``) for tokens the trace has no text for.
 Widgets: :func:`show` (iteration stepper), :func:`explore` (parameter explorer, replay or live).
 Export: :func:`report` (offline HTML report), :func:`figure_html`, :func:`save_html`,
 :func:`save_image` (PNG/SVG via kaleido, where a browser is available).
@@ -28,6 +30,7 @@ from .timeline import timeline_figure
 from .tokens import TokenNamer
 from .tree_view import tree_figure
 from .widgets import ParameterExplorer, Stepper, explore, show
+from .why import WhyPanel, why, why_data
 
 __all__ = [
     "CostModel", "ImageExportUnavailable", "LiveBackend", "ParameterExplorer", "RegrowResult",
@@ -35,5 +38,5 @@ __all__ = [
     "demo_trace", "draft_tree_graph", "expected_accepted", "explore", "figure_html",
     "greedy_walk", "image_export_available", "layered_layout", "load_results", "mask_figure",
     "mask_matrix", "replay_partial", "report", "report_html", "save_html", "save_image", "show",
-    "text_html", "timeline_figure", "tree_figure", "tree_graph",
+    "text_html", "timeline_figure", "tree_figure", "tree_graph", "why", "why_data", "WhyPanel",
 ]
