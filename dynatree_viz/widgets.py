@@ -24,8 +24,9 @@ from .mask_view import mask_figure
 from .regrow import LiveBackend, RegrowResult, ReplayBackend
 from .text_view import text_html
 from .timeline import mark_iteration, timeline_figure
-from .tokens import TokenNamer
+from .tokens import TokenNamer, resolve_namer
 from .tree_view import NODES, tree_figure, trace_index
+from .why import why
 
 
 def replace_figure(target: go.FigureWidget, fig: go.Figure) -> None:
@@ -47,16 +48,20 @@ class Stepper(widgets.VBox):
     """Step through a trace's iterations: tree, mask, text and timeline update together.
 
     Attributes: ``slider`` (iteration position), ``play``, ``prev_button``, ``next_button``,
-    ``color_toggle`` ("confidence" / "cum_prob"), ``pruned_checkbox``, ``tree_fig``,
-    ``mask_fig``, ``timeline_fig`` (FigureWidgets), ``text`` (HTML), ``info`` (HTML).
-    Clicking a node in the tree highlights its row in the mask (:meth:`select_node`).
+    ``color_toggle`` ("confidence" / "cum_prob": the only colour switch; the tree figure's own
+    buttons are left out), ``pruned_checkbox``, ``tree_fig``, ``mask_fig``, ``why_fig``,
+    ``timeline_fig`` (FigureWidgets), ``text`` (HTML), ``info`` (HTML).
+    Clicking a node in the tree highlights its row in the mask and explains it in ``why_fig``
+    (:meth:`select_node`); with no node selected ``why_fig`` explains where the accepted path
+    ended. ``tokenizer`` (``.decode(list[int])``) or ``decode`` (id -> str) names tokens the
+    trace has no text for.
     """
 
     def __init__(self, trace: Trace, *, start: int = 0, color_by: str = "confidence",
                  show_pruned: bool = False, namer: TokenNamer | None = None,
-                 decode: Callable[[int], str] | None = None):
+                 decode: Callable[[int], str] | None = None, tokenizer: Any = None):
         self.trace = trace
-        self.namer = namer or TokenNamer.from_trace(trace, decode=decode)
+        self.namer = namer or TokenNamer.from_trace(trace, decode=decode, tokenizer=tokenizer)
         self.selected: int | None = None
         n = len(trace.iterations)
         last = max(n - 1, 0)
@@ -76,6 +81,7 @@ class Stepper(widgets.VBox):
         self.info = widgets.HTML()
         self.tree_fig = go.FigureWidget()
         self.mask_fig = go.FigureWidget()
+        self.why_fig = go.FigureWidget()
         self.timeline_fig = go.FigureWidget(timeline_figure(trace, height=700) if n else
                                             _empty_figure("empty trace"))
         self.text = widgets.HTML()
@@ -89,7 +95,7 @@ class Stepper(widgets.VBox):
         super().__init__([controls, self.info,
                           widgets.HBox([self.tree_fig, self.mask_fig],
                                        layout=widgets.Layout(overflow="auto")),
-                          self.text, self.timeline_fig])
+                          self.why_fig, self.text, self.timeline_fig])
         self._redraw()
 
     @property
@@ -125,6 +131,7 @@ class Stepper(widgets.VBox):
         self.info.value = self._info_html(rec)
         self._draw_tree()
         replace_figure(self.mask_fig, mask_figure(rec, namer=self.namer))
+        self._draw_why()
         self.text.value = text_html(self.trace, upto=position, current=position, namer=self.namer)
         with self.timeline_fig.batch_update():
             mark_iteration(self.timeline_fig, rec.index)
@@ -137,6 +144,15 @@ class Stepper(widgets.VBox):
         self.selected = node
         self._draw_tree()
         replace_figure(self.mask_fig, mask_figure(rec, namer=self.namer, highlight=node))
+        self._draw_why()
+
+    def _draw_why(self) -> None:
+        """Explain the selected node (the root: the decision after it), else where the accepted
+        path ended."""
+        node = self.selected
+        at = 0 if node == 0 else None
+        fig = why(self.trace, self.position, None if node == 0 else node, at=at, namer=self.namer)
+        replace_figure(self.why_fig, fig)
 
     def _draw_tree(self) -> None:
         rec = self.record
@@ -144,7 +160,8 @@ class Stepper(widgets.VBox):
             return
         fig = tree_figure(rec, color_by=self.color_toggle.value,
                           show_pruned=self.pruned_checkbox.value, namer=self.namer,
-                          highlight=self.selected, drafter=self.trace.drafter_kind)
+                          highlight=self.selected, drafter=self.trace.drafter_kind,
+                          color_buttons=False)
         replace_figure(self.tree_fig, fig)
         nodes = self.tree_fig.data[trace_index(self.tree_fig, NODES)]
         nodes.on_click(self._on_node_click)
@@ -179,6 +196,46 @@ SLIDERS: dict[str, tuple[str, float, float, float, str]] = {
     "tau": ("float", 0.0, 0.5, 0.005, "τ"),
     "n_max": ("int", 1, 512, 1, "N_max"),
 }
+
+#: (lower, upper, strict) slider pairs that DynaTreeConfig requires in order: ``lower < upper``
+#: when strict, else ``lower <= upper``. The explorer narrows each slider's range to what the
+#: others allow right now, so no slider offers a value the validation would reject.
+ORDERED_PAIRS: tuple[tuple[str, str, bool], ...] = (
+    ("d0", "d_max", True),
+    ("tau_l", "tau_h", True),
+    ("rho_stop", "rho_deep", True),
+    ("b_min", "b_mid", False),
+    ("b_mid", "b_max", False),
+)
+
+
+def slider_bounds(values: dict[str, float], base: dict[str, tuple[float, float]]
+                  ) -> dict[str, tuple[float, float]]:
+    """{slider: (min, max)} given every slider's current value: the ``base`` range narrowed by
+    :data:`ORDERED_PAIRS` (e.g. D0's max = D_max - 1, τ_h's min = τ_l + one step)."""
+    bounds = dict(base)
+    for lo, hi, strict in ORDERED_PAIRS:
+        gap = SLIDERS[lo][3] if strict else 0
+        lo_min, lo_max = bounds[lo]
+        hi_min, hi_max = bounds[hi]
+        bounds[lo] = (lo_min, min(lo_max, _snap(values[hi] - gap)))
+        bounds[hi] = (max(hi_min, _snap(values[lo] + gap)), hi_max)
+    return bounds
+
+
+def _snap(x: float) -> float:
+    # 0.9 - 0.01 is 0.8900000000000001 in floats: keep slider bounds on the 0.01 grid
+    return round(x, 9)
+
+
+def _set_range(slider: widgets.ValueWidget, lo: float, hi: float) -> None:
+    """Set min and max in the order that never makes min > max in between (a TraitError)."""
+    if lo > slider.max:
+        slider.max = hi
+        slider.min = lo
+    else:
+        slider.min = lo
+        slider.max = hi
 
 
 def config_for_record(trace: Trace | None, rec: IterationRecord | None) -> DynaTreeConfig:
@@ -223,6 +280,8 @@ class ParameterExplorer(widgets.VBox):
     def __init__(self, backend: ReplayBackend | LiveBackend, config: DynaTreeConfig | None = None,
                  *, cost_model: CostModel | None = None, color_by: str = "confidence",
                  recorded: IterationRecord | None = None):
+        """Slider ranges follow the other sliders (:func:`slider_bounds`): D0 stays below D_max,
+        τ_l below τ_h, ρ_stop below ρ_deep and B_min ≤ B_mid ≤ B_max at every position."""
         self.backend = backend
         self.base_config = config or DynaTreeConfig()
         self.cost_model = cost_model or CostModel()
@@ -233,14 +292,18 @@ class ParameterExplorer(widgets.VBox):
         self.error: str | None = None
         self._suspended = False  # set while reset() moves several sliders at once
         self.sliders: dict[str, widgets.ValueWidget] = {}
+        #: each slider's widest range (its SLIDERS range, stretched to the starting value)
+        self.base_bounds: dict[str, tuple[float, float]] = {}
         for name, (kind, lo, hi, step, symbol) in SLIDERS.items():
             value = getattr(self.base_config, name)
             cls = widgets.IntSlider if kind == "int" else widgets.FloatSlider
             extra = {} if kind == "int" else {"readout_format": ".3f"}
-            s = cls(value=min(max(value, lo), max(hi, value)), min=lo, max=max(hi, value),
+            self.base_bounds[name] = (min(lo, value), max(hi, value))
+            s = cls(value=value, min=min(lo, value), max=max(hi, value),
                     step=step, description=symbol, continuous_update=False, **extra)
             s.observe(self._on_change, names="value")
             self.sliders[name] = s
+        self._sync_ranges()
         self.dynamic_breadth = widgets.Checkbox(value=self.base_config.dynamic_breadth,
                                                 description="dynamic breadth", indent=False)
         self.dynamic_depth = widgets.Checkbox(value=self.base_config.dynamic_depth,
@@ -248,7 +311,8 @@ class ParameterExplorer(widgets.VBox):
         for cb in (self.dynamic_breadth, self.dynamic_depth):
             cb.observe(self._on_change, names="value")
         self.color_toggle = widgets.ToggleButtons(
-            options=[(style.COLOR_BY_TITLES[k], k) for k in style.COLOR_BY_CHOICES], value=color_by)
+            options=[(f"colour: {style.COLOR_BY_TITLES[k]}", k) for k in style.COLOR_BY_CHOICES],
+            value=color_by)
         self.color_toggle.observe(lambda _: self._draw(), names="value")
         self.reset_button = widgets.Button(description="reset")
         self.reset_button.on_click(lambda _: self.reset())
@@ -279,16 +343,31 @@ class ParameterExplorer(widgets.VBox):
         """Back to the starting configuration (one redraw, not one per slider)."""
         self._suspended = True
         try:
+            # Widen first: the narrowed ranges of the current setting may exclude the start.
+            for k, s in self.sliders.items():
+                _set_range(s, *self.base_bounds[k])
             for k, s in self.sliders.items():
                 s.value = getattr(self.base_config, k)
             self.dynamic_breadth.value = self.base_config.dynamic_breadth
             self.dynamic_depth.value = self.base_config.dynamic_depth
+            self._sync_ranges()
         finally:
             self._suspended = False
         self.regrow()
 
+    def _sync_ranges(self) -> None:
+        """Narrow every slider's range to what the other sliders' values allow."""
+        was, self._suspended = self._suspended, True  # a clamped value must not regrow
+        try:
+            values = {k: s.value for k, s in self.sliders.items()}
+            for k, (lo, hi) in slider_bounds(values, self.base_bounds).items():
+                _set_range(self.sliders[k], lo, hi)
+        finally:
+            self._suspended = was
+
     def _on_change(self, _change: Any = None) -> None:
         if not self._suspended:
+            self._sync_ranges()
             self.regrow()
 
     def regrow(self) -> RegrowResult | None:
@@ -318,7 +397,7 @@ class ParameterExplorer(widgets.VBox):
         if self.result is None:
             return
         replace_figure(self.tree_fig, tree_figure(self.result.scene, color_by=self.color_toggle.value,
-                                                  show_pruned=True))
+                                                  show_pruned=True, color_buttons=False))
         self.status.value = self._status_html()
 
     def _status_html(self) -> str:
@@ -352,7 +431,8 @@ class ParameterExplorer(widgets.VBox):
 
 
 def show(trace: Trace | str, **kwargs: Any) -> Stepper:
-    """The stepper widget for a trace (or a path to a trace JSON file)."""
+    """The stepper widget for a trace (or a path to a trace JSON file); keyword arguments as
+    :class:`Stepper` (``tokenizer=`` among them)."""
     if not isinstance(trace, Trace):
         trace = Trace.from_json(trace)
     return Stepper(trace, **kwargs)
@@ -360,7 +440,8 @@ def show(trace: Trace | str, **kwargs: Any) -> Stepper:
 
 def explore(source: Any, prompt: Any = None, *, iteration: int = 0,
             config: DynaTreeConfig | None = None, cost_model: CostModel | None = None,
-            namer: TokenNamer | None = None, **model_kwargs: Any) -> ParameterExplorer:
+            namer: TokenNamer | None = None, tokenizer: Any = None,
+            **model_kwargs: Any) -> ParameterExplorer:
     """The parameter explorer.
 
     ``source`` may be:
@@ -374,7 +455,8 @@ def explore(source: Any, prompt: Any = None, *, iteration: int = 0,
       ``dynatree_core.session.TreeSession(pair, prompt, top_k=...)`` is built (imported lazily,
       so this module never needs torch) and re-drafts/verifies the prompt's next tree.
 
-    ``config`` sets the starting sliders (default: the rule the recorded iteration used).
+    ``config`` sets the starting sliders (default: the rule the recorded iteration used);
+    ``tokenizer`` (``.decode(list[int])``) names tokens a replayed trace has no text for.
     """
     if isinstance(source, (str, bytes)) and not callable(source):
         source = Trace.from_json(source)
@@ -382,13 +464,16 @@ def explore(source: Any, prompt: Any = None, *, iteration: int = 0,
         if not source.iterations:
             raise ValueError("the trace has no iterations to explore")
         rec = source.iterations[iteration]
-        namer = namer or TokenNamer.from_trace(source)
+        namer = resolve_namer(source, namer, tokenizer)
         return ParameterExplorer(ReplayBackend(rec, namer, drafter_kind=source.drafter_kind),
                                  config or config_for_record(source, rec),
                                  cost_model=cost_model or CostModel.fit(source), recorded=rec)
     if isinstance(source, IterationRecord):
+        namer = resolve_namer(source, namer, tokenizer)
         return ParameterExplorer(ReplayBackend(source, namer), config or config_for_record(None, source),
                                  cost_model=cost_model, recorded=source)
+    if namer is None and tokenizer is not None:
+        namer = TokenNamer.from_trace(None, tokenizer=tokenizer)
     if prompt is None and (callable(source) or hasattr(source, "regrow")):
         return ParameterExplorer(LiveBackend(source, namer), config, cost_model=cost_model)
     if prompt is not None:

@@ -11,7 +11,7 @@ from dynatree_core.config import DynaTreeConfig
 from dynatree_core.tree import grow_tree, replay_tree
 from dynatree_viz.regrow import UNRECORDED, replay_partial
 from dynatree_viz.tree_view import NODES, trace_index
-from viz_fixtures import propose, record, rule, tiny_trace
+from viz_fixtures import FakeTokenizer, propose, record, rule, tiny_trace
 
 
 @pytest.fixture(scope="module")
@@ -93,17 +93,72 @@ def test_explorer_replay_reproduces_the_recording_then_follows_n_max(trace):
     assert ex.result.tree.num_drafted == rec.num_nodes
 
 
-def test_explorer_shows_invalid_settings_instead_of_crashing():
+def test_explorer_slider_ranges_follow_the_other_sliders():
     ex = dv.explore(record(), config=DynaTreeConfig(d0=3, d_max=6, trace_top_k=3))
+    sl = ex.sliders
+    assert sl["d0"].max == 5 and sl["d_max"].min == 4  # D0 in [1, D_max - 1]
+    sl["d_max"].value = 4
+    assert sl["d0"].max == 3 and ex.error is None
+    sl["d0"].value = 6  # beyond what D_max allows: the slider clamps it instead of failing
+    assert sl["d0"].value == 3 and ex.error is None
+    assert sl["tau_l"].max == pytest.approx(sl["tau_h"].value - 0.01)
+    sl["tau_l"].value = 0.95  # tau_h is 0.9
+    assert sl["tau_l"].value < sl["tau_h"].value and ex.error is None
+    sl["tau_h"].value = 0.5  # tau_l is 0.89 now, so tau_h cannot go below 0.9
+    assert sl["tau_h"].value == pytest.approx(0.9) and ex.error is None
+    sl["tau_l"].value = 0.3
+    sl["tau_h"].value = 0.5
+    assert sl["tau_l"].max == pytest.approx(0.49) and sl["tau_h"].min == pytest.approx(0.31)
+    assert (sl["b_mid"].min, sl["b_mid"].max) == (sl["b_min"].value, sl["b_max"].value)
+    assert sl["rho_stop"].max < sl["rho_deep"].value
+    ex.reset()  # back to the start, even where the narrowed ranges excluded it
+    assert (sl["d0"].value, sl["d_max"].value, sl["tau_h"].value) == (3, 6, 0.9)
+    assert sl["d0"].max == 5
+
+
+@pytest.mark.parametrize("name", list(dv.widgets.SLIDERS))
+def test_every_value_a_slider_offers_is_valid(name):
+    """Both ends of every slider's current range pass DynaTreeConfig's validation."""
+    ex = dv.explore(record(), config=DynaTreeConfig(d0=3, d_max=6, trace_top_k=3))
+    s = ex.sliders[name]
+    for value in (s.max, s.min):
+        s.value = value
+        assert s.value == value and ex.error is None, (name, value, ex.error)
+
+
+def test_explorer_shows_growth_errors_instead_of_crashing():
+    def flaky(rule):
+        if rule.n_max == 2:
+            raise ValueError("no tree for you")
+        tree = grow_tree(1, rule, propose)
+        return tree, [7] * len(tree)
+
+    ex = dv.explore(flaky, config=DynaTreeConfig(d0=3, d_max=6, trace_top_k=3))
     good = ex.result
-    ex.sliders["tau_l"].value = 0.95  # tau_h is 0.9: tau_l >= tau_h is invalid
-    assert ex.error is not None and "tau_l must be < tau_h" in ex.error
-    assert "tau_l must be &lt; tau_h" in ex.status.value or "tau_l must be < tau_h" in ex.status.value
-    assert ex.result is good  # the last valid tree stays on screen
-    ex.sliders["tau_l"].value = 0.4
-    assert ex.error is None
-    ex.sliders["d0"].value = 6  # d0 >= d_max
-    assert "d0" in ex.error
+    ex.sliders["n_max"].value = 2
+    assert "no tree for you" in ex.error and ex.result is good  # last valid tree stays
+
+
+def test_widgets_show_one_colour_switch():
+    st = dv.show(tiny_trace(2))
+    assert st.tree_fig.layout.updatemenus == ()  # no in-figure c(u)/p(u) buttons
+    assert isinstance(st.color_toggle, dv.widgets.widgets.ToggleButtons)
+    ex = dv.explore(tiny_trace(2))
+    assert ex.tree_fig.layout.updatemenus == ()
+    toggles = [w for w in ex.children[2].children if isinstance(w, dv.widgets.widgets.ToggleButtons)]
+    assert len(toggles) == 1
+
+
+def test_stepper_explains_the_end_of_the_walk_and_a_clicked_node():
+    st = dv.show(tiny_trace(2), tokenizer=FakeTokenizer())
+    assert st.why_fig.layout.title.text.startswith("Iteration 0: why?")
+    assert "after #7 '␣on'" in st.why_fig.layout.title.text  # where the accepted path ended
+    st.select_node(2)  # " dog": explained at its parent, the root
+    assert "after #0 '␣the'" in st.why_fig.layout.title.text
+    st.select_node(0)
+    assert "after #0" in st.why_fig.layout.title.text
+    st.next_button.click()
+    assert st.why_fig.layout.title.text.startswith("Iteration 1: why?")
 
 
 def test_explorer_replay_stops_gracefully_where_the_draft_never_ran():
