@@ -1,24 +1,26 @@
-"""``dynatree`` command line: generate, bench, table, sweep, distill.
+"""dynatree command line: generate, bench, table, sweep, distill.
 
-Examples::
+Examples:
+  dynatree generate --prompt "The history of" --method dynatree --max-new-tokens 64
+  dynatree bench                                  the quick CPU protocol on the embedded pair
+  dynatree bench --linear-k 2,5 --methods ar,linear,dynatree
+  dynatree bench --paper --dataset wikitext2,pg19 --target EleutherAI/pythia-2.8b \\
+      --draft EleutherAI/pythia-70m --device cuda --dtype float16
+  dynatree table results/*.json
+  dynatree sweep fixed_tree --d-values 3,4,5 --b-values 1,2,3 --tau-values 0.05,0.1
 
-    dynatree generate --prompt "The history of" --method dynatree --max-new-tokens 64
-    dynatree bench --dataset wikitext2 --methods ar,linear,fixed_tree,dynatree --out results/
-    dynatree bench --paper --dataset wikitext2,pg19 --target EleutherAI/pythia-2.8b \\
-        --draft EleutherAI/pythia-70m --device cuda --dtype float16
-    dynatree table results/*.json
-    dynatree sweep fixed_tree --d-values 3,4,5 --b-values 1,2,3 --tau-values 0.05,0.1
-
-Without ``--target`` the embedded offline pair (SmolLM2-135M + distilled draft) runs on CPU.
-Defaults are small (N=4 prompts, W=1 warmup, T=128 new tokens, L_max=256 prompt tokens) so a
-run finishes in minutes; ``--paper`` selects the paper's protocol (N=10, W=2, T=1500,
-L_max=800 for WikiText-2 and 1000 for PG-19). Bad input exits with status 2 and a message on
-stderr; nothing is written.
+Without --target the embedded offline pair (SmolLM2-135M-Instruct + a distilled draft) runs on
+the CPU. The defaults are small (N=4 prompts, W=1 warmup, T=128 new tokens, L_max=256 prompt
+tokens) so a run finishes in minutes; --paper selects the paper's protocol (N=10, W=2, T=1500,
+L_max 800 for WikiText-2 and 1000 for PG-19). Method options are grouped per method
+(--linear-*, --fixed-*, --dynatree-*). Bad input exits with status 2 and a one-line message on
+stderr before any model loads; nothing is written.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shlex
 import sys
@@ -26,7 +28,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .bench.data import DATA_SOURCES, DATASETS, PAPER_MAX_PROMPT_LEN, DataError, parse_datasets
-from .bench.methods import DYNATREE_FIELDS, METHOD_NAMES, PRESETS, MethodSpec, method_specs, parse_methods
+from .bench.methods import (DYNATREE_FIELD_TYPES, DYNATREE_FIELDS, METHOD_NAMES, PRESETS, MethodSpec, method_specs,
+                            parse_methods)
+from .config import PARAMETER_HELP
 from .bench.protocol import LengthError, RunPoint, check_lengths
 from .bench.results import ResultError
 
@@ -38,6 +42,13 @@ TINY_TARGETS = ("tiny-llama", "tiny-gpt_neox", "tiny-llama-feature")  # testing 
 
 class CLIError(Exception):
     """Bad input detected by the CLI (message printed on stderr, exit status 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: the problem and where to read more, not the whole usage."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 # --- argument groups -----------------------------------------------------------------------
@@ -86,25 +97,57 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--draft-noise", type=float, default=0.05, help=argparse.SUPPRESS)  # tiny test pair
 
 
-def add_method_args(p: argparse.ArgumentParser, lists: bool = False) -> None:
-    g = p.add_argument_group("method parameters")
-    g.add_argument("--preset", choices=("auto",) + PRESETS, default="auto",
-                   help="DynaTree preset: paper, cpu, or auto (cpu on CPU, paper on GPU)")
-    g.add_argument("--kv-mode", choices=("gather", "recompute"), default="gather",
-                   help="KV cache restore: gather (default) or recompute (the paper's crop + re-run)")
-    if not lists:
-        g.add_argument("--k", type=_k_list, default=5,
-                       help="linear: draft length K, or several comma-separated (e.g. 2,3,5: one linear row "
-                            "per K, labelled linear:k=K, to find linear's best K in the same run; default 5)")
-        g.add_argument("--d", type=int, default=5, help="fixed tree: depth D (default 5)")
-        g.add_argument("--b", type=int, default=2, help="fixed tree: branching B (default 2)")
-        g.add_argument("--tau", type=float, default=0.05, help="fixed tree: pruning threshold tau (default 0.05)")
-        g.add_argument("--n-max", type=int, default=256, help="fixed tree: node budget N_max (default 256)")
+class _Renamed(argparse.Action):
+    """An option of an older release: fail with the new name instead of a bare 'unrecognized'."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, new: str = "", **kwargs: Any) -> None:
+        self.new = new
+        super().__init__(option_strings, dest=argparse.SUPPRESS, nargs="?", help=argparse.SUPPRESS)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        parser.error(f"{option_string} was renamed: use {self.new}")
+
+
+#: pre-0.2 method options -> their names now (one scheme: --linear-*, --fixed-*, --dynatree-*)
+RENAMED_OPTIONS: dict[str, str] = {
+    "--k": "--linear-k", "--d": "--fixed-d", "--b": "--fixed-b", "--tau": "--fixed-tau (or --dynatree-tau)",
+    "--n-max": "--fixed-n-max (or --dynatree-n-max)", "--dt-tau": "--dynatree-tau", "--dt-n-max": "--dynatree-n-max",
+    "--preset": "--dynatree-preset", "--no-history": "--dynatree-no-history",
+    **{"--" + f.replace("_", "-"): "--dynatree-" + f.replace("_", "-")
+       for f in DYNATREE_FIELDS if f not in ("tau", "n_max")},
+}
+
+
+def add_method_args(p: argparse.ArgumentParser, linear: bool = True, fixed: bool = True) -> None:
+    """Method options, one group per method, each option prefixed with its method's name."""
+    p.add_argument("--kv-mode", choices=("gather", "recompute"), default="gather",
+                   help="KV cache restore, all methods: gather (default) or recompute (the paper's crop + re-run)")
+    if linear:
+        g = p.add_argument_group("linear speculative decoding")
+        g.add_argument("--linear-k", dest="k", type=_k_list, default=5, metavar="K",
+                       help="draft length K, or several comma-separated (e.g. 2,3,5: one row per K, labelled "
+                            "linear:k=K, to find linear's best K in the same run; default 5)")
+    if fixed:
+        g = p.add_argument_group("fixed tree")
+        g.add_argument("--fixed-d", dest="d", type=int, default=5, metavar="D", help="depth D (default 5)")
+        g.add_argument("--fixed-b", dest="b", type=int, default=2, metavar="B", help="branching B (default 2)")
+        g.add_argument("--fixed-tau", dest="tau", type=float, default=0.05, metavar="TAU",
+                       help="pruning threshold tau (default 0.05)")
+        g.add_argument("--fixed-n-max", dest="n_max", type=int, default=256, metavar="N_MAX",
+                       help="node budget N_max (default 256)")
+    g = p.add_argument_group("DynaTree")
+    g.add_argument("--dynatree-preset", dest="preset", choices=("auto",) + PRESETS, default="auto",
+                   help="paper, cpu (a smaller node budget), or auto (default: cpu on CPU, paper on GPU or with --paper)")
     for f in DYNATREE_FIELDS:
-        flag = {"tau": "--dt-tau", "n_max": "--dt-n-max"}.get(f, "--" + f.replace("_", "-"))
-        cast = float if f.startswith(("tau", "rho")) else int
-        g.add_argument(flag, dest=f"dt_{f}", type=cast, default=None, help=f"DynaTree {f} (default: from preset)")
-    g.add_argument("--no-history", action="store_true", help="DynaTree without history adaptation")
+        g.add_argument("--dynatree-" + f.replace("_", "-"), dest=f"dt_{f}", type=DYNATREE_FIELD_TYPES[f],
+                       default=None, metavar=f.upper(), help=f"{PARAMETER_HELP[f]} (default: from the preset)")
+    g.add_argument("--dynatree-no-history", dest="no_history", action="store_true",
+                   help="DynaTree without history adaptation")
+    taken = {s for a in p._actions for s in a.option_strings}
+    for old, new in RENAMED_OPTIONS.items():
+        if old not in taken:
+            p.add_argument(old, action=_Renamed, new=new)
 
 
 def add_protocol_args(p: argparse.ArgumentParser, default_dataset: str = "wikitext2") -> None:
@@ -152,13 +195,13 @@ def _device_name(args: argparse.Namespace) -> str:
 
 
 def _k_list(text: str) -> int | list[int]:
-    """``--k``: ``5`` or ``2,3,5`` (argparse type; bad values name the flag)."""
+    """``--linear-k``: ``5`` or ``2,3,5`` (argparse type; bad values name the flag)."""
     try:
         ks = [int(x) for x in str(text).split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--k takes integers >= 1, comma-separated (got {text!r})") from None
+        raise argparse.ArgumentTypeError(f"--linear-k takes integers >= 1, comma-separated (got {text!r})") from None
     if not ks or min(ks) < 1:
-        raise argparse.ArgumentTypeError(f"--k takes integers >= 1, comma-separated (got {text!r})")
+        raise argparse.ArgumentTypeError(f"--linear-k takes integers >= 1, comma-separated (got {text!r})")
     ks = list(dict.fromkeys(ks))
     return ks[0] if len(ks) == 1 else ks
 
@@ -175,20 +218,43 @@ def build_specs(args: argparse.Namespace, names: list[str], device: str) -> list
                         dynatree_overrides=_dynatree_overrides(args))
 
 
-def load_pair(args: argparse.Namespace, need_draft: bool) -> Any:
-    """The model pair named by --target/--draft (default: the embedded offline pair)."""
-    from .models import ModelPair
+def check_model_args(args: argparse.Namespace, need_draft: bool) -> None:
+    """The model options, checked before data or weights load (a bad name fails in seconds)."""
+    from .loading import ModelSourceError, check_model_source
 
     if args.target is None:
         if args.draft is not None:
             raise CLIError("--draft needs --target (without both, the embedded default pair is used)")
-        try:
-            return ModelPair.default(device=args.device, dtype=args.dtype, draft=getattr(args, "drafter", "auto"))
-        except (ImportError, FileNotFoundError) as e:
-            raise CLIError(f"the embedded default pair is unavailable ({e}); pass --target and --draft") from e
+        return
     if getattr(args, "drafter", "auto") != "auto":
         raise CLIError("--drafter chooses between the embedded pair's drafts; with --target, name the draft "
                        "with --draft (a model or a feature-draft directory)")
+    if args.target in TINY_TARGETS:
+        return
+    if need_draft and args.draft is None:
+        raise CLIError("speculative methods need a draft model: pass --draft (or use --methods ar)")
+    try:
+        check_model_source(args.target, "--target")
+        if args.draft is not None:
+            check_model_source(args.draft, "--draft")
+    except ModelSourceError as e:
+        raise CLIError(str(e)) from None
+
+
+def load_pair(args: argparse.Namespace, need_draft: bool) -> Any:
+    """The model pair named by --target/--draft (default: the embedded offline pair), loaded
+    behind one status line."""
+    from .loading import announce
+    from .models import ModelPair
+
+    check_model_args(args, need_draft)
+    if args.target is None:
+        drafter = getattr(args, "drafter", "auto")
+        try:
+            with announce(f"the embedded pair (SmolLM2-135M-Instruct, drafter {drafter})"):
+                return ModelPair.default(device=args.device, dtype=args.dtype, draft=drafter)
+        except (ImportError, FileNotFoundError) as e:
+            raise CLIError(f"the embedded default pair is unavailable ({e}); pass --target and --draft") from e
     if args.target in TINY_TARGETS:
         from .testing import tiny_feature_pair, tiny_pair
 
@@ -200,9 +266,8 @@ def load_pair(args: argparse.Namespace, need_draft: bool) -> Any:
             pair.target.to(args.device)
             pair.draft.to(args.device)
         return pair
-    if need_draft and args.draft is None:
-        raise CLIError("speculative methods need a draft model: pass --draft (or use --methods ar)")
-    return ModelPair.from_pretrained(args.target, args.draft, device=args.device, dtype=args.dtype)
+    with announce(f"{args.target}" + (f" + {args.draft}" if args.draft else "")):
+        return ModelPair.from_pretrained(args.target, args.draft, device=args.device, dtype=args.dtype)
 
 
 def _protocol_numbers(args: argparse.Namespace, datasets: list[str]) -> tuple[int, int, int | None, dict[str, int]]:
@@ -236,25 +301,27 @@ def _execute(args: argparse.Namespace, exp: Any, stem: str, print_tables: Sequen
     """The common tail of bench and sweep: checks, data, models, run, write, print."""
     from .bench import results as res
     from .bench.runner import load_corpora, run_experiment
-    from .bench.tables import render
+    from .bench.tables import render, speed_notes
 
     exp.validate()
     out = Path(args.out)
     res.check_writable(out)
     if out.suffix == ".json":
         res.result_path(out, stem, args.overwrite)  # refuse an existing file before running
-    corpora = load_corpora(exp)
     need_draft = any(p.spec.method != "ar" for p in exp.points)
+    check_model_args(args, need_draft)  # before the data and the weights: a bad name fails in seconds
+    corpora = load_corpora(exp)
     pair = load_pair(args, need_draft)
     if need_draft and pair.draft is None:
         raise CLIError("the model pair has no draft model; pass --draft or use --methods ar")
     check_lengths(pair, exp.points, exp.datasets, exp.max_prompt_len, exp.allow_long_context)
     note = _protocol_note(exp.num_prompts, exp.warmup, max(p.max_new_tokens for p in exp.points),
                           {d: max(exp.l_max_values(d)) for d in exp.datasets})
-    if note and exp.kind == "bench":
-        print(note, file=sys.stderr)
-    print(f"target: {pair.target_name} | draft: {pair.draft_name} (drafter: {pair.drafter_kind}) | device: {pair.device} | "
-          f"data: {', '.join(f'{d} ({c.origin}: {c.location})' for d, c in corpora.items())}", file=sys.stderr)
+    print(f"target: {pair.target_name} | draft: {pair.draft_name} (drafter: {pair.drafter_kind}) | device: {pair.device}",
+          file=sys.stderr)
+    data_lines = [f"data: {c.describe()}" for c in corpora.values()]
+    for line in data_lines:
+        print(line, file=sys.stderr)
     result = run_experiment(pair, exp, corpora, progress=not args.no_progress)
     path = res.result_path(out, f"{stem}-{result['run_id']}", args.overwrite)
     res.write_json_atomic(path, result, overwrite=args.overwrite)
@@ -262,10 +329,18 @@ def _execute(args: argparse.Namespace, exp: Any, stem: str, print_tables: Sequen
     print(f"\n{res.EOS_NOTE}")
     if note:
         print(note)
+    print("\n".join(data_lines))
     if print_tables:
         print()
         print(render(aggs, print_tables))
-    if figure is not None:
+        notes = speed_notes(aggs)
+        if notes:
+            print("\nslower than AR on this machine, and why:")
+            print("\n".join(f"  {n}" for n in notes))
+    if figure is not None and importlib.util.find_spec("plotly") is None:
+        print("\nfigure: skipped (plotly is not installed: pip install 'dynatree[viz]'; the JSON has every number)",
+              file=sys.stderr)
+    elif figure is not None:
         from .bench.sweeps import sweep_figure, write_figure
 
         fig_path = write_figure(sweep_figure(figure, aggs), path.with_suffix(".html"), f"dynatree-sweep-{figure}")
@@ -291,7 +366,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.max_new_tokens is None:
         args.max_new_tokens = 64
     if args.max_new_tokens < 1:  # checked before the (slow) model load, with bench's limit
-        raise CLIError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+        raise CLIError(f"--max-new-tokens (T) must be >= 1, got {args.max_new_tokens}")
+    check_model_args(args, spec.method != "ar")
     if args.trace and Path(args.trace).exists() and not args.overwrite:
         raise CLIError(f"{args.trace} exists; pass --overwrite to replace it")
     if args.trace:
@@ -382,23 +458,8 @@ def cmd_table(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_distill(sub: Any) -> None:
-    try:
-        from .distill import add_distill_parser
-    except Exception as e:  # the module is optional / may be missing: say so when called
-        p = sub.add_parser("distill", help="build and train the default draft (unavailable)")
-        msg = f"the distill subcommand is not available in this installation ({type(e).__name__}: {e})"
-
-        def unavailable(_args: argparse.Namespace) -> int:
-            raise CLIError(msg)
-
-        p.set_defaults(func=unavailable)
-        return
-    add_distill_parser(sub)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dynatree", description=__doc__,
+    parser = _Parser(prog="dynatree", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -435,7 +496,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--d-values", type=_csv(int), default=[2, 3, 4, 5], help="depths D (default 2,3,4,5)")
     f.add_argument("--b-values", type=_csv(int), default=[1, 2, 3], help="branchings B (default 1,2,3)")
     f.add_argument("--tau-values", type=_csv(float), default=[0.05], help="pruning tau (default 0.05)")
-    f.add_argument("--n-max", type=int, default=256, help="node budget N_max (default 256)")
+    f.add_argument("--fixed-n-max", dest="n_max", type=int, default=256, metavar="N_MAX",
+                   help="node budget N_max (default 256)")
     se = ss.add_parser("sensitivity", help="DynaTree sensitivity: tau_h x tau_l, breadth bounds, depth ranges")
     se.add_argument("--tau-h-values", type=_csv(float), default=[0.7, 0.8, 0.9])
     se.add_argument("--tau-l-values", type=_csv(float), default=[0.2, 0.3, 0.4])
@@ -454,15 +516,24 @@ def build_parser() -> argparse.ArgumentParser:
             add_T_arg(sp)
         add_protocol_args(sp)
         add_model_args(sp)
-        add_method_args(sp, lists=True)
-        if sp in (le, pl):
-            for name, flag, cast, default in (("k", "--k", int, 5), ("d", "--d", int, 5), ("b", "--b", int, 2),
-                                              ("tau", "--tau", float, 0.05)):
-                sp.add_argument(flag, dest=name, type=cast, default=default)
+        add_method_args(sp, linear=sp in (le, pl), fixed=sp in (le, pl))
         sp.set_defaults(func=cmd_sweep)
 
-    _add_distill(sub)
+    from .distill_cli import add_distill_parser  # torch-free: the pipeline loads when the command runs
+
+    add_distill_parser(sub)
+    _no_abbreviations(parser)
     return parser
+
+
+def _no_abbreviations(parser: argparse.ArgumentParser) -> None:
+    """Exact option names only: with per-method prefixes, '--linear' or '--fixed' would otherwise
+    silently pick whichever option they abbreviate."""
+    parser.allow_abbrev = False
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sp in action.choices.values():
+                _no_abbreviations(sp)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

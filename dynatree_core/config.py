@@ -104,6 +104,22 @@ class GrowthRule:
         return max(self.b_min, self.b_mid, self.b_max)
 
 
+#: each GrowthRule field with its paper symbol and meaning: the one source for CLI help and docs
+PARAMETER_HELP: dict[str, str] = {
+    "d0": "D0, base depth: past it a node is expanded only if p(u) >= rho_deep",
+    "d_max": "D_max, hard depth limit",
+    "b_min": "B_min, children of a confident node (c(u) >= tau_h)",
+    "b_mid": "B_mid, children of a node with tau_l <= c(u) < tau_h",
+    "b_max": "B_max, children of an unsure node (c(u) < tau_l)",
+    "tau_h": "tau_h (τ_h), high-confidence threshold, in (tau_l, 1)",
+    "tau_l": "tau_l (τ_ℓ), low-confidence threshold, in (0, tau_h)",
+    "rho_stop": "rho_stop (ρ_stop), no expansion below this path probability",
+    "rho_deep": "rho_deep (ρ_deep), path probability needed to go past D0",
+    "tau": "tau (τ), children below this path probability are pruned",
+    "n_max": "N_max, node budget (verified nodes per iteration, root excluded)",
+}
+
+
 @dataclass(frozen=True)
 class DecoderConfig:
     """Fields shared by every decoder."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 
 @dataclass
@@ -40,6 +41,10 @@ class Metrics:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def compare_to(self, ar: "Metrics", label: str = "dynatree") -> str:
+        """One line: the speed ratio against an AR run and why (see :func:`explain_speedup`)."""
+        return explain_speedup(self, ar, label)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Metrics":
@@ -83,3 +88,43 @@ def summarize(*, new_tokens: int, wall_time_s: float, ttft_s: float | None, iter
         peak_memory_kind=peak_memory_kind,
         stopped_by=stopped_by,
     )
+
+
+def _get(m: Any, name: str) -> Any:
+    return m.get(name) if isinstance(m, Mapping) else getattr(m, name, None)
+
+
+def iteration_ms(m: Any) -> float | None:
+    """Decoding time per iteration (ms): wall time without the prefill, over iterations.
+
+    Works on a :class:`Metrics` or a benchmark aggregate (a mapping with the same names)."""
+    wall, prefill, its = _get(m, "wall_time_s"), _get(m, "prefill_time_s") or 0.0, _get(m, "iterations")
+    if wall is None or not its:
+        return None
+    return 1e3 * (wall - prefill) / its
+
+
+def explain_speedup(m: Any, ar: Any, label: str) -> str:
+    """Why a speculative method is as fast as it is against AR on this machine, in one line.
+
+    A method that commits L̄ tokens per iteration, where an iteration (draft + one verify forward
+    over the tree + commit) costs as much as L* AR steps, runs at about L̄ / L* of AR's speed.
+    On a CPU the verify forward grows with the tree, so L* can exceed L̄: then the output says
+    the method is slower and by which measured costs, instead of leaving a bare ratio under 1."""
+    tps, tps_ar = _get(m, "tokens_per_s"), _get(ar, "tokens_per_s")
+    t_it, t_ar = iteration_ms(m), iteration_ms(ar)
+    big_l = _get(m, "tokens_per_iteration")
+    if not tps or not tps_ar or not t_it or not t_ar or not big_l:
+        return f"{label}: not enough measurements to compare with AR"
+    ratio = tps / tps_ar
+    its = _get(m, "iterations") or 1
+    draft = 1e3 * (_get(m, "draft_time_s") or 0.0) / its
+    verify = 1e3 * (_get(m, "verify_time_s") or 0.0) / its
+    nodes = (_get(m, "mean_tree_size") or 0.0) + 1  # the root is verified too
+    break_even = t_it / t_ar
+    cost = (f"an iteration costs {t_it:.0f} ms (draft {draft:.0f} ms + verify over {nodes:.1f} tokens {verify:.0f} ms"
+            f" + the rest) = {break_even:.2f} AR steps of {t_ar:.0f} ms")
+    if ratio < 1:
+        return (f"{label} is slower than AR here ({ratio:.2f}x): it commits L̄={big_l:.2f} tokens per iteration, but "
+                f"{cost}; it pays once L̄ exceeds {break_even:.2f}")
+    return f"{label} is {ratio:.2f}x AR: it commits L̄={big_l:.2f} tokens per iteration, and {cost}"

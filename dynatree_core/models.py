@@ -139,6 +139,12 @@ class ModelPair:
         if attn_implementation not in SUPPORTED_ATTENTION:
             raise ValueError(f"attn_implementation must be one of {SUPPORTED_ATTENTION}, got {attn_implementation!r}")
         dev, dt = resolve_device(device), resolve_dtype(dtype)
+        from .loading import check_model_source
+
+        # fail in milliseconds on a misspelt name or an offline machine, before any download attempt
+        check_model_source(target_name_or_path, "target")
+        if draft_name_or_path is not None:
+            check_model_source(draft_name_or_path, "draft")
 
         def load(name: str) -> torch.nn.Module:
             m = AutoModelForCausalLM.from_pretrained(name, dtype=dt, attn_implementation=attn_implementation, **kwargs)

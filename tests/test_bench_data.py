@@ -72,10 +72,47 @@ def test_missing_data_dir_names_where_it_looked(tmp_path):
 def test_bundled_excerpts_load_for_both_datasets(tok):
     for ds in ("wikitext2", "pg19"):
         c = load_corpus(ds, source="bundled")
-        assert c.origin == "bundled" and c.documents
-        prompts, _ = select_prompts(c, tok, 3, 64, seed=0)
-        assert len(prompts) == 3
+        assert c.origin == "bundled" and c.documents and c.ordered_seed == 0
+        prompts, warnings = select_prompts(c, tok, 3, 64, seed=0)
+        assert len(prompts) == 3 and not warnings
+        assert "bundled excerpts" in c.describe()
     assert (BUNDLED_DIR / "SOURCES.md").is_file()
+
+
+def _full_data_dir():
+    from dynatree_core.bench.data import WIKITEXT_FILE, default_data_dirs
+
+    return next((d for d in default_data_dirs() if (d / WIKITEXT_FILE).is_file()), None)
+
+
+@pytest.mark.parametrize("ds", ["wikitext2", "pg19"])
+@pytest.mark.parametrize("n, l_max", [(4, 256), (10, None)])  # the CLI's quick protocol, and the paper's
+def test_bundled_excerpts_give_the_full_files_prompts_for_seed_0(tok, ds, n, l_max):
+    """The point of the excerpts: a fresh clone selects exactly what --data-dir with the full files does."""
+    import hashlib
+
+    from dynatree_core.bench.data import PAPER_MAX_PROMPT_LEN, bundled_corpus
+
+    full_dir = _full_data_dir()
+    if full_dir is None:
+        pytest.skip("the full test files (shared/data) are not beside this checkout")
+    l_max = l_max or PAPER_MAX_PROMPT_LEN[ds]
+    bundled = bundled_corpus(ds)
+    import json
+
+    header = json.loads((BUNDLED_DIR / f"{ds}.jsonl").read_text().splitlines()[0])
+    for src, sha in header["source_sha1"].items():  # built from these very files
+        assert hashlib.sha1((full_dir / src).read_bytes()).hexdigest() == sha
+    a, wa = select_prompts(load_corpus(ds, full_dir), tok, n, l_max, seed=0)
+    b, wb = select_prompts(bundled, tok, n, l_max, seed=0)
+    assert not wa and not wb
+    assert [p.record() for p in a] == [p.record() for p in b]
+    assert [p.token_ids for p in a] == [p.token_ids for p in b]
+
+
+def test_bundled_excerpts_with_another_seed_say_they_differ(tok):
+    prompts, warnings = select_prompts(load_corpus("pg19", source="bundled"), tok, 3, 64, seed=5)
+    assert len(prompts) == 3 and any("--seed 5" in w and "differ" in w for w in warnings)
 
 
 def test_unknown_dataset_is_rejected():

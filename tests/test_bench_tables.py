@@ -47,3 +47,32 @@ def test_markdown_pairs_mean_and_std():
     assert lines[0] == "**T1**"
     assert "throughput_tok_s_std" not in md and "12.00 ± 2.000" in md
     assert "Table 3" in render(aggregate(ROWS), [1, 3])
+
+
+def test_markdown_headers_are_for_people_and_speedup_has_its_sign():
+    md = render(aggregate(ROWS), [1, 3])
+    header = [ln for ln in md.splitlines() if ln.startswith("| dataset")]
+    assert header and "tok/s" in header[0] and "L̄ (tok/iter)" in header[1] and "ℓ̄" in header[1]
+    for raw in ("throughput_tok_s", "L_bar", "l_bar"):
+        assert raw not in md
+    assert "2.50×" in md
+
+
+def _timed(label, method, tps, iterations, verify_s, draft_s=0.0, wall=10.0, tree=0.0, tokens_per_it=1.0):
+    return {**row("wikitext2", label, 1, tps, method=method), "iterations": iterations, "wall_time_s": wall,
+            "prefill_time_s": 0.0, "verify_time_s": verify_s, "draft_time_s": draft_s, "mean_tree_size": tree,
+            "tokens_per_iteration": tokens_per_it}
+
+
+def test_speed_notes_explain_only_methods_slower_than_ar_with_their_costs():
+    from dynatree_core.bench.tables import speed_notes
+
+    rows = [_timed("ar", "ar", 20.0, 200, 9.5),
+            _timed("dynatree", "dynatree", 18.0, 100, 8.0, draft_s=1.5, wall=11.1, tree=5.0, tokens_per_it=1.8),
+            _timed("linear", "linear", 25.0, 80, 7.0, draft_s=1.0, wall=8.0, tree=2.0, tokens_per_it=2.5)]
+    notes = speed_notes(aggregate(rows))
+    assert len(notes) == 1
+    (n,) = notes
+    assert n.startswith("wikitext2: dynatree is slower than AR here (0.90x)")
+    # iteration 111 ms (draft 15 + verify over 6 tokens 80) against AR's 50 ms step: break-even L̄ 2.22
+    assert "111 ms" in n and "verify over 6.0 tokens 80 ms" in n and "2.22" in n and "L̄=1.80" in n

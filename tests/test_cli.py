@@ -52,7 +52,7 @@ def test_bench_refuses_an_existing_json_without_overwrite(data_dir, tmp_path, ca
     (["--methods", "ar,medusa"], "unknown method 'medusa'"),
     (["--max-new-tokens", "1000", "--max-prompt-len", "100"], "context window"),
     (["--warmup", "2"], "--warmup"),
-    (["--b-min", "3"], "b_min"),
+    (["--dynatree-b-min", "3"], "b_min"),
 ])
 def test_bad_bench_input_exits_2_with_a_message_and_no_json(data_dir, tmp_path, capsys, extra, message):
     out = tmp_path / "res"
@@ -122,7 +122,7 @@ def test_distill_subcommand_is_registered():
 
 def test_bench_with_several_k_writes_one_linear_row_per_k(data_dir, tmp_path, capsys):
     out = tmp_path / "res.json"
-    args = bench_args(data_dir, out, "--k", "1,3")
+    args = bench_args(data_dir, out, "--linear-k", "1,3")
     args[args.index("ar,dynatree")] = "ar,linear"
     assert main(args) == 0
     d = json.loads(out.read_text())
@@ -135,10 +135,10 @@ def test_bench_with_several_k_writes_one_linear_row_per_k(data_dir, tmp_path, ca
 @pytest.mark.parametrize("k", ["0,2", "two"])
 def test_bad_k_list_names_the_flag(data_dir, tmp_path, capsys, k):
     try:
-        rc = main(bench_args(data_dir, tmp_path / "res", "--k", k))
+        rc = main(bench_args(data_dir, tmp_path / "res", "--linear-k", k))
     except SystemExit as e:  # argparse rejects it while parsing
         rc = e.code
-    assert rc == 2 and "--k takes integers >= 1" in capsys.readouterr().err
+    assert rc == 2 and "--linear-k takes integers >= 1" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("target, kind", [("tiny-llama", "model"), ("tiny-llama-feature", "feature")])
@@ -165,4 +165,87 @@ def test_generate_refuses_zero_new_tokens_before_loading_any_model(capsys, monke
 
     monkeypatch.setattr(cli, "load_pair", boom)
     assert main(["generate", "--prompt", "x", "--max-new-tokens", "0"]) == 2
-    assert "--max-new-tokens must be >= 1" in capsys.readouterr().err
+    assert "--max-new-tokens (T) must be >= 1" in capsys.readouterr().err
+
+
+# --- a newcomer's first ten minutes (issue 18) --------------------------------------------------
+def test_help_starts_without_torch_and_without_markup():
+    """--help must be instant: neither torch nor transformers nor pandas may load for it."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom dynatree_core.cli import main\n"
+            "for argv in (['--help'], ['bench', '--help'], ['distill', '--help']):\n"
+            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "print('LOADED', sorted(m for m in ('torch', 'transformers', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "LOADED []" in out
+    assert "``" not in out and "::" not in out  # reStructuredText markup in help text
+
+
+@pytest.mark.parametrize("old, new", [("--k", "--linear-k"), ("--tau", "--fixed-tau"), ("--dt-tau", "--dynatree-tau"),
+                                      ("--tau-h", "--dynatree-tau-h"), ("--preset", "--dynatree-preset")])
+def test_renamed_method_options_fail_with_the_new_name_in_one_line(data_dir, tmp_path, capsys, old, new):
+    with pytest.raises(SystemExit) as e:
+        main(bench_args(data_dir, tmp_path / "res", old, "1"))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and new in err and old in err
+    assert len(err.strip().splitlines()) == 1  # the problem, not the whole usage
+
+
+def test_option_abbreviations_are_refused(data_dir, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(bench_args(data_dir, tmp_path / "res", "--linear", "2"))
+    assert "unrecognized arguments: --linear" in capsys.readouterr().err
+
+
+def test_dynatree_options_take_their_type_from_the_config_dataclass():
+    p = build_parser()
+    args = p.parse_args(["bench", "--dynatree-n-max", "12", "--dynatree-tau-h", "0.8", "--linear-k", "2,5"])
+    assert args.dt_n_max == 12 and isinstance(args.dt_n_max, int)
+    assert args.dt_tau_h == 0.8 and args.k == [2, 5]
+    with pytest.raises(SystemExit):
+        p.parse_args(["bench", "--dynatree-n-max", "1.5"])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["generate", "--prompt", "x", "--max-new-tokens", "0"], "--max-new-tokens (T) must be >= 1"),
+    (["bench", "--max-new-tokens", "0"], "--max-new-tokens (T) must be >= 1"),
+    (["bench", "--target", "no/such-model", "--draft", "no/such-draft"], "no/such-model"),
+    (["generate", "--prompt", "x", "--target", "./not/here", "--draft", "x"], "no such file or directory"),
+    (["bench", "--draft", "x/y"], "--draft needs --target"),
+])
+def test_wrong_invocations_fail_before_any_model_loads(monkeypatch, capsys, tmp_path, argv, message):
+    import dynatree_core.models as models
+
+    def no_load(*a, **k):
+        raise AssertionError("a model was loaded for a wrong invocation")
+
+    monkeypatch.setattr(models.ModelPair, "from_pretrained", no_load)
+    monkeypatch.setattr(models.ModelPair, "default", no_load)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(argv + ["--out", str(tmp_path / "r")] if argv[0] == "bench" else argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_bench_says_which_data_it_used(data_dir, tmp_path, capsys):
+    out = tmp_path / "run.json"
+    assert main(bench_args(data_dir, out)) == 0
+    captured = capsys.readouterr()
+    assert f"local files in {data_dir}" in captured.out and f"local files in {data_dir}" in captured.err
+    d = json.loads(out.read_text())
+    assert all("description" in v and v["origin"] == "local" for v in d["data"].values())
+
+
+def test_bench_on_bundled_excerpts_says_so(tmp_path, capsys):
+    argv = ["bench", *TINY, "--data-source", "bundled", "--out", str(tmp_path / "run.json"), "--num-prompts", "2",
+            "--warmup", "1", "--max-new-tokens", "3", "--max-prompt-len", "16", "--methods", "ar", "--dataset", "pg19"]
+    assert main(argv) == 0
+    assert "bundled excerpts" in capsys.readouterr().out
+
+
+def test_protocol_note_is_printed_once(data_dir, tmp_path, capsys):
+    assert main(bench_args(data_dir, tmp_path / "run.json")) == 0
+    captured = capsys.readouterr()
+    assert (captured.out + captured.err).count("differs from the paper's") == 1

@@ -6,8 +6,11 @@ L_max tokens (800 for WikiText-2, 1000 for PG-19). Text comes from, in order of 
 * ``local``: a data directory with the ``shared/data`` layout
   (``wikitext-2-raw/wiki.test.raw`` and ``pg19/*.txt``);
 * ``hf``: Hugging Face ``datasets`` (optional extra; needs the network the first time);
-* ``bundled``: the short excerpts shipped in ``dynatree_core/data/excerpts/`` (same layout),
-  so the benchmark runs on a fresh offline machine.
+* ``bundled``: excerpts shipped in ``dynatree_core/data/excerpts/``: the passages a run with
+  ``--seed 0`` draws from the full test files, in the order it draws them (``<dataset>.jsonl``,
+  written by ``scripts/build_excerpts.py``). A fresh offline clone therefore benchmarks on
+  exactly the prompts the full files give (same text, same provenance offsets), so the README's
+  numbers reproduce without the data directory; other seeds draw from these passages only.
 
 WikiText-2 is split into articles at the top-level `` = Title = `` headings (tiny articles are
 skipped) and a prompt is the start of an article. PG-19 prompts are passages starting at a
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import json
 import os
 import random
 import re
@@ -30,6 +34,9 @@ DATASETS: tuple[str, ...] = ("wikitext2", "pg19")
 #: the paper's L_max per dataset
 PAPER_MAX_PROMPT_LEN: dict[str, int] = {"wikitext2": 800, "pg19": 1000}
 DATA_SOURCES: tuple[str, ...] = ("auto", "local", "hf", "bundled")
+DATASET_TITLES: dict[str, str] = {"wikitext2": "WikiText-2 (raw, test)", "pg19": "PG-19 (test)"}
+#: the bundled excerpt manifests' format (a header line, then one passage per line)
+EXCERPTS_FORMAT = "dynatree-excerpts/1"
 
 WIKITEXT_FILE = os.path.join("wikitext-2-raw", "wiki.test.raw")
 PG19_GLOB = os.path.join("pg19", "*.txt")
@@ -89,12 +96,27 @@ class Prompt:
 
 @dataclass
 class Corpus:
-    """The documents of one dataset and where they were read from."""
+    """The documents of one dataset and where they were read from.
+
+    ``ordered_seed`` is set for the bundled excerpts: their documents are the candidate passages
+    of a full-data selection with that seed, already in its order (see :func:`select_prompts`)."""
 
     dataset: str
     origin: str  # "local" | "hf" | "bundled"
     location: str
     documents: list[Document]
+    ordered_seed: int | None = None
+    window_chars: int | None = None  # bundled: characters stored per passage
+
+    def describe(self) -> str:
+        """One line for people: which text a run used."""
+        name = DATASET_TITLES.get(self.dataset, self.dataset)
+        if self.origin == "bundled":
+            return (f"{name}: bundled excerpts ({len(self.documents)} passages, the ones a --seed "
+                    f"{self.ordered_seed} run draws from the full test files: same prompts as --data-dir with them)")
+        if self.origin == "hf":
+            return f"{name}: Hugging Face datasets, {self.location} ({len(self.documents)} documents)"
+        return f"{name}: local files in {self.location} ({len(self.documents)} documents)"
 
 
 def check_dataset(name: str) -> str:
@@ -256,10 +278,26 @@ def load_corpus(dataset: str, data_dir: str | os.PathLike | None = None, source:
         if source == "hf":
             raise DataError(f"could not load {dataset} through Hugging Face datasets (not installed, "
                             f"or offline); use --data-dir or --data-source bundled")
-    c = _from_dir(dataset, BUNDLED_DIR, "bundled")
-    if c is None:  # pragma: no cover - a broken install
-        raise DataError(missing_data_message(dataset, [BUNDLED_DIR]))
-    return c
+    return bundled_corpus(dataset)
+
+
+def bundled_corpus(dataset: str, root: Path = BUNDLED_DIR) -> Corpus:
+    """The shipped excerpts of ``dataset``: one document per stored candidate passage, in the
+    order a full-data selection with the recorded seed visits them; provenance (source file,
+    document index, title, character offset) is the full file's."""
+    path = root / f"{dataset}.jsonl"
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        header = json.loads(lines[0])
+        rows = [json.loads(x) for x in lines[1:] if x.strip()]
+    except (OSError, IndexError, json.JSONDecodeError) as e:  # pragma: no cover - a broken install
+        raise DataError(f"the bundled {dataset} excerpts ({path}) are missing or unreadable ({e})") from e
+    if header.get("format") != EXCERPTS_FORMAT or header.get("dataset") != dataset:
+        raise DataError(f"{path} is not a {EXCERPTS_FORMAT} manifest for {dataset}")
+    docs = [Document(dataset, r["source"], int(r["doc_index"]), r["title"], r["text"], offset=int(r["char_start"]),
+                     starts=[0]) for r in rows]
+    return Corpus(dataset, "bundled", str(path), docs, ordered_seed=int(header["seed"]),
+                  window_chars=int(header["window_chars"]))
 
 
 # --- prompt selection ----------------------------------------------------------------------
@@ -293,6 +331,17 @@ def _candidates(docs: Sequence[Document], rng: random.Random) -> list[tuple[Docu
     return out
 
 
+def candidate_window(max_prompt_len: int, chars_per_token: int = 8) -> int:
+    """Characters of text read per candidate passage for prompts of ``max_prompt_len`` tokens."""
+    return max(2000, max_prompt_len * chars_per_token)
+
+
+def candidate_passages(corpus: Corpus, seed: int, limit: int) -> list[tuple[Document, int]]:
+    """The first ``limit`` (document, start) candidates :func:`select_prompts` visits with ``seed``
+    (what ``scripts/build_excerpts.py`` stores)."""
+    return _candidates(corpus.documents, random.Random(f"{seed}:{corpus.dataset}"))[:limit]
+
+
 def select_prompts(corpus: Corpus, tokenize: Tokenize, num_prompts: int, max_prompt_len: int,
                    seed: int = 0, chars_per_token: int = 8, max_tries: int = 2000) -> tuple[list[Prompt], list[str]]:
     """Pick N prompts of exactly L_max tokens (seeded, deterministic); returns (prompts, warnings).
@@ -305,10 +354,23 @@ def select_prompts(corpus: Corpus, tokenize: Tokenize, num_prompts: int, max_pro
     if max_prompt_len < 1:
         raise ValueError(f"max_prompt_len (L_max) must be >= 1, got {max_prompt_len}")
     rng = random.Random(f"{seed}:{corpus.dataset}")
-    window = max(2000, max_prompt_len * chars_per_token)
+    window = candidate_window(max_prompt_len, chars_per_token)
+    warnings: list[str] = []
+    if corpus.ordered_seed is not None and seed == corpus.ordered_seed:
+        # the excerpts are this seed's candidates, already in order: the same walk as on the full files
+        candidates = [(d, 0) for d in corpus.documents]
+    else:
+        candidates = _candidates(corpus.documents, rng)
+        if corpus.ordered_seed is not None:
+            warnings.append(f"{corpus.dataset}: the bundled excerpts hold the passages of --seed {corpus.ordered_seed}; "
+                            f"--seed {seed} draws from those {len(corpus.documents)} passages only, so its prompts "
+                            f"differ from a run on the full files")
+    if corpus.window_chars is not None and window > corpus.window_chars:
+        warnings.append(f"{corpus.dataset}: L_max={max_prompt_len} reads up to {window} characters per passage but the "
+                        f"bundled excerpts keep {corpus.window_chars}; prompts may be shorter than on the full files")
     chosen: list[Prompt] = []
     short: list[Prompt] = []
-    for d, start in _candidates(corpus.documents, rng)[:max_tries]:
+    for d, start in candidates[:max_tries]:
         piece = d.text[start:start + window]
         ids, offsets = tokenize(piece)
         ids = ids[:max_prompt_len]
@@ -324,7 +386,6 @@ def select_prompts(corpus: Corpus, tokenize: Tokenize, num_prompts: int, max_pro
         (chosen if len(ids) == max_prompt_len else short).append(p)
         if len(chosen) == num_prompts:
             break
-    warnings: list[str] = []
     if len(chosen) < num_prompts:
         short.sort(key=lambda p: -p.n_tokens)
         fill = short[: num_prompts - len(chosen)]

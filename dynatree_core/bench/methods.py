@@ -7,18 +7,20 @@ Names accepted by :func:`method_specs`: ``ar``, ``linear`` (K), ``fixed_tree`` (
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import typing
+from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
-from ..config import (ABLATION_VARIANTS, ARConfig, DecoderConfig, DynaTreeConfig, FixedTreeConfig,
+from ..config import (ABLATION_VARIANTS, ARConfig, DecoderConfig, DynaTreeConfig, FixedTreeConfig, GrowthRule,
                       HistoryConfig, LinearConfig)
 
 PRESETS: tuple[str, ...] = ("paper", "cpu")
 ABLATION_LABELS: tuple[str, ...] = tuple(f"dynatree:{v}" for v in ABLATION_VARIANTS)
 METHOD_NAMES: tuple[str, ...] = ("ar", "linear", "fixed_tree", "dynatree", *ABLATION_LABELS, "ablation")
-#: DynaTreeConfig fields settable from the command line
-DYNATREE_FIELDS: tuple[str, ...] = ("d0", "d_max", "b_min", "b_mid", "b_max", "tau_h", "tau_l", "tau",
-                                    "n_max", "rho_stop", "rho_deep")
+#: DynaTreeConfig fields settable from the command line: exactly the GrowthRule's (the tree policy)
+DYNATREE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GrowthRule))
+#: their Python types (int or float), read from the dataclass so the CLI never guesses from names
+DYNATREE_FIELD_TYPES: dict[str, type] = {f: typing.get_type_hints(GrowthRule)[f] for f in DYNATREE_FIELDS}
 
 
 @dataclass(frozen=True)

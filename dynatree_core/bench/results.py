@@ -26,7 +26,7 @@ AGG_METRICS: tuple[str, ...] = (
     "tokens_per_s", "wall_time_s", "ttft_s", "tpot_s", "acceptance_rate", "tokens_per_iteration",
     "mean_accepted_length", "iterations", "mean_tree_size", "target_forwards_per_token",
     "draft_forwards_per_token", "draft_forwards_per_iteration", "peak_memory_bytes", "new_tokens",
-    "prompt_tokens",
+    "prompt_tokens", "prefill_time_s", "draft_time_s", "verify_time_s",
 )
 #: row fields that identify a cell (sweep parameters are added to these)
 CELL_KEYS: tuple[str, ...] = ("run_id", "dataset", "max_new_tokens", "max_prompt_len", "label")

@@ -91,7 +91,7 @@ def run_experiment(pair: Any, exp: Experiment, corpora: dict[str, Corpus], progr
     models = {"target": pair.target_name, "draft": pair.draft_name, "drafter": _drafter_settings(pair),
               "target_params": sum(p.numel() for p in pair.target.parameters()),
               "draft_params": sum(p.numel() for p in pair.draft.parameters()) if pair.draft is not None else None}
-    data = {ds: {"origin": c.origin, "location": c.location, "documents": len(c.documents)}
+    data = {ds: {"origin": c.origin, "location": c.location, "documents": len(c.documents), "description": c.describe()}
             for ds, c in corpora.items()}
     prompts = [{**p.record()} for key in sorted(cache) for p in cache[key]]
     return build_result(kind=exp.kind, run_id=new_run_id(), protocol=protocol, methods=list(specs.values()),

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from ..metrics import explain_speedup
 from .methods import ABLATION_LABELS
 
 TABLES: tuple[int, ...] = (1, 2, 3, 4, 5)
@@ -34,6 +35,15 @@ COST_COLUMNS: dict[str, str] = {"target_forwards_per_token": "target_fwd/token",
                                 "draft_forwards_per_iteration": "draft_fwd/iter"}
 ABLATION_NAMES: dict[str, str] = dict(zip(ABLATION_LABELS, ("Fixed backbone", "+ Breadth & Depth",
                                                             "+ History (full)")))
+#: what a person reads in a table header, for the DataFrames' machine-friendly column names
+#: (the DataFrames and CSV keep the latter)
+HEADERS: dict[str, str] = {
+    "throughput_tok_s": "tok/s", "speedup": "speedup vs AR", "ttft_ms": "TTFT (ms)", "tpot_ms": "TPOT (ms)",
+    "acceptance": "acceptance", "L_bar": "L̄ (tok/iter)", "l_bar": "ℓ̄ (accepted/iter)", "iterations": "iterations",
+    "peak_memory_mib": "peak memory (MiB)", "memory_kind": "measured as", "delta_vs_fixed_pct": "Δ vs fixed (%)",
+    "n": "prompts", "L_max": "L_max", "target_fwd/token": "target fwd/token", "draft_fwd/token": "draft fwd/token",
+    "draft_fwd/iter": "draft fwd/iter",
+}
 _DATASET_ORDER = ["wikitext2", "pg19"]
 _METHOD_ORDER = ["ar", "linear", "fixed_tree", "dynatree", *ABLATION_LABELS]
 
@@ -153,13 +163,15 @@ def to_markdown(df: pd.DataFrame, title: str | None = None) -> str:
     """A GitHub Markdown table; a column with a ``<name>_std`` partner prints as ``mean ± std``."""
     cols = [c for c in df.columns if not (c.endswith("_std") and c[:-4] in df.columns)]
     lines = [f"**{title}**", ""] if title else []
-    lines.append("| " + " | ".join(cols) + " |")
+    lines.append("| " + " | ".join(HEADERS.get(c, c) for c in cols) + " |")
     lines.append("|" + "|".join("---" for _ in cols) + "|")
     for _, r in df.iterrows():
         cells = []
         for c in cols:
             v = r[c]
             s = _fmt(v)
+            if c == "speedup" and s != "-":
+                s = f"{v:.2f}×"
             if f"{c}_std" in df.columns and s != "-":
                 s += f" ± {_fmt(r[c + '_std'])}"
             cells.append(s)
@@ -170,3 +182,19 @@ def to_markdown(df: pd.DataFrame, title: str | None = None) -> str:
 def render(aggs: Sequence[dict[str, Any]], which: Sequence[int] = (1, 2, 3, 4)) -> str:
     """All requested tables as Markdown, separated by blank lines."""
     return "\n\n".join(to_markdown(df, TITLES[t]) for t, df in make_tables(aggs, which).items())
+
+
+def speed_notes(aggs: Sequence[dict[str, Any]], only_slower: bool = True) -> list[str]:
+    """One line per method slower than AR in its cell (dataset, T, L_max, run), saying why with
+    the measured draft and verify costs (:func:`dynatree_core.metrics.explain_speedup`)."""
+    base = ("run_id", "dataset", "max_new_tokens", "max_prompt_len")
+    ar = {tuple(a.get(k) for k in base): a for a in aggs if a.get("method") == "ar"}
+    notes = []
+    for a in sorted(aggs, key=_order):
+        ref = ar.get(tuple(a.get(k) for k in base))
+        if a.get("method") == "ar" or ref is None or a.get("speedup") is None:
+            continue
+        if only_slower and a["speedup"] >= 1:
+            continue
+        notes.append(f"{a.get('dataset')}: " + explain_speedup(a, ref, str(a.get("label"))))
+    return notes

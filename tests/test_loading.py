@@ -1,0 +1,74 @@
+"""Model names that cannot load fail fast and say why; loads print one line (dynatree_core.loading)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from dynatree_core import loading
+from dynatree_core.loading import ModelSourceError, announce, check_model_source
+
+
+def test_local_paths_are_accepted_and_missing_paths_named(tmp_path):
+    assert check_model_source(str(tmp_path), "target") == "local"
+    with pytest.raises(ModelSourceError, match="no such file or directory") as e:
+        check_model_source(str(tmp_path / "missing"), "target")
+    assert str(tmp_path / "missing") in str(e.value)
+    with pytest.raises(ModelSourceError, match="non-empty"):
+        check_model_source("  ", "draft")
+
+
+def test_offline_by_environment_fails_without_touching_the_network(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(loading, "hub_reachable", lambda timeout=3.0: pytest.fail("the network was probed"))
+    with pytest.raises(ModelSourceError) as e:
+        check_model_source("no/such-model", "--target")
+    msg = str(e.value)
+    assert "'no/such-model'" in msg and "HF_HUB_OFFLINE" in msg and "check the name" in msg
+
+
+def test_unreachable_hub_fails_at_once_naming_model_and_hub(monkeypatch):
+    for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.invalid")  # .invalid never resolves (RFC 2606)
+    assert loading.hub_reachable(timeout=2.0) is False
+    with pytest.raises(ModelSourceError) as e:
+        check_model_source("EleutherAI/pythia-70m-typo", "--draft")
+    msg = str(e.value)
+    assert "EleutherAI/pythia-70m-typo" in msg and "hub.invalid" in msg and "unreachable" in msg
+
+
+def test_reachable_hub_reports_a_misspelt_name(monkeypatch):
+    import huggingface_hub
+
+    for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setattr(loading, "hub_reachable", lambda timeout=3.0: True)
+    monkeypatch.setattr(huggingface_hub, "repo_exists", lambda name, **k: name == "real/model")
+    assert check_model_source("real/model") == "hub"
+    with pytest.raises(ModelSourceError, match="does not exist on the Hugging Face hub"):
+        check_model_source("reel/model")
+
+
+def test_from_pretrained_checks_the_name_before_loading(monkeypatch):
+    from dynatree_core.models import ModelPair
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelSourceError, match="no/such-target"):
+        ModelPair.from_pretrained("no/such-target", "no/such-draft", device="cpu")
+
+
+def test_announce_prints_one_line_and_hides_transformers_bars():
+    from transformers.utils import logging as hf_logging
+
+    out = io.StringIO()
+    with announce("a thing", stream=out):
+        assert not hf_logging.is_progress_bar_enabled()
+        from transformers import modeling_gguf_pytorch_utils as g
+
+        bar = g.tqdm(range(3), file=out)
+        list(bar)
+    text = out.getvalue()
+    assert text.startswith("loading a thing ...") and " done (" in text and text.count("\n") == 1
+    assert hf_logging.is_progress_bar_enabled()  # restored
