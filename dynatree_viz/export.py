@@ -23,14 +23,22 @@ class ImageExportUnavailable(RuntimeError):
 
 
 def figure_html(fig: go.Figure, div_id: str, *, include_plotlyjs: bool | str = False,
-                full_html: bool = False) -> str:
+                full_html: bool = False, fill_width: bool = False) -> str:
     """The figure as HTML with a fixed ``div_id`` (two calls give identical bytes).
 
     ``include_plotlyjs=True`` inlines plotly.js (offline, ~4 MB): do that for the first figure
-    of a page only.
+    of a page only. ``fill_width=True`` drops the figure's fixed width so that it fills (and
+    follows) its container, keeping its height.
     """
-    return fig.to_html(div_id=div_id, include_plotlyjs=include_plotlyjs, full_html=full_html,
-                       config=PLOTLY_CONFIG, validate=False)
+    if not fill_width:
+        return fig.to_html(div_id=div_id, include_plotlyjs=include_plotlyjs,
+                           full_html=full_html, config=PLOTLY_CONFIG, validate=False)
+    height = fig.layout.height
+    fluid = go.Figure(fig)
+    fluid.update_layout(width=None, autosize=True)
+    return fluid.to_html(div_id=div_id, include_plotlyjs=include_plotlyjs, full_html=full_html,
+                         config=PLOTLY_CONFIG, validate=False, default_width="100%",
+                         default_height=f"{height}px" if height else "100%")
 
 
 def save_html(fig: go.Figure, path: str | os.PathLike, div_id: str = "dynatree-figure") -> Path:

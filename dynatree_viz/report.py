@@ -1,9 +1,13 @@
 """A standalone, offline HTML report of a whole trace.
 
-Contents: run summary (method, models, metrics, config), the iteration timeline, the coloured
-output text, then for each iteration its tree and its attention mask side by side. plotly.js is
-inlined once (first figure) and every figure has a fixed div id, so the file works without a
-network and two reports of the same trace are byte-identical.
+Contents: a navigation bar (sections, and every iteration by its anchor ``#iteration-<index>``),
+run summary (method, models, metrics, config), the iteration timeline, the coloured output
+text, then for each iteration its tree and its attention mask side by side (optionally the
+:func:`~dynatree_viz.why` panel of where its accepted path ended). The two columns are a CSS
+grid whose figures fill their cell and follow the window, so they stay side by side down to
+tablet widths (:data:`STACK_BELOW_PX`); a tree too wide to read when shrunk scrolls in its cell.
+plotly.js is inlined once (first figure) and every figure has a fixed div id, so the file works
+without a network and two reports of the same trace are byte-identical.
 """
 
 from __future__ import annotations
@@ -21,21 +25,36 @@ from .export import figure_html
 from .mask_view import mask_figure
 from .text_view import text_html
 from .timeline import timeline_figure
-from .tokens import TokenNamer
+from .tokens import resolve_namer
 from .tree_view import tree_figure
+from .why import why as why_figure
+
+#: below this window width the tree and the mask stack (a phone); above it they sit side by side
+STACK_BELOW_PX = 800
+#: a figure shrinks with its column down to this width, then its cell scrolls
+MIN_FIGURE_PX = 360
 
 _CSS = """
-body { font-family: -apple-system, 'Segoe UI', Roboto, sans-serif; margin: 18px 28px; color: #222; }
+body { font-family: -apple-system, 'Segoe UI', Roboto, sans-serif; margin: 0 28px 18px; color: #222; }
+nav.dt-nav { position: sticky; top: 0; z-index: 10; background: #fff; border-bottom: 1px solid #ddd;
+  padding: 6px 0; font-size: 13px; }
+nav.dt-nav a { margin-right: 12px; }
+.dt-iters { display: flex; flex-wrap: wrap; gap: 4px 10px; font-size: 12px; margin: 4px 0 10px; }
+.dt-iter-nav { font-size: 12px; font-weight: normal; margin-left: 12px; }
+h2, h3 { scroll-margin-top: 40px; }
 h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 18px; margin-top: 28px;
   border-bottom: 1px solid #ddd; padding-bottom: 4px; } h3 { font-size: 15px; margin: 18px 0 4px; }
 table.dt-kv { border-collapse: collapse; font-size: 13px; }
 table.dt-kv td { padding: 2px 14px 2px 0; vertical-align: top; }
 table.dt-kv td:first-child { color: #666; }
-.dt-row { display: flex; flex-wrap: wrap; gap: 12px; align-items: flex-start; }
-.dt-scroll { overflow-x: auto; max-width: 100%; }
+.dt-row { display: grid; grid-template-columns: minmax(0, 3fr) minmax(0, 2fr); gap: 12px;
+  align-items: start; }
+.dt-row > .dt-wide { grid-column: 1 / -1; }
+@media (max-width: STACKpx) { .dt-row { grid-template-columns: minmax(0, 1fr); } }
+.dt-scroll { overflow-x: auto; min-width: 0; max-width: 100%; }
 .dt-muted { color: #777; font-size: 13px; }
 details > summary { cursor: pointer; color: #444; }
-"""
+""".replace("STACK", str(STACK_BELOW_PX))
 
 _METRIC_KEYS = ("new_tokens", "tokens_per_s", "iterations", "tokens_per_iteration",
                 "mean_accepted_length", "acceptance_rate", "mean_tree_size", "wall_time_s",
@@ -56,18 +75,19 @@ def _kv_table(rows: Sequence[tuple[str, Any]]) -> str:
 def report_html(trace: Trace, *, title: str | None = None,
                 iterations: Sequence[int] | None = None, show_pruned: bool = True,
                 masks: bool = True, results: ResultsLike | None = None,
-                compare_x: str | None = None) -> str:
+                compare_x: str | None = None, tokenizer: Any = None,
+                why: bool = False) -> str:
     """The report as one HTML string (see :func:`report`)."""
-    namer = TokenNamer.from_trace(trace)
+    namer = resolve_namer(trace, None, tokenizer)
     title = title or f"DynaTree trace report: {trace.method}"
     its = list(trace.iterations)
     chosen = range(len(its)) if iterations is None else [i for i in iterations if 0 <= i < len(its)]
     first = [True]
 
-    def fig(f, div_id: str) -> str:
-        out = figure_html(f, div_id, include_plotlyjs=first[0])
+    def fig(f, div_id: str, min_px: int = 0) -> str:
+        out = figure_html(f, div_id, include_plotlyjs=first[0], fill_width=True)
         first[0] = False
-        return out
+        return out if not min_px else f"<div style='min-width:{min_px}px'>{out}</div>"
 
     m = trace.metrics or {}
     summary = [("method", trace.method), ("target", trace.target_name),
@@ -77,42 +97,78 @@ def report_html(trace: Trace, *, title: str | None = None,
                ("max_new_tokens", trace.max_new_tokens)]
     summary += [(k, m[k]) for k in _METRIC_KEYS if m.get(k) is not None]
     cfg = json.dumps(trace.config, indent=1, sort_keys=True, default=str)
+    sections = [("run", "Run"), ("output", "Output")] + (
+        [("timeline", "Timeline")] if its else []) + (
+        [("compare", "Method comparison")] if results is not None else []) + (
+        [("iterations", "Iterations")] if chosen else [])
     parts = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'>",
+             "<meta name='viewport' content='width=device-width, initial-scale=1'>",
              f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
-             f"<h1>{html.escape(title)}</h1>",
+             _nav(sections), f"<h1 id='top'>{html.escape(title)}</h1>",
              f"<div class='dt-muted'>schema {html.escape(trace.schema_version)} · "
              f"{len(its)} iterations · {len(trace.tokens)} new tokens</div>",
-             "<h2>Run</h2>", _kv_table(summary),
+             "<h2 id='run'>Run</h2>", _kv_table(summary),
              f"<details><summary>config</summary><pre>{html.escape(cfg)}</pre></details>"]
     if trace.prompt_text:
         parts.append(f"<h3>prompt</h3><pre style='white-space:pre-wrap'>"
                      f"{html.escape(trace.prompt_text)}</pre>")
-    parts.append("<h2>Output</h2>")
+    parts.append("<h2 id='output'>Output</h2>")
     parts.append(text_html(trace, namer=namer, show_prompt=False))
     if its:
-        parts += ["<h2>Timeline</h2>", fig(timeline_figure(trace), "dt-timeline")]
+        parts += ["<h2 id='timeline'>Timeline</h2>", fig(timeline_figure(trace), "dt-timeline")]
     if results is not None:
-        parts += ["<h2>Method comparison</h2>",
+        parts += ["<h2 id='compare'>Method comparison</h2>",
                   fig(compare_figure(results, x=compare_x), "dt-compare")]
     if chosen:
-        parts.append("<h2>Iterations</h2><div class='dt-muted'>Fill = draft confidence c(u) "
-                     "(buttons switch to p(u)); green = accepted path, red outline = the target "
-                     "chose another token there (hover for it), star = bonus token, marker shape "
-                     "= stop reason, grey rings = pruned candidates.</div>")
-    for i in chosen:
+        parts.append("<h2 id='iterations'>Iterations</h2><div class='dt-muted'>Fill = draft "
+                     "confidence c(u) (buttons switch to p(u)); accepted = blue thick edge and "
+                     "ring, rejected = vermillion ✗ (hover for the target's choice), star = bonus "
+                     "token, marker shape = stop reason, grey rings = pruned candidates; the "
+                     "legend under each tree lists what it uses.</div>")
+        parts.append(_iteration_index([its[i] for i in chosen]))
+    chosen = list(chosen)
+    for k, i in enumerate(chosen):
         rec = its[i]
-        parts.append(f"<h3 id='iteration-{rec.index}'>iteration {rec.index}</h3>"
-                     "<div class='dt-row'>")
-        parts.append("<div class='dt-scroll'>" + fig(
-            tree_figure(rec, namer=namer, show_pruned=show_pruned, drafter=trace.drafter_kind),
-            f"dt-tree-{rec.index}") +
-            "</div>")
+        prev = its[chosen[k - 1]].index if k > 0 else None
+        nxt = its[chosen[k + 1]].index if k + 1 < len(chosen) else None
+        parts.append(f"<h3 id='iteration-{rec.index}'>iteration {rec.index}"
+                     f"{_iter_links(prev, nxt)}</h3><div class='dt-row'>")
+        tree = tree_figure(rec, namer=namer, show_pruned=show_pruned, drafter=trace.drafter_kind)
+        natural = int(tree.layout.width or 0)
+        # a small tree may shrink with its column; a wide one keeps room for its leaf labels
+        min_px = natural if natural > 700 else MIN_FIGURE_PX
+        parts.append("<div class='dt-scroll'>" + fig(tree, f"dt-tree-{rec.index}", min_px)
+                     + "</div>")
         if masks:
             parts.append("<div class='dt-scroll'>" + fig(
-                mask_figure(rec, namer=namer), f"dt-mask-{rec.index}") + "</div>")
+                mask_figure(rec, namer=namer), f"dt-mask-{rec.index}", MIN_FIGURE_PX) + "</div>")
+        if why:
+            parts.append("<div class='dt-scroll dt-wide'>" + fig(
+                why_figure(trace, i, namer=namer), f"dt-why-{rec.index}", MIN_FIGURE_PX)
+                + "</div>")
         parts.append("</div>")
     parts.append("</body></html>\n")
     return "\n".join(parts)
+
+
+def _nav(sections: Sequence[tuple[str, str]]) -> str:
+    links = "".join(f"<a href='#{a}'>{html.escape(t)}</a>" for a, t in sections)
+    return f"<nav class='dt-nav'><a href='#top'>↑ top</a>{links}</nav>"
+
+
+def _iteration_index(recs: Sequence[Any]) -> str:
+    """One link per iteration, with what it did (accepted length / drafted nodes)."""
+    return "<div class='dt-iters'>" + "".join(
+        f"<a href='#iteration-{r.index}' title='{r.num_nodes} drafted nodes, accepted "
+        f"{r.accepted_length}'>{r.index}<span class='dt-muted'> (ℓ={r.accepted_length}/"
+        f"{r.num_nodes})</span></a>" for r in recs) + "</div>"
+
+
+def _iter_links(prev: int | None, nxt: int | None) -> str:
+    links = ([f"<a href='#iteration-{prev}'>◀ {prev}</a>"] if prev is not None else []) + (
+        [f"<a href='#iteration-{nxt}'>{nxt} ▶</a>"] if nxt is not None else []) + [
+        "<a href='#iterations'>all iterations</a>"]
+    return f"<span class='dt-iter-nav'>{' · '.join(links)}</span>"
 
 
 def report(trace: Trace | str, path: str | os.PathLike | None = None, **kwargs: Any) -> str:
@@ -120,8 +176,10 @@ def report(trace: Trace | str, path: str | os.PathLike | None = None, **kwargs: 
 
     ``trace`` may be a path to a trace JSON file. Keyword arguments: ``title``, ``iterations``
     (positions to draw trees/masks for; default all), ``show_pruned``, ``masks``, ``results``
-    (benchmark rows for a comparison figure, see :func:`dynatree_viz.compare_figure`) and
-    ``compare_x`` (its sweep column). Deterministic: the same trace gives the same bytes.
+    (benchmark rows for a comparison figure, see :func:`dynatree_viz.compare_figure`),
+    ``compare_x`` (its sweep column), ``tokenizer`` (``.decode(list[int])``: names tokens the
+    trace has no text for, e.g. pruned candidates) and ``why`` (add each iteration's
+    :func:`dynatree_viz.why` panel). Deterministic: the same trace gives the same bytes.
     """
     if not isinstance(trace, Trace):
         trace = Trace.from_json(trace)

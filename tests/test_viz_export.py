@@ -73,3 +73,48 @@ def test_import_works_with_torch_blocked():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok True"
+
+
+def _div_style(text: str, div_id: str) -> str:
+    m = re.search(rf'<div id="{div_id}" class="plotly-graph-div" style="([^"]*)"', text)
+    assert m, div_id
+    return m.group(1)
+
+
+def test_report_keeps_tree_and_mask_side_by_side_and_fluid():
+    tr = dv.demo_trace(3)
+    text = dv.report_html(tr)
+    css = re.search(r"<style>(.*?)</style>", text, re.S).group(1)
+    row = re.search(r"\.dt-row \{([^}]*)\}", css).group(1)
+    assert "grid-template-columns: minmax(0, 3fr) minmax(0, 2fr)" in row and "wrap" not in row
+    stack = re.search(r"@media \(max-width: (\d+)px\)", css)
+    assert stack and int(stack.group(1)) <= 900  # stacks only on phone-sized windows
+    for r in tr:  # the figures fill their grid cell instead of a fixed pixel width
+        for kind in ("tree", "mask"):
+            style = _div_style(text, f"dt-{kind}-{r.index}")
+            assert "width:100%" in style.replace(" ", ""), style
+    assert "width:100%" in _div_style(text, "dt-timeline").replace(" ", "")
+
+
+def test_report_has_a_navigation_and_every_link_has_a_target():
+    tr = dv.demo_trace(4)
+    text = dv.report_html(tr, results=dv.demo_results())
+    nav = re.search(r"<nav class='dt-nav'>(.*?)</nav>", text, re.S).group(1)
+    for anchor in ("run", "output", "timeline", "compare", "iterations"):
+        assert f"href='#{anchor}'" in nav
+    links = set(re.findall(r"href='#([^']+)'", text))
+    ids = set(re.findall(r"id='([^']+)'", text)) | set(re.findall(r'id="([^"]+)"', text))
+    assert links <= ids, links - ids
+    for r in tr:  # an index entry and prev/next links for every iteration
+        assert f"href='#iteration-{r.index}'" in text and f"id='iteration-{r.index}'" in text
+    assert "href='#iteration-1'>1 ▶" in text and "href='#iteration-2'>◀ 2" in text
+
+
+def test_report_takes_a_tokenizer_for_pruned_candidates():
+    from viz_fixtures import FakeTokenizer
+
+    tr = tiny_trace(1)
+    unnamed = ("⟨9⟩", "\\u27e89\\u27e9")  # plotly's JSON escapes non-ASCII text
+    assert any(u in dv.report_html(tr) for u in unnamed)  # the pruned "\n": no stored text
+    named = dv.report_html(tr, tokenizer=FakeTokenizer(), why=True)
+    assert not any(u in named for u in unnamed) and 'id="dt-why-0"' in named
