@@ -178,8 +178,11 @@ class ModelPair:
         project's CPU benchmark; the README gives the measurement)."""
         from .default_pair import draft_name, load_default_pair, DEFAULT_TARGET_NAME, resolve_draft_kind
 
+        from .loading import quiet_loading
+
         kind = resolve_draft_kind(draft)
-        target, draft_model, tok = load_default_pair(device=resolve_device(device), dtype=resolve_dtype(dtype),
-                                                     attn_implementation=attn_implementation, draft=kind)
+        with quiet_loading():  # local files only: transformers' two progress bars per load say nothing here
+            target, draft_model, tok = load_default_pair(device=resolve_device(device), dtype=resolve_dtype(dtype),
+                                                         attn_implementation=attn_implementation, draft=kind)
         return cls(target=target, draft=draft_model, tokenizer=tok, target_name=DEFAULT_TARGET_NAME,
                    draft_name=draft_name(kind))

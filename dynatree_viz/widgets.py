@@ -22,6 +22,7 @@ from . import style
 from .cost import CostModel, expected_accepted
 from .mask_view import mask_figure
 from .regrow import LiveBackend, RegrowResult, ReplayBackend
+from .static import StaticFallback, figure_snapshot_html
 from .text_view import text_html
 from .timeline import mark_iteration, timeline_figure
 from .tokens import TokenNamer, resolve_namer
@@ -44,7 +45,7 @@ def _empty_figure(message: str) -> go.Figure:
     return fig
 
 
-class Stepper(widgets.VBox):
+class Stepper(StaticFallback, widgets.VBox):
     """Step through a trace's iterations: tree, mask, text and timeline update together.
 
     Attributes: ``slider`` (iteration position), ``play``, ``prev_button``, ``next_button``,
@@ -97,6 +98,17 @@ class Stepper(widgets.VBox):
                                        layout=widgets.Layout(overflow="auto")),
                           self.why_fig, self.text, self.timeline_fig])
         self._redraw()
+
+    def static_html(self) -> str:
+        """The shown iteration as static HTML (what viewers without a kernel display): the
+        info line, tree and mask images, and the text so far."""
+        parts = [self.info.value]
+        if self.record is not None:
+            parts.append('<div style="display:flex;flex-wrap:wrap;gap:8px">'
+                         + figure_snapshot_html(go.Figure(self.tree_fig), "draft tree")
+                         + figure_snapshot_html(go.Figure(self.mask_fig), "tree-attention mask") + "</div>")
+        parts.append(self.text.value)
+        return "\n".join(parts)
 
     @property
     def position(self) -> int:
@@ -266,7 +278,7 @@ def config_for_record(trace: Trace | None, rec: IterationRecord | None) -> DynaT
     return DynaTreeConfig()
 
 
-class ParameterExplorer(widgets.VBox):
+class ParameterExplorer(StaticFallback, widgets.VBox):
     """Move a slider → re-grow the tree under the new rule → redraw, with its statistics.
 
     ``backend`` is a :class:`ReplayBackend` (no model; from a recorded iteration) or a
@@ -386,6 +398,13 @@ class ParameterExplorer(widgets.VBox):
         self.config, self.rule, self.result, self.error = cfg, rule, result, None
         self._draw()
         return result
+
+    def static_html(self) -> str:
+        """The current setting as static HTML (for viewers without a kernel): the slider values,
+        the statistics and an image of the tree."""
+        values = ", ".join(f"{name}={w.value:g}" for name, w in self.sliders.items())
+        return (f"<p><b>settings:</b> {html.escape(values)}</p>" + self.status.value
+                + figure_snapshot_html(go.Figure(self.tree_fig), "re-grown tree"))
 
     def _fail(self, message: str) -> None:
         self.error = message

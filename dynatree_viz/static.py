@@ -1,0 +1,118 @@
+"""Outputs that still show where no JavaScript or no kernel runs.
+
+A notebook is read in more places than it runs: nbconvert HTML (offline), nbviewer and GitHub
+run no JavaScript and have no kernel. A Plotly figure stored only as Plotly JSON (the
+``plotly_mimetype`` renderer) shows nothing there, and a widget stored without its state shows
+as nothing or as a Python repr. So:
+
+* :func:`use_static_fallbacks` makes every figure's output carry a PNG beside the Plotly JSON
+  (renderer ``plotly_mimetype+png``): JupyterLab, VS Code and Colab pick the interactive JSON,
+  static viewers the image (Plotly JSON is not in their display priority).
+* :class:`StaticFallback` gives a widget a ``text/html`` snapshot of its current state beside the
+  widget view: a live kernel shows the widget; nbconvert drops widget views without stored state
+  and falls back to the snapshot, as do nbviewer and GitHub.
+
+Images need kaleido and a Chrome/Chromium (:func:`dynatree_viz.export.image_export_available`);
+without them figures keep only their JSON and snapshots say why the image is missing, so a
+notebook still runs (e.g. under nbval on a machine without a browser).
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import html
+import os
+import warnings
+from typing import Any
+
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from .export import find_browser, image_export_available
+
+_state: dict[str, Any] = {"images": None, "reason": ""}
+
+
+def images_enabled() -> bool:
+    """Whether figures are rendered to PNG in this process (see :func:`use_static_fallbacks`)."""
+    if _state["images"] is None:
+        ok, reason = image_export_available()
+        _state["images"], _state["reason"] = ok, reason
+        if ok and not os.environ.get("BROWSER_PATH"):
+            os.environ["BROWSER_PATH"] = find_browser() or ""  # where kaleido's browser search looks first
+        if ok:
+            _start_server()
+    return bool(_state["images"])
+
+
+def _start_server() -> None:
+    """One browser for every image of the process (kaleido otherwise starts one per image: ~2 s)."""
+    try:
+        import kaleido
+
+        kaleido.start_sync_server(silence_warnings=True)
+        atexit.register(kaleido.stop_sync_server, silence_warnings=True)
+    except Exception:  # older kaleido: one browser per image, slower but the same pictures
+        pass
+
+
+def use_static_fallbacks(images: bool | None = None) -> str:
+    """Set Plotly's default renderer so each figure is stored as interactive JSON plus, when
+    images can be made here, a PNG. Returns the renderer name (also in ``pio.renderers.default``).
+
+    ``images=False`` forces JSON only (e.g. for a quick run); ``None`` decides by availability."""
+    if images is None:
+        images = images_enabled()
+    elif images and not images_enabled():
+        raise RuntimeError(f"static images requested but unavailable: {_state['reason']}")
+    renderer = "plotly_mimetype+png" if images else "plotly_mimetype"
+    if images:
+        # one PNG per figure at the figure's own size: what a reader of the static page sees
+        pio.renderers["png"].width = None
+        pio.renderers["png"].height = None
+    pio.renderers.default = renderer
+    return renderer
+
+
+def figure_png(fig: go.Figure) -> bytes | None:
+    """The figure as PNG bytes at its own size, or None where images cannot be made."""
+    if not images_enabled():
+        return None
+    try:
+        with warnings.catch_warnings():  # "kopts ignored with a server": the server was started for this
+            warnings.simplefilter("ignore", UserWarning)
+            return fig.to_image(format="png")
+    except Exception:  # a browser that fails to start: the caller shows the reason instead
+        _state["images"], _state["reason"] = False, "kaleido could not start its browser"
+        return None
+
+
+def figure_snapshot_html(fig: go.Figure, alt: str) -> str:
+    """An ``<img>`` of the figure (PNG inlined as data: no network), or a note saying why not."""
+    png = figure_png(fig)
+    if png is None:
+        return (f'<p style="color:#555;font-style:italic">[{html.escape(alt)}: no static image '
+                f'({html.escape(_state["reason"] or "image export unavailable")})]</p>')
+    data = base64.b64encode(png).decode("ascii")
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}" style="max-width:100%"/>'
+
+
+class StaticFallback:
+    """Mixin for ipywidgets: adds a ``text/html`` snapshot (``static_html()``) to the widget's
+    display bundle, for viewers without a kernel."""
+
+    def static_html(self) -> str:  # pragma: no cover - every widget overrides it
+        raise NotImplementedError
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        bundle = super()._repr_mimebundle_(**kwargs)  # type: ignore[misc]
+        if bundle is None:
+            bundle = {}
+        try:
+            snapshot = self.static_html()
+        except Exception as e:  # a snapshot must never break the live widget
+            snapshot = f"<p>[static snapshot unavailable: {html.escape(type(e).__name__)}]</p>"
+        note = ('<p style="color:#555;font-size:90%">Static snapshot of an interactive widget '
+                '(run the notebook to use it).</p>')
+        return {**bundle, "text/html": note + snapshot}
