@@ -4,10 +4,17 @@ Views (plotly figures): :func:`tree_figure` (one iteration's draft tree), :func:
 (its tree-attention mask), :func:`timeline_figure` (per-iteration statistics),
 :func:`text_html` (the output coloured by iteration), :func:`compare_figure` (benchmarks),
 :func:`why` (one node: the draft's top-k at its parent against the target's choice).
+Teaching animations: :func:`animate` (one iteration step by step: draft level by level, verify,
+select, commit; play/pause and a step slider) and :func:`race` (runs of the same prompt as a
+race over target forwards or time), exported as offline slides (:func:`export_slides`) or one
+image per frame (:func:`export_frames`, kaleido).
 Every view takes ``tokenizer=`` (``.decode(list[int])``) for tokens the trace has no text for.
 Widgets: :func:`show` (iteration stepper), :func:`explore` (parameter explorer, replay or live).
 Export: :func:`report` (offline HTML report), :func:`figure_html`, :func:`save_html`,
 :func:`save_image` (PNG/SVG via kaleido, where a browser is available).
+Static viewers: :func:`use_static_fallbacks` stores a PNG beside each figure's Plotly JSON, and
+the widgets carry an HTML snapshot of their state, so nbconvert HTML, nbviewer and GitHub show
+every figure and widget without JavaScript or a kernel.
 
 Only torch-free parts of :mod:`dynatree_core` are imported, so saved traces can be rendered on
 a machine without torch; the live explorer imports the engine lazily.
@@ -16,6 +23,8 @@ a machine without torch; the live explorer imports the engine lazily.
 from __future__ import annotations
 
 from ._demo import demo_results, demo_trace
+from .animate import (AnimationStep, animate, animation_steps, export_frames, export_slides,
+                      frame_figures, slides_html)
 from .compare import compare_figure, load_results
 from .cost import CostModel, expected_accepted
 from .export import (ImageExportUnavailable, figure_html, image_export_available, save_html,
@@ -23,8 +32,10 @@ from .export import (ImageExportUnavailable, figure_html, image_export_available
 from .layout import draft_tree_graph, layered_layout, tree_graph
 from .mask_view import mask_figure, mask_matrix
 from .regrow import LiveBackend, RegrowResult, ReplayBackend, replay_partial
+from .race import Lane, RaceData, race, race_data
 from .report import report, report_html
 from .scene import TreeScene, greedy_walk
+from .static import StaticFallback, use_static_fallbacks
 from .text_view import text_html
 from .timeline import timeline_figure
 from .tokens import TokenNamer
@@ -33,10 +44,12 @@ from .widgets import ParameterExplorer, Stepper, explore, show
 from .why import WhyPanel, why, why_data
 
 __all__ = [
+    "AnimationStep", "Lane", "RaceData", "animate", "animation_steps", "export_frames",
+    "export_slides", "frame_figures", "race", "race_data", "slides_html",
     "CostModel", "ImageExportUnavailable", "LiveBackend", "ParameterExplorer", "RegrowResult",
     "ReplayBackend", "Stepper", "TokenNamer", "TreeScene", "compare_figure", "demo_results",
     "demo_trace", "draft_tree_graph", "expected_accepted", "explore", "figure_html",
     "greedy_walk", "image_export_available", "layered_layout", "load_results", "mask_figure",
     "mask_matrix", "replay_partial", "report", "report_html", "save_html", "save_image", "show",
-    "text_html", "timeline_figure", "tree_figure", "tree_graph", "why", "why_data", "WhyPanel",
+    "StaticFallback", "use_static_fallbacks", "text_html", "timeline_figure", "tree_figure", "tree_graph", "why", "why_data", "WhyPanel",
 ]
