@@ -51,7 +51,6 @@ SETUP = '''\
 
     import numpy as np
     import pandas as pd
-    import plotly.io as pio
     import torch
     from IPython.display import HTML, Markdown, display
 
@@ -59,8 +58,9 @@ SETUP = '''\
     from dynatree_core import (ARConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, ModelPair,
                                generate, iterate)
 
-    # Figures as Plotly JSON: JupyterLab 4 and VS Code render them offline, and the notebook stays small.
-    pio.renderers.default = "plotly_mimetype"
+    # Figures as Plotly JSON (interactive in JupyterLab, VS Code, Colab) plus a PNG where kaleido and
+    # Chromium are installed, so static pages (nbconvert HTML, nbviewer, GitHub) show them too.
+    dv.use_static_fallbacks()
     torch.manual_seed(0)  # decoding is greedy (deterministic); this only pins anything random we add
     pd.set_option("display.precision", 3)'''
 
@@ -106,7 +106,7 @@ def nb01(pair: str) -> list:
 
         * how to load the offline model pair and generate text with plain greedy decoding (AR) and with
           DynaTree, in one call each;
-        * that DynaTree's output is *token for token* the target model's greedy output — it is only faster;
+        * that DynaTree's output is *token for token* the target model's greedy output — only the cost differs;
         * how to read the speed numbers and **L̄** (tokens committed per target forward);
         * how to open the trace of a run in the step-through viewer.
 
@@ -122,11 +122,11 @@ def nb01(pair: str) -> list:
         """),
         code(CONFIG, ignore=True),
         code('''\
-        prompt = "The history of the printing press begins"
+        prompt = "Photosynthesis is the process by which green plants"  # one where the draft often agrees
         N = 64
 
         _ = generate(pair, prompt, "dynatree", config, max_new_tokens=8)  # warm-up: first calls pay one-off costs
-        ar = generate(pair, prompt, "ar", max_new_tokens=N, ignore_eos=True)
+        ar = generate(pair, prompt, "ar", max_new_tokens=N, ignore_eos=True, trace=True)
         dt = generate(pair, prompt, "dynatree", config, max_new_tokens=N, ignore_eos=True, trace=True)'''),
         md("""\
         ## The output is identical
@@ -160,6 +160,24 @@ def nb01(pair: str) -> list:
                     "ℓ̄": m.mean_accepted_length, "acceptance": m.acceptance_rate, "mean tree size": m.mean_tree_size}
 
         pd.DataFrame([summary("AR", ar), summary("DynaTree", dt)]).set_index("method")''', ignore=True),
+        md("""\
+        Whether fewer target forwards make a faster run depends on what a forward over a tree costs on this
+        machine compared with a one-token forward. The next line is computed from the two runs above (it
+        says "slower" when the verify cost eats the gain, as it can on a small CPU):
+        """),
+        code('''\
+        Markdown(dt.metrics.compare_to(ar.metrics, "DynaTree"))''', ignore=True),
+        md("""\
+        ### The race
+
+        The same prompt, both runs side by side: tokens committed so far against the target forwards spent
+        (press play, or drag the slider). `x="time"` races them over the recorded wall-clock time instead.
+        """),
+        code('''\
+        dv.race({"AR": ar.trace, "DynaTree": dt.trace}, x="forwards")''', ignore=True),
+        code('''\
+        lanes = dv.race_data({"AR": ar.trace, "DynaTree": dt.trace}, x="forwards").lanes
+        print("both lanes end with all N tokens:", all(lane.tokens[-1] == N for lane in lanes))'''),
         code('''\
         m = dt.metrics
         print("DynaTree needed fewer target forwards than AR:", m.target_forwards < ar.metrics.target_forwards)
@@ -294,7 +312,9 @@ def nb02(pair: str) -> list:
         code('''\
         lin = list(iterate(pair, prompt, "linear", LinearConfig(k=5), max_new_tokens=40, trace=True, ignore_eos=True))
         print("accepted per iteration:", [r.accepted_length for r in lin])
-        rec = next((r for r in lin[:-1] if r.accepted_length < r.tree.depth), lin[0])
+        # the most instructive iteration: some guesses accepted, then a miss before the chain's end
+        rec = next((r for r in lin[:-1] if 0 < r.accepted_length < r.tree.depth),
+                   next((r for r in lin[:-1] if r.accepted_length < r.tree.depth), lin[0]))
         print("looking at iteration", rec.index)''', ignore=True),
         code('''\
         # In a chain, node d sits at depth d and its parent is node d - 1.
@@ -310,11 +330,17 @@ def nb02(pair: str) -> list:
         print("committed = accepted guesses + bonus:",
               rec.committed == [rec.tree.tokens[i] for i in rec.accepted_path] + [rec.bonus])'''),
         md("""\
-        The picture: the root (left), the drafted chain, green for accepted, red for the first rejected
-        guess, and the bonus token the target supplied.
+        The picture: the root (left), the drafted chain, accepted nodes in blue with a ring, the first rejected
+        guess marked with a vermillion ✗, and the bonus token the target supplied (the legend names every mark).
         """),
         code('''\
         dv.tree_figure(rec, title=f"linear K=5, iteration {rec.index}")''', ignore=True),
+        md("""\
+        *Why* did the chain break there? The panel below puts the draft's top candidates at the node where
+        the path ended next to the target's choice (and says when the target's token was pruned).
+        """),
+        code('''\
+        dv.why(rec)''', ignore=True),
         md("""\
         ## 3 · A fixed tree: more than one guess per position
 
@@ -351,10 +377,23 @@ def nb02(pair: str) -> list:
         The next cell checks that a real tree obeys exactly these rules.
         """),
         code('''\
+        from dynatree_core import HistoryState
+
         paper = DynaTreeConfig.paper()
         dyn = list(iterate(pair, prompt, "dynatree", paper, max_new_tokens=40, trace=True, ignore_eos=True))
-        rec_dt = dyn[0]
-        tree, rule = rec_dt.tree, paper.growth_rule()
+        # show the mechanism at work: the biggest tree among the iterations that accepted something,
+        # leaving out the last ones, whose depth is capped by the few tokens still to generate
+        room, left = [], 40
+        for r in dyn:
+            if left > paper.d_max:
+                room.append(r)
+            left -= len(r.committed)
+        rec_dt = max(room, key=lambda r: (r.accepted_length > 0, r.num_nodes))
+        # the rule this iteration ran under: the history adapter had moved D0 and tau_h (see 04)
+        h = HistoryState.from_dict(rec_dt.history_before)
+        tree, rule = rec_dt.tree, paper.growth_rule(d0=h.d0_effective, tau_h=h.tau_h)
+        print(f"iteration {rec_dt.index}: {rec_dt.num_nodes} drafted nodes, depth {tree.depth}, "
+              f"{rec_dt.accepted_length} accepted, {len(tree.pruned)} candidates pruned")
         pd.DataFrame([{"node": n.index, "token": rec_dt.token_texts[n.index], "depth": n.depth, "parent": n.parent,
                        "p(u)": n.cum_prob, "c(u)": n.confidence, "B(u)": n.branching, "stop reason": n.stop_reason}
                       for n in tree.nodes()]).set_index("node")''', ignore=True),
@@ -367,10 +406,23 @@ def nb02(pair: str) -> list:
         print("no verified node has p(u) < tau:", all(lp >= math.log(rule.tau) for lp in tree.cum_logps))
         print("at most N_max nodes:", tree.num_drafted <= rule.n_max)'''),
         code('''\
-        dv.tree_figure(rec_dt, show_pruned=True, title="DynaTree (paper settings), iteration 0: colour = c(u)")''',
+        dv.tree_figure(rec_dt, show_pruned=True, title=f"DynaTree (paper settings), iteration {rec_dt.index}: colour = c(u)")''',
              ignore=True),
         code('''\
         dv.tree_figure(rec_dt, color_by="cum_prob", title="the same tree, colour = p(u)")''', ignore=True),
+        md("""\
+        The same iteration as it happens, phase by phase: the draft grows the tree one level per draft
+        forward, the target verifies every node in one forward, the greedy path and the bonus are selected,
+        and the committed tokens join the text. Press play or step with the slider;
+        `dv.export_slides(rec_dt, path="slides.html")` writes the phases as an offline slide deck for a lecture.
+        """),
+        code('''\
+        dv.animate(rec_dt, show_pruned=True)''', ignore=True),
+        code('''\
+        steps = dv.animation_steps(rec_dt)
+        print("one draft frame per level, then verify, select, commit:",
+              [s.phase for s in steps][-3:] == ["verify", "select", "commit"]
+              and sum(s.phase == "draft" for s in steps) == rec_dt.tree.depth + 1)'''),
         md("""\
         ## 5 · One forward for a whole tree: the tree-attention mask
 
@@ -613,9 +665,34 @@ def nb03(pair: str) -> list:
             trees, rows = zip(*(grow(**{name: v}) for v in values))
             nested = all(paths(a) <= paths(b) or paths(b) <= paths(a) for a, b in zip(trees, trees[1:]))
             grows = all(paths(a) <= paths(b) for a, b in zip(trees, trees[1:]))
+            effects[name] = effect(name, values, trees)
             return pd.DataFrame(rows).set_index(name), grows, nested
 
-        tables = {}'''),
+        def effect(name, values, trees):
+            """One sentence, computed from the trees: where the parameter changed the tree, or why it did not."""
+            changes = [f"{a:g}→{b:g}" for a, b, ta, tb in zip(values, values[1:], trees, trees[1:]) if paths(ta) != paths(tb)]
+            if changes:
+                return f"**{name}** changed the tree at {', '.join(changes)}."
+            t = trees[0]
+            conf = [c for c in t.confidences[:len(t)] if c is not None]
+            probs = [math.exp(x) for x in t.cum_logps[1:]]
+            stops = pd.Series(t.stop_reasons[1:]).value_counts().to_dict()
+            moved = [c for c in conf if min(values) <= c < max(values)]
+            in_conf = (f"no expanded node's confidence c(u) lies in [{min(values):g}, {max(values):g}) "
+                       f"(c(u) here: {', '.join(f'{c:.2f}' for c in conf)})" if not moved else
+                       f"the nodes it moves to another breadth class (c(u) = {', '.join(f'{c:.2f}' for c in moved)}) "
+                       f"would get extra children, but every extra candidate's path probability is below "
+                       f"τ = {base.tau:g} (pruned) or beyond the budget N_max = {base.n_max}")
+            why = {"tau_h": in_conf, "tau_l": in_conf,
+                   "d0": f"no path gets past depth {t.depth}: the stop reasons are {stops}",
+                   "d_max": f"the deepest path stops at depth {t.depth}, below every D_max tried ({stops})",
+                   "rho_deep": f"no path goes past D0 (depth {t.depth}; stop reasons {stops})",
+                   "n_max": f"the tree has {t.num_drafted} nodes, within every budget tried"}.get(
+                       name, f"no node's probability falls between the values tried (path p(u): "
+                             f"{', '.join(f'{p:.2f}' for p in probs)}; stop reasons {stops})")
+            return f"**{name}** did not change this tree over {values}: {why}."
+
+        tables, effects = {}, {}'''),
         md("""\
         ### Breadth: τ_h and τ_l
 
@@ -629,6 +706,8 @@ def nb03(pair: str) -> list:
         print("raising tau_l only adds nodes:", grows_l)'''),
         code('''\
         display(tables["tau_h"], tables["tau_l"])''', ignore=True),
+        code('''\
+        Markdown("\\n\\n".join(effects[k] for k in ("tau_h", "tau_l")))''', ignore=True),
         md("""\
         ### Depth: D0, D_max, ρ_stop, ρ_deep
 
@@ -646,6 +725,8 @@ def nb03(pair: str) -> list:
         print("lowering rho_deep only adds nodes:", grows_rd)'''),
         code('''\
         display(tables["d0"], tables["d_max"], tables["rho_stop"], tables["rho_deep"])''', ignore=True),
+        code('''\
+        Markdown("\\n\\n".join(effects[k] for k in ("d0", "d_max", "rho_stop", "rho_deep")))''', ignore=True),
         md("""\
         ### Pruning τ and the budget N_max
 
@@ -660,6 +741,8 @@ def nb03(pair: str) -> list:
         print("never more than N_max nodes:", all(row["nodes"] <= n for n, row in tables["n_max"].iterrows()))'''),
         code('''\
         display(tables["tau"], tables["n_max"])''', ignore=True),
+        code('''\
+        Markdown("\\n\\n".join(effects[k] for k in ("tau", "n_max")))''', ignore=True),
         md("""\
         ## A small sweep, plotted
 

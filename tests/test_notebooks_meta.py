@@ -101,3 +101,61 @@ def test_sanitize_cfg_has_valid_regexes():
     for section in cfg.sections():
         re.compile(cfg[section]["regex"])
         assert "replace" in cfg[section]
+
+
+# --- static viewers: every figure and widget shows without JavaScript or a kernel ----------------
+FIGURE_MIME = "application/vnd.plotly.v1+json"
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def _outputs(nb, mime):
+    return [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+            if mime in o.get("data", {})]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_figure_and_widget_has_a_static_fallback(name):
+    """Static viewers (nbconvert, nbviewer, GitHub) cannot draw Plotly JSON or a widget without state:
+    each figure must carry a PNG beside its JSON and each widget an HTML snapshot."""
+    nb = _read(name)
+    figures, widgets = _outputs(nb, FIGURE_MIME), _outputs(nb, WIDGET_MIME)
+    missing = [i for i, o in enumerate(figures) if "image/png" not in o["data"]]
+    assert not missing, f"{name}: figures {missing} (of {len(figures)}) have no PNG fallback"
+    for o in widgets:
+        snap = o["data"].get("text/html", "")
+        assert "Static snapshot" in snap, f"{name}: a widget output has no static snapshot"
+        assert "no static image" not in snap, f"{name}: a widget snapshot was made without images"
+
+
+def _chromium():
+    import shutil
+
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_static_html_export_shows_every_figure_offline_in_headless_chromium(name, tmp_path):
+    """The exported page, opened by a real browser with the network off: every figure's image and
+    every widget's snapshot image is in the rendered DOM (runs where a Chromium is installed)."""
+    import subprocess
+
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("no Chromium on this machine (apt-get install chromium)")
+    from nbconvert import HTMLExporter
+
+    nb = _read(name)
+    body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
+    page = tmp_path / f"{name}.html"
+    page.write_text(body, encoding="utf-8")
+    dom = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--no-first-run", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
+         "--host-resolver-rules=MAP * ~NOTFOUND",  # the network is off for the page
+         "--virtual-time-budget=15000", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120, check=True).stdout
+    figures = len(_outputs(nb, FIGURE_MIME))
+    widget_images = sum(o["data"].get("text/html", "").count("data:image/png") for o in _outputs(nb, WIDGET_MIME))
+    shown = len(re.findall(r'<img[^>]+src="data:image/png;base64,', dom))
+    assert shown >= figures + widget_images, f"{name}: {shown} images in the page, expected {figures + widget_images}"
+    assert "Static snapshot" in dom or not _outputs(nb, WIDGET_MIME)
