@@ -127,33 +127,20 @@ def test_every_figure_and_widget_has_a_static_fallback(name):
         assert "no static image" not in snap, f"{name}: a widget snapshot was made without images"
 
 
-def _chromium():
-    import shutil
-
-    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_static_html_export_shows_every_figure_offline_in_headless_chromium(name, tmp_path):
     """The exported page, opened by a real browser with the network off: every figure's image and
     every widget's snapshot image is in the rendered DOM (runs where a Chromium is installed)."""
-    import subprocess
+    from browser import chromium, dump_dom
 
-    browser = _chromium()
-    if browser is None:
-        pytest.skip("no Chromium on this machine (apt-get install chromium)")
+    chromium()  # skips where there is none
     from nbconvert import HTMLExporter
 
     nb = _read(name)
     body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
     page = tmp_path / f"{name}.html"
     page.write_text(body, encoding="utf-8")
-    dom = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--no-first-run", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
-         "--host-resolver-rules=MAP * ~NOTFOUND",  # the network is off for the page
-         "--virtual-time-budget=15000", "--dump-dom", page.as_uri()],
-        capture_output=True, text=True, timeout=120, check=True).stdout
+    dom = dump_dom(page.as_uri(), tmp_path / "profile")
     figures = len(_outputs(nb, FIGURE_MIME))
     widget_images = sum(o["data"].get("text/html", "").count("data:image/png") for o in _outputs(nb, WIDGET_MIME))
     shown = len(re.findall(r'<img[^>]+src="data:image/png;base64,', dom))

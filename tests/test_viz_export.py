@@ -118,3 +118,19 @@ def test_report_takes_a_tokenizer_for_pruned_candidates():
     assert any(u in dv.report_html(tr) for u in unnamed)  # the pruned "\n": no stored text
     named = dv.report_html(tr, tokenizer=FakeTokenizer(), why=True)
     assert not any(u in named for u in unnamed) and 'id="dt-why-0"' in named
+
+
+def test_report_renders_offline_in_headless_chromium(tmp_path):
+    """The standalone report, opened by a real browser with the network off: plotly.js is inlined,
+    so every figure of the page is drawn (where a Chromium is installed)."""
+    from browser import dump_dom
+
+    trace = dv.demo_trace(3)
+    path = tmp_path / "report.html"
+    dv.report(trace, str(path))
+    html_text = path.read_text(encoding="utf-8")
+    assert not re.search(r"<script[^>]+src=\"https?://", html_text)
+    figures = len(re.findall(r'class="plotly-graph-div"', html_text))
+    dom = dump_dom(path.as_uri(), tmp_path / "profile")
+    assert figures >= 2 * len(trace.iterations)  # tree and mask per iteration at least
+    assert dom.count('class="main-svg"') >= figures  # plotly drew each one
