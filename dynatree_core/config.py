@@ -103,6 +103,32 @@ class GrowthRule:
     def max_breadth(self) -> int:
         return max(self.b_min, self.b_mid, self.b_max)
 
+    # --- the baselines' rules, by name (their breadth never depends on confidence, so the
+    # thresholds are set to a placeholder that no comparison can make matter) ------------------
+    @classmethod
+    def empty(cls) -> "GrowthRule":
+        """No drafted node: the target verifies only the root (AR, one greedy step)."""
+        return cls(d0=1, d_max=0, b_min=1, b_mid=1, b_max=1, tau_h=_UNUSED, tau_l=_UNUSED,
+                   rho_stop=0.0, rho_deep=0.0, tau=0.0, n_max=0)
+
+    @classmethod
+    def chain(cls, k: int) -> "GrowthRule":
+        """A chain of ``k`` draft tokens (linear speculative decoding, paper: K)."""
+        return cls(d0=k, d_max=k, b_min=1, b_mid=1, b_max=1, tau_h=_UNUSED, tau_l=_UNUSED,
+                   rho_stop=0.0, rho_deep=0.0, tau=0.0, n_max=k)
+
+    @classmethod
+    def full(cls, d: int, b: int, tau: float, n_max: int) -> "GrowthRule":
+        """Breadth ``b`` everywhere to depth ``d``, pruned by ``tau``, at most ``n_max`` nodes (fixed tree)."""
+        return cls(d0=d, d_max=d, b_min=b, b_mid=b, b_max=b, tau_h=_UNUSED, tau_l=_UNUSED,
+                   rho_stop=0.0, rho_deep=0.0, tau=tau, n_max=n_max)
+
+
+#: the confidence thresholds of rules with one breadth everywhere (never decisive there)
+_UNUSED = 0.5
+#: draft candidates recorded per expanded node unless a config asks otherwise (at least B_max)
+DEFAULT_TRACE_TOP_K = 8
+
 
 #: each GrowthRule field with its paper symbol and meaning: the one source for CLI help and docs
 PARAMETER_HELP: dict[str, str] = {
@@ -129,8 +155,9 @@ class DecoderConfig:
     #: ``"gather"`` keeps the accepted path's entries (no extra forward), ``"recompute"`` is the
     #: paper's crop-to-prefix-then-re-run (one extra target forward per iteration).
     kv_mode: KVMode = "gather"
-    #: how many draft candidates per expanded node are recorded in traces (k >= B_max).
-    trace_top_k: int = 8
+    #: how many draft candidates per expanded node are recorded in traces (k >= B_max); None (the
+    #: default) means max(DEFAULT_TRACE_TOP_K, the rule's largest breadth), kept up to date by replace()
+    trace_top_k: int | None = None
 
     def growth_rule(self) -> GrowthRule:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -145,11 +172,22 @@ class DecoderConfig:
         return d
 
     def replace(self, **changes: Any) -> "DecoderConfig":
+        if "trace_top_k" not in changes and getattr(self, "_auto_top_k", False):
+            changes["trace_top_k"] = None  # re-derive it for the new breadth
         return dataclasses.replace(self, **changes)
 
     def _validate_common(self) -> None:
         _check_kv_mode(self.kv_mode)
+
+    def _resolve_top_k(self, breadth: int) -> None:
+        """Fill in the default ``trace_top_k``, or check an explicit one covers ``breadth``."""
+        object.__setattr__(self, "_auto_top_k", self.trace_top_k is None)
+        if self.trace_top_k is None:
+            object.__setattr__(self, "trace_top_k", max(DEFAULT_TRACE_TOP_K, breadth))
+            return
         _check_int("trace_top_k", self.trace_top_k, 1)
+        if self.trace_top_k < breadth:
+            raise ValueError(f"trace_top_k must be >= the largest breadth ({breadth}), got {self.trace_top_k}")
 
 
 @dataclass(frozen=True)
@@ -160,11 +198,10 @@ class ARConfig(DecoderConfig):
 
     def __post_init__(self) -> None:
         self._validate_common()
+        self._resolve_top_k(1)
 
     def growth_rule(self) -> GrowthRule:
-        # An empty tree: the verification pass sees only the root, i.e. one greedy step.
-        return GrowthRule(d0=1, d_max=0, b_min=1, b_mid=1, b_max=1, tau_h=0.5, tau_l=0.5,
-                          rho_stop=0.0, rho_deep=0.0, tau=0.0, n_max=0)
+        return GrowthRule.empty()
 
 
 @dataclass(frozen=True)
@@ -177,10 +214,10 @@ class LinearConfig(DecoderConfig):
     def __post_init__(self) -> None:
         self._validate_common()
         _check_int("k", self.k, 1)
+        self._resolve_top_k(1)
 
     def growth_rule(self) -> GrowthRule:
-        return GrowthRule(d0=self.k, d_max=self.k, b_min=1, b_mid=1, b_max=1, tau_h=0.5,
-                          tau_l=0.5, rho_stop=0.0, rho_deep=0.0, tau=0.0, n_max=self.k)
+        return GrowthRule.chain(self.k)
 
 
 @dataclass(frozen=True)
@@ -199,13 +236,10 @@ class FixedTreeConfig(DecoderConfig):
         _check_int("b", self.b, 1)
         _check_unit_closed_open("tau", self.tau)
         _check_int("n_max", self.n_max, 1)
-        if self.trace_top_k < self.b:
-            raise ValueError(f"trace_top_k must be >= b ({self.b}), got {self.trace_top_k}")
+        self._resolve_top_k(self.b)
 
     def growth_rule(self) -> GrowthRule:
-        return GrowthRule(d0=self.d, d_max=self.d, b_min=self.b, b_mid=self.b, b_max=self.b,
-                          tau_h=0.5, tau_l=0.5, rho_stop=0.0, rho_deep=0.0, tau=self.tau,
-                          n_max=self.n_max)
+        return GrowthRule.full(self.d, self.b, self.tau, self.n_max)
 
 
 @dataclass(frozen=True)
@@ -289,8 +323,7 @@ class DynaTreeConfig(DecoderConfig):
                 f"rho_stop must be < rho_deep (0 < rho_stop < rho_deep < 1), got rho_stop={self.rho_stop}, rho_deep={self.rho_deep}")
         _check_unit_closed_open("tau", self.tau)
         _check_int("n_max", self.n_max, 1)
-        if self.trace_top_k < self.b_max:
-            raise ValueError(f"trace_top_k must be >= b_max ({self.b_max}), got {self.trace_top_k}")
+        self._resolve_top_k(self.b_max)
         if isinstance(self.history, dict):  # from JSON
             object.__setattr__(self, "history", HistoryConfig(**self.history))
         if not isinstance(self.history, HistoryConfig):

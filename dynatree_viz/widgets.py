@@ -273,8 +273,7 @@ def config_for_record(trace: Trace | None, rec: IterationRecord | None) -> DynaT
         rule = cfg.growth_rule()
         return DynaTreeConfig(d0=rule.d0, d_max=rule.d0 + 1, b_min=rule.b_mid, b_mid=rule.b_mid,
                               b_max=rule.b_mid, tau=rule.tau, n_max=rule.n_max,
-                              dynamic_breadth=False, dynamic_depth=False,
-                              trace_top_k=max(8, rule.b_mid))
+                              dynamic_breadth=False, dynamic_depth=False)
     return DynaTreeConfig()
 
 

@@ -27,7 +27,7 @@ from conftest import cached_pair
     (dict(b_min=0), r"b_min must be >= 1"),
     (dict(n_max=0), r"n_max must be >= 1"),
     (dict(kv_mode="copy"), r"kv_mode must be one of"),
-    (dict(b_max=9), r"trace_top_k must be >= b_max"),
+    (dict(b_max=9, trace_top_k=8), r"trace_top_k must be >= the largest breadth \(9\)"),
 ])
 def test_dynatree_config_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -148,3 +148,19 @@ def test_allow_long_context_decodes_past_the_window_exactly():
     res = generate(p, prompt, "dynatree", max_new_tokens=10, ignore_eos=True, allow_long_context=True)
     ar = generate(p, prompt, "ar", max_new_tokens=10, ignore_eos=True, allow_long_context=True)
     assert res.tokens == ar.tokens and len(res.tokens) == 10
+
+
+def test_trace_top_k_follows_the_breadth_unless_given():
+    """The recorded top-k defaults to max(8, largest breadth) and follows replace(); an explicit
+    value is kept and checked."""
+    from dynatree_core.config import FixedTreeConfig
+
+    assert DynaTreeConfig().trace_top_k == 8
+    wide = DynaTreeConfig(b_max=9)
+    assert wide.trace_top_k == 9 and wide.replace(b_max=12).trace_top_k == 12
+    assert wide.replace(b_max=3).trace_top_k == 8
+    assert DynaTreeConfig(trace_top_k=16).replace(b_max=4).trace_top_k == 16
+    assert FixedTreeConfig(b=10).trace_top_k == 10
+    with pytest.raises(ValueError, match="trace_top_k must be >= the largest breadth"):
+        DynaTreeConfig(trace_top_k=10).replace(b_max=11)
+    assert DynaTreeConfig(b_max=9).to_dict()["trace_top_k"] == 9  # traces record the value used

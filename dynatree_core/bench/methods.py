@@ -56,8 +56,6 @@ def dynatree_config(preset: str = "paper", history: bool = True, **overrides: An
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {PRESETS}, got {preset!r}")
     make = DynaTreeConfig.paper if preset == "paper" else DynaTreeConfig.cpu
-    if "b_max" in overrides and "trace_top_k" not in overrides:
-        overrides["trace_top_k"] = max(8, int(overrides["b_max"]))
     cfg = make(**overrides)
     if not history:
         cfg = cfg.replace(history=HistoryConfig(enabled=False))
@@ -86,14 +84,12 @@ def method_specs(names: list[str], *, preset: str = "paper", k: int | Sequence[i
                 specs.append(MethodSpec(lab, "linear", LinearConfig(k=kk, kv_mode=kv_mode)))
             continue
         elif name == "fixed_tree":
-            cfg = FixedTreeConfig(d=d, b=b, tau=tau, n_max=n_max, kv_mode=kv_mode,
-                                  trace_top_k=max(8, b))
+            cfg = FixedTreeConfig(d=d, b=b, tau=tau, n_max=n_max, kv_mode=kv_mode)
         elif name == "dynatree":
             cfg = base
         elif name in ABLATION_LABELS:
             fields = {f: getattr(base, f) for f in DYNATREE_FIELDS}
-            cfg = DynaTreeConfig.ablation(name.split(":", 1)[1], kv_mode=kv_mode, history=base.history,
-                                          trace_top_k=base.trace_top_k, **fields)
+            cfg = DynaTreeConfig.ablation(name.split(":", 1)[1], kv_mode=kv_mode, history=base.history, **fields)
         else:
             raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHOD_NAMES)}")
         specs.append(MethodSpec(name, cfg.method, cfg))

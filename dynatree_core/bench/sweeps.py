@@ -33,7 +33,7 @@ def fixed_tree_points(ds: Sequence[int], bs: Sequence[int], taus: Sequence[float
     """AR plus one fixed tree per (D, B, τ)."""
     points = [RunPoint(_ar(kv_mode), max_new_tokens, params={"d": None, "b": None, "tau": None})]
     for d, b, tau in itertools.product(ds, bs, taus):
-        cfg = FixedTreeConfig(d=d, b=b, tau=tau, n_max=n_max, kv_mode=kv_mode, trace_top_k=max(8, b))
+        cfg = FixedTreeConfig(d=d, b=b, tau=tau, n_max=n_max, kv_mode=kv_mode)
         spec = MethodSpec(f"fixed_tree(d={d},b={b},tau={tau:g})", "fixed_tree", cfg)
         points.append(RunPoint(spec, max_new_tokens, params={"d": d, "b": b, "tau": tau}))
     meta = {"name": "fixed_tree", "param_keys": ["d", "b", "tau"],
@@ -56,8 +56,7 @@ def sensitivity_points(base: DynaTreeConfig, *, thresholds: Sequence[tuple[float
     skipped: list[str] = []
     variants: list[tuple[str, str, dict[str, Any]]] = []
     variants += [("thresholds", f"tau_h={h:g},tau_l={lo:g}", {"tau_h": h, "tau_l": lo}) for h, lo in thresholds]
-    variants += [("breadth", f"B={a}/{b}/{c}", {"b_min": a, "b_mid": b, "b_max": c,
-                                                "trace_top_k": max(8, c)}) for a, b, c in breadths]
+    variants += [("breadth", f"B={a}/{b}/{c}", {"b_min": a, "b_mid": b, "b_max": c}) for a, b, c in breadths]
     variants += [("depth", f"D0={d0},D_max={dm}", {"d0": d0, "d_max": dm}) for d0, dm in depths]
     for group, name, changes in variants:
         try:
