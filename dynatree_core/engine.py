@@ -17,9 +17,6 @@ level per forward under a tree mask. Accepted nodes the draft already consumed a
 from __future__ import annotations
 
 import dataclasses
-import resource
-import sys
-import time
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -28,13 +25,14 @@ import torch
 from transformers import DynamicCache
 
 from . import plumbing as pl
+from .collector import RunCollector
 from .config import DecoderConfig, DynaTreeConfig, GrowthRule, resolve_config
+from .drafters import Drafter, make_drafter
 from .history import HistoryAdapter, HistoryState
-from .metrics import Metrics, summarize
-from .drafters import make_drafter
+from .metrics import Metrics
 from .models import ModelPair, context_window
 from .trace import IterationRecord, Trace
-from .tree import DraftTree, TopK, grow_tree
+from .tree import DraftTree, grow_tree
 
 
 @dataclass
@@ -84,13 +82,6 @@ def _default_eos(pair: ModelPair) -> list[int]:
     if eos is None:
         return []
     return [int(t) for t in (eos if isinstance(eos, (list, tuple)) else [eos])]
-
-
-def _peak_memory(device: torch.device) -> tuple[int | None, str]:
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device)), "cuda_max_allocated"
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(rss if sys.platform == "darwin" else rss * 1024), "process_max_rss"
 
 
 class DecodingRun:
@@ -154,156 +145,90 @@ class DecodingRun:
         # Never draft deeper than the tokens still wanted (the bonus supplies one of them).
         return dataclasses.replace(rule, d_max=min(rule.d_max, remaining - 1))
 
-    def _text(self, tokens: Sequence[int]) -> list[str]:
-        tok = self.pair.tokenizer
-        return [tok.decode([t]) for t in tokens] if tok is not None else []
-
     @torch.inference_mode()
     def _run(self) -> Iterator[IterationRecord]:
-        pair, cfg = self.pair, self.config
-        target, device = pair.target, pair.device
-        top_k = max(cfg.trace_top_k if self.tracing else 0, cfg.growth_rule().max_breadth)
-        drafter = make_drafter(pair.draft, top_k) if pair.draft is not None and self.method != "ar" else None
-        # a feature drafter reads the target's hidden states: take them from the forwards that run anyway
-        need_hidden = drafter is not None and drafter.needs_target_hidden
-        trace = None
-        if self.tracing:
-            trace = Trace(method=self.method, config=cfg.to_dict(), target_name=pair.target_name,
-                          draft_name=pair.draft_name if self.method != "ar" else None,
-                          prompt_tokens=list(self.prompt),
-                          prompt_text=pair.tokenizer.decode(self.prompt) if pair.tokenizer else None,
-                          eos_token_id=min(self.eos) if self.eos else None,
-                          max_new_tokens=self.max_new_tokens, device=str(device),
-                          dtype=str(pair.dtype).replace("torch.", ""), versions=_versions(),
-                          drafter=drafter.settings() if drafter is not None else None)
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-
-        out: list[int] = []
-        accepted, committed_counts, depths, sizes = [], [], [], []
-        target_forwards = 0
-        t_draft = t_verify = t_commit = 0.0
-        stopped_by = "max_new_tokens"
-        pl.synchronize(device)
-        t_start = time.perf_counter()
-        ttft = None
-        cache = DynamicCache()
-        prompt_hidden = None
-        if len(self.prompt) > 1 and self.max_new_tokens > 0:
-            prompt_hidden = pl.prefill(target, torch.tensor([self.prompt[:-1]], device=device), cache, need_hidden)
-            target_forwards += 1
-        if drafter is not None and self.max_new_tokens > 0:
-            drafter.start(self.prompt, prompt_hidden)
-        pl.synchronize(device)
-        t_prefill = time.perf_counter() - t_start
-        root = self.prompt[-1]
-        it = 0
+        """The algorithm: prefill, then draft -> verify -> select -> commit until done."""
+        drafter = self._drafter()
+        need_hidden = drafter is not None and drafter.needs_target_hidden  # a feature drafter reads them
+        col = RunCollector(self, drafter, self.tracing)
+        cache, out, root = DynamicCache(), [], self.prompt[-1]
+        self._prefill(cache, drafter, need_hidden, col)
         while len(out) < self.max_new_tokens:
             remaining = self.max_new_tokens - len(out)
-            rule = self._rule(remaining)
-            hist_before = self.adapter.state.to_dict() if self.adapter is not None else None
-
-            # 1. draft: grow the tree, one batched draft forward per level
-            t0 = time.perf_counter()
-            if drafter is not None:
-                tree = grow_tree(root, rule, drafter.propose)
-            else:
-                tree = DraftTree.with_root(root)
-                tree.stop_reasons[0] = "d_max"
-            pl.synchronize(device)
-            t1 = time.perf_counter()
-
-            # 2. verify: root + every node in one target forward under the tree mask
-            prefix_len = pl.cache_length(cache)
-            allowed = pl.with_prefix(tree.ancestor_mask(), prefix_len)
-            pos = prefix_len + tree.position_offsets()
-            inp = torch.tensor([tree.tokens], device=device)
-            if need_hidden:
-                logits, hidden = pl.forward_with_hidden(target, inp, cache, allowed, pos)
-            else:
-                logits = pl.forward(target, inp, cache, allowed, pos)
-            target_forwards += 1
-            argmax = logits.argmax(dim=-1).tolist()
-            pl.synchronize(device)
-            t2 = time.perf_counter()
-
-            # 3. select: longest greedy-consistent path + bonus token
-            path, bonus = tree.greedy_path(argmax)
-            new = [tree.tokens[i] for i in path] + [bonus]
-            # 4. commit: cut at EOS / budget, restore the caches to the committed prefix
-            stop = None
-            for j, t in enumerate(new):
-                if t in self.eos:
-                    new, stop = new[: j + 1], "eos"
-                    break
-            if len(new) >= remaining:
-                new = new[:remaining]
-                stop = stop or "max_new_tokens"
+            rule, before = self._rule(remaining), self._history_state()
+            # 1. draft: grow the tree, one batched draft forward per level (AR: the root alone)
+            tree = grow_tree(root, rule, drafter.propose) if drafter is not None else DraftTree.empty(root)
+            col.lap("draft")
+            # 2. verify: root + every node in ONE target forward under the tree mask
+            v = pl.verify_tree(self.pair.target, tree, cache, need_hidden)
+            col.lap("verify")
+            # 3. select: the longest path the target agrees with, plus its own next token (the bonus)
+            path, bonus = tree.greedy_path(v.argmax)
+            # 4. commit: cut at EOS / the budget, bring the caches back to the committed prefix
+            new, stop = self._cut([tree.tokens[i] for i in path] + [bonus], remaining)
             out.extend(new)
+            forwards = 1
             if stop is None:
-                if cfg.kv_mode == "gather":
-                    pl.keep_selected(cache, prefix_len, [0] + path)
-                else:  # the paper's mode: crop to the prefix, re-run the committed tokens
-                    pl.crop(cache, prefix_len)
-                    pl.forward(target, torch.tensor([[root] + new[:-1]], device=device), cache)
-                    target_forwards += 1
+                forwards += self._restore(cache, v.prefix_len, root, path, new)
                 if drafter is not None:
-                    drafter.commit(path, new, hidden[[0] + path] if need_hidden else None)
+                    drafter.commit(path, new, v.hidden[[0] + path] if need_hidden else None)
                 root = new[-1]
-            acc = len(path) / tree.depth if tree.depth > 0 else None
-            hist_after = self.adapter.update(acc).to_dict() if self.adapter is not None else None
-            pl.synchronize(device)
-            t3 = time.perf_counter()
-            if ttft is None:
-                ttft = t3 - t_start
-
-            accepted.append(len(path))
-            committed_counts.append(len(new))
-            depths.append(tree.depth)
-            sizes.append(tree.num_drafted)
-            t_draft += t1 - t0
-            t_verify += t2 - t1
-            t_commit += t3 - t2
-            rec = IterationRecord(
-                index=it, prefix_len=prefix_len, tree=tree, target_argmax=argmax, accepted_path=path,
-                committed=new, bonus=bonus if len(new) == len(path) + 1 else None,
-                history_before=hist_before, history_after=hist_after,
-                timings={"draft": t1 - t0, "verify": t2 - t1, "commit": t3 - t2},
-                draft_forwards=tree.draft_calls,
-                target_forwards=1 + (cfg.kv_mode == "recompute" and stop is None))
-            if self.tracing:
-                rec.position_ids = pos.tolist()
-                probs = torch.softmax(logits.float(), dim=-1)
-                par = torch.tensor(tree.parents[1:], dtype=torch.long, device=device)
-                tok = torch.tensor(tree.tokens[1:], dtype=torch.long, device=device)
-                rec.target_prob_drafted = [None] + probs[par, tok].tolist()
-                rec.token_texts = self._text(tree.tokens)
-                rec.committed_texts = self._text(new)
-                trace.iterations.append(rec)
-            it += 1
-            yield rec
+            after = self._adapt(len(path), tree.depth)
+            col.lap("commit")
+            yield col.iteration(tree, v, path, new, bonus, (before, after), forwards)
             if stop == "eos":
-                stopped_by = "eos"
+                col.stopped_by = "eos"
                 break
+        self.result = col.result(out, self.adapter.state if self.adapter is not None else None)
 
-        pl.synchronize(device)
-        wall = time.perf_counter() - t_start
-        peak, kind = _peak_memory(device)
-        metrics = summarize(
-            new_tokens=len(out), wall_time_s=wall, ttft_s=ttft, iterations=it, accepted=accepted,
-            committed=committed_counts, depths=depths, tree_sizes=sizes, target_forwards=target_forwards,
-            draft_forwards=drafter.forwards if drafter is not None else 0, prefill_time_s=t_prefill,
-            draft_time_s=t_draft, verify_time_s=t_verify, commit_time_s=t_commit,
-            peak_memory_bytes=peak, peak_memory_kind=kind, stopped_by=stopped_by,
-            speculative=self.method != "ar")
-        text = pair.tokenizer.decode(out) if pair.tokenizer is not None else None
-        if trace is not None:
-            trace.tokens = list(out)
-            trace.text = text
-            trace.metrics = metrics.to_dict()
-        self.result = GenerationResult(tokens=out, text=text, metrics=metrics, trace=trace,
-                                       prompt_tokens=list(self.prompt),
-                                       history_state=self.adapter.state if self.adapter is not None else None)
+    # --- the phases' details -------------------------------------------------------------------
+    def _drafter(self) -> Drafter | None:
+        if self.pair.draft is None or self.method == "ar":
+            return None
+        # the trace records top_k candidates per expanded node (config.trace_top_k >= the rule's breadth)
+        top_k = self.config.trace_top_k if self.tracing else self.config.growth_rule().max_breadth
+        return make_drafter(self.pair.draft, top_k)
+
+    def _prefill(self, cache: DynamicCache, drafter: Drafter | None, need_hidden: bool, col: RunCollector) -> None:
+        """Both models read the prompt; the last prompt token stays out of the caches: it is the
+        first iteration's root."""
+        hidden = None
+        if len(self.prompt) > 1 and self.max_new_tokens > 0:
+            ids = torch.tensor([self.prompt[:-1]], device=self.pair.device)
+            hidden = pl.prefill(self.pair.target, ids, cache, need_hidden)
+            col.target_forwards += 1
+        if drafter is not None and self.max_new_tokens > 0:
+            drafter.start(self.prompt, hidden)
+        col.lap("prefill")
+
+    def _cut(self, new: list[int], remaining: int) -> tuple[list[int], str | None]:
+        """Stop after the first EOS (even inside the accepted path) and at the token budget."""
+        stop = None
+        for j, t in enumerate(new):
+            if t in self.eos:
+                new, stop = new[: j + 1], "eos"
+                break
+        if len(new) >= remaining:
+            new, stop = new[:remaining], stop or "max_new_tokens"
+        return new, stop
+
+    def _restore(self, cache: DynamicCache, prefix_len: int, root: int, path: list[int], new: list[int]) -> int:
+        """Cut the target cache back to root + accepted path; returns the extra target forwards."""
+        if self.config.kv_mode == "gather":  # keep the verified entries of root + path, in place
+            pl.keep_selected(cache, prefix_len, [0] + path)
+            return 0
+        pl.crop(cache, prefix_len)  # the paper's mode: crop to the prefix and re-run the committed tokens
+        pl.forward(self.pair.target, torch.tensor([[root] + new[:-1]], device=self.pair.device), cache)
+        return 1
+
+    def _history_state(self) -> dict | None:
+        return self.adapter.state.to_dict() if self.adapter is not None else None
+
+    def _adapt(self, accepted: int, depth: int) -> dict | None:
+        """Feed this round's acceptance a_r = accepted / depth to the history adapter (DynaTree)."""
+        if self.adapter is None:
+            return None
+        return self.adapter.update(accepted / depth if depth > 0 else None).to_dict()
 
 
 def iterate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method: str = "dynatree",
@@ -339,12 +264,3 @@ def generate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method
     return DecodingRun(pair, prompt, method, config, max_new_tokens, trace, eos_token_id=eos_token_id,
                        ignore_eos=ignore_eos, history=history,
                        allow_long_context=allow_long_context).finish()
-
-
-def _versions() -> dict[str, str]:
-    import transformers
-
-    from . import __version__
-
-    return {"dynatree": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
-            "python": sys.version.split()[0]}

@@ -12,7 +12,8 @@ Everything the engine feeds a model goes through these helpers:
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -104,6 +105,34 @@ def forward_with_hidden(model: torch.nn.Module, input_ids: torch.Tensor, cache: 
     out = model.base_model(**_inputs(model, input_ids, cache, allowed, position_ids))
     hidden = out.last_hidden_state
     return model.get_output_embeddings()(hidden)[0], hidden[0]
+
+
+@dataclass
+class Verified:
+    """What one verification forward over ``[root] + tree`` gives."""
+
+    logits: torch.Tensor  # [n, vocab], row i: the target's next-token scores after node i
+    hidden: torch.Tensor | None  # [n, hidden] final hidden states (for a feature drafter), or None
+    prefix_len: int  # cache length before the forward: the committed tokens except the root
+    position_ids: np.ndarray  # prefix_len + depth(u): positions follow depth, not the BFS index
+    argmax: list[int]  # the target's greedy choice after every node
+
+
+@torch.inference_mode()
+def verify_tree(model: torch.nn.Module, tree: Any, cache: DynamicCache, want_hidden: bool = False) -> Verified:
+    """The target reads the root and every node of ``tree`` (a :class:`~dynatree_core.tree.DraftTree`)
+    in ONE forward: each node sees the cached prefix, its ancestors and itself (tree mask), at
+    position prefix + depth. The cache is extended by all nodes (the commit phase cuts it back)."""
+    prefix_len = cache_length(cache)
+    allowed = with_prefix(tree.ancestor_mask(), prefix_len)
+    pos = prefix_len + tree.position_offsets()
+    inp = torch.tensor([tree.tokens], device=model_device(model))
+    hidden = None
+    if want_hidden:
+        logits, hidden = forward_with_hidden(model, inp, cache, allowed, pos)
+    else:
+        logits = forward(model, inp, cache, allowed, pos)
+    return Verified(logits, hidden, prefix_len, pos, logits.argmax(dim=-1).tolist())
 
 
 @torch.inference_mode()

@@ -59,11 +59,8 @@ class TreeSession:
         drafter = self._drafter.fork()
         drafter.top_k = max(self.top_k, rule.max_breadth)
         tree = grow_tree(self.root, rule, drafter.propose)
-        cache = copy.deepcopy(self._target_cache)
-        past = pl.cache_length(cache)
-        logits = pl.forward(self.pair.target, torch.tensor([tree.tokens], device=self.pair.device), cache,
-                            pl.with_prefix(tree.ancestor_mask(), past), past + tree.position_offsets())
-        return tree, logits.argmax(dim=-1).tolist()
+        verified = pl.verify_tree(self.pair.target, tree, copy.deepcopy(self._target_cache))
+        return tree, verified.argmax
 
     __call__ = regrow
 

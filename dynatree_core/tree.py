@@ -92,6 +92,13 @@ class DraftTree:
         t._append(root_token, -1, 0, 0.0, 0.0)
         return t
 
+    @classmethod
+    def empty(cls, root_token: int) -> "DraftTree":
+        """The root alone, never expanded: AR's "tree" (the target verifies just the root)."""
+        t = cls.with_root(root_token)
+        t.stop_reasons[0] = "d_max"
+        return t
+
     def _append(self, token: int, parent: int, depth: int, logp: float, cum_logp: float) -> int:
         self.tokens.append(int(token))
         self.parents.append(int(parent))

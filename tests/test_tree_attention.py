@@ -40,9 +40,10 @@ def test_tree_logits_equal_sequential_path_logits(arch, attn):
     assert len(tree) > 10 and tree.depth == 3
     cache = DynamicCache()
     pl.forward(model, torch.tensor([prefix[:-1]]), cache)
-    past = pl.cache_length(cache)
-    allowed = pl.with_prefix(tree.ancestor_mask(), past)
-    logits = pl.forward(model, torch.tensor([tree.tokens]), cache, allowed, past + tree.position_offsets())
+    v = pl.verify_tree(model, tree, cache)  # the engine's and the session's verify step
+    logits = v.logits
+    assert v.prefix_len == len(prefix) - 1 and list(v.position_ids) == [v.prefix_len + d for d in tree.depths]
+    assert v.argmax == logits.argmax(dim=-1).tolist()
     for i in range(len(tree)):
         path = prefix + [tree.tokens[j] for j in tree.path_to(i)]
         torch.testing.assert_close(logits[i], _sequential_logits(model, path), rtol=1e-4, atol=1e-4)
@@ -78,9 +79,7 @@ def test_keep_selected_equals_a_fresh_cache_of_the_kept_tokens(arch):
     tree = grow_tree(prefix[-1], FixedTreeConfig(d=3, b=2, tau=0.0).growth_rule(), _fake_propose)
     cache = DynamicCache()
     pl.forward(model, torch.tensor([prefix[:-1]]), cache)
-    past = pl.cache_length(cache)
-    pl.forward(model, torch.tensor([tree.tokens]), cache, pl.with_prefix(tree.ancestor_mask(), past),
-               past + tree.position_offsets())
+    past = pl.verify_tree(model, tree, cache).prefix_len
     leaf = len(tree) - 1
     path = tree.path_to(leaf)
     pl.keep_selected(cache, past, [0] + path)

@@ -1,0 +1,145 @@
+"""The decode loop's bookkeeping: phase timers, counters, trace records and the result.
+
+Kept out of :mod:`dynatree_core.engine` so that the loop reads as the paper's four phases and
+nothing else (gpt-fast keeps its ``speculative_decode`` the same way). The loop calls
+:meth:`RunCollector.lap` after each phase, :meth:`RunCollector.iteration` once per round and
+:meth:`RunCollector.result` at the end; everything measured or recorded happens here.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from typing import Any, Sequence
+
+import torch
+
+from . import plumbing as pl
+from .metrics import Metrics, summarize
+from .trace import IterationRecord, Trace
+from .tree import DraftTree
+
+PHASES = ("draft", "verify", "commit")
+
+
+def peak_memory(device: torch.device) -> tuple[int | None, str]:
+    """Peak memory so far: CUDA max allocated on a GPU, the process's max RSS on a CPU."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device)), "cuda_max_allocated"
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024), "process_max_rss"
+
+
+def versions() -> dict[str, str]:
+    import transformers
+
+    from . import __version__
+
+    return {"dynatree": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
+            "python": sys.version.split()[0]}
+
+
+class RunCollector:
+    """Times the phases (synchronising the device first, so GPU timings are honest), counts
+    forwards and accepted/committed tokens, builds :class:`IterationRecord` s and, with
+    ``trace``, the :class:`Trace`; :meth:`result` turns it all into :class:`Metrics`."""
+
+    def __init__(self, run: Any, drafter: Any, trace: bool) -> None:
+        pair = run.pair
+        self.run, self.drafter, self.device = run, drafter, pair.device
+        self.trace: Trace | None = None
+        if trace:
+            self.trace = Trace(method=run.method, config=run.config.to_dict(), target_name=pair.target_name,
+                               draft_name=pair.draft_name if run.method != "ar" else None,
+                               prompt_tokens=list(run.prompt),
+                               prompt_text=pair.tokenizer.decode(run.prompt) if pair.tokenizer else None,
+                               eos_token_id=min(run.eos) if run.eos else None,
+                               max_new_tokens=run.max_new_tokens, device=str(self.device),
+                               dtype=str(pair.dtype).replace("torch.", ""), versions=versions(),
+                               drafter=drafter.settings() if drafter is not None else None)
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self.accepted: list[int] = []
+        self.committed: list[int] = []
+        self.depths: list[int] = []
+        self.sizes: list[int] = []
+        self.target_forwards = 0
+        self.totals = dict.fromkeys(PHASES, 0.0)
+        self.stopped_by = "max_new_tokens"
+        self.ttft: float | None = None
+        self.prefill_s = 0.0
+        pl.synchronize(self.device)
+        self.t_start = self._mark = time.perf_counter()
+        self._laps: dict[str, float] = {}
+
+    def lap(self, phase: str) -> None:
+        """End ``phase`` (``"prefill"`` or one of :data:`PHASES`): its time since the last lap."""
+        pl.synchronize(self.device)
+        now = time.perf_counter()
+        if phase == "prefill":
+            self.prefill_s = now - self.t_start
+        else:
+            self._laps[phase] = now - self._mark
+            self.totals[phase] += now - self._mark
+        if phase == "commit" and self.ttft is None:
+            self.ttft = now - self.t_start
+        self._mark = now
+
+    def iteration(self, tree: DraftTree, verified: pl.Verified, path: list[int], new: list[int], bonus: int,
+                  history: tuple[dict | None, dict | None], target_forwards: int) -> IterationRecord:
+        """Count one finished round and return its record (added to the trace when tracing)."""
+        self.target_forwards += target_forwards
+        self.accepted.append(len(path))
+        self.committed.append(len(new))
+        self.depths.append(tree.depth)
+        self.sizes.append(tree.num_drafted)
+        rec = IterationRecord(
+            index=len(self.accepted) - 1, prefix_len=verified.prefix_len, tree=tree,
+            target_argmax=verified.argmax, accepted_path=path, committed=new,
+            bonus=bonus if len(new) == len(path) + 1 else None,  # cut at EOS or the budget: no bonus
+            history_before=history[0], history_after=history[1], timings=dict(self._laps),
+            draft_forwards=tree.draft_calls, target_forwards=target_forwards)
+        if self.trace is not None:
+            self._trace_details(rec, verified)
+            self.trace.iterations.append(rec)
+        return rec
+
+    def _trace_details(self, rec: IterationRecord, verified: pl.Verified) -> None:
+        """What only a trace needs: positions, the target's probability of every drafted token, texts."""
+        tree = rec.tree
+        rec.position_ids = verified.position_ids.tolist()
+        probs = torch.softmax(verified.logits.float(), dim=-1)
+        par = torch.tensor(tree.parents[1:], dtype=torch.long, device=probs.device)
+        tok = torch.tensor(tree.tokens[1:], dtype=torch.long, device=probs.device)
+        rec.target_prob_drafted = [None] + probs[par, tok].tolist()
+        rec.token_texts = self._texts(tree.tokens)
+        rec.committed_texts = self._texts(rec.committed)
+
+    def _texts(self, tokens: Sequence[int]) -> list[str]:
+        tok = self.run.pair.tokenizer
+        return [tok.decode([t]) for t in tokens] if tok is not None else []
+
+    def result(self, out: list[int], history_state: Any) -> Any:
+        """The :class:`~dynatree_core.engine.GenerationResult` of the run."""
+        from .engine import GenerationResult  # the result type lives with the public API
+
+        pl.synchronize(self.device)
+        wall = time.perf_counter() - self.t_start
+        peak, kind = peak_memory(self.device)
+        metrics: Metrics = summarize(
+            new_tokens=len(out), wall_time_s=wall, ttft_s=self.ttft, iterations=len(self.accepted),
+            accepted=self.accepted, committed=self.committed, depths=self.depths, tree_sizes=self.sizes,
+            target_forwards=self.target_forwards,
+            draft_forwards=self.drafter.forwards if self.drafter is not None else 0,
+            prefill_time_s=self.prefill_s, draft_time_s=self.totals["draft"], verify_time_s=self.totals["verify"],
+            commit_time_s=self.totals["commit"], peak_memory_bytes=peak, peak_memory_kind=kind,
+            stopped_by=self.stopped_by, speculative=self.run.method != "ar")
+        pair = self.run.pair
+        text = pair.tokenizer.decode(out) if pair.tokenizer is not None else None
+        if self.trace is not None:
+            self.trace.tokens = list(out)
+            self.trace.text = text
+            self.trace.metrics = metrics.to_dict()
+        return GenerationResult(tokens=out, text=text, metrics=metrics, trace=self.trace,
+                                prompt_tokens=list(self.run.prompt), history_state=history_state)
