@@ -60,13 +60,14 @@ from pathlib import Path
 
 import torch
 
-from .distill_cli import DEFAULT_WORK_DIR, DESCRIPTION, add_distill_args, add_distill_parser, check_distill_args
-from .models import resolve_device, resolve_dtype
+from .distill_cli import (DEFAULT_WORK_DIR, DESCRIPTION, add_distill_args, add_distill_parser,  # noqa: F401 (re-exported)
+                          check_distill_args)
+from .models import eos_token_ids, resolve_device, resolve_dtype
+from .paths import REPO_ROOT, data_dir_candidates  # noqa: F401 (REPO_ROOT re-exported)
 
 # the old private names, kept for scripts that import them
 _add_args, _check_args = add_distill_args, check_distill_args
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 PROMPTS_FILE = Path(__file__).resolve().parent / "data" / "distill_prompts.txt"
 FORBIDDEN_TRAIN_NAMES = ("wiki.test.raw", "pg19")
 
@@ -150,11 +151,8 @@ def _set_threads(n: int) -> None:
 
 
 def find_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
-    cands = []
-    if data_dir:
-        cands.append(Path(data_dir))
-    cands += [REPO_ROOT / "shared" / "data", REPO_ROOT.parent / "shared" / "data", Path.cwd() / "shared" / "data",
-              Path.cwd().parent / "shared" / "data"]
+    cands = [Path(data_dir)] if data_dir else []
+    cands += data_dir_candidates()  # the benchmark's search too
     for c in cands:
         if (c / "wikitext-2-raw").is_dir() or (c / "gutenberg-train").is_dir():
             return c.resolve()
@@ -246,15 +244,8 @@ def chat_ids(tok, prompt: str) -> list[int]:
 
 
 def eos_ids(model, tok) -> set[int]:
-    s = set()
-    e = model.generation_config.eos_token_id
-    if isinstance(e, int):
-        s.add(e)
-    elif e:
-        s.update(e)
-    if tok.eos_token_id is not None:
-        s.add(tok.eos_token_id)
-    return s
+    """The ids a continuation stops at: the same as the decoders' (:func:`dynatree_core.models.eos_token_ids`)."""
+    return set(eos_token_ids(model, tok))
 
 
 # ----------------------------------------------------------------------------- data

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from .paths import REPO_ROOT
+
 DEFAULT_WORK_DIR = REPO_ROOT / ".distill"
 
 DESCRIPTION = """Build teacher data, train and export a draft for the SmolLM2-135M-Instruct target.

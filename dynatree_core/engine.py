@@ -30,7 +30,7 @@ from .config import DecoderConfig, DynaTreeConfig, GrowthRule, resolve_config
 from .drafters import Drafter, make_drafter
 from .history import HistoryAdapter, HistoryState
 from .metrics import Metrics
-from .models import ModelPair, context_window
+from .models import ModelPair, context_window, eos_token_ids
 from .trace import IterationRecord, Trace
 from .tree import DraftTree, grow_tree
 
@@ -73,17 +73,6 @@ def encode_prompt(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor) -
     return ids
 
 
-def _default_eos(pair: ModelPair) -> list[int]:
-    """The EOS ids ``model.generate`` would stop at: generation_config's, else the tokenizer's."""
-    gc = getattr(pair.target, "generation_config", None)
-    eos = getattr(gc, "eos_token_id", None) if gc is not None else None
-    if eos is None and pair.tokenizer is not None:
-        eos = getattr(pair.tokenizer, "eos_token_id", None)
-    if eos is None:
-        return []
-    return [int(t) for t in (eos if isinstance(eos, (list, tuple)) else [eos])]
-
-
 class DecodingRun:
     """An in-progress decode: iterate it to get one :class:`IterationRecord` per round.
 
@@ -117,7 +106,7 @@ class DecodingRun:
         if ignore_eos:
             self.eos: set[int] = set()
         elif eos_token_id is None:
-            self.eos = set(_default_eos(pair))
+            self.eos = set(eos_token_ids(pair.target, pair.tokenizer))
         else:
             self.eos = {int(t) for t in ([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)}
         self.tracing = trace

@@ -36,6 +36,18 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return device
 
 
+def eos_token_ids(model: torch.nn.Module, tokenizer: Any = None) -> list[int]:
+    """The ids ``model.generate`` stops at: the generation config's EOS, else the tokenizer's.
+    The one definition the decoders and distillation use."""
+    gc = getattr(model, "generation_config", None)
+    eos = getattr(gc, "eos_token_id", None) if gc is not None else None
+    if eos is None and tokenizer is not None:
+        eos = getattr(tokenizer, "eos_token_id", None)
+    if eos is None:
+        return []
+    return [int(t) for t in (eos if isinstance(eos, (list, tuple)) else [eos])]
+
+
 def _vocab_size(model: torch.nn.Module) -> int:
     return int(model.config.vocab_size)
 

@@ -19,23 +19,14 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
+from .masks import causal_visibility, with_prefix  # noqa: F401 (part of the plumbing API)
+
 
 def additive_mask(allowed: np.ndarray, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Float additive mask [1, 1, q, kv] from a bool [q, kv] matrix (True = may attend)."""
     mask = torch.zeros(allowed.shape, dtype=dtype)
     mask.masked_fill_(~torch.from_numpy(np.ascontiguousarray(allowed)), torch.finfo(dtype).min)
     return mask.to(device)[None, None]
-
-
-def with_prefix(visible: np.ndarray, past_len: int) -> np.ndarray:
-    """[q, past_len + q] visibility: the whole cache plus ``visible`` among the new tokens."""
-    q = visible.shape[0]
-    return np.concatenate([np.ones((q, past_len), dtype=bool), visible], axis=1)
-
-
-def causal_visibility(q: int) -> np.ndarray:
-    """Plain causal visibility for a chain of q new tokens."""
-    return np.tril(np.ones((q, q), dtype=bool))
 
 
 def cache_length(cache: DynamicCache) -> int:

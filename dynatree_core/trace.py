@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from .masks import with_prefix
 from .tree import DraftTree
 
 SCHEMA_VERSION = "1.0"
@@ -74,10 +75,7 @@ class IterationRecord:
         False).
         """
         tree_part = self.tree.ancestor_mask()
-        if not include_prefix:
-            return tree_part
-        n = tree_part.shape[0]
-        return np.concatenate([np.ones((n, self.prefix_len), dtype=bool), tree_part], axis=1)
+        return with_prefix(tree_part, self.prefix_len) if include_prefix else tree_part
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in _RECORD_FIELDS}

@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..paths import data_dir_candidates
+
 DATASETS: tuple[str, ...] = ("wikitext2", "pg19")
 #: the paper's L_max per dataset
 PAPER_MAX_PROMPT_LEN: dict[str, int] = {"wikitext2": 800, "pg19": 1000}
@@ -174,16 +176,9 @@ def _read(path: str) -> str:
 
 # --- sources -------------------------------------------------------------------------------
 def default_data_dirs(cwd: str | None = None) -> list[Path]:
-    """Where ``local`` looks when no ``--data-dir`` is given: ``shared/data`` next to the repo
-    root, then ``../shared/data`` relative to the working directory."""
-    repo_root = Path(__file__).resolve().parents[2]
-    cands = [repo_root.parent / "shared" / "data", Path(cwd or os.getcwd()) / ".." / "shared" / "data"]
-    out: list[Path] = []
-    for c in cands:
-        c = c.resolve()
-        if c not in out:
-            out.append(c)
-    return out
+    """Where ``local`` looks when no ``--data-dir`` is given (:func:`dynatree_core.paths.data_dir_candidates`:
+    ``shared/data`` inside or beside the repository, then inside or beside the working directory)."""
+    return data_dir_candidates(cwd)
 
 
 def _local_files(dataset: str, root: Path) -> list[str]:
