@@ -1,0 +1,216 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · Quickstart: exact speculative decoding with DynaTree
+#
+# **What you will learn**
+#
+# * how to load the offline model pair and generate text with plain greedy decoding (AR) and with
+#   DynaTree, in one call each;
+# * that DynaTree's output is *token for token* the target model's greedy output — only the cost differs;
+# * how to read the speed numbers and **L̄** (tokens committed per target forward);
+# * how to open the trace of a run in the step-through viewer.
+#
+# Everything runs offline on a CPU in a minute or two.
+
+# %% tags=["parameters"]
+# Parameters (papermill -p PAIR tiny runs the notebook on a tiny random pair in seconds: for development)
+PAIR = "default"
+
+# %%
+import math
+
+import numpy as np
+import pandas as pd
+import torch
+from IPython.display import HTML, Markdown, display
+
+import dynatree_viz as dv
+from dynatree_core import (ARConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, ModelPair,
+                           generate, iterate)
+
+# Figures as Plotly JSON (interactive in JupyterLab, VS Code, Colab) plus a PNG where kaleido and
+# Chromium are installed, so static pages (nbconvert HTML, nbviewer, GitHub) show them too.
+dv.use_static_fallbacks()
+torch.manual_seed(0)  # decoding is greedy (deterministic); this only pins anything random we add
+pd.set_option("display.precision", 3)
+
+# %% [markdown]
+# Load the model pair. `ModelPair.default()` is the embedded offline pair: SmolLM2-135M-Instruct
+# as the **target** (the model whose output we want) and a small **draft** distilled for it that
+# shares its vocabulary. Two drafts ship, and every method runs with either: `draft="model"` (an
+# independent 2-layer model, the paper's setting) and `draft="feature"` (a small head that also reads
+# the target's own hidden states, the EAGLE idea); `ModelPair.default()` takes the one that was faster in
+# this project's CPU benchmark (the README gives the numbers). Nothing is downloaded.
+
+# %% tags=["nbval-ignore-output"]
+if PAIR == "tiny":  # development only: random weights, nonsense text, every check still holds
+    from dynatree_core.testing import tiny_pair
+    pair = tiny_pair("llama")
+else:
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    pair = ModelPair.default(device=device)   # or draft="model" / draft="feature"
+print(f"target: {pair.target_name}\ndraft:  {pair.draft_name} ({pair.drafter_kind} drafter)\n"
+      f"device: {pair.device}")
+
+# %% [markdown]
+# ## Generate
+#
+# `generate(pair, prompt, method, config, max_new_tokens)` decodes greedily. `method` is one of
+# `"ar"` (one target forward per token), `"linear"`, `"fixed_tree"` or `"dynatree"`.
+# `ignore_eos=True` makes every run produce exactly `max_new_tokens` tokens, so runs compare fairly.
+
+# %% tags=["nbval-ignore-output"]
+# The paper's settings are tuned for a GPU; on a CPU the verify pass grows with the tree,
+# so the CPU preset uses smaller trees (narrower breadth, N_max = 6).
+config = DynaTreeConfig.paper() if pair.device.type == "cuda" else DynaTreeConfig.cpu()
+config
+
+# %%
+prompt = "Photosynthesis is the process by which green plants"  # one where the draft often agrees
+N = 64
+
+_ = generate(pair, prompt, "dynatree", config, max_new_tokens=8)  # warm-up: first calls pay one-off costs
+ar = generate(pair, prompt, "ar", max_new_tokens=N, ignore_eos=True, trace=True)
+dt = generate(pair, prompt, "dynatree", config, max_new_tokens=N, ignore_eos=True, trace=True)
+
+# %% [markdown]
+# ## The output is identical
+#
+# Speculative decoding never changes *what* the target says: every committed token is a token the
+# target itself would pick greedily. The next cell prints `True` only if the two token lists match.
+
+# %%
+print(len(ar.tokens), len(dt.tokens))
+print(dt.tokens == ar.tokens)
+
+# %% tags=["nbval-ignore-output"]
+print(prompt + dt.text)
+
+
+# %% [markdown]
+# ## Speed and L̄
+#
+# Each DynaTree *iteration* drafts a small tree of guesses with the cheap draft model and checks all of
+# them with **one** forward of the target. It then commits the longest run of guesses the target
+# agrees with, plus one token of the target's own (the *bonus* token). So:
+#
+# * **L̄** = committed tokens per iteration (per target forward); AR has L̄ = 1.
+# * **ℓ̄** = accepted draft tokens per iteration (L̄ minus the bonus).
+# * **acceptance** = accepted draft tokens / depth of the drafted trees.
+#
+# Wall-clock numbers depend on the machine (they are not checked by the tests).
+
+# %% tags=["nbval-ignore-output"]
+def summary(name, r):
+    m = r.metrics
+    return {"method": name, "tokens/s": m.tokens_per_s, "speedup vs AR": m.tokens_per_s / ar.metrics.tokens_per_s,
+            "target forwards": m.target_forwards, "iterations": m.iterations, "L̄": m.tokens_per_iteration,
+            "ℓ̄": m.mean_accepted_length, "acceptance": m.acceptance_rate, "mean tree size": m.mean_tree_size}
+
+pd.DataFrame([summary("AR", ar), summary("DynaTree", dt)]).set_index("method")
+
+# %% [markdown]
+# Whether fewer target forwards make a faster run depends on what a forward over a tree costs on this
+# machine compared with a one-token forward. The next line is computed from the two runs above (it
+# says "slower" when the verify cost eats the gain, as it can on a small CPU):
+
+# %% tags=["nbval-ignore-output"]
+Markdown(dt.metrics.compare_to(ar.metrics, "DynaTree"))
+
+# %% [markdown]
+# ### The race
+#
+# The same prompt, both runs side by side: tokens committed so far against the target forwards spent
+# (press play, or drag the slider). `x="time"` races them over the recorded wall-clock time instead.
+
+# %% tags=["nbval-ignore-output"]
+dv.race({"AR": ar.trace, "DynaTree": dt.trace}, x="forwards")
+
+# %%
+lanes = dv.race_data({"AR": ar.trace, "DynaTree": dt.trace}, x="forwards").lanes
+print("both lanes end with all N tokens:", all(lane.tokens[-1] == N for lane in lanes))
+
+# %%
+m = dt.metrics
+print("DynaTree needed fewer target forwards than AR:", m.target_forwards < ar.metrics.target_forwards)
+print("L̄ = new tokens / iterations:", math.isclose(m.tokens_per_iteration, m.new_tokens / m.iterations))
+print("AR commits exactly one token per iteration:", ar.metrics.tokens_per_iteration == 1.0)
+
+# %% [markdown]
+# ## The other methods are exact too
+#
+# The baselines of the paper: a *linear* draft of K tokens, and a *fixed tree* of depth D and
+# breadth B. Same tokens, different cost.
+
+# %%
+others = {
+    "linear (K=5)": generate(pair, prompt, "linear", LinearConfig(k=5), max_new_tokens=N, ignore_eos=True),
+    "fixed tree (D=4, B=2)": generate(pair, prompt, "fixed_tree", FixedTreeConfig(d=4, b=2), max_new_tokens=N,
+                                      ignore_eos=True),
+}
+print(all(r.tokens == ar.tokens for r in others.values()))
+
+# %% tags=["nbval-ignore-output"]
+pd.DataFrame([summary("AR", ar)] + [summary(k, r) for k, r in others.items()]
+             + [summary("DynaTree", dt)]).set_index("method")
+
+# %% [markdown]
+# ## Look inside: the trace
+#
+# With `trace=True` the run records every iteration: the draft tree (tokens, draft probabilities,
+# why each branch stopped), the target's choices, the accepted path, the committed tokens and the
+# history adapter's state. The text view colours each token by the iteration that produced it
+# (hover for details); the stepper steps through the iterations with the tree, its attention mask
+# and the per-iteration timeline side by side (run the notebook to get the live widget).
+
+# %%
+trace = dt.trace
+print("one record per iteration:", len(trace) == dt.metrics.iterations)
+print("the records' committed tokens are the output:", trace.committed_tokens() == dt.tokens)
+
+# %% tags=["nbval-ignore-output"]
+HTML(dv.text_html(trace))
+
+# %% tags=["nbval-ignore-output"]
+dv.show(trace)
+
+# %% [markdown]
+# Traces are plain data: save them as JSON and render them later, even on a machine without torch.
+
+# %%
+import os
+import tempfile
+
+from dynatree_core import Trace
+
+with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, "quickstart_trace.json")
+    trace.to_json(path)
+    again = Trace.from_json(path)
+print(again.tokens == dt.tokens, len(again) == len(trace))
+
+# %% [markdown]
+# ## What to try next
+#
+# * Change `prompt` and `N`, or try `DynaTreeConfig.paper()` (bigger trees) on a GPU.
+# * Compare the drafters: `ModelPair.default(draft="model")` and `ModelPair.default(draft="feature")`;
+#   the tokens stay the same, L̄ and the speed change (`dt.trace.drafter` records which one ran).
+# * `dv.report(trace, "report.html")` writes a self-contained HTML report of the run.
+# * Iterate instead of generating: `for rec in iterate(pair, prompt, "dynatree", config, trace=True): ...`
+#   yields one `IterationRecord` per round.
+# * **02** explains every step of speculative decoding; **03** explores the tree parameters;
+#   **04** the history adapter; **05** reproduces the paper's benchmark protocol.
