@@ -22,11 +22,15 @@ from .config import GrowthRule
 
 #: why a node did not grow children (``"expanded"`` if it did)
 STOP_REASONS: tuple[str, ...] = ("expanded", "tau", "rho_stop", "depth_gate", "d_max", "n_max")
+#: stop reason of a node the growth rule wanted to expand but whose draft top-k is unknown
+#: (``propose`` answered None: a replay reached a node the recording never fed to the draft)
+UNRECORDED = "unrecorded"
 
 #: draft top-k per node: (token ids, log-probs), sorted by decreasing probability
 TopK = tuple[Sequence[int], Sequence[float]]
-#: ``propose(tree, node_ids)`` -> the draft top-k after each of those nodes (one batched call)
-Propose = Callable[["DraftTree", list[int]], list[TopK]]
+#: ``propose(tree, node_ids)`` -> the draft top-k after each of those nodes (one batched call);
+#: None for a node whose distribution is unknown (only replays answer that: growth stops there)
+Propose = Callable[["DraftTree", list[int]], "list[TopK | None]"]
 
 
 class NodeView(NamedTuple):
@@ -170,16 +174,40 @@ class DraftTree:
 
         ``target_argmax[i]`` is the target's argmax *after* node i (its next-token prediction).
         Returns (accepted node ids without the root, bonus token = argmax after the last one).
+        Every node the walk reaches needs a known choice (see :meth:`greedy_walk` otherwise).
+        """
+        path, bonus, complete = self.greedy_walk(target_argmax)
+        if not complete:
+            at = path[-1] if path else 0
+            raise ValueError(f"greedy_path needs the target's choice after node {at}; "
+                             "use greedy_walk where it may be unknown")
+        return path, bonus
+
+    def greedy_walk(self, target_argmax: Sequence[int | None]) -> tuple[list[int], int | None, bool]:
+        """:meth:`greedy_path` where the target's choice may be unknown at some nodes.
+
+        ``target_argmax[i]`` is the target's argmax after node i, or None (or missing: the
+        sequence may be shorter than the tree) where unknown. Returns (accepted node ids, bonus
+        token or None, complete). The walk stops at the first node whose choice is unknown; the
+        path is then a lower bound, the bonus None and ``complete`` False.
         """
         child_of: dict[tuple[int, int], int] = {
             (p, t): j for j, (p, t) in enumerate(zip(self.parents, self.tokens)) if p >= 0}
         cur, path = 0, []
         while True:
-            nxt = child_of.get((cur, int(target_argmax[cur])))
+            choice = target_argmax[cur] if cur < len(target_argmax) else None
+            if choice is None:
+                return path, None, False
+            nxt = child_of.get((cur, int(choice)))
             if nxt is None:
-                return path, int(target_argmax[cur])
+                return path, int(choice), True
             path.append(nxt)
             cur = nxt
+
+    def token_path(self, i: int) -> tuple[int, ...]:
+        """Tokens from the root (included) down to node i: the key that matches nodes across
+        trees grown from the same root (e.g. a recorded tree and its replay)."""
+        return tuple(self.tokens[j] for j in [0] + self.path_to(i))
 
     # --- (de)serialisation ---------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -208,6 +236,8 @@ def grow_tree(root_token: int, rule: GrowthRule, propose: Propose) -> DraftTree:
     cumulative probability falls below τ. If the level offers more children than the remaining
     N_max budget, the most probable ones (by p(child)) are kept, so the budget goes where the
     draft is most confident rather than to whichever parent happened to come first.
+    A node ``propose`` answers None for (unknown distribution, replays only) grows nothing and
+    gets the stop reason :data:`UNRECORDED`; a level where every answer is None costs no call.
     """
     tree = DraftTree.with_root(root_token)
     budget = rule.n_max
@@ -226,24 +256,7 @@ def grow_tree(root_token: int, rule: GrowthRule, propose: Propose) -> DraftTree:
         if not expand:
             break
         dists = propose(tree, expand)
-        tree.draft_calls += 1
-        # (cum_logp, parent, rank, token, logp) of every child that survives pruning by tau
-        cands: list[tuple[float, int, int, int, float]] = []
-        for i, (toks, lps) in zip(expand, dists):
-            toks = [int(t) for t in toks]
-            lps = [float(x) for x in lps]
-            conf = math.exp(lps[0])
-            b = min(rule.branching(conf), len(toks))
-            tree.confidences[i] = conf
-            tree.branching[i] = b
-            tree.topk_tokens[i] = toks
-            tree.topk_logps[i] = lps
-            for rank in range(b):
-                cum = tree.cum_logps[i] + lps[rank]
-                if cum < log_tau:
-                    tree.pruned.append(PrunedCandidate(i, toks[rank], lps[rank], cum, rank, "tau"))
-                else:
-                    cands.append((cum, i, rank, toks[rank], lps[rank]))
+        cands = _candidates(tree, rule, log_tau, expand, dists)
         if len(cands) > budget:
             cands.sort(key=lambda c: (-c[0], c[1], c[2]))
             for cum, i, rank, tok, lp in cands[budget:]:
@@ -257,11 +270,39 @@ def grow_tree(root_token: int, rule: GrowthRule, propose: Propose) -> DraftTree:
             kept_parents.add(i)
         budget -= len(cands)
         for i in expand:
-            if i not in kept_parents:
+            if i not in kept_parents and tree.stop_reasons[i] != UNRECORDED:
                 # expanded, but every child was pruned: record which rule stopped the growth
                 reasons = {p.reason for p in tree.pruned if p.parent == i}
                 tree.stop_reasons[i] = "tau" if reasons == {"tau"} else "n_max"
     return tree
+
+
+def _candidates(tree: DraftTree, rule: GrowthRule, log_tau: float, expand: list[int],
+                dists: "list[TopK | None]") -> list[tuple[float, int, int, int, float]]:
+    """Record the draft top-k of one expanded level and return its children that survive τ,
+    as (cum_logp, parent, rank, token, logp); the ones below τ go to ``tree.pruned``."""
+    cands: list[tuple[float, int, int, int, float]] = []
+    for i, dist in zip(expand, dists):
+        if dist is None:
+            tree.stop_reasons[i] = UNRECORDED
+            continue
+        toks = [int(t) for t in dist[0]]
+        lps = [float(x) for x in dist[1]]
+        conf = math.exp(lps[0])
+        b = min(rule.branching(conf), len(toks))
+        tree.confidences[i] = conf
+        tree.branching[i] = b
+        tree.topk_tokens[i] = toks
+        tree.topk_logps[i] = lps
+        for rank in range(b):
+            cum = tree.cum_logps[i] + lps[rank]
+            if cum < log_tau:
+                tree.pruned.append(PrunedCandidate(i, toks[rank], lps[rank], cum, rank, "tau"))
+            else:
+                cands.append((cum, i, rank, toks[rank], lps[rank]))
+    if any(d is not None for d in dists):
+        tree.draft_calls += 1
+    return cands
 
 
 def replay_tree(tree: DraftTree, rule: GrowthRule) -> DraftTree:
@@ -270,23 +311,36 @@ def replay_tree(tree: DraftTree, rule: GrowthRule) -> DraftTree:
     Works wherever the new tree only expands nodes the recorded tree expanded (same or smaller
     trees); a node the recording never fed to the draft raises :class:`KeyError`, naming it.
     """
+    return _replay(tree, rule, strict=True)[0]
+
+
+def replay_partial(recorded: DraftTree, rule: GrowthRule) -> tuple[DraftTree, list[int]]:
+    """:func:`replay_tree`, but growth stops where the recorded draft top-k lists run out.
+
+    A node the new rule wants to expand but the recording never fed to the draft grows no
+    children and gets the stop reason :data:`UNRECORDED`. Returns (tree, ids of those nodes in
+    BFS order); with none of them the tree is exactly ``replay_tree(recorded, rule)``.
+    """
+    return _replay(recorded, rule, strict=False)
+
+
+def _replay(tree: DraftTree, rule: GrowthRule, strict: bool) -> tuple[DraftTree, list[int]]:
     by_path: dict[tuple[int, ...], TopK] = {}
     for i in range(len(tree)):
         if tree.topk_tokens[i] is not None:
-            by_path[_token_path(tree, i)] = (tree.topk_tokens[i], tree.topk_logps[i])
+            by_path[tree.token_path(i)] = (tree.topk_tokens[i], tree.topk_logps[i])
+    stopped: list[int] = []
 
-    def propose(new: DraftTree, ids: list[int]) -> list[TopK]:
-        out = []
+    def propose(new: DraftTree, ids: list[int]) -> "list[TopK | None]":
+        out: "list[TopK | None]" = []
         for i in ids:
-            key = _token_path(new, i)
+            key = new.token_path(i)
             if key not in by_path:
-                raise KeyError(f"replay needs the draft distribution after tokens {list(key)}, "
-                               "which the recorded iteration never computed")
-            out.append(by_path[key])
+                if strict:
+                    raise KeyError(f"replay needs the draft distribution after tokens {list(key)}, "
+                                   "which the recorded iteration never computed")
+                stopped.append(i)
+            out.append(by_path.get(key))
         return out
 
-    return grow_tree(tree.tokens[0], rule, propose)
-
-
-def _token_path(tree: DraftTree, i: int) -> tuple[int, ...]:
-    return tuple(tree.tokens[j] for j in [0] + tree.path_to(i))
+    return grow_tree(tree.tokens[0], rule, propose), stopped

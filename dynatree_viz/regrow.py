@@ -19,23 +19,17 @@ the draft top-k lists the trace saved, and reads the target's choices from the r
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from dynatree_core.config import GrowthRule
 from dynatree_core.trace import IterationRecord
-from dynatree_core.tree import DraftTree, TopK, grow_tree, replay_tree
+from dynatree_core.tree import UNRECORDED, DraftTree, replay_partial  # noqa: F401 (re-exported)
 
 from .scene import TreeScene
 from .tokens import TokenNamer, node_texts
 
 Regrow = Callable[[GrowthRule], tuple]
-
-#: stop reason given to a replayed node whose draft distribution the recording lacks
-UNRECORDED = "unrecorded"
-_SENTINEL = -1
 
 
 @dataclass
@@ -52,52 +46,8 @@ class RegrowResult:
         return self.scene.tree
 
 
-def token_path(tree: DraftTree, i: int) -> tuple[int, ...]:
-    """Tokens from the root down to node i (the key that matches nodes across trees)."""
-    return tuple(tree.tokens[j] for j in [0] + tree.path_to(i))
-
-
-def replay_partial(recorded: DraftTree, rule: GrowthRule) -> tuple[DraftTree, list[int]]:
-    """:func:`replay_tree`, but where the new rule wants to expand a node the recording never
-    expanded, growth stops at that node instead of raising.
-
-    Returns (tree, ids of the nodes where growth stopped, stop reason ``"unrecorded"``). When
-    nothing is missing the result is exactly ``replay_tree(recorded, rule)``.
-    """
-    try:
-        return replay_tree(recorded, rule), []
-    except KeyError:
-        pass
-    by_path: dict[tuple[int, ...], TopK] = {
-        token_path(recorded, i): (recorded.topk_tokens[i], recorded.topk_logps[i])
-        for i in range(len(recorded)) if recorded.topk_tokens[i] is not None}
-    stopped: list[int] = []
-
-    def propose(new: DraftTree, ids: list[int]) -> list[TopK]:
-        out: list[TopK] = []
-        for i in ids:
-            key = token_path(new, i)
-            if key in by_path:
-                out.append(by_path[key])
-            else:
-                # A single impossible child: grow_tree prunes it by tau (log-prob -inf), so it
-                # costs no budget and changes nothing else; it is removed again below.
-                stopped.append(i)
-                out.append(([_SENTINEL], [-math.inf]))
-        return out
-
-    # With tau == 0 nothing is ever pruned, so use the smallest positive tau instead: it only
-    # differs from 0 for candidates of probability below 5e-324 (in practice: exactly zero).
-    run_rule = rule if rule.tau > 0 else dataclasses.replace(rule, tau=5e-324)
-    tree = grow_tree(recorded.tokens[0], run_rule, propose)
-    tree.pruned = [p for p in tree.pruned if p.token != _SENTINEL]
-    for i in stopped:
-        tree.confidences[i] = None
-        tree.branching[i] = 0
-        tree.topk_tokens[i] = tree.topk_logps[i] = None
-        tree.stop_reasons[i] = UNRECORDED
-    tree.draft_calls = len({tree.depths[i] for i in range(len(tree)) if tree.topk_tokens[i] is not None})
-    return tree, stopped
+#: tokens from the root down to node i (the key that matches nodes across trees)
+token_path = DraftTree.token_path
 
 
 class ReplayBackend:
@@ -111,7 +61,7 @@ class ReplayBackend:
         self.drafter_kind = drafter_kind
         self.namer = namer or TokenNamer.from_trace(rec)
         texts = node_texts(rec, self.namer)
-        self._by_path = {token_path(rec.tree, i): i for i in range(len(rec.tree))}
+        self._by_path = {rec.tree.token_path(i): i for i in range(len(rec.tree))}
         self._texts = texts
 
     def __call__(self, rule: GrowthRule) -> RegrowResult:
@@ -119,7 +69,7 @@ class ReplayBackend:
         argmax: list[int | None] = []
         texts: list[str] = []
         for i in range(len(tree)):
-            j = self._by_path.get(token_path(tree, i))
+            j = self._by_path.get(tree.token_path(i))
             argmax.append(int(self.rec.target_argmax[j]) if j is not None else None)
             texts.append(self._texts[j] if j is not None else self.namer(tree.tokens[i]))
         scene = TreeScene.from_partial(tree, argmax, self.namer, texts)

@@ -76,19 +76,6 @@ class TreeScene:
 
 
 def greedy_walk(tree: DraftTree, target_argmax: Sequence[int | None]) -> tuple[list[int], int | None, bool]:
-    """Like :meth:`DraftTree.greedy_path` but tolerant of unknown target choices.
-
-    Returns (accepted node ids, bonus token or None, complete). The walk stops where the target's
-    choice is unknown; the result is then a lower bound (``complete`` False).
-    """
-    child_of = {(p, t): j for j, (p, t) in enumerate(zip(tree.parents, tree.tokens)) if p >= 0}
-    cur, path = 0, []
-    while True:
-        choice = target_argmax[cur] if cur < len(target_argmax) else None
-        if choice is None:
-            return path, None, False
-        nxt = child_of.get((cur, int(choice)))
-        if nxt is None:
-            return path, int(choice), True
-        path.append(nxt)
-        cur = nxt
+    """:meth:`DraftTree.greedy_walk`: :meth:`DraftTree.greedy_path` tolerant of unknown target
+    choices. Returns (accepted node ids, bonus token or None, complete)."""
+    return tree.greedy_walk(target_argmax)
