@@ -47,14 +47,10 @@ def rule(**kw) -> GrowthRule:
     return DynaTreeConfig(**base).growth_rule()
 
 
-def _path(tree: DraftTree, i: int) -> tuple[int, ...]:
-    return tuple(tree.tokens[j] for j in [0] + tree.path_to(i))
-
-
 def propose(tree: DraftTree, ids: list[int]):
     out = []
     for i in ids:
-        table = DRAFT.get(_path(tree, i), [(7, 0.5), (9, 0.3), (10, 0.2)])
+        table = DRAFT.get(tree.token_path(i), [(7, 0.5), (9, 0.3), (10, 0.2)])
         out.append(([t for t, _ in table], [math.log(p) for _, p in table]))
     return out
 
@@ -64,7 +60,7 @@ def record(index: int = 0, growth: GrowthRule | None = None, prefix_len: int = 4
     """The hand-specified iteration; ``target`` overrides entries of :data:`TARGET`."""
     tree = grow_tree(1, growth or rule(), propose)
     table = {**TARGET, **(target or {})}
-    argmax = [table.get(_path(tree, i), 7) for i in range(len(tree))]
+    argmax = [table.get(tree.token_path(i), 7) for i in range(len(tree))]
     path, bonus = tree.greedy_path(argmax)
     committed = [tree.tokens[i] for i in path] + [bonus]
     return IterationRecord(
