@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 
 import pytest
@@ -249,3 +251,55 @@ def test_protocol_note_is_printed_once(data_dir, tmp_path, capsys):
     assert main(bench_args(data_dir, tmp_path / "run.json")) == 0
     captured = capsys.readouterr()
     assert (captured.out + captured.err).count("differs from the paper's") == 1
+
+
+# --- distillation options: one source of truth (issue 14) ---------------------------------------
+def test_distill_options_are_the_config_fields_with_their_defaults():
+    import dataclasses
+
+    from dynatree_core.distill.cli import add_distill_args, option_name
+    from dynatree_core.distill.config import DistillConfig
+
+    p = argparse.ArgumentParser()
+    add_distill_args(p)
+    options = [a for a in p._actions if a.dest != "help"]
+    fields = DistillConfig.option_fields()
+    assert [a.dest for a in options] == [f.name for f in fields]
+    assert [a.option_strings[0] for a in options] == [option_name(f.name) for f in fields]
+    assert {f.name for f in dataclasses.fields(DistillConfig)} - {f.name for f in fields} == {
+        "command_line", "start_time"}  # set by the command, not options
+    parsed = vars(p.parse_args([]))
+    assert parsed == {f.name: f.default for f in fields}
+    assert DistillConfig.from_namespace(p.parse_args([])) == DistillConfig()
+    # help and choices come from the field
+    kind = next(a for a in options if a.dest == "kind")
+    assert kind.choices == ["model", "feature"] and "feature" in kind.help
+    assert vars(p.parse_args(["--no-train-bf16", "--steps", "7", "--lr", "0.5"]))["train_bf16"] is False
+
+
+@pytest.mark.parametrize("change, option", [({"alpha": 1.5}, "--alpha"), ({"steps": 0}, "--steps"),
+                                            ({"passage_min": 500}, "--passage-min"), ({"kind": "banana"}, "--kind"),
+                                            ({"generator": "draft"}, "--generator draft needs --init-from"),
+                                            ({"device": "banana"}, "--device"), ({"unroll": 0}, "--unroll")])
+def test_distill_config_rejects_a_bad_value_naming_the_option(change, option):
+    from dynatree_core.distill.config import DistillConfig
+
+    with pytest.raises(ValueError, match=option):
+        DistillConfig(**change)
+    ok = DistillConfig(steps=5)
+    with pytest.raises(ValueError, match=option):  # replace() validates too
+        dataclasses.replace(ok, **change)
+
+
+def test_distill_command_line_modules_do_not_load_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys\nimport dynatree_core.distill.cli, dynatree_core.distill.config, dynatree_core.distill_cli\n"
+            "from dynatree_core.distill import DistillConfig, add_distill_parser\n"
+            "print('LOADED', sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "LOADED []" in out
+    out = subprocess.run([sys.executable, "-m", "dynatree_core.distill", "--help"], capture_output=True, text=True,
+                         check=True).stdout
+    assert "--feature-batch-tokens" in out and "--no-export-every-ckpt" in out

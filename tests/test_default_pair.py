@@ -337,15 +337,15 @@ def test_bootstrap_interval_resamples_prompts():
 
 def _small_eval(tmp_path, monkeypatch):
     """A tiny evaluation set: three prompts, one wiki.test and one PG-19 file; timing stubbed."""
-    from dynatree_core import distill
+    from dynatree_core.distill import evaluation
 
     (tmp_path / "wikitext-2-raw").mkdir()
     (tmp_path / "wikitext-2-raw" / "wiki.test.raw").write_text(" = Rivers = \n A river flows to the sea . " * 40)
     (tmp_path / "pg19").mkdir()
     (tmp_path / "pg19" / "book.txt").write_text("It was a dark and stormy night ; the rain fell . " * 40)
-    monkeypatch.setattr(distill, "EVAL_PROMPTS", ["Describe a river.", "Jellyfish are", "Why is the sky blue?"])
-    monkeypatch.setattr(distill, "N_EVAL_PROMPTS_V1", 1)
-    monkeypatch.setattr(distill, "_step_cost", lambda model, ctx, steps: 1.0)  # timing is not under test
+    monkeypatch.setattr(evaluation, "EVAL_PROMPTS", ["Describe a river.", "Jellyfish are", "Why is the sky blue?"])
+    monkeypatch.setattr(evaluation, "N_EVAL_PROMPTS_V1", 1)
+    monkeypatch.setattr(evaluation, "_step_cost", lambda model, ctx, steps: 1.0)  # timing is not under test
 
 
 def test_evaluate_draft_reports_an_interval_over_prompts(tmp_path, monkeypatch):
@@ -571,7 +571,7 @@ def test_shipped_feature_draft_is_refused_by_another_target():
 
 
 def test_evaluate_feature_draft_reports_agreement_by_depth(tmp_path, monkeypatch):
-    from dynatree_core import distill_feature
+    from dynatree_core.distill import feature as distill_feature
 
     _small_eval(tmp_path, monkeypatch)
     monkeypatch.setattr(distill_feature, "feature_step_cost", lambda model, target, ctx, steps: 0.5)
@@ -594,4 +594,4 @@ def test_distill_feature_rejects_bad_arguments(tmp_path, extra, message):
     from dynatree_core import distill
 
     with pytest.raises(ValueError, match=message):
-        distill._check_args(_distill_args(tmp_path, *extra))
+        distill.check_distill_args(_distill_args(tmp_path, *extra))

@@ -144,7 +144,7 @@ def test_target_hidden_states_handed_to_the_drafter_match_a_sequential_run(monke
 
 def test_unrolled_training_forward_equals_the_drafter_on_a_tree_path():
     """Step s of the unrolled training forward computes exactly what a depth s-1 tree node gets."""
-    from dynatree_core.distill_feature import unrolled_forward
+    from dynatree_core.distill.feature import unrolled_forward
 
     pair = feature_pair("sdpa", 3)
     model, target = pair.draft, pair.target
@@ -177,7 +177,7 @@ def test_unrolled_mask_matches_tree_ancestry():
 
 def _seqs_dir(tmp: Path, target, n_rows: int = 300, length: int = 40, seed: int = 0) -> Path:
     """Target-written sequences in the data stage's shard format."""
-    from dynatree_core.distill import _save_seqs
+    from dynatree_core.distill.data import _save_seqs
 
     g = torch.Generator().manual_seed(seed)
     sdir = tmp / "seqs"
@@ -204,7 +204,7 @@ def _feature_args(work: Path, out: Path, **kw) -> Namespace:
 
 @functools.lru_cache(maxsize=None)
 def _trained(tmp: str) -> tuple[FeatureDraftModel, dict]:
-    from dynatree_core.distill_feature import build_features, train_feature
+    from dynatree_core.distill.feature import build_features, train_feature
 
     target = learnable_target()
     work = Path(tmp) / "work"
@@ -227,7 +227,7 @@ def trained_tiny_feature_draft() -> FeatureDraftModel:
 
 
 def test_distill_feature_pipeline_learns_and_exports(tmp_path):
-    from dynatree_core.distill_feature import FeatureRows, val_accuracy
+    from dynatree_core.distill.feature import FeatureRows, val_accuracy
 
     model = trained_tiny_feature_draft()
     meta = _trained(_TMP[0])[1]

@@ -1,6 +1,6 @@
 """Training the feature draft (``dynatree distill --kind feature``).
 
-Stages after the shared ``data`` stage of :mod:`dynatree_core.distill` (the same token sequences:
+Stages after the shared ``data`` stage of :mod:`dynatree_core.distill.data` (the same token sequences:
 target continuations of prompts and passages, plus chunks of the training text; never
 ``wiki.test.raw`` or ``pg19/``):
 
@@ -34,10 +34,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .feature_draft import (FeatureDraftModel, build_feature_draft, feature_draft_from_model_draft,
-                            load_feature_draft, save_feature_draft, unrolled_mask)
-from .distill import _micro_batches, cosine_lr, seq_rows
-from .models import resolve_device, resolve_dtype
+from ..feature_draft import (FeatureDraftModel, build_feature_draft, feature_draft_from_model_draft,
+                             load_feature_draft, save_feature_draft, unrolled_mask)
+from ..models import resolve_device, resolve_dtype
+from . import evaluation as ev
+from .data import seq_rows
+from .runtime import autocast, device_name, dir_size, head_lut, set_threads
+from .training import _micro_batches, cosine_lr
 
 STEP_DECAY = 0.8
 
@@ -252,42 +255,23 @@ def train_feature(args, target, tok=None) -> FeatureDraftModel:
     data = FeatureRows(work / "features", val_rows=args.val_rows, seed=args.seed)
     V = int(target.config.vocab_size)
     counts = data.label_counts(V)
-    if args.init_from:
-        # warm start from an independent draft: its layers, norm and head; the feature input starts at 0
-        from .draft_model import load_draft
-
-        model = feature_draft_from_model_draft(load_draft(args.init_from, target, device=dev), target).to(dev)
-        head_ids = model.head.vocab_ids.cpu()
-    else:
-        c = counts.clone()
-        c[[0, 1, 2]] = c.max() + 1  # special tokens (EOS among them) always in the head
-        head_ids = c.argsort(descending=True)[: args.head_size].sort().values
-        model = build_feature_draft(target, head_ids, seed=args.seed, num_layers=args.layers).to(dev)
+    model, head_ids = _feature_model(args, target, counts, dev)
     cover = float(counts[head_ids].sum() / counts.sum())
     print(f"[distill] feature rows: {len(data.rows)} ({data.tokens} tokens), val {len(data.val)}; head "
           f"{len(head_ids)} ids cover {cover:.4f} of the target's greedy tokens; {len(model.layers)} layer(s)"
           f"{', warm start from ' + str(args.init_from) if args.init_from else ''}", flush=True)
+    lut = head_lut(head_ids, V, dev)
     if data.val:
-        print(f"[distill] val_acc_by_step at the start: {val_accuracy(model, data.val, args.unroll, _lut(head_ids, V, dev), dev)}",
+        print(f"[distill] val_acc_by_step at the start: {val_accuracy(model, data.val, args.unroll, lut, dev)}",
               flush=True)
     model.train()
-    head_dev = head_ids.to(dev)
-    lut = _lut(head_ids, V, dev)
-    teacher_w = target.get_output_embeddings().weight.detach()[head_dev].float()
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and not n.startswith("embed.")]
-    params = [p for _, p in named]
-    # A warm start keeps the seeded layers and the embedding path close to where they were (a
-    # fraction of the learning rate) while the new feature path learns at the full rate.
-    slow = args.init_from is not None
-    new_path = ("fc_feat.", "feat_norm.")
-    groups = [{"params": [p for n, p in named if n.startswith(new_path) or not slow], "scale": 1.0},
-              {"params": [p for n, p in named if slow and not n.startswith(new_path)], "scale": args.warm_lr_frac}]
-    opt = torch.optim.AdamW([g for g in groups if g["params"]], lr=args.lr, betas=(0.9, 0.98),
-                            weight_decay=args.weight_decay)
+    teacher_w = target.get_output_embeddings().weight.detach()[head_ids.to(dev)].float()
+    opt, params = _feature_optimizer(args, model)
     warm = max(1, int(args.warmup))
     budget = None
     if args.time_limit:
-        budget = max(1.0, args.time_limit - (time.time() - getattr(args, "_t0", t_start)) - args.export_reserve)
+        t_run = getattr(args, "start_time", None) or t_start
+        budget = max(1.0, args.time_limit - (time.time() - t_run) - args.export_reserve)
     rng = random.Random(args.seed + 5)
     order: list[int] = []
     step, progress, ema = 0, 0.0, None
@@ -300,31 +284,14 @@ def train_feature(args, target, tok=None) -> FeatureDraftModel:
         f_lr = cosine_lr(step, progress, warm, args.min_lr_frac)
         for g in opt.param_groups:
             g["lr"] = args.lr * f_lr * g["scale"]
-        batch, ntok = [], 0
-        while ntok < args.batch_tokens:
-            if not order:
-                order = list(range(len(data.rows)))
-                rng.shuffle(order)
-            r = data.rows[order.pop()]
-            batch.append(r)
-            ntok += len(r[0])
-        opt.zero_grad(set_to_none=True)
-        accs_sum = None
-        for group in _micro_batches(batch, args.micro_tokens, length=lambda r: len(r[0])):
-            x, f, y, m = collate(group, dev)
-            with _autocast(dev, args.train_bf16):
-                loss, accs = feature_loss(model, x, f, y, m, args.unroll, args.alpha, args.reg_weight, teacher_w, lut)
-            w = int(m.sum()) / ntok
-            (loss * w).backward()
-            accs_sum = [a * w for a in accs] if accs_sum is None else [s + a * w for s, a in zip(accs_sum, accs)]
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        batch, ntok = _draw_batch(data.rows, order, rng, args.batch_tokens)
+        loss, accs = _feature_step(args, model, opt, params, batch, ntok, teacher_w, lut, dev)
         step += 1
-        ema = accs_sum[0] if ema is None else 0.98 * ema + 0.02 * accs_sum[0]
+        ema = accs[0] if ema is None else 0.98 * ema + 0.02 * accs[0]
         pbar.update(1)
         if step % args.log_every == 0 or progress >= 1.0:
-            msg = (f"[distill] step {step} progress {min(progress, 1.0):.3f} loss {float(loss.detach()):.4f} "
-                   f"acc1_ema {ema:.4f} acc_by_step {[round(a, 3) for a in accs_sum]} "
+            msg = (f"[distill] step {step} progress {min(progress, 1.0):.3f} loss {loss:.4f} "
+                   f"acc1_ema {ema:.4f} acc_by_step {[round(a, 3) for a in accs]} "
                    f"lr {args.lr * f_lr:.2e} elapsed {time.time() - t0:.0f}s")
             if data.val:
                 msg += f" val_acc_by_step {val_accuracy(model, data.val, args.unroll, lut, dev)}"
@@ -332,44 +299,93 @@ def train_feature(args, target, tok=None) -> FeatureDraftModel:
     pbar.close()
     train_s = time.time() - t0
     model.eval()
-    meta = {"command": args.command_line, "seed": args.seed, "steps_done": step, "steps_planned": args.steps,
+    meta = _feature_meta(args, model, data, head_ids, cover, lut, step, train_s, dev)
+    if budget is not None and step < args.steps:
+        meta["note"] = f"--time-limit {args.time_limit}s reached: cosine schedule compressed into {step} steps"
+    _export_feature(args, model, tok, meta, train_s)
+    return model
+
+
+def _feature_model(args, target, counts: torch.Tensor, dev) -> tuple[FeatureDraftModel, torch.Tensor]:
+    """A fresh feature draft with the ``--head-size`` most frequent greedy tokens, or one warm-started
+    from the ``--init-from`` independent draft (its layers, norm and head; the feature input at 0)."""
+    if args.init_from:
+        from ..draft_model import load_draft
+
+        model = feature_draft_from_model_draft(load_draft(args.init_from, target, device=dev), target).to(dev)
+        return model, model.head.vocab_ids.cpu()
+    c = counts.clone()
+    c[[0, 1, 2]] = c.max() + 1  # special tokens (EOS among them) always in the head
+    head_ids = c.argsort(descending=True)[: args.head_size].sort().values
+    return build_feature_draft(target, head_ids, seed=args.seed, num_layers=args.layers).to(dev), head_ids
+
+
+def _feature_optimizer(args, model: FeatureDraftModel):
+    """AdamW with a ``scale`` per group. A warm start keeps the seeded layers and the embedding path
+    close to where they were (``--warm-lr-frac`` of the learning rate) while the new feature path
+    learns at the full rate."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and not n.startswith("embed.")]
+    slow = args.init_from is not None
+    new_path = ("fc_feat.", "feat_norm.")
+    groups = [{"params": [p for n, p in named if n.startswith(new_path) or not slow], "scale": 1.0},
+              {"params": [p for n, p in named if slow and not n.startswith(new_path)], "scale": args.warm_lr_frac}]
+    opt = torch.optim.AdamW([g for g in groups if g["params"]], lr=args.lr, betas=(0.9, 0.98),
+                            weight_decay=args.weight_decay)
+    return opt, [p for _, p in named]
+
+
+def _draw_batch(rows: list, order: list[int], rng: random.Random, batch_tokens: int) -> tuple[list, int]:
+    """Rows until ``batch_tokens`` tokens, in a reshuffled order every epoch (``order`` is consumed)."""
+    batch, ntok = [], 0
+    while ntok < batch_tokens:
+        if not order:
+            order.extend(range(len(rows)))
+            rng.shuffle(order)
+        r = rows[order.pop()]
+        batch.append(r)
+        ntok += len(r[0])
+    return batch, ntok
+
+
+def _feature_step(args, model, opt, params, batch: list, ntok: int, teacher_w, lut, dev) -> tuple[float, list[float]]:
+    """One optimiser step over ``batch`` (micro-batches, gradients accumulated); the last micro-batch's
+    loss and the position-weighted per-step agreement."""
+    opt.zero_grad(set_to_none=True)
+    accs_sum = None
+    for group in _micro_batches(batch, args.micro_tokens, length=lambda r: len(r[0])):
+        x, f, y, m = collate(group, dev)
+        with autocast(dev, args.train_bf16):
+            loss, accs = feature_loss(model, x, f, y, m, args.unroll, args.alpha, args.reg_weight, teacher_w, lut)
+        w = int(m.sum()) / ntok
+        (loss * w).backward()
+        accs_sum = [a * w for a in accs] if accs_sum is None else [s + a * w for s, a in zip(accs_sum, accs)]
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    return float(loss.detach()), accs_sum
+
+
+def _feature_meta(args, model, data: FeatureRows, head_ids, cover: float, lut, step: int, train_s: float,
+                  dev) -> dict:
+    return {"command": args.command_line, "seed": args.seed, "steps_done": step, "steps_planned": args.steps,
             "batch_tokens": args.batch_tokens, "unroll": args.unroll, "lr": args.lr, "alpha": args.alpha,
             "reg_weight": args.reg_weight, "warm_lr_frac": args.warm_lr_frac if args.init_from else None,
-            "train_seconds": round(train_s, 1), "device": str(dev),
-            "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+            "train_seconds": round(train_s, 1), "device": str(dev), "device_name": device_name(dev),
             "teacher_dtype": args.teacher_dtype, "data": {"rows": len(data.rows), "tokens": data.tokens,
                                                           "val_rows": len(data.val)},
             "head_size": int(len(head_ids)), "head_coverage": round(cover, 4), "layers": len(model.layers),
             "init_from": str(args.init_from) if args.init_from else None,
             "val_acc_by_step": val_accuracy(model, data.val, args.unroll, lut, dev) if data.val else None,
             "date": time.strftime("%Y-%m-%d")}
-    if budget is not None and step < args.steps:
-        meta["note"] = f"--time-limit {args.time_limit}s reached: cosine schedule compressed into {step} steps"
+
+
+def _export_feature(args, model, tok, meta: dict, train_s: float) -> None:
+    from ..default_pair import DEFAULT_TARGET_NAME
+
     out = Path(args.out_dir)
-    save_feature_draft(model, out, dtype=torch.float16, target_name=_target_name(), tokenizer=tok, metadata=meta)
-    (work / "train_meta.json").write_text(json.dumps(meta, indent=2))
-    size = sum(p.stat().st_size for p in out.iterdir() if p.is_file())
-    print(f"[distill] exported feature draft to {out} ({size / 1e6:.1f} MB); training took {train_s:.0f}s", flush=True)
-    return model
-
-
-def _lut(head_ids: torch.Tensor, vocab: int, dev) -> torch.Tensor:
-    """Full-vocabulary id -> row of the head (-1 outside it)."""
-    lut = torch.full((vocab,), -1, dtype=torch.long, device=dev)
-    lut[head_ids.to(dev)] = torch.arange(len(head_ids), device=dev)
-    return lut
-
-
-def _target_name() -> str:
-    from .default_pair import DEFAULT_TARGET_NAME
-
-    return DEFAULT_TARGET_NAME
-
-
-def _autocast(dev: torch.device, enabled: bool):
-    import contextlib
-
-    return torch.autocast(dev.type, dtype=torch.bfloat16) if enabled else contextlib.nullcontext()
+    save_feature_draft(model, out, dtype=torch.float16, target_name=DEFAULT_TARGET_NAME, tokenizer=tok, metadata=meta)
+    (Path(args.work_dir) / "train_meta.json").write_text(json.dumps(meta, indent=2))
+    print(f"[distill] exported feature draft to {out} ({dir_size(out) / 1e6:.1f} MB); training took "
+          f"{train_s:.0f}s", flush=True)
 
 
 @torch.no_grad()
@@ -421,8 +437,8 @@ def agreement_by_depth(model: FeatureDraftModel, target, prompt: list[int], cont
 @torch.no_grad()
 def feature_step_cost(model: FeatureDraftModel, target, ctx: list[int], steps: int) -> float:
     """Median seconds of one cached decode step (one token through fusion, layer and head, top-k)."""
-    from .drafters import FeatureDrafter
-    from .tree import DraftTree
+    from ..drafters import FeatureDrafter
+    from ..tree import DraftTree
 
     dev = next(target.parameters()).device
     h = target.base_model(input_ids=torch.tensor([ctx[:-1]], device=dev)).last_hidden_state[0]
@@ -446,66 +462,59 @@ def evaluate_feature_draft(draft_dir=None, data_dir=None, n_passages: int = 10, 
                            threads_timing: int = 2, seed: int = 0, verbose: bool = True) -> dict:
     """The independent draft's evaluation (:func:`dynatree_core.distill.evaluate_draft`) for a feature
     draft: same prompts, passages, continuations and bootstrap; agreement reported per depth."""
-    from .default_pair import FEATURE_DRAFT_ASSET_DIR, load_target
-    from .distill import (EVAL_PROMPTS, N_EVAL_PROMPTS_V1, _greedy_continue, _passages, _set_threads,
-                          bootstrap_ci, chat_ids, eos_ids, find_data_dir, pooled_rate, raw_ids)
+    from ..default_pair import FEATURE_DRAFT_ASSET_DIR, load_target
 
     res: dict = {}
     draft_dir = Path(draft_dir) if draft_dir else FEATURE_DRAFT_ASSET_DIR
-    _set_threads(threads_timing)
+    set_threads(threads_timing)
     t = time.time()
     target, tok = load_target()
     model = load_feature_draft(draft_dir, target, tokenizer=tok)
     res["pair_load_seconds"] = round(time.time() - t, 2)
-    res["draft_size_mb"] = round(sum(f.stat().st_size for f in draft_dir.iterdir() if f.is_file()) / 1e6, 2)
-    eos = eos_ids(target, tok)
-    _set_threads(threads_gen)
-    log = (lambda *a: print(*a, flush=True)) if verbose else (lambda *a: None)
+    res["draft_size_mb"] = round(dir_size(draft_dir) / 1e6, 2)
+    eos = ev.eos_ids(target, tok)
+    set_threads(threads_gen)
+    log = ev._logger(verbose)
 
     def counts(items, n_new):
-        return [agreement_by_depth(model, target, p, _greedy_continue(target, p, n_new, eos)) for p in items]
+        return [agreement_by_depth(model, target, p, ev._greedy_continue(target, p, n_new, eos)) for p in items]
 
-    raw = counts([raw_ids(tok, p) for p in EVAL_PROMPTS], prompt_new_tokens)
-    chat = counts([chat_ids(tok, p) for p in EVAL_PROMPTS], prompt_new_tokens)
-    per_prompt = [[(a[0] + b[0], a[1] + b[1]) for a, b in zip(r, c)] for r, c in zip(raw, chat)]
-    d1 = [u[0] for u in per_prompt]
-    res["agree_heldout_prompts"] = round(pooled_rate(d1), 4)
-    res["agree_heldout_prompts_ci95"] = [round(x, 4) for x in bootstrap_ci(d1, seed=seed)]
-    res["agree_heldout_prompts_raw"] = round(pooled_rate([u[0] for u in raw]), 4)
-    res["agree_heldout_prompts_chat"] = round(pooled_rate([u[0] for u in chat]), 4)
-    res["agree_heldout_prompts_first24"] = round(pooled_rate(d1[:N_EVAL_PROMPTS_V1]), 4)
-    res["agree_heldout_prompts_by_depth"] = [round(pooled_rate([u[d] for u in per_prompt]), 4)
-                                             for d in range(len(per_prompt[0]))]
-    res["heldout_prompts"] = len(EVAL_PROMPTS)
-    lo, hi = res["agree_heldout_prompts_ci95"]
-    log(f"[eval] held-out prompts: {res['agree_heldout_prompts']:.3f} (95% CI {lo:.3f}-{hi:.3f}); by depth "
-        f"{res['agree_heldout_prompts_by_depth']}")
-    ddir = find_data_dir(data_dir)
+    raw, chat = ev.heldout_counts(counts, tok, prompt_new_tokens)
+    _heldout_by_depth(res, raw, chat, seed, log)
     rng = random.Random(seed)
+    srcs = ev.eval_sources(data_dir)
     per, allp = {}, []
-    srcs = [ddir / "wikitext-2-raw" / "wiki.test.raw"] + sorted((ddir / "pg19").glob("*.txt"))
-    for s in srcs:
-        npass = n_passages if s.name == "wiki.test.raw" else max(1, n_passages // 2)
-        c = counts(_passages(tok, s, npass, passage_len, rng), new_tokens)
-        per[s.name] = round(pooled_rate([u[0] for u in c]), 4)
+    for name, c in ev.passage_counts(counts, tok, srcs, n_passages, passage_len, new_tokens, rng):
+        per[name] = round(ev.pooled_rate([u[0] for u in c]), 4)
         allp += c
-        log(f"[eval] {s.name}: {per[s.name]:.3f}")
+        log(f"[eval] {name}: {per[name]:.3f}")
     res["agree_passages_by_file"] = per
-    res["agree_passages"] = round(pooled_rate([u[0] for u in allp]), 4)
-    res["agree_passages_by_depth"] = [round(pooled_rate([u[d] for u in allp]), 4) for d in range(len(allp[0]))]
+    res["agree_passages"] = round(ev.pooled_rate([u[0] for u in allp]), 4)
+    res["agree_passages_by_depth"] = [round(ev.pooled_rate([u[d] for u in allp]), 4) for d in range(len(allp[0]))]
     res["agree_wikitext_test"] = per.get("wiki.test.raw")
-    _set_threads(threads_timing)
-    from .distill import _step_cost
-
-    ctx = _passages(tok, srcs[0], 1, 128, rng)[0]
-    ct = min(_step_cost(target, ctx, 40), _step_cost(target, ctx, 40))
+    set_threads(threads_timing)
+    ctx = ev._passages(tok, srcs[0], 1, 128, rng)[0]
+    ct = min(ev._step_cost(target, ctx, 40), ev._step_cost(target, ctx, 40))
     cd = min(feature_step_cost(model, target, ctx, 40), feature_step_cost(model, target, ctx, 40))
-    res["target_step_ms"] = round(ct * 1e3, 3)
-    res["draft_step_ms"] = round(cd * 1e3, 3)
-    res["cost_ratio"] = round(cd / ct, 4)
-    res["timing_threads"] = threads_timing
+    ev.record_cost(res, ct, cd, threads_timing)
     res["kind"] = "feature"
     res["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     log(f"[eval] {json.dumps(res)}")
     return res
 
+
+def _heldout_by_depth(res: dict, raw: list, chat: list, seed: int, log) -> None:
+    """Held-out prompt agreement (depth 1, with its bootstrap interval) and per depth, into ``res``."""
+    per_prompt = [[(a[0] + b[0], a[1] + b[1]) for a, b in zip(r, c)] for r, c in zip(raw, chat)]
+    d1 = [u[0] for u in per_prompt]
+    res["agree_heldout_prompts"] = round(ev.pooled_rate(d1), 4)
+    res["agree_heldout_prompts_ci95"] = [round(x, 4) for x in ev.bootstrap_ci(d1, seed=seed)]
+    res["agree_heldout_prompts_raw"] = round(ev.pooled_rate([u[0] for u in raw]), 4)
+    res["agree_heldout_prompts_chat"] = round(ev.pooled_rate([u[0] for u in chat]), 4)
+    res["agree_heldout_prompts_first24"] = round(ev.pooled_rate(d1[:ev.N_EVAL_PROMPTS_V1]), 4)
+    res["agree_heldout_prompts_by_depth"] = [round(ev.pooled_rate([u[d] for u in per_prompt]), 4)
+                                             for d in range(len(per_prompt[0]))]
+    res["heldout_prompts"] = len(ev.EVAL_PROMPTS)
+    lo, hi = res["agree_heldout_prompts_ci95"]
+    log(f"[eval] held-out prompts: {res['agree_heldout_prompts']:.3f} (95% CI {lo:.3f}-{hi:.3f}); by depth "
+        f"{res['agree_heldout_prompts_by_depth']}")

@@ -1,0 +1,120 @@
+"""Sampling loops: continuing prompts with the target (or a draft), greedy or sampled, and the
+target's self-written user requests."""
+
+from __future__ import annotations
+
+import torch
+
+from ..models import eos_token_ids
+from .prompts import mentions_held_out_topic, user_turn_prefix
+
+
+def eos_ids(model, tok) -> set[int]:
+    """The ids a continuation stops at: the same as the decoders' (:func:`dynatree_core.models.eos_token_ids`)."""
+    return set(eos_token_ids(model, tok))
+
+
+def _first_eos_cut(g: list[int], eos: set[int]) -> int:
+    for t, x in enumerate(g):
+        if x in eos:
+            return t + 1  # keep the EOS itself: the draft must learn to predict it
+    return len(g)
+
+
+def _sample_next(logits: torch.Tensor, sample: bool, temperature: float, top_p: float) -> torch.Tensor:
+    """Greedy or temperature + nucleus sampling from last-position logits ``[B, V]``."""
+    if not sample:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits.float() / max(temperature, 1e-6), dim=-1)
+    if top_p < 1.0:
+        sp, si = probs.sort(dim=-1, descending=True)
+        drop = (sp.cumsum(-1) - sp) > top_p  # keep the smallest prefix whose mass reaches top_p
+        sp = sp.masked_fill(drop, 0.0)
+        return si.gather(-1, torch.multinomial(sp, 1)).squeeze(-1)
+    return torch.multinomial(probs, 1).squeeze(-1)
+
+
+@torch.no_grad()
+def _decode_equal_length(model, batch: list[list[int]], max_new: int, stop: set[int], sample: bool,
+                         temperature: float, top_p: float) -> list[list[int]]:
+    """KV-cached decoding of prompts that all have the same length: no padding, so no attention
+    mask, and logits only at the last position.  On CPU this runs several times faster than
+    ``generate`` with left padding (whose masked attention and full prefill logits dominate)."""
+    from transformers import DynamicCache
+
+    dev = next(model.parameters()).device
+    x = torch.tensor(batch, device=dev)
+    B, P = x.shape
+    cache = DynamicCache(config=model.config)
+    h = model.model(input_ids=x, cache=cache, use_cache=True).last_hidden_state[:, -1]
+    out = torch.zeros((B, max_new), dtype=torch.long, device=dev)
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
+    stop_t = torch.tensor(sorted(stop), dtype=torch.long, device=dev)
+    n = 0
+    for i in range(max_new):
+        t = _sample_next(model.lm_head(h), sample, temperature, top_p)
+        out[:, i] = t
+        n = i + 1
+        done |= torch.isin(t, stop_t)
+        if bool(done.all()) or i + 1 == max_new:
+            break
+        pos = torch.full((B, 1), P + i, device=dev)
+        h = model.model(input_ids=t[:, None], cache=cache, use_cache=True, position_ids=pos).last_hidden_state[:, -1]
+    return out[:, :n].tolist()
+
+
+@torch.no_grad()
+def _continue(model, pad: int, batch: list[list[int]], max_new: int, eos: set[int],
+              sample: bool, temperature: float, top_p: float) -> list[tuple[list[int], int]]:
+    """Continue a batch of prompts with the target; ``(tokens, continuation_start)`` rows.
+    Equal-length batches take the padding-free decode loop, others ``generate`` with left padding."""
+    dev = next(model.parameters()).device
+    P = max(len(p) for p in batch)
+    if all(len(p) == P for p in batch):
+        gen = _decode_equal_length(model, batch, max_new, eos, sample, temperature, top_p)
+    else:
+        ids = torch.full((len(batch), P), pad, dtype=torch.long)
+        att = torch.zeros((len(batch), P), dtype=torch.long)
+        for j, p in enumerate(batch):
+            ids[j, P - len(p):] = torch.tensor(p)
+            att[j, P - len(p):] = 1
+        kw = ({"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0} if sample else
+              {"do_sample": False, "temperature": None, "top_p": None, "top_k": None})
+        out = model.generate(input_ids=ids.to(dev), attention_mask=att.to(dev), max_new_tokens=max_new,
+                             pad_token_id=pad, **kw)
+        gen = out[:, P:].tolist()
+    rows = []
+    for p, g in zip(batch, gen):
+        n = _first_eos_cut(g, eos)
+        if n:
+            rows.append((list(p) + g[:n], len(p)))
+    return rows
+
+
+def self_prompts(model, tok, n: int, seed: int, batch: int = 256, max_len: int = 80,
+                 temperature: float = 1.0, top_p: float = 1.0) -> list[str]:
+    """``n`` user requests written by the target itself (sampled after the chat template's user
+    header, the "Magpie" recipe): an instruct model's own idea of what users ask, far more varied
+    than a topic list.  Unfinished requests, duplicates and any mention of a held-out evaluation
+    topic are dropped, so the result may be shorter than ``n``.  Deterministic for a seed."""
+    from tqdm import tqdm
+
+    head = user_turn_prefix(tok)
+    end = eos_ids(model, tok)
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(im_end, int) and im_end != tok.unk_token_id:
+        end.add(im_end)
+    out, seen = [], set()
+    for b in tqdm(range(0, n, batch), desc="self-written prompts", mininterval=10):
+        torch.manual_seed(seed * 7_919 + b)
+        rows = _decode_equal_length(model, [head] * min(batch, n - b), max_len, end, True, temperature, top_p)
+        for g in rows:
+            cut = _first_eos_cut(g, end)
+            if not cut or g[cut - 1] not in end:
+                continue  # ran out of tokens mid-request
+            text = tok.decode(g[:cut - 1], skip_special_tokens=True).strip()
+            if len(text) < 12 or text in seen or mentions_held_out_topic(text):
+                continue
+            seen.add(text)
+            out.append(text)
+    return out
