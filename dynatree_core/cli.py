@@ -459,10 +459,19 @@ def cmd_table(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="dynatree", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    """The ``dynatree`` parser: one subcommand per builder below (argparse only: no torch)."""
+    parser = _Parser(prog="dynatree", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (_add_generate, _add_bench, _add_table, _add_sweep):
+        add(sub)
+    from .distill.cli import add_distill_parser  # torch-free: the pipeline loads when the command runs
 
+    add_distill_parser(sub)
+    _no_abbreviations(parser)
+    return parser
+
+
+def _add_generate(sub: Any) -> None:
     g = sub.add_parser("generate", help="generate from one prompt and print text and metrics")
     g.add_argument("--prompt", required=True, help="prompt text")
     g.add_argument("--method", default="dynatree", help=f"one of {', '.join(m for m in METHOD_NAMES if m != 'ablation')}")
@@ -474,6 +483,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_method_args(g)
     g.set_defaults(func=cmd_generate)
 
+
+def _add_bench(sub: Any) -> None:
     b = sub.add_parser("bench", help="run the paper's protocol and print Tables 1-3",
                        description="Run the paper's benchmark protocol; writes one JSON per run.")
     b.add_argument("--methods", default="ar,linear,fixed_tree,dynatree",
@@ -484,12 +495,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_method_args(b)
     b.set_defaults(func=cmd_bench)
 
+
+def _add_table(sub: Any) -> None:
     t = sub.add_parser("table", help="re-render the paper's tables from result JSON files")
     t.add_argument("files", nargs="+", help="result JSON files")
     t.add_argument("--tables", type=_csv(int), default=[1, 2, 3, 4, 5], help="which tables (default 1,2,3,4,5)")
     t.add_argument("--format", choices=("markdown", "csv"), default="markdown")
     t.set_defaults(func=cmd_table)
 
+
+def _add_sweep(sub: Any) -> None:
     s = sub.add_parser("sweep", help="parameter sweeps (JSON + HTML figure)")
     ss = s.add_subparsers(dest="sweep", required=True, metavar="SWEEP")
     f = ss.add_parser("fixed_tree", help="fixed-tree grid over D, B, tau")
@@ -518,12 +533,6 @@ def build_parser() -> argparse.ArgumentParser:
         add_model_args(sp)
         add_method_args(sp, linear=sp in (le, pl), fixed=sp in (le, pl))
         sp.set_defaults(func=cmd_sweep)
-
-    from .distill_cli import add_distill_parser  # torch-free: the pipeline loads when the command runs
-
-    add_distill_parser(sub)
-    _no_abbreviations(parser)
-    return parser
 
 
 def _no_abbreviations(parser: argparse.ArgumentParser) -> None:

@@ -295,7 +295,7 @@ def test_distill_command_line_modules_do_not_load_torch():
     import subprocess
     import sys
 
-    code = ("import sys\nimport dynatree_core.distill.cli, dynatree_core.distill.config, dynatree_core.distill_cli\n"
+    code = ("import sys\nimport dynatree_core.distill.cli, dynatree_core.distill.config\n"
             "from dynatree_core.distill import DistillConfig, add_distill_parser\n"
             "print('LOADED', sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
