@@ -20,17 +20,19 @@ stderr before any model loads; nothing is written.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import os
 import shlex
 import sys
+import typing
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .bench.data import DATA_SOURCES, DATASETS, PAPER_MAX_PROMPT_LEN, DataError, parse_datasets
 from .bench.methods import (DYNATREE_FIELD_TYPES, DYNATREE_FIELDS, METHOD_NAMES, PRESETS, MethodSpec, method_specs,
                             parse_methods)
-from .config import PARAMETER_HELP
+from .config import FIXED_TREE_HELP, PARAMETER_HELP, FixedTreeConfig
 from .bench.protocol import LengthError, RunPoint, check_lengths
 from .bench.results import ResultError
 
@@ -97,6 +99,12 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--draft-noise", type=float, default=0.05, help=argparse.SUPPRESS)  # tiny test pair
 
 
+def _fields(cls: type, names: dict[str, str]) -> dict[str, tuple[type, Any]]:
+    """(type, default) of the dataclass fields in ``names``, read from the class itself."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: (hints[f.name], f.default) for f in dataclasses.fields(cls) if f.name in names}
+
+
 class _Renamed(argparse.Action):
     """An option of an older release: fail with the new name instead of a bare 'unrecognized'."""
 
@@ -128,14 +136,11 @@ def add_method_args(p: argparse.ArgumentParser, linear: bool = True, fixed: bool
         g.add_argument("--linear-k", dest="k", type=_k_list, default=5, metavar="K",
                        help="draft length K, or several comma-separated (e.g. 2,3,5: one row per K, labelled "
                             "linear:k=K, to find linear's best K in the same run; default 5)")
-    if fixed:
+    if fixed:  # the FixedTreeConfig fields: names, types and defaults from the dataclass
         g = p.add_argument_group("fixed tree")
-        g.add_argument("--fixed-d", dest="d", type=int, default=5, metavar="D", help="depth D (default 5)")
-        g.add_argument("--fixed-b", dest="b", type=int, default=2, metavar="B", help="branching B (default 2)")
-        g.add_argument("--fixed-tau", dest="tau", type=float, default=0.05, metavar="TAU",
-                       help="pruning threshold tau (default 0.05)")
-        g.add_argument("--fixed-n-max", dest="n_max", type=int, default=256, metavar="N_MAX",
-                       help="node budget N_max (default 256)")
+        for f, (kind, default) in _fields(FixedTreeConfig, FIXED_TREE_HELP).items():
+            g.add_argument("--fixed-" + f.replace("_", "-"), dest=f, type=kind, default=default, metavar=f.upper(),
+                           help=f"{FIXED_TREE_HELP[f]} (default {default})")
     g = p.add_argument_group("DynaTree")
     g.add_argument("--dynatree-preset", dest="preset", choices=("auto",) + PRESETS, default="auto",
                    help="paper, cpu (a smaller node budget), or auto (default: cpu on CPU, paper on GPU or with --paper)")

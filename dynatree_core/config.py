@@ -242,6 +242,11 @@ class FixedTreeConfig(DecoderConfig):
         return GrowthRule.full(self.d, self.b, self.tau, self.n_max)
 
 
+#: each FixedTreeConfig field with its paper symbol (CLI help)
+FIXED_TREE_HELP: dict[str, str] = {"d": "depth D", "b": "branching B (children of every node)",
+                                   "tau": "pruning threshold tau (τ)", "n_max": "node budget N_max"}
+
+
 @dataclass(frozen=True)
 class HistoryConfig:
     """Sliding-window History Adaptation (paper: W, a*, η).
