@@ -246,13 +246,12 @@ def check_model_args(args: argparse.Namespace, need_draft: bool) -> None:
         raise CLIError(str(e)) from None
 
 
-def load_pair(args: argparse.Namespace, need_draft: bool) -> Any:
+def load_pair(args: argparse.Namespace) -> Any:
     """The model pair named by --target/--draft (default: the embedded offline pair), loaded
-    behind one status line."""
+    behind one status line. Callers run :func:`check_model_args` first, before reading any data."""
     from .loading import announce
     from .models import ModelPair
 
-    check_model_args(args, need_draft)
     if args.target is None:
         drafter = getattr(args, "drafter", "auto")
         try:
@@ -316,7 +315,7 @@ def _execute(args: argparse.Namespace, exp: Any, stem: str, print_tables: Sequen
     need_draft = any(p.spec.method != "ar" for p in exp.points)
     check_model_args(args, need_draft)  # before the data and the weights: a bad name fails in seconds
     corpora = load_corpora(exp)
-    pair = load_pair(args, need_draft)
+    pair = load_pair(args)
     if need_draft and pair.draft is None:
         raise CLIError("the model pair has no draft model; pass --draft or use --methods ar")
     check_lengths(pair, exp.points, exp.datasets, exp.max_prompt_len, exp.allow_long_context)
@@ -379,7 +378,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         tdir = Path(args.trace).resolve().parent
         if not tdir.is_dir() or not os.access(tdir, os.W_OK):
             raise CLIError(f"cannot write the trace to {args.trace!r}: {tdir} is not a writable directory")
-    pair = load_pair(args, spec.method != "ar")
+    pair = load_pair(args)
     result = generate(pair, args.prompt, spec.method, spec.config, args.max_new_tokens,
                       trace=bool(args.trace), ignore_eos=args.ignore_eos)
     print(result.text if result.text is not None else result.tokens)

@@ -38,8 +38,7 @@ from dynatree_core.trace import IterationRecord, Trace
 
 from . import style
 from . import tree_view as tv
-from .export import (ImageExportUnavailable, figure_html, find_browser, image_export_available,
-                     save_image)
+from .export import ImageExportUnavailable, figure_html, require_image_export, save_image
 from .scene import TreeScene
 from .tokens import TokenNamer, resolve_namer
 
@@ -505,9 +504,7 @@ def export_frames(fig: go.Figure, dir: str | os.PathLike, fmt: str = "png", *,
         raise ValueError(f"fmt must be one of png, svg, pdf, jpg, webp; got {fmt!r}"
                          + (" (GIF needs Pillow, not a dependency: export PNG frames and "
                             "assemble them with ffmpeg)" if fmt == "gif" else ""))
-    ok, reason = image_export_available()
-    if not ok:
-        raise ImageExportUnavailable(reason)
+    require_image_export()
     out_dir = Path(dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     names = [fr.name for fr in fig.frames] or ["figure"]
@@ -521,9 +518,6 @@ def export_frames(fig: go.Figure, dir: str | os.PathLike, fmt: str = "png", *,
         write_images = getattr(pio, "write_images", None)
         if write_images is None:
             raise AttributeError("write_images")
-        browser = find_browser()
-        if browser and not os.environ.get("BROWSER_PATH"):
-            os.environ["BROWSER_PATH"] = browser
         write_images(figs, paths, format=fmt, scale=scale,
                      width=[f.layout.width for f in figs], height=[f.layout.height for f in figs])
     except AttributeError:

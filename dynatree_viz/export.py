@@ -82,18 +82,25 @@ def image_export_available() -> tuple[bool, str]:
     return True, "ok"
 
 
+def require_image_export() -> None:
+    """Make kaleido usable here or raise :class:`ImageExportUnavailable` with the reason: checks
+    for kaleido and a browser, and points ``BROWSER_PATH`` (where choreographer looks first) at
+    the browser found. Every image writer in this package starts with it."""
+    ok, reason = image_export_available()
+    if not ok:
+        raise ImageExportUnavailable(reason)
+    browser = find_browser()
+    if browser and not os.environ.get("BROWSER_PATH"):
+        os.environ["BROWSER_PATH"] = browser
+
+
 def save_image(fig: go.Figure, path: str | os.PathLike, *, format: str | None = None,
                width: int | None = None, height: int | None = None, scale: float = 1.0) -> Path:
     """Write a PNG/SVG/PDF (format from the suffix unless given). Raises
     :class:`ImageExportUnavailable` with the reason when no browser/kaleido is usable."""
-    ok, reason = image_export_available()
-    if not ok:
-        raise ImageExportUnavailable(reason)
+    require_image_export()
     path = Path(path)
     fmt = (format or path.suffix.lstrip(".") or "png").lower()
-    browser = find_browser()
-    if browser and not os.environ.get("BROWSER_PATH"):
-        os.environ["BROWSER_PATH"] = browser  # where choreographer looks first
     try:
         fig.write_image(str(path), format=fmt, width=width, height=height, scale=scale)
     except Exception as e:  # kaleido reports a missing/broken browser in many ways

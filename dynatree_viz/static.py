@@ -22,14 +22,13 @@ from __future__ import annotations
 import atexit
 import base64
 import html
-import os
 import warnings
 from typing import Any
 
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from .export import find_browser, image_export_available
+from .export import ImageExportUnavailable, require_image_export
 
 _state: dict[str, Any] = {"images": None, "reason": ""}
 
@@ -37,12 +36,12 @@ _state: dict[str, Any] = {"images": None, "reason": ""}
 def images_enabled() -> bool:
     """Whether figures are rendered to PNG in this process (see :func:`use_static_fallbacks`)."""
     if _state["images"] is None:
-        ok, reason = image_export_available()
-        _state["images"], _state["reason"] = ok, reason
-        if ok and not os.environ.get("BROWSER_PATH"):
-            os.environ["BROWSER_PATH"] = find_browser() or ""  # where kaleido's browser search looks first
-        if ok:
+        try:
+            require_image_export()
+            _state["images"], _state["reason"] = True, "ok"
             _start_server()
+        except ImageExportUnavailable as e:
+            _state["images"], _state["reason"] = False, str(e)
     return bool(_state["images"])
 
 

@@ -262,8 +262,8 @@ def test_new_views_work_with_torch_blocked(tmp_path):
 
 
 def test_frame_export_without_kaleido_names_what_is_missing(tmp_path, monkeypatch):
-    anim = sys.modules["dynatree_viz.animate"]  # (dv.animate is the function)
-    monkeypatch.setattr(anim, "image_export_available",
+    export = sys.modules["dynatree_viz.export"]  # the one availability check every image writer uses
+    monkeypatch.setattr(export, "image_export_available",
                         lambda: (False, "static image export needs kaleido (pip install "
                                         "'kaleido>=1')"))
     with pytest.raises(dv.ImageExportUnavailable, match="needs kaleido"):

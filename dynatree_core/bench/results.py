@@ -30,6 +30,12 @@ AGG_METRICS: tuple[str, ...] = (
 )
 #: row fields that identify a cell (sweep parameters are added to these)
 CELL_KEYS: tuple[str, ...] = ("run_id", "dataset", "max_new_tokens", "max_prompt_len", "label")
+
+
+def baseline_key(a: dict[str, Any]) -> tuple:
+    """The cell without its method: rows with the same key are compared with each other (speedup
+    over the AR row, the ablation's delta over the fixed backbone)."""
+    return tuple(a.get(k) for k in CELL_KEYS[:-1])
 EOS_NOTE = ("EOS is ignored: every run generates exactly T new tokens (greedy decoding), "
             "as in the paper's protocol.")
 
@@ -87,10 +93,9 @@ def _hashable(v: Any) -> Any:
 
 def _add_speedup(aggs: list[dict[str, Any]], param_keys: Sequence[str]) -> None:
     """speedup = TPS / TPS_AR within the same run, dataset, T and L_max."""
-    base_keys = ("run_id", "dataset", "max_new_tokens", "max_prompt_len")
-    ar = {tuple(a.get(k) for k in base_keys): a["tokens_per_s"] for a in aggs if a.get("method") == "ar"}
+    ar = {baseline_key(a): a["tokens_per_s"] for a in aggs if a.get("method") == "ar"}
     for a in aggs:
-        tps_ar = ar.get(tuple(a.get(k) for k in base_keys))
+        tps_ar = ar.get(baseline_key(a))
         a["tps_ar"] = tps_ar
         a["speedup"] = (a["tokens_per_s"] / tps_ar) if tps_ar and a["tokens_per_s"] is not None else None
 

@@ -21,6 +21,7 @@ import pandas as pd
 
 from ..metrics import explain_speedup
 from .methods import ABLATION_LABELS
+from .results import baseline_key
 
 TABLES: tuple[int, ...] = (1, 2, 3, 4, 5)
 TITLES: dict[int, str] = {
@@ -112,12 +113,11 @@ def table3(aggs: Sequence[dict[str, Any]]) -> pd.DataFrame:
 def table4(aggs: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """The progressive ablation: throughput, speedup over AR, change vs the fixed backbone (%)."""
     abl = [a for a in aggs if a.get("label") in ABLATION_LABELS]
-    base = {(a.get("run_id"), a.get("dataset"), a.get("max_new_tokens"), a.get("max_prompt_len")):
-            a.get("tokens_per_s") for a in abl if a.get("label") == ABLATION_LABELS[0]}
+    base = {baseline_key(a): a.get("tokens_per_s") for a in abl if a.get("label") == ABLATION_LABELS[0]}
 
     def body(a: dict[str, Any]) -> dict[str, Any]:
         tps = a.get("tokens_per_s")
-        fixed = base.get((a.get("run_id"), a.get("dataset"), a.get("max_new_tokens"), a.get("max_prompt_len")))
+        fixed = base.get(baseline_key(a))
         return {"variant": ABLATION_NAMES[a["label"]], "throughput_tok_s": tps,
                 "throughput_tok_s_std": a.get("tokens_per_s_std"), "speedup": a.get("speedup"),
                 "delta_vs_fixed_pct": 100.0 * (tps / fixed - 1.0) if tps is not None and fixed else None}
@@ -187,11 +187,10 @@ def render(aggs: Sequence[dict[str, Any]], which: Sequence[int] = (1, 2, 3, 4)) 
 def speed_notes(aggs: Sequence[dict[str, Any]], only_slower: bool = True) -> list[str]:
     """One line per method slower than AR in its cell (dataset, T, L_max, run), saying why with
     the measured draft and verify costs (:func:`dynatree_core.metrics.explain_speedup`)."""
-    base = ("run_id", "dataset", "max_new_tokens", "max_prompt_len")
-    ar = {tuple(a.get(k) for k in base): a for a in aggs if a.get("method") == "ar"}
+    ar = {baseline_key(a): a for a in aggs if a.get("method") == "ar"}
     notes = []
     for a in sorted(aggs, key=_order):
-        ref = ar.get(tuple(a.get(k) for k in base))
+        ref = ar.get(baseline_key(a))
         if a.get("method") == "ar" or ref is None or a.get("speedup") is None:
             continue
         if only_slower and a["speedup"] >= 1:
