@@ -185,8 +185,6 @@ def _distill_args(tmp_path, *extra):
 
 
 def test_distill_tiny_end_to_end(pair, tmp_path):
-    from dynatree_core import distill
-
     target, _, tok = pair
     args = _distill_args(tmp_path)
     assert args.func(args, target=target, tok=tok) == 0

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dynatree_core import generate
-from dynatree_core.config import DynaTreeConfig, FixedTreeConfig, LinearConfig
+from dynatree_core.config import DynaTreeConfig, FixedTreeConfig
 from dynatree_core.drafters import FeatureDrafter, ModelDrafter, make_drafter
 from dynatree_core.feature_draft import (FEATURE_CONFIG_FILE, FEATURE_WEIGHTS_FILE, FeatureDraftModel,
                                          build_feature_draft, load_feature_draft, save_feature_draft,
