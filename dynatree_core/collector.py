@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import torch
 
 from . import plumbing as pl
+from .device_tree import DeviceTree, HostSyncs, Selection, host_tree
 from .metrics import Metrics, summarize
 from .trace import IterationRecord, Trace
 from .tree import DraftTree
@@ -41,9 +42,14 @@ def versions() -> dict[str, str]:
 
 
 class RunCollector:
-    """Times the phases (synchronising the device first, so GPU timings are honest), counts
-    forwards and accepted/committed tokens, builds :class:`IterationRecord` s and, with
-    ``trace``, the :class:`Trace`; :meth:`result` turns it all into :class:`Metrics`."""
+    """Times the phases and the model forwards, counts forwards, host synchronisations and
+    accepted/committed tokens, builds :class:`IterationRecord` s and, with ``trace``, the
+    :class:`Trace`; :meth:`result` turns it all into :class:`Metrics`.
+
+    Phase laps never synchronise the device (that would add host syncs to every iteration); they
+    stay honest on a GPU because each phase ends in the loop's own read-back: the draft phase
+    with its last level's sync, the verify phase with the selection's. Model forwards are timed
+    by a :class:`~dynatree_core.plumbing.ForwardClock` (CUDA events on a GPU)."""
 
     def __init__(self, run: Any, drafter: Any, trace: bool) -> None:
         pair = run.pair
@@ -67,6 +73,11 @@ class RunCollector:
         self.target_forwards = 0
         self.totals = dict.fromkeys(PHASES, 0.0)
         self.stopped_by = "max_new_tokens"
+        self.clock = pl.ForwardClock(self.device)
+        self.syncs = HostSyncs()
+        self.iteration_syncs: list[int] = []
+        self.draft_levels: list[int] = []
+        self._syncs_before = 0
         self.ttft: float | None = None
         self.prefill_s = 0.0
         pl.synchronize(self.device)
@@ -75,7 +86,8 @@ class RunCollector:
 
     def lap(self, phase: str) -> None:
         """End ``phase`` (``"prefill"`` or one of :data:`PHASES`): its time since the last lap."""
-        pl.synchronize(self.device)
+        if phase == "prefill":  # once per run: the prefill's device work is not left to iteration 1
+            pl.synchronize(self.device)
         now = time.perf_counter()
         if phase == "prefill":
             self.prefill_s = now - self.t_start
@@ -86,35 +98,45 @@ class RunCollector:
             self.ttft = now - self.t_start
         self._mark = now
 
-    def iteration(self, tree: DraftTree, verified: pl.Verified, path: list[int], new: list[int], bonus: int,
+    def verify_extras(self, tree: DeviceTree, verified: pl.DeviceVerified) -> dict[str, torch.Tensor]:
+        """Device tensors a trace needs from the verify forward, fetched with the selection (no extra
+        sync): the target's probability of every drafted token given its parent."""
+        if self.trace is None or tree.n < 2:
+            return {}
+        probs = torch.softmax(verified.logits.float(), dim=-1)
+        return {"target_prob": probs[tree.parents[1:tree.n], tree.tokens[1:tree.n]]}
+
+    def iteration(self, tree: DeviceTree, sel: Selection, prefix_len: int, new: list[int],
                   history: tuple[dict | None, dict | None], target_forwards: int) -> IterationRecord:
         """Count one finished round and return its record (added to the trace when tracing)."""
+        path, bonus, a = sel.path, sel.bonus, sel.arrays
+        syncs = self.syncs.count - self._syncs_before
+        self._syncs_before = self.syncs.count
+        self.iteration_syncs.append(syncs)
+        self.draft_levels.append(tree.draft_calls)
         self.target_forwards += target_forwards
         self.accepted.append(len(path))
         self.committed.append(len(new))
         self.depths.append(tree.depth)
-        self.sizes.append(tree.num_drafted)
+        self.sizes.append(tree.n - 1)
+        calls = tree.draft_calls
+        if self.trace is not None:
+            host = host_tree(a, calls)
+        else:  # per-node list building only if someone reads the record's tree
+            host = DraftTree.deferred(lambda: host_tree(a, calls))
         rec = IterationRecord(
-            index=len(self.accepted) - 1, prefix_len=verified.prefix_len, tree=tree,
-            target_argmax=verified.argmax, accepted_path=path, committed=new,
+            index=len(self.accepted) - 1, prefix_len=prefix_len, tree=host,
+            target_argmax=a["argmax"].tolist(), accepted_path=path, committed=new,
             bonus=bonus if len(new) == len(path) + 1 else None,  # cut at EOS or the budget: no bonus
             history_before=history[0], history_after=history[1], timings=dict(self._laps),
-            draft_forwards=tree.draft_calls, target_forwards=target_forwards)
+            draft_forwards=calls, target_forwards=target_forwards, host_syncs=syncs)
         if self.trace is not None:
-            self._trace_details(rec, verified)
+            rec.position_ids = (prefix_len + a["depths"]).tolist()
+            rec.target_prob_drafted = [None] + (a["target_prob"].tolist() if "target_prob" in a else [])
+            rec.token_texts = self._texts(host.tokens)
+            rec.committed_texts = self._texts(rec.committed)
             self.trace.iterations.append(rec)
         return rec
-
-    def _trace_details(self, rec: IterationRecord, verified: pl.Verified) -> None:
-        """What only a trace needs: positions, the target's probability of every drafted token, texts."""
-        tree = rec.tree
-        rec.position_ids = verified.position_ids.tolist()
-        probs = torch.softmax(verified.logits.float(), dim=-1)
-        par = torch.tensor(tree.parents[1:], dtype=torch.long, device=probs.device)
-        tok = torch.tensor(tree.tokens[1:], dtype=torch.long, device=probs.device)
-        rec.target_prob_drafted = [None] + probs[par, tok].tolist()
-        rec.token_texts = self._texts(tree.tokens)
-        rec.committed_texts = self._texts(rec.committed)
 
     def _texts(self, tokens: Sequence[int]) -> list[str]:
         tok = self.run.pair.tokenizer
@@ -126,6 +148,7 @@ class RunCollector:
 
         pl.synchronize(self.device)
         wall = time.perf_counter() - self.t_start
+        forward_s = self.clock.seconds()
         peak, kind = peak_memory(self.device)
         metrics: Metrics = summarize(
             new_tokens=len(out), wall_time_s=wall, ttft_s=self.ttft, iterations=len(self.accepted),
@@ -134,7 +157,8 @@ class RunCollector:
             draft_forwards=self.drafter.forwards if self.drafter is not None else 0,
             prefill_time_s=self.prefill_s, draft_time_s=self.totals["draft"], verify_time_s=self.totals["verify"],
             commit_time_s=self.totals["commit"], peak_memory_bytes=peak, peak_memory_kind=kind,
-            stopped_by=self.stopped_by, speculative=self.run.method != "ar")
+            stopped_by=self.stopped_by, speculative=self.run.method != "ar", forward_time_s=forward_s,
+            host_syncs=self.iteration_syncs, draft_levels=self.draft_levels)
         pair = self.run.pair
         text = pair.tokenizer.decode(out) if pair.tokenizer is not None else None
         if self.trace is not None:

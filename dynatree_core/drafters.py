@@ -1,8 +1,10 @@
 """Drafters: where the draft distributions of a tree come from (any drafter feeds any tree policy).
 
 The decode loop asks a :class:`Drafter` for the draft's top-k after a whole tree level at once
-(:meth:`Drafter.propose`, the ``propose`` callback of :func:`~dynatree_core.tree.grow_tree`) and
-tells it what was committed (:meth:`Drafter.commit`). How the distributions are made is the
+(:meth:`Drafter.propose`, called by :meth:`~dynatree_core.device_tree.DeviceTree.grow`) and
+tells it what was committed (:meth:`Drafter.commit`). Everything stays on the model's device:
+``propose`` gets the level's node ids as a tensor and answers with top-k tensors, so a level
+costs one batched draft forward and no host round trip (the tree counts its one sync per level). How the distributions are made is the
 drafter's business; the tree policy (breadth, depth, pruning, budget) never changes with it.
 
 Shipped drafters:
@@ -17,7 +19,7 @@ Shipped drafters:
 Both keep committed tokens they have not consumed yet as *pending*; the first level of the next
 tree feeds them (the root last) as a causal chain, later levels feed one tree level per forward
 under the tree mask built by :func:`level_visibility` - the one place for per-level draft masks
-and positions.
+and positions (built on the device from the tree's ancestor matrix).
 
 Model-free drafters (prompt lookup, n-grams) implement the same four methods.
 """
@@ -26,44 +28,50 @@ from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
-import numpy as np
 import torch
 from transformers import DynamicCache
 
 from . import plumbing as pl
+from .device_tree import to_device
 from .feature_draft import FeatureDraftModel
-from .tree import DraftTree, TopK
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .device_tree import DeviceTree
 
 #: the drafter kinds :func:`make_drafter` builds, by the kind of ``ModelPair.draft``
 DRAFTER_KINDS: tuple[str, ...] = ("model", "feature")
+#: what :meth:`Drafter.propose` returns: top-k token ids [q, k] and their log-probs [q, k], on the device
+TopKTensors = tuple[torch.Tensor, torch.Tensor]
 
 
-def level_visibility(tree: DraftTree, ids: Sequence[int], slot: dict[int, int], base: int,
-                     past: int) -> tuple[np.ndarray, np.ndarray]:
+def level_visibility(tree: "DeviceTree", ids: torch.Tensor, slot: torch.Tensor, base: int, past: int
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """Mask and position offsets for feeding tree level ``ids`` to a draft with a KV cache.
 
-    ``slot`` maps already-fed nodes to their cache index, ``base`` is the cache length once the
-    root is fed (committed prefix, root included), ``past`` the current cache length. Returns the
-    bool visibility ``[q, past + q]`` (prefix, own ancestors, itself) and each node's depth, the
-    offset of its position from the root's.
+    ``slot[u]`` is the cache index node u was fed at (-1: not fed), ``base`` the cache length once
+    the root is fed (committed prefix, root included), ``past`` the current cache length. Returns
+    the bool visibility ``[q, past + q]`` (prefix, own ancestors, itself) and each node's depth,
+    the offset of its position from the root's - both on the device, without a host round trip.
     """
-    q = len(ids)
-    allowed = np.zeros((q, past + q), dtype=bool)
-    allowed[:, :base] = True  # committed prefix, root included
-    for r, i in enumerate(ids):
-        for a in tree.path_to(i)[:-1]:
-            allowed[r, slot[a]] = True
-        allowed[r, past + r] = True
-    return allowed, np.array([tree.depths[i] for i in ids], dtype=np.int64)
+    q = ids.shape[0]
+    anc = tree.ancestors[ids]  # [q, capacity]: ancestors and itself (not fed yet)
+    fed = slot >= 0
+    # each fed ancestor's cache column; unfed nodes (itself included) go to a dummy last column
+    cols = torch.where(fed, slot, past + q).expand(q, -1)
+    allowed = torch.zeros((q, past + q + 1), dtype=torch.int8, device=anc.device)
+    allowed[:, :base] = 1  # committed prefix, root included
+    allowed.scatter_(1, cols, (anc & fed).to(torch.int8))
+    allowed[torch.arange(q, device=anc.device), past + torch.arange(q, device=anc.device)] = 1
+    return allowed[:, :past + q].bool(), tree.depths[ids]
 
 
 class Drafter(ABC):
     """The protocol between the decode loop and a source of draft distributions.
 
     Lifecycle: :meth:`start` once per sequence, then per iteration :meth:`propose` once per tree
-    level (level 0 is ``[0]``, the root) and :meth:`commit` with the accepted path.
+    level (level 0 is the root alone) and :meth:`commit` with the accepted path.
     """
 
     #: short name recorded in traces and benchmark JSON
@@ -74,6 +82,7 @@ class Drafter(ABC):
     def __init__(self, top_k: int):
         self.top_k = top_k
         self.forwards = 0  # draft forwards spent (what "draft fwd/iter" counts)
+        self.clock: pl.ForwardClock | None = None  # times the draft's forwards (engine overhead)
 
     @abstractmethod
     def start(self, prompt: Sequence[int], target_hidden: torch.Tensor | None = None) -> None:
@@ -81,14 +90,17 @@ class Drafter(ABC):
         final hidden states of ``prompt[:-1]`` (only for drafters that need them)."""
 
     @abstractmethod
-    def propose(self, tree: DraftTree, ids: list[int]) -> list[TopK]:
-        """The draft's top-k (tokens, log-probs) after each node of ``ids`` (one tree level)."""
+    def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> TopKTensors:
+        """The draft's top-k after each node of ``ids`` (one tree level, BFS order, on the device;
+        level 0 is ``[0]``, the root): token ids and log-probs, ``[len(ids), k]`` each, sorted."""
 
     @abstractmethod
-    def commit(self, path: list[int], committed: list[int], target_hidden: torch.Tensor | None = None) -> None:
+    def commit(self, path: list[int], committed: list[int], target_hidden: torch.Tensor | None = None,
+               fed: int = 0) -> None:
         """The iteration committed ``committed`` (accepted path tokens + bonus). ``target_hidden``
         [len(committed), H]: the target's final hidden states of the root and the path's nodes,
-        row k being the state that predicted ``committed[k]``."""
+        row k being the state that predicted ``committed[k]``; ``fed``: how many leading nodes of
+        ``path`` the draft consumed this iteration (the expanded ones)."""
 
     def prefill(self) -> None:
         """Consume the pending committed tokens except the root now (explorers call this once so
@@ -102,10 +114,10 @@ class Drafter(ABC):
         """What to record about this drafter in traces and results (JSON-safe)."""
         return {"kind": self.kind, "top_k": self.top_k}
 
-    def _topk(self, logits: torch.Tensor) -> list[TopK]:
+    def _topk(self, logits: torch.Tensor) -> TopKTensors:
         k = min(self.top_k, logits.shape[-1])
         top = torch.log_softmax(logits.float(), dim=-1).topk(k, dim=-1)
-        return list(zip(top.indices.tolist(), top.values.tolist()))
+        return top.indices, top.values
 
 
 class ModelDrafter(Drafter):
@@ -123,49 +135,53 @@ class ModelDrafter(Drafter):
     def start(self, prompt: Sequence[int], target_hidden: torch.Tensor | None = None) -> None:
         self.cache = DynamicCache()
         self.pending: list[int] = list(prompt)  # committed tokens the draft has not consumed
-        self.slot: dict[int, int] = {}  # node id -> cache index, for nodes fed this iteration
+        self.slot: torch.Tensor | None = None  # per node: cache index it was fed at (-1: not fed)
         self.base = 0  # cache length once the root is fed (root at base - 1)
 
     def prefill(self) -> None:
         if len(self.pending) > 1:
-            pl.forward(self.model, torch.tensor([self.pending[:-1]], device=self.device), self.cache)
+            pl.forward(self.model, to_device(self.pending[:-1], self.device)[None], self.cache, clock=self.clock)
             self.forwards += 1
             self.pending = self.pending[-1:]
 
     def fork(self) -> "ModelDrafter":
         new = copy.copy(self)
         new.cache = copy.deepcopy(self.cache)
-        new.pending, new.slot = list(self.pending), dict(self.slot)
+        new.pending = list(self.pending)
+        new.slot = None if self.slot is None else self.slot.clone()
         return new
 
-    def propose(self, tree: DraftTree, ids: list[int]) -> list[TopK]:
-        if ids == [0]:
+    def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> TopKTensors:
+        if level == 0:
             # Level 0: feed the pending committed tokens, the root last, as a causal chain.
-            assert self.pending and self.pending[-1] == tree.tokens[0]
-            inp = torch.tensor([self.pending], device=self.device)
-            logits = pl.forward(self.model, inp, self.cache)[-1:]
+            inp = to_device(self.pending, self.device)[None]
+            logits = pl.forward(self.model, inp, self.cache, clock=self.clock)[-1:]
             self.base = pl.cache_length(self.cache)
-            self.slot = {0: self.base - 1}
+            self.slot = torch.full((tree.capacity,), -1, dtype=torch.long, device=self.device)
+            self.slot[0] = self.base - 1
             self.pending = []
         else:
+            assert self.slot is not None, "propose: level 0 (the root) comes first"
             past = pl.cache_length(self.cache)
             allowed, depth = level_visibility(tree, ids, self.slot, self.base, past)
-            inp = torch.tensor([[tree.tokens[i] for i in ids]], device=self.device)
-            logits = pl.forward(self.model, inp, self.cache, allowed, self.base - 1 + depth)
-            for r, i in enumerate(ids):
-                self.slot[i] = past + r
+            logits = pl.forward(self.model, tree.tokens[ids][None], self.cache, allowed, self.base - 1 + depth,
+                                clock=self.clock)
+            self.slot[ids] = past + torch.arange(ids.shape[0], device=self.device)
         self.forwards += 1
         return self._topk(logits)
 
-    def commit(self, path: list[int], committed: list[int], target_hidden: torch.Tensor | None = None) -> None:
+    def commit(self, path: list[int], committed: list[int], target_hidden: torch.Tensor | None = None,
+               fed: int = 0) -> None:
         """Keep the accepted nodes the draft consumed; queue the rest of ``committed``."""
-        if 0 not in self.slot:  # the root was never fed (nothing drafted this iteration)
+        if self.slot is None:  # the root was never fed (nothing drafted this iteration)
             self.pending.extend(committed)
             return
-        fed = [i for i in path if i in self.slot]  # a prefix of the path: parents feed first
-        pl.keep_selected(self.cache, self.base, [self.slot[i] - self.base for i in fed])
-        self.pending = list(committed[len(fed):])
-        self.slot = {}
+        if fed:  # a prefix of the path: parents are fed before their children
+            pl.keep_selected(self.cache, self.base, self.slot[to_device(path[:fed], self.device)] - self.base)
+        else:
+            pl.crop(self.cache, self.base)
+        self.pending = list(committed[fed:])
+        self.slot = None
 
     def settings(self) -> dict[str, Any]:
         cfg = getattr(self.model, "config", None)
@@ -198,9 +214,9 @@ class FeatureDrafter(Drafter):
         prompt = list(prompt)
         H = self.model.config.hidden_size
         self.kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # per layer, [1, kv_heads, n, head_dim]
-        self.slot: dict[int, int] = {}
+        self.slot: torch.Tensor | None = None  # per node: cache index it was fed at (-1: not fed)
         self.base = 0
-        self.feats: dict[int, torch.Tensor] = {}  # node id -> predicted feature [H]
+        self.feats: torch.Tensor | None = None  # per node: the feature its draft step predicted [cap, H]
         if len(prompt) > 1:
             if target_hidden is None or target_hidden.shape[0] != len(prompt) - 1:
                 raise ValueError("FeatureDrafter.start needs the target's hidden states of prompt[:-1] "
@@ -218,66 +234,71 @@ class FeatureDrafter(Drafter):
 
     def fork(self) -> "FeatureDrafter":
         new = copy.copy(self)
-        new.slot, new.feats, new.pending = dict(self.slot), dict(self.feats), list(self.pending)
+        new.pending = list(self.pending)
+        new.slot = None if self.slot is None else self.slot.clone()
+        new.feats = None if self.feats is None else self.feats.clone()
         return new
 
     def cache_length(self) -> int:
         return 0 if self.kv is None else int(self.kv[0][0].shape[2])
 
-    def _run(self, tokens: list[int], feats: torch.Tensor, positions: np.ndarray, allowed: np.ndarray | None
-             ) -> torch.Tensor:
+    def _run(self, tokens: torch.Tensor, feats: torch.Tensor, positions: torch.Tensor,
+             allowed: torch.Tensor | None) -> torch.Tensor:
         past = self.cache_length()
-        q = len(tokens)
+        q = tokens.shape[0]
         if allowed is None:
-            allowed = pl.with_prefix(pl.causal_visibility(q), past)
+            allowed = pl.causal_allowed(q, past, self.device)
         mask = pl.additive_mask(allowed, self.dtype, self.device)
-        tok = torch.tensor([tokens], device=self.device)
-        pos = torch.as_tensor(np.asarray(positions, dtype=np.int64), device=self.device)[None]
-        out, new = self.model(tok, feats[None], pos, mask, self.kv)
+        with pl.timed(self.clock):
+            out, new = self.model(tokens[None], feats[None], positions[None], mask, self.kv)
         self.kv = new if self.kv is None else [(torch.cat([k0, k], dim=2), torch.cat([v0, v], dim=2))
                                                for (k0, v0), (k, v) in zip(self.kv, new)]
         self.forwards += 1
         return out[0]
 
+    def _positions(self, start: int, n: int) -> torch.Tensor:
+        return torch.arange(start, start + n, device=self.device)
+
     def prefill(self) -> None:
         if len(self.pending) > 1:
             n = len(self.pending) - 1
-            self._run(self.pending[:-1], self.pending_feats[:-1], np.arange(self.pos0, self.pos0 + n), None)
+            self._run(to_device(self.pending[:-1], self.device), self.pending_feats[:-1],
+                      self._positions(self.pos0, n), None)
             self.pending, self.pending_feats = self.pending[-1:], self.pending_feats[-1:]
             self.pos0 += n
 
     # --- the protocol ----------------------------------------------------------------------
     @torch.inference_mode()
-    def propose(self, tree: DraftTree, ids: list[int]) -> list[TopK]:
-        if ids == [0]:
-            assert self.pending and self.pending[-1] == tree.tokens[0]
+    def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> TopKTensors:
+        if level == 0:
             n = len(self.pending)
-            out = self._run(self.pending, self.pending_feats, np.arange(self.pos0, self.pos0 + n), None)[-1:]
+            out = self._run(to_device(self.pending, self.device), self.pending_feats,
+                            self._positions(self.pos0, n), None)[-1:]
             self.base = self.cache_length()
-            self.slot = {0: self.base - 1}
+            self.slot = torch.full((tree.capacity,), -1, dtype=torch.long, device=self.device)
+            self.slot[0] = self.base - 1
+            self.feats = torch.zeros((tree.capacity, out.shape[-1]), device=self.device, dtype=out.dtype)
             self.root_pos = self.pos0 + n - 1
             self.pending, self.pending_feats = [], self.pending_feats[:0]
         else:
+            assert self.slot is not None and self.feats is not None, "propose: level 0 (the root) comes first"
             past = self.cache_length()
             allowed, depth = level_visibility(tree, ids, self.slot, self.base, past)
-            feats = torch.stack([self.feats[tree.parents[i]] for i in ids])
-            out = self._run([tree.tokens[i] for i in ids], feats, self.root_pos + depth, allowed)
-            for r, i in enumerate(ids):
-                self.slot[i] = past + r
-        for r, i in enumerate(ids):
-            self.feats[i] = out[r]
+            out = self._run(tree.tokens[ids], self.feats[tree.parents[ids]], self.root_pos + depth, allowed)
+            self.slot[ids] = past + torch.arange(ids.shape[0], device=self.device)
+        self.feats[ids] = out
         # Top-k over the head ids only: ids outside the head have logit dtype-min (probability 0).
         compact = torch.log_softmax(self.model.head.forward_compact(out).float(), dim=-1)
         k = min(self.top_k, compact.shape[-1])
         top = compact.topk(k, dim=-1)
-        toks = self.model.head.vocab_ids[top.indices]
-        return list(zip(toks.tolist(), top.values.tolist()))
+        return self.model.head.vocab_ids[top.indices], top.values
 
-    def commit(self, path: list[int], committed: list[int], target_hidden: torch.Tensor | None = None) -> None:
+    def commit(self, path: list[int], committed: list[int], target_hidden: torch.Tensor | None = None,
+               fed: int = 0) -> None:
         if target_hidden is None or target_hidden.shape[0] < len(committed):
             raise ValueError("FeatureDrafter.commit needs one target hidden state per committed token")
         new_feats = target_hidden[: len(committed)].to(self.device, self.dtype)
-        if 0 not in self.slot:  # the root was never fed: queue behind the pending tokens
+        if self.slot is None:  # the root was never fed: queue behind the pending tokens
             self.pending = self.pending + list(committed)
             self.pending_feats = torch.cat([self.pending_feats, new_feats])
             return
@@ -285,7 +306,7 @@ class FeatureDrafter(Drafter):
         self.kv = [(k[:, :, : self.base], v[:, :, : self.base]) for k, v in self.kv]
         self.pending, self.pending_feats = list(committed), new_feats
         self.pos0 = self.root_pos + 1
-        self.slot, self.feats = {}, {}
+        self.slot, self.feats = None, None
 
     def settings(self) -> dict[str, Any]:
         return {**super().settings(), **self.model.settings()}

@@ -27,12 +27,12 @@ from transformers import DynamicCache
 from . import plumbing as pl
 from .collector import RunCollector
 from .config import DecoderConfig, DynaTreeConfig, GrowthRule, resolve_config
+from .device_tree import DeviceTree, to_device
 from .drafters import Drafter, make_drafter
 from .history import HistoryAdapter, HistoryState
 from .metrics import Metrics
 from .models import ModelPair, context_window, eos_token_ids
 from .trace import IterationRecord, Trace
-from .tree import DraftTree, grow_tree
 
 
 @dataclass
@@ -136,35 +136,45 @@ class DecodingRun:
 
     @torch.inference_mode()
     def _run(self) -> Iterator[IterationRecord]:
-        """The algorithm: prefill, then draft -> verify -> select -> commit until done."""
+        """The algorithm: prefill, then draft -> verify -> select -> commit until done.
+
+        The tree lives on the model's device (:mod:`dynatree_core.device_tree`): the loop reads
+        the device once per draft level and once per verification, nowhere else."""
         drafter = self._drafter()
         need_hidden = drafter is not None and drafter.needs_target_hidden  # a feature drafter reads them
         col = RunCollector(self, drafter, self.tracing)
+        if drafter is not None:
+            drafter.clock = col.clock
         cache, out, root = DynamicCache(), [], self.prompt[-1]
+        top_k = drafter.top_k if drafter is not None else 1
         self._prefill(cache, drafter, need_hidden, col)
         while len(out) < self.max_new_tokens:
             remaining = self.max_new_tokens - len(out)
             rule, before = self._rule(remaining), self._history_state()
             # 1. draft: grow the tree, one batched draft forward per level (AR: the root alone)
-            tree = grow_tree(root, rule, drafter.propose) if drafter is not None else DraftTree.empty(root)
+            tree = DeviceTree(root, rule, top_k, self.pair.device)
+            if drafter is not None:
+                tree.grow(drafter, col.syncs)
             col.lap("draft")
             # 2. verify: root + every node in ONE target forward under the tree mask
-            v = pl.verify_tree(self.pair.target, tree, cache, need_hidden)
-            col.lap("verify")
+            v = pl.verify_device(self.pair.target, tree, cache, need_hidden, col.clock)
             # 3. select: the longest path the target agrees with, plus its own next token (the bonus)
-            path, bonus = tree.greedy_path(v.argmax)
+            sel = tree.select(v.argmax, col.syncs, col.verify_extras(tree, v))
+            col.lap("verify")
+            path = sel.path
             # 4. commit: cut at EOS / the budget, bring the caches back to the committed prefix
-            new, stop = self._cut([tree.tokens[i] for i in path] + [bonus], remaining)
+            new, stop = self._cut(sel.arrays["tokens"][path].tolist() + [sel.bonus], remaining)
             out.extend(new)
             forwards = 1
             if stop is None:
-                forwards += self._restore(cache, v.prefix_len, root, path, new)
+                forwards += self._restore(cache, v.prefix_len, root, path, new, col)
                 if drafter is not None:
-                    drafter.commit(path, new, v.hidden[[0] + path] if need_hidden else None)
+                    hidden = v.hidden[to_device([0] + path, self.pair.device)] if need_hidden else None
+                    drafter.commit(path, new, hidden, fed=int(sel.arrays["fed"][path].sum()))
                 root = new[-1]
             after = self._adapt(len(path), tree.depth)
             col.lap("commit")
-            yield col.iteration(tree, v, path, new, bonus, (before, after), forwards)
+            yield col.iteration(tree, sel, v.prefix_len, new, (before, after), forwards)
             if stop == "eos":
                 col.stopped_by = "eos"
                 break
@@ -183,8 +193,8 @@ class DecodingRun:
         first iteration's root."""
         hidden = None
         if len(self.prompt) > 1 and self.max_new_tokens > 0:
-            ids = torch.tensor([self.prompt[:-1]], device=self.pair.device)
-            hidden = pl.prefill(self.pair.target, ids, cache, need_hidden)
+            ids = to_device(self.prompt[:-1], self.pair.device)[None]
+            hidden = pl.prefill(self.pair.target, ids, cache, need_hidden, col.clock)
             col.target_forwards += 1
         if drafter is not None and self.max_new_tokens > 0:
             drafter.start(self.prompt, hidden)
@@ -201,13 +211,14 @@ class DecodingRun:
             new, stop = new[:remaining], stop or "max_new_tokens"
         return new, stop
 
-    def _restore(self, cache: DynamicCache, prefix_len: int, root: int, path: list[int], new: list[int]) -> int:
+    def _restore(self, cache: DynamicCache, prefix_len: int, root: int, path: list[int], new: list[int],
+                 col: RunCollector) -> int:
         """Cut the target cache back to root + accepted path; returns the extra target forwards."""
         if self.config.kv_mode == "gather":  # keep the verified entries of root + path, in place
             pl.keep_selected(cache, prefix_len, [0] + path)
             return 0
         pl.crop(cache, prefix_len)  # the paper's mode: crop to the prefix and re-run the committed tokens
-        pl.forward(self.pair.target, torch.tensor([[root] + new[:-1]], device=self.pair.device), cache)
+        pl.forward(self.pair.target, to_device([root] + new[:-1], self.pair.device)[None], cache, clock=col.clock)
         return 1
 
     def _history_state(self) -> dict | None:

@@ -38,6 +38,15 @@ class Metrics:
     peak_memory_bytes: int | None
     peak_memory_kind: str
     stopped_by: str
+    #: time inside model forwards (target and draft, prefill included); on CUDA from CUDA events
+    forward_time_s: float = 0.0
+    #: engine overhead per iteration (ms): (wall time - time inside model forwards) / iterations
+    engine_overhead_ms: float | None = None
+    #: device -> host synchronisations in the decode loop (see :mod:`dynatree_core.device_tree`)
+    host_syncs: int = 0
+    host_syncs_per_iteration: float | None = None
+    #: max over iterations of host syncs - (draft levels + 1); <= 0 means the budget always held
+    host_sync_excess: int = 0
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -60,8 +69,10 @@ def summarize(*, new_tokens: int, wall_time_s: float, ttft_s: float | None, iter
               accepted: list[int], committed: list[int], depths: list[int], tree_sizes: list[int],
               target_forwards: int, draft_forwards: int, prefill_time_s: float, draft_time_s: float,
               verify_time_s: float, commit_time_s: float, peak_memory_bytes: int | None,
-              peak_memory_kind: str, stopped_by: str, speculative: bool) -> Metrics:
+              peak_memory_kind: str, stopped_by: str, speculative: bool, forward_time_s: float = 0.0,
+              host_syncs: list[int] | None = None, draft_levels: list[int] | None = None) -> Metrics:
     """Aggregate per-iteration lists into :class:`Metrics`."""
+    syncs, levels = host_syncs or [], draft_levels or []
     tpot = None
     if ttft_s is not None and new_tokens > 1:
         tpot = (wall_time_s - ttft_s) / (new_tokens - 1)
@@ -87,6 +98,11 @@ def summarize(*, new_tokens: int, wall_time_s: float, ttft_s: float | None, iter
         peak_memory_bytes=peak_memory_bytes,
         peak_memory_kind=peak_memory_kind,
         stopped_by=stopped_by,
+        forward_time_s=forward_time_s,
+        engine_overhead_ms=(1e3 * (wall_time_s - forward_time_s) / iterations) if iterations else None,
+        host_syncs=sum(syncs),
+        host_syncs_per_iteration=_ratio(sum(syncs), iterations),
+        host_sync_excess=max((s - (lv + 1) for s, lv in zip(syncs, levels)), default=0),
     )
 
 

@@ -12,21 +12,73 @@ Everything the engine feeds a model goes through these helpers:
 
 from __future__ import annotations
 
+import contextlib
+import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
 from transformers import DynamicCache
 
+from .device_tree import to_device
 from .masks import causal_visibility, with_prefix  # noqa: F401 (part of the plumbing API)
 
 
-def additive_mask(allowed: np.ndarray, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Float additive mask [1, 1, q, kv] from a bool [q, kv] matrix (True = may attend)."""
-    mask = torch.zeros(allowed.shape, dtype=dtype)
-    mask.masked_fill_(~torch.from_numpy(np.ascontiguousarray(allowed)), torch.finfo(dtype).min)
-    return mask.to(device)[None, None]
+def additive_mask(allowed: np.ndarray | torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Float additive mask [1, 1, q, kv] from a bool [q, kv] matrix (True = may attend).
+
+    A device tensor stays on the device (the decode loop's masks never visit the host); a numpy
+    matrix (tests, notebooks) is copied over."""
+    if not isinstance(allowed, torch.Tensor):
+        allowed = to_device(np.ascontiguousarray(allowed), device, torch.bool)
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
+    mask.masked_fill_(~allowed.to(device), torch.finfo(dtype).min)
+    return mask[None, None]
+
+
+def causal_allowed(q: int, past: int, device: torch.device) -> torch.Tensor:
+    """Bool [q, past + q] on ``device``: the whole cache plus a causal chain of q new tokens."""
+    return torch.ones((q, past + q), dtype=torch.bool, device=device).tril(past)
+
+
+class ForwardClock:
+    """Time spent inside model forwards, to tell the engine's own overhead from model compute.
+
+    On CUDA each forward is bracketed by CUDA events (no synchronisation; :meth:`seconds` reads
+    them once the run is over); on a CPU by ``perf_counter``.
+    """
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self._cpu_s = 0.0
+        self._events: list[tuple[Any, Any]] = []
+
+    @contextlib.contextmanager
+    def measure(self) -> Iterator[None]:
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield
+            end.record()
+            self._events.append((start, end))
+        else:
+            t = time.perf_counter()
+            yield
+            self._cpu_s += time.perf_counter() - t
+
+    def seconds(self) -> float:
+        """Total so far (on CUDA this waits for the recorded forwards: call it after the loop)."""
+        if self._events:
+            self._events[-1][1].synchronize()
+            self._cpu_s += sum(s.elapsed_time(e) for s, e in self._events) / 1e3
+            self._events = []
+        return self._cpu_s
+
+
+def timed(clock: ForwardClock | None) -> contextlib.AbstractContextManager:
+    """``clock.measure()``, or nothing when no clock is given."""
+    return clock.measure() if clock is not None else contextlib.nullcontext()
 
 
 def cache_length(cache: DynamicCache) -> int:
@@ -41,20 +93,28 @@ def crop(cache: DynamicCache, length: int) -> None:
 
 
 @torch.inference_mode()
-def keep_selected(cache: DynamicCache, start: int, selected: Sequence[int]) -> None:
+def keep_selected(cache: DynamicCache, start: int, selected: Sequence[int] | torch.Tensor) -> None:
     """Keep entries [0, start) plus ``start + i`` for i in ``selected`` (ascending), drop the rest.
 
     Used to keep the accepted path of a verified tree: its entries are moved down to
     [start, start + len(selected)) and the cache is cut there. Nothing is recomputed.
+    ``selected`` may be a device tensor (no host round trip) or host ints.
     """
-    selected = list(selected)
-    if selected != list(range(len(selected))):  # already contiguous at the front: no move needed
-        src = torch.as_tensor([start + i for i in selected], dtype=torch.long)
+    if isinstance(selected, torch.Tensor):
+        count, move, src = int(selected.shape[0]), True, selected + start
+    else:
+        selected = list(selected)
+        count = len(selected)
+        move = selected != list(range(count))  # already contiguous at the front: no move needed
+        src = None
+    if move and count:
         for layer in cache.layers:
+            if src is None:
+                src = to_device([start + i for i in selected], layer.keys.device)
             idx = src.to(layer.keys.device)
-            layer.keys[:, :, start:start + len(selected)] = layer.keys.index_select(2, idx)
-            layer.values[:, :, start:start + len(selected)] = layer.values.index_select(2, idx)
-    crop(cache, start + len(selected))
+            layer.keys[:, :, start:start + count] = layer.keys.index_select(2, idx)
+            layer.values[:, :, start:start + count] = layer.values.index_select(2, idx)
+    crop(cache, start + count)
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
@@ -71,31 +131,40 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+#: a visibility matrix or position ids: a device tensor (the decode loop) or host values
+Index = np.ndarray | torch.Tensor
+
+
 @torch.inference_mode()
 def forward(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache,
-            allowed: np.ndarray | None = None, position_ids: np.ndarray | None = None) -> torch.Tensor:
+            allowed: Index | None = None, position_ids: Index | None = None,
+            clock: ForwardClock | None = None) -> torch.Tensor:
     """One cached forward of new tokens ``input_ids`` [1, q]; returns logits [q, vocab].
 
     ``allowed`` (bool [q, past + q]) says which cache entries and new tokens each new token
     may attend to; ``position_ids`` (int [q]) are absolute positions. Both default to a causal
-    chain continuing the cache.
+    chain continuing the cache. ``clock`` times the forward.
     """
-    out = model(**_inputs(model, input_ids, cache, allowed, position_ids))
+    inputs = _inputs(model, input_ids, cache, allowed, position_ids)
+    with timed(clock):
+        out = model(**inputs)
     return out.logits[0]
 
 
 @torch.inference_mode()
 def forward_with_hidden(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache,
-                        allowed: np.ndarray | None = None, position_ids: np.ndarray | None = None
-                        ) -> tuple[torch.Tensor, torch.Tensor]:
+                        allowed: Index | None = None, position_ids: Index | None = None,
+                        clock: ForwardClock | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`forward`, also returning the final (post-norm) hidden states [q, hidden].
 
     Runs the base model and the LM head separately - the very ops ``ForCausalLM.forward`` runs,
     so the logits are the same - to hand the hidden states to a feature drafter for free.
     """
-    out = model.base_model(**_inputs(model, input_ids, cache, allowed, position_ids))
-    hidden = out.last_hidden_state
-    return model.get_output_embeddings()(hidden)[0], hidden[0]
+    inputs = _inputs(model, input_ids, cache, allowed, position_ids)
+    with timed(clock):
+        hidden = model.base_model(**inputs).last_hidden_state
+        logits = model.get_output_embeddings()(hidden)
+    return logits[0], hidden[0]
 
 
 @dataclass
@@ -126,28 +195,62 @@ def verify_tree(model: torch.nn.Module, tree: Any, cache: DynamicCache, want_hid
     return Verified(logits, hidden, prefix_len, pos, logits.argmax(dim=-1).tolist())
 
 
+@dataclass
+class DeviceVerified:
+    """One verification forward over ``[root] + tree`` of a :class:`~dynatree_core.device_tree.DeviceTree`,
+    still on the device: nothing here has been read back to the host."""
+
+    logits: torch.Tensor  # [n, vocab]
+    hidden: torch.Tensor | None  # [n, hidden] final hidden states, or None
+    prefix_len: int  # cache length before the forward
+    argmax: torch.Tensor  # [n] the target's greedy choice after every node
+
+
+@torch.inference_mode()
+def verify_device(model: torch.nn.Module, tree: Any, cache: DynamicCache, want_hidden: bool = False,
+                  clock: ForwardClock | None = None) -> DeviceVerified:
+    """:func:`verify_tree` for a device tree: tokens, tree mask and positions (prefix + depth) are
+    taken from its tensors, and the argmax stays on the device for the tree's vectorised selection."""
+    prefix_len = cache_length(cache)
+    dev = model_device(model)
+    allowed = torch.cat([torch.ones((tree.n, prefix_len), dtype=torch.bool, device=dev), tree.tree_mask()], 1)
+    pos = prefix_len + tree.position_offsets()
+    inp = tree.tokens[:tree.n][None]
+    hidden = None
+    if want_hidden:
+        logits, hidden = forward_with_hidden(model, inp, cache, allowed, pos, clock)
+    else:
+        logits = forward(model, inp, cache, allowed, pos, clock)
+    return DeviceVerified(logits, hidden, prefix_len, logits.argmax(dim=-1))
+
+
 @torch.inference_mode()
 def prefill(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache,
-            want_hidden: bool) -> torch.Tensor | None:
+            want_hidden: bool, clock: ForwardClock | None = None) -> torch.Tensor | None:
     """Extend the cache by the causal chain ``input_ids`` [1, q] (a prompt prefix). With
     ``want_hidden`` (a feature drafter needs them) return the final hidden states [q, hidden]
     from the base model alone - no logits are needed for the prompt - else None."""
     if want_hidden:
-        return model.base_model(**_inputs(model, input_ids, cache, None, None)).last_hidden_state[0]
-    forward(model, input_ids, cache)
+        inputs = _inputs(model, input_ids, cache, None, None)
+        with timed(clock):
+            return model.base_model(**inputs).last_hidden_state[0]
+    forward(model, input_ids, cache, clock=clock)
     return None
 
 
 def _inputs(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache,
-            allowed: np.ndarray | None, position_ids: np.ndarray | None) -> dict:
+            allowed: Index | None, position_ids: Index | None) -> dict:
     q = input_ids.shape[1]
     past = cache_length(cache)
     device = input_ids.device
     if allowed is None:
-        allowed = with_prefix(causal_visibility(q), past)
+        allowed = causal_allowed(q, past, device)
     if position_ids is None:
-        position_ids = np.arange(past, past + q)
-    assert allowed.shape == (q, past + q), (allowed.shape, q, past)
+        pos = torch.arange(past, past + q, device=device)[None]
+    elif isinstance(position_ids, torch.Tensor):
+        pos = position_ids.to(device).reshape(1, q)
+    else:
+        pos = to_device(np.asarray(position_ids, dtype=np.int64), device)[None]
+    assert tuple(allowed.shape) == (q, past + q), (tuple(allowed.shape), q, past)
     mask = additive_mask(allowed, model_dtype(model), device)
-    pos = torch.as_tensor(np.asarray(position_ids, dtype=np.int64)).to(device)[None]
     return dict(input_ids=input_ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True)

@@ -16,10 +16,11 @@ from transformers import DynamicCache
 
 from . import plumbing as pl
 from .config import GrowthRule
+from .device_tree import DeviceTree, HostSyncs, host_tree, to_device
 from .drafters import make_drafter
 from .engine import encode_prompt
 from .models import ModelPair
-from .tree import DraftTree, grow_tree
+from .tree import DraftTree
 
 
 class TreeSession:
@@ -43,7 +44,7 @@ class TreeSession:
         self._drafter = make_drafter(pair.draft, top_k)
         hidden = None
         if len(self.prompt) > 1:
-            hidden = pl.prefill(pair.target, torch.tensor([self.prompt[:-1]], device=device), self._target_cache,
+            hidden = pl.prefill(pair.target, to_device(self.prompt[:-1], device)[None], self._target_cache,
                                 self._drafter.needs_target_hidden)
         self._drafter.start(self.prompt, hidden)
         self._drafter.prefill()  # every regrown tree starts from the warm cache
@@ -58,9 +59,10 @@ class TreeSession:
         """Draft a tree under ``rule`` and verify it: returns (tree, target argmax per node)."""
         drafter = self._drafter.fork()
         drafter.top_k = max(self.top_k, rule.max_breadth)
-        tree = grow_tree(self.root, rule, drafter.propose)
-        verified = pl.verify_tree(self.pair.target, tree, copy.deepcopy(self._target_cache))
-        return tree, verified.argmax
+        grown = DeviceTree(self.root, rule, drafter.top_k, self.pair.device).grow(drafter, HostSyncs())
+        v = pl.verify_device(self.pair.target, grown, copy.deepcopy(self._target_cache))
+        arrays = grown.fetch(HostSyncs())
+        return host_tree(arrays, grown.draft_calls), v.argmax.tolist()
 
     __call__ = regrow
 

@@ -50,6 +50,8 @@ class IterationRecord:
     timings: dict[str, float] = field(default_factory=dict)
     draft_forwards: int = 0
     target_forwards: int = 0
+    #: device -> host synchronisations this round (at most draft levels + 1, see ``device_tree``)
+    host_syncs: int = 0
 
     @property
     def accepted_length(self) -> int:
@@ -91,7 +93,7 @@ class IterationRecord:
 _RECORD_FIELDS = ("index", "prefix_len", "target_argmax", "accepted_path", "committed", "bonus",
                   "position_ids", "target_prob_drafted", "token_texts", "committed_texts",
                   "history_before", "history_after", "timings", "draft_forwards",
-                  "target_forwards")
+                  "target_forwards", "host_syncs")
 
 
 @dataclass

@@ -86,8 +86,9 @@ class DraftTree:
     topk_tokens: list[list[int] | None] = field(default_factory=list)
     topk_logps: list[list[float] | None] = field(default_factory=list)
     pruned: list[PrunedCandidate] = field(default_factory=list)
-    #: number of batched draft forwards spent growing this tree (one per expanded level)
-    draft_calls: int = 0
+    #: number of batched draft forwards spent growing this tree (one per expanded level); a
+    #: factory, not a class-level default, so that a :meth:`deferred` tree builds on reading it too
+    draft_calls: int = field(default_factory=int)
 
     # --- construction ------------------------------------------------------------------
     @classmethod
@@ -95,6 +96,26 @@ class DraftTree:
         t = cls()
         t._append(root_token, -1, 0, 0.0, 0.0)
         return t
+
+    @classmethod
+    def deferred(cls, build: Callable[[], "DraftTree"]) -> "DraftTree":
+        """A tree built by ``build()`` the first time any of its fields is read.
+
+        The decode loop keeps its trees on the device and reads each one back in its single
+        per-iteration transfer; turning those arrays into Python lists is per-node work that only
+        a reader of the record needs, so it is left to the first reader.
+        """
+        t = cls.__new__(cls)
+        t.__dict__["_build"] = build
+        return t
+
+    def __getattr__(self, name: str):
+        # only reached for attributes not set yet: those of a deferred tree before its first read
+        build = self.__dict__.pop("_build", None)
+        if build is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        self.__dict__.update(build().__dict__)
+        return getattr(self, name)
 
     @classmethod
     def empty(cls, root_token: int) -> "DraftTree":

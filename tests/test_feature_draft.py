@@ -14,14 +14,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dynatree_core import generate
-from dynatree_core.config import DynaTreeConfig, FixedTreeConfig
+from dynatree_core.config import DynaTreeConfig, FixedTreeConfig, GrowthRule
+from dynatree_core.device_tree import DeviceTree
 from dynatree_core.drafters import FeatureDrafter, ModelDrafter, make_drafter
 from dynatree_core.feature_draft import (FEATURE_CONFIG_FILE, FEATURE_WEIGHTS_FILE, FeatureDraftModel,
                                          build_feature_draft, load_feature_draft, save_feature_draft,
                                          unrolled_mask)
 from dynatree_core.models import ModelPair
 from dynatree_core.testing import VOCAB_SIZE, char_tokenizer, tiny_model
-from dynatree_core.tree import DraftTree
 
 from conftest import cached_target, reference_greedy
 from test_exactness import ATTNS, EDGE_CONFIGS, method_configs, prompts
@@ -120,9 +120,9 @@ def test_target_hidden_states_handed_to_the_drafter_match_a_sequential_run(monke
     seen: list[tuple[list[int], torch.Tensor]] = []
     orig = FeatureDrafter.commit
 
-    def spy(self, path, committed, target_hidden=None):
+    def spy(self, path, committed, target_hidden=None, fed=0):
         seen.append((list(committed), target_hidden.clone()))
-        return orig(self, path, committed, target_hidden)
+        return orig(self, path, committed, target_hidden, fed)
 
     monkeypatch.setattr(FeatureDrafter, "commit", spy)
     res = generate(pair, prompt, "dynatree", DynaTreeConfig(b_min=2, b_mid=3, b_max=3), max_new_tokens=30,
@@ -156,12 +156,15 @@ def test_unrolled_training_forward_equals_the_drafter_on_a_tree_path():
     for r in (3, 6):  # root at position r
         d = FeatureDrafter(model, top_k=2)
         d.start(ids[:r + 1], f[0, :r])
-        tree = DraftTree.with_root(ids[r])
-        d.propose(tree, [0])
+        tree = DeviceTree(ids[r], GrowthRule.chain(2), 2, torch.device("cpu"))
+        d.propose(tree, torch.tensor([0]), level=0)
         torch.testing.assert_close(d.feats[0], outs[0][0, r - 1], atol=1e-5, rtol=1e-4)
         for depth in (1, 2):  # the true continuation as a chain under the root
-            tree._append(ids[r + depth], depth - 1, depth, 0.0, 0.0)
-            d.propose(tree, [depth])
+            tree.tokens[depth], tree.parents[depth], tree.depths[depth] = ids[r + depth], depth - 1, depth
+            tree.ancestors[depth] = tree.ancestors[depth - 1]
+            tree.ancestors[depth, depth] = True
+            tree.n = depth + 1
+            d.propose(tree, torch.tensor([depth]), level=depth)
             torch.testing.assert_close(d.feats[depth], outs[depth][0, r + depth - 1], atol=1e-5, rtol=1e-4)
 
 

@@ -437,8 +437,9 @@ def agreement_by_depth(model: FeatureDraftModel, target, prompt: list[int], cont
 @torch.no_grad()
 def feature_step_cost(model: FeatureDraftModel, target, ctx: list[int], steps: int) -> float:
     """Median seconds of one cached decode step (one token through fusion, layer and head, top-k)."""
+    from ..config import GrowthRule
+    from ..device_tree import DeviceTree
     from ..drafters import FeatureDrafter
-    from ..tree import DraftTree
 
     dev = next(target.parameters()).device
     h = target.base_model(input_ids=torch.tensor([ctx[:-1]], device=dev)).last_hidden_state[0]
@@ -447,12 +448,13 @@ def feature_step_cost(model: FeatureDraftModel, target, ctx: list[int], steps: i
     d.prefill()
     times = []
     tok = ctx[-1]
+    root = torch.zeros(1, dtype=torch.long, device=dev)
     for i in range(steps):
-        tree = DraftTree.with_root(tok)
+        tree = DeviceTree(tok, GrowthRule.chain(1), 3, dev)
         s = time.perf_counter()
-        top = d.propose(tree, [0])
+        top_ids, _ = d.propose(tree, root, level=0)
+        tok = int(top_ids[0, 0])  # the read-back ends the step (a GPU finishes its work here)
         times.append(time.perf_counter() - s)
-        tok = int(top[0][0][0])
         d.commit([], [tok], h[-1:])  # the real feature does not matter for timing
     return statistics.median(times[3:])
 

@@ -1,0 +1,332 @@
+"""The draft tree as tensors on the model's device: growth, masks, positions and selection.
+
+:func:`dynatree_core.tree.grow_tree` is the reference: torch-free, readable, and what replays
+and viewers use. This module runs the *same policy* (same breadth, depth gate, τ pruning, N_max
+budget, same tie-breaking) as vectorised tensor operations, so that the decode loop does no
+per-node Python work and waits for the device only where a shape depends on data:
+
+* one host synchronisation per draft level: the number of children the level kept (the next
+  level's size) and how many of them the growth rule will expand;
+* one per verification: the target's choices and the tree, fetched in a single transfer, from
+  which the accepted path and the bonus token are read.
+
+On a GPU this matters because a target forward of a small or mid-size model takes milliseconds
+(EAGLE and Medusa keep their tree buffers on the device for the same reason). Every
+device -> host read goes through :meth:`HostSyncs.fetch`, which packs its tensors into one
+buffer and counts the transfer; host -> device copies go through :func:`to_device`, which never
+waits for the device (pinned memory, ``non_blocking``). ``tests/test_device_tree.py`` checks that
+this module and :mod:`dynatree_core.tree` build identical trees, masks and paths.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+import torch
+
+from .config import GrowthRule
+from .tree import STOP_REASONS, DraftTree, PrunedCandidate
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .drafters import Drafter
+
+#: stop reasons by code, as stored on the device (code 0 = "expanded")
+_CODE = {r: i for i, r in enumerate(STOP_REASONS)}
+#: draft candidate status per (expanded node, rank), for rebuilding the trace's pruned list
+_BEYOND_B, _KEPT, _PRUNED_TAU, _PRUNED_NMAX = 0, 1, 2, 3
+
+
+class HostSyncs:
+    """Counts device -> host transfers; :meth:`fetch` is the only way the loop reads the device."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def fetch(self, **tensors: torch.Tensor) -> dict[str, np.ndarray]:
+        """Copy several device tensors to the host in ONE transfer (one synchronisation).
+
+        They are flattened into one int64 buffer (floats travel as float64 bit patterns, so
+        nothing is rounded) and split again on the host.
+        """
+        self.count += 1
+        parts, meta = [], []
+        for name, t in tensors.items():
+            flat = t.reshape(-1)
+            if flat.is_floating_point():
+                parts.append(flat.to(torch.float64).view(torch.int64))
+                meta.append((name, t.shape, np.float64))
+            else:
+                parts.append(flat.to(torch.int64))
+                meta.append((name, t.shape, t.dtype))
+        buf = torch.cat(parts).cpu().numpy() if parts else np.zeros(0, np.int64)
+        out, at = {}, 0
+        for (name, shape, kind), p in zip(meta, parts):
+            chunk = buf[at:at + p.numel()]
+            at += p.numel()
+            if kind is np.float64:
+                arr = chunk.view(np.float64)
+            elif kind == torch.bool:
+                arr = chunk.astype(bool)
+            else:
+                arr = chunk
+            out[name] = arr.reshape(tuple(shape))
+        return out
+
+
+def to_device(values: Sequence[int] | np.ndarray, device: torch.device, dtype: torch.dtype = torch.long
+              ) -> torch.Tensor:
+    """Host values -> a device tensor without waiting for the device.
+
+    A plain ``torch.tensor(..., device="cuda")`` copies from pageable memory and synchronises
+    the stream; a pinned buffer copied with ``non_blocking`` just queues the copy (the caching
+    host allocator keeps the buffer alive until it has run).
+    """
+    t = torch.as_tensor(np.asarray(values), dtype=dtype)
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
+@dataclass
+class Selection:
+    """What one verification decided, on the host: the accepted node ids (root excluded), the
+    bonus token (the target's choice after the last of them) and the tree as fetched."""
+
+    path: list[int]
+    bonus: int
+    arrays: dict[str, np.ndarray]
+
+
+class DeviceTree:
+    """A draft tree grown on ``device`` under a :class:`GrowthRule` (node 0 is the root).
+
+    Node arrays are preallocated for N_max + 1 nodes; ``n`` (on the host) says how many are
+    real. Nodes are in BFS order exactly as in :class:`~dynatree_core.tree.DraftTree`, so the
+    two can be compared element by element.
+    """
+
+    def __init__(self, root_token: int, rule: GrowthRule, top_k: int, device: torch.device):
+        self.rule, self.top_k, self.device = rule, max(1, int(top_k)), device
+        cap = max(0, rule.n_max) + 1
+        self.capacity = cap
+        long = dict(dtype=torch.long, device=device)
+        self.tokens = torch.zeros(cap, **long)
+        self.tokens[0] = root_token  # a device-side fill: no host wait
+        self.parents = torch.full((cap,), -1, **long)
+        self.depths = torch.zeros(cap, **long)
+        self.logps = torch.zeros(cap, dtype=torch.float64, device=device)
+        self.cum_logps = torch.zeros(cap, dtype=torch.float64, device=device)
+        self.fed = torch.zeros(cap, dtype=torch.bool, device=device)  # given to the draft (expanded)
+        self.branching = torch.zeros(cap, **long)
+        self.stop = torch.zeros(cap, dtype=torch.int8, device=device)
+        self.topk_tokens = torch.zeros((cap, self.top_k), **long)
+        self.topk_logps = torch.zeros((cap, self.top_k), dtype=torch.float32, device=device)
+        self.cand_status = torch.zeros((cap, self.top_k), dtype=torch.int8, device=device)
+        #: ancestor matrix: row u is True at u and at every ancestor of u (root included)
+        self.ancestors = torch.zeros((cap, cap), dtype=torch.bool, device=device)
+        self.ancestors[0, 0] = True
+        self.n = 1
+        self.k_used = self.top_k  # top-k columns the drafter filled (fewer only for a tiny vocabulary)
+        self.depth = 0  # deepest level (host)
+        self.draft_calls = 0
+        self.level_sizes: list[int] = []  # kept children per expanded level (host, from the syncs)
+
+    # --- growth ------------------------------------------------------------------------------
+    def grow(self, drafter: "Drafter", syncs: HostSyncs) -> "DeviceTree":
+        """Grow the whole tree: one batched ``drafter.propose`` and one host sync per level."""
+        rule = self.rule
+        budget = rule.n_max
+        lo, hi = 0, 1  # the frontier: the last level's nodes (contiguous in BFS order)
+        # the root (depth 0, p = 1) is decided on the host: AR and N_max = 0 never touch the device
+        n_expand = 1 if rule.stop_reason(0, 1.0) is None and budget > 0 else 0
+        if n_expand == 0:
+            self._close_frontier(lo, hi, budget)
+            return self
+        expand_mask = torch.ones(1, dtype=torch.bool, device=self.device)
+        log_tau = math.log(rule.tau) if rule.tau > 0 else -math.inf
+        while True:
+            # expanded frontier nodes, in BFS order (a stable compaction with a known size)
+            order = torch.argsort((~expand_mask).to(torch.int8), stable=True)[:n_expand]
+            ids = lo + order
+            self._close_frontier(lo, hi, budget)  # codes of the frontier nodes not expanded
+            top_ids, top_lps = drafter.propose(self, ids, level=self.draft_calls)
+            self.draft_calls += 1
+            kept, m = self._add_children(ids, top_ids, top_lps, budget, log_tau)
+            got = syncs.fetch(kept=kept[0], expand=kept[1])
+            c, n_expand = int(got["kept"]), int(got["expand"])
+            if c:
+                self.level_sizes.append(c)
+                self.depth += 1
+            lo, hi = self.n, self.n + c
+            self.n += c
+            budget -= c
+            if c == 0:
+                break
+            if n_expand == 0 or budget <= 0:
+                self._close_frontier(lo, hi, budget)
+                break
+            expand_mask = self._expandable(lo, hi)
+        return self
+
+    def _reasons(self, lo: int, hi: int) -> torch.Tensor:
+        """Stop-reason code of nodes [lo, hi) from depth and path probability (0: expand)."""
+        rule = self.rule
+        d = self.depths[lo:hi]
+        p = torch.exp(self.cum_logps[lo:hi])
+        code = torch.zeros(hi - lo, dtype=torch.int8, device=self.device)
+        code = torch.where(d >= rule.d0, torch.where(p < rule.rho_deep, _CODE["depth_gate"], code), code)
+        code = torch.where(p < rule.rho_stop, _CODE["rho_stop"], code)
+        # the first failing check names the reason, as in GrowthRule.stop_reason (python scalars:
+        # a scalar tensor made on the host would be a host -> device copy)
+        return torch.where(d >= rule.d_max, _CODE["d_max"], code).to(torch.int8)
+
+    def _expandable(self, lo: int, hi: int) -> torch.Tensor:
+        return self._reasons(lo, hi) == 0
+
+    def _close_frontier(self, lo: int, hi: int, budget: int) -> None:
+        """Record why frontier nodes [lo, hi) that are not expanded stop (n_max once the budget is spent)."""
+        code = self._reasons(lo, hi)
+        if budget <= 0:
+            code = torch.where(code == 0, _CODE["n_max"], code).to(torch.int8)
+        self.stop[lo:hi] = code
+
+    def _add_children(self, ids: torch.Tensor, top_ids: torch.Tensor, top_lps: torch.Tensor, budget: int,
+                      log_tau: float) -> tuple[tuple[torch.Tensor, torch.Tensor], int]:
+        """Children of the expanded nodes ``ids`` from their draft top-k: B(u) by confidence, τ pruning,
+        the N_max budget by path probability (ties: parent, then rank), appended in BFS order.
+        Returns the device counts (kept children, of which expandable) and the slots written."""
+        rule, dev = self.rule, self.device
+        e, k = top_ids.shape
+        k = min(k, self.top_k)
+        self.k_used = k
+        top_ids, top_lps = top_ids[:, :k], top_lps[:, :k].float()
+        self.fed[ids] = True
+        self.topk_tokens[ids, :k] = top_ids
+        self.topk_logps[ids, :k] = top_lps
+        lp64 = top_lps.double()
+        conf = torch.exp(lp64[:, 0])
+        b = torch.where(conf >= rule.tau_h, rule.b_min, torch.where(conf < rule.tau_l, rule.b_max, rule.b_mid))
+        b = b.clamp(max=k)
+        self.branching[ids] = b
+        cum = self.cum_logps[ids][:, None] + lp64  # float64, as the reference adds Python floats
+        rank = torch.arange(k, device=dev)[None, :]
+        offered = rank < b[:, None]
+        valid = offered & (cum >= log_tau)
+        # most probable first; ties keep (parent, rank) order (stable sorts, flat order = BFS order)
+        flat_cum, flat_valid = cum.reshape(-1), valid.reshape(-1)
+        order = torch.argsort(flat_cum, descending=True, stable=True)
+        order = order[torch.argsort((~flat_valid[order]).to(torch.int8), stable=True)]
+        m = min(budget, e * k)
+        top = order[:m]
+        kept_flat = torch.zeros(e * k, dtype=torch.bool, device=dev)
+        kept_flat[top] = flat_valid[top]
+        status = torch.where(offered, _PRUNED_TAU, _BEYOND_B)
+        status = torch.where(valid, _PRUNED_NMAX, status)
+        status = torch.where(kept_flat.view(e, k), _KEPT, status)
+        self.cand_status[ids, :k] = status.to(torch.int8)
+        # an expanded node none of whose candidates survived: "tau" unless the budget cut one
+        none_kept = ~kept_flat.view(e, k).any(1)
+        stop_code = torch.where((status == _PRUNED_NMAX).any(1), _CODE["n_max"], _CODE["tau"])
+        self.stop[ids] = torch.where(none_kept, stop_code, _CODE["expanded"]).to(torch.int8)
+        # append the kept children in BFS order (by parent, then rank): the first c of m slots
+        bfs = torch.sort(torch.where(kept_flat, torch.arange(e * k, device=dev), e * k)).values[:m]
+        bfs = bfs.clamp(max=e * k - 1)
+        parent = ids[bfs // k]
+        r = bfs % k
+        lo, hi = self.n, self.n + m
+        self.tokens[lo:hi] = top_ids[bfs // k, r]
+        self.parents[lo:hi] = parent
+        self.depths[lo:hi] = self.depths[parent] + 1
+        self.logps[lo:hi] = lp64[bfs // k, r]
+        self.cum_logps[lo:hi] = cum[bfs // k, r]
+        self.stop[lo:hi] = 0
+        anc = self.ancestors[parent].clone()
+        anc[torch.arange(m, device=dev), torch.arange(lo, hi, device=dev)] = True
+        self.ancestors[lo:hi] = anc
+        kept_count = kept_flat.sum()
+        slot_real = torch.arange(m, device=dev) < kept_count
+        expandable = (self._reasons(lo, hi) == 0) & slot_real
+        return (kept_count, expandable.sum()), m
+
+    # --- verification inputs -----------------------------------------------------------------
+    def position_offsets(self) -> torch.Tensor:
+        """Each node's position relative to the root: its depth (not its BFS index)."""
+        return self.depths[:self.n]
+
+    def tree_mask(self) -> torch.Tensor:
+        """Bool [n, n]: node i may attend to node j (j is i or an ancestor of i)."""
+        return self.ancestors[:self.n, :self.n]
+
+    # --- selection -----------------------------------------------------------------------------
+    def select(self, argmax: torch.Tensor, syncs: HostSyncs, extra: dict[str, torch.Tensor] | None = None
+               ) -> Selection:
+        """The longest path the target agrees with (vectorised), fetched with the tree in ONE transfer.
+
+        Node u is *consistent* when its token is the target's choice after its parent; it is
+        *accepted* when it and all its ancestors are consistent. Siblings carry distinct tokens,
+        so at most one node per depth is accepted and the deepest one ends the path.
+        """
+        n = self.n
+        tok, par, anc = self.tokens[:n], self.parents[:n], self.ancestors[:n, :n]
+        consistent = tok == argmax[par.clamp(min=0)]
+        consistent[0] = True
+        accepted = ~(anc & ~consistent[None, :]).any(1)
+        best = torch.argmax(torch.where(accepted, self.depths[:n], -1))
+        arrays = syncs.fetch(best=best, bonus=argmax[best], on_path=anc[best], argmax=argmax,
+                             **self._arrays(), **(extra or {}))
+        on_path = arrays["on_path"]
+        path = np.flatnonzero(on_path[1:]) + 1  # BFS order is depth order along a path
+        return Selection(path.tolist(), int(arrays["bonus"]), arrays)
+
+    def _arrays(self) -> dict[str, torch.Tensor]:
+        n, k = self.n, self.k_used
+        return dict(tokens=self.tokens[:n], parents=self.parents[:n], depths=self.depths[:n],
+                    logps=self.logps[:n], cum_logps=self.cum_logps[:n], fed=self.fed[:n],
+                    branching=self.branching[:n], stop=self.stop[:n], topk_tokens=self.topk_tokens[:n, :k],
+                    topk_logps=self.topk_logps[:n, :k], cand_status=self.cand_status[:n, :k])
+
+    def fetch(self, syncs: HostSyncs) -> dict[str, np.ndarray]:
+        """The tree's arrays on the host (one transfer; for callers that do not verify)."""
+        return syncs.fetch(**self._arrays())
+
+
+def host_tree(a: dict[str, np.ndarray], draft_calls: int, pruned: bool = True) -> DraftTree:
+    """The :class:`DraftTree` of fetched device arrays (what traces, viewers and replays read).
+
+    ``pruned``: also rebuild the list of pruned candidates (per level: τ-pruned ones by parent and
+    rank, then budget-pruned ones by decreasing path probability, as :func:`grow_tree` records them).
+    """
+    n = len(a["tokens"])
+    fed = a["fed"].astype(bool)
+    top_t, top_l = a["topk_tokens"].tolist(), a["topk_logps"].astype(np.float32).tolist()
+    tree = DraftTree(
+        tokens=a["tokens"].tolist(), parents=a["parents"].tolist(), depths=a["depths"].tolist(),
+        logps=a["logps"].tolist(), cum_logps=a["cum_logps"].tolist(),
+        confidences=[math.exp(top_l[i][0]) if fed[i] else None for i in range(n)],
+        branching=a["branching"].tolist(), stop_reasons=[STOP_REASONS[c] for c in a["stop"].tolist()],
+        topk_tokens=[top_t[i] if fed[i] else None for i in range(n)],
+        topk_logps=[top_l[i] if fed[i] else None for i in range(n)])
+    tree.draft_calls = draft_calls
+    if pruned:
+        tree.pruned = _pruned(tree, a["cand_status"], fed)
+    return tree
+
+
+def _pruned(tree: DraftTree, status: np.ndarray, fed: np.ndarray) -> list[PrunedCandidate]:
+    out: list[PrunedCandidate] = []
+    for depth in sorted({tree.depths[i] for i in np.flatnonzero(fed)}):
+        level = [i for i in np.flatnonzero(fed).tolist() if tree.depths[i] == depth]
+        budget_cut = []
+        for i in level:
+            for r, s in enumerate(status[i].tolist()):
+                if s in (_PRUNED_TAU, _PRUNED_NMAX):
+                    lp = tree.topk_logps[i][r]
+                    cand = PrunedCandidate(i, tree.topk_tokens[i][r], lp, tree.cum_logps[i] + lp, r,
+                                           "tau" if s == _PRUNED_TAU else "n_max")
+                    (out if s == _PRUNED_TAU else budget_cut).append(cand)
+        budget_cut.sort(key=lambda c: (-c.cum_logp, c.parent, c.rank))
+        out.extend(budget_cut)
+    return out

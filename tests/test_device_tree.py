@@ -1,0 +1,206 @@
+"""The device-side tree (dynatree_core.device_tree) against the torch-free reference (tree.py).
+
+Both grow trees from the same draft distributions (a deterministic function of the node's token
+path, so the reference's host ``propose`` and the device ``propose`` answer alike); every field of
+the trees, the masks, positions, pruned candidates and the selected paths must be identical.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dynatree_core import generate, iterate
+from dynatree_core.config import DynaTreeConfig, FixedTreeConfig, GrowthRule, LinearConfig
+from dynatree_core.device_tree import DeviceTree, HostSyncs, host_tree, to_device
+from dynatree_core.tree import DraftTree, grow_tree
+
+from conftest import cached_pair
+
+CPU = torch.device("cpu")
+VOCAB = 12
+MOD = 1_000_003
+
+
+def _dist(key: int, k: int, ties: bool) -> tuple[list[int], np.ndarray]:
+    """The fake draft's top-k after a node with path key ``key``: sorted ids and float32 log-probs."""
+    rs = np.random.RandomState(key % (2 ** 31))
+    logits = rs.randn(VOCAB) * rs.choice([0.3, 1.5, 4.0])
+    if ties:  # equal log-probs exercise the budget's tie-breaking (parent, then rank)
+        logits = np.round(logits * 2) / 2
+    lp = (logits - np.log(np.exp(logits - logits.max()).sum()) - logits.max()).astype(np.float32)
+    order = np.argsort(-lp, kind="stable")[:k]
+    return order.tolist(), lp[order]
+
+
+class FakeDrafter:
+    """Answers both protocols: ``host_propose`` for grow_tree, ``propose`` for DeviceTree.grow."""
+
+    def __init__(self, k: int, ties: bool):
+        self.k, self.ties, self.top_k = k, ties, k
+        self.keys: torch.Tensor | None = None
+
+    def host_propose(self, tree: DraftTree, ids: list[int]):
+        out = []
+        for i in ids:
+            key = 0
+            for t in tree.token_path(i):
+                key = (key * 31 + t) % MOD
+            toks, lps = _dist(key, self.k, self.ties)
+            out.append((toks, [float(x) for x in lps]))
+        return out
+
+    def propose(self, tree: DeviceTree, ids: torch.Tensor, level: int):
+        if level == 0:
+            self.keys = torch.zeros(tree.capacity, dtype=torch.long)
+            self.keys[0] = tree.tokens[0] % MOD
+        else:
+            self.keys[ids] = (self.keys[tree.parents[ids]] * 31 + tree.tokens[ids]) % MOD
+        rows = [_dist(int(key), self.k, self.ties) for key in self.keys[ids].tolist()]
+        return (torch.tensor([r[0] for r in rows], dtype=torch.long),
+                torch.tensor(np.stack([r[1] for r in rows]), dtype=torch.float32))
+
+
+rules = st.builds(
+    lambda d0, extra, b, th, tl, rs, rd, tau, n: GrowthRule(
+        d0=d0, d_max=d0 + extra, b_min=b[0], b_mid=b[1], b_max=b[2], tau_h=max(th, tl + 0.01), tau_l=tl,
+        rho_stop=rs, rho_deep=rd, tau=tau, n_max=n),
+    d0=st.integers(0, 4), extra=st.integers(0, 3),
+    b=st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 4)),
+    th=st.floats(0.05, 0.95), tl=st.floats(0.01, 0.8),
+    rs=st.sampled_from([0.0, 0.001, 0.05, 0.2]), rd=st.sampled_from([0.0, 0.01, 0.1, 0.5]),
+    tau=st.sampled_from([0.0, 0.001, 0.02, 0.1]), n=st.integers(0, 24))
+
+
+def _grow_both(rule: GrowthRule, root: int, extra_k: int, ties: bool):
+    k = rule.max_breadth + extra_k
+    ref = grow_tree(root, rule, FakeDrafter(k, ties).host_propose)
+    syncs = HostSyncs()
+    dev = DeviceTree(root, rule, k, CPU).grow(FakeDrafter(k, ties), syncs)
+    return ref, dev, syncs
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rule=rules, root=st.integers(0, VOCAB - 1), extra_k=st.integers(0, 2), ties=st.booleans())
+def test_device_growth_builds_the_reference_tree(rule, root, extra_k, ties):
+    ref, dev, syncs = _grow_both(rule, root, extra_k, ties)
+    got = host_tree(dev.fetch(HostSyncs()), dev.draft_calls)
+    assert got.to_dict() == ref.to_dict()  # tokens, parents, depths, log-probs, reasons, top-k, pruned
+    assert dev.n == len(ref) and dev.depth == ref.depth
+    # the masks and positions the verify forward reads come from the device arrays
+    assert np.array_equal(dev.tree_mask().numpy(), ref.ancestor_mask())
+    assert np.array_equal(dev.position_offsets().numpy(), ref.position_offsets())
+    assert syncs.count == ref.draft_calls  # exactly one host sync per draft level
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rule=rules, root=st.integers(0, VOCAB - 1), ties=st.booleans(), data=st.data())
+def test_device_selection_finds_the_reference_path(rule, root, ties, data):
+    ref, dev, _ = _grow_both(rule, root, 0, ties)
+    # target choices: mostly a drafted child's token (long paths), sometimes anything
+    argmax = []
+    for i in range(len(ref)):
+        kids = ref.children(i)
+        pick = data.draw(st.sampled_from([ref.tokens[j] for j in kids])) if kids and data.draw(st.booleans()) \
+            else data.draw(st.integers(0, VOCAB - 1))
+        argmax.append(pick)
+    path, bonus = ref.greedy_path(argmax)
+    syncs = HostSyncs()
+    sel = dev.select(torch.tensor(argmax), syncs)
+    assert (sel.path, sel.bonus) == (path, bonus)
+    assert syncs.count == 1
+    assert sel.arrays["argmax"].tolist() == argmax
+
+
+def test_budget_ties_keep_parent_then_rank_order():
+    """Equal path probabilities across parents: the budget keeps the earlier parent's, lower rank first."""
+    rule = GrowthRule.full(d=2, b=3, tau=0.0, n_max=5)
+
+    class Flat(FakeDrafter):  # a uniform draft: every candidate of a level ties
+        def host_propose(self, tree, ids):
+            return [(list(range(3)), [float(np.float32(math.log(1 / 3)))] * 3) for _ in ids]
+
+        def propose(self, tree, ids, level):
+            q = ids.shape[0]
+            return (torch.arange(3).repeat(q, 1),
+                    torch.full((q, 3), float(np.float32(math.log(1 / 3)))))
+
+    ref = grow_tree(0, rule, Flat(3, False).host_propose)
+    dev = DeviceTree(0, rule, 3, CPU).grow(Flat(3, False), HostSyncs())
+    got = host_tree(dev.fetch(HostSyncs()), dev.draft_calls)
+    assert got.to_dict() == ref.to_dict()
+    assert got.parents == [-1, 0, 0, 0, 1, 1]  # level 2: node 1's first two children, node 2's none
+
+
+def test_host_syncs_fetch_round_trips_every_dtype_in_one_transfer():
+    syncs = HostSyncs()
+    got = syncs.fetch(i=torch.tensor([3, -1]), b=torch.tensor([True, False]), f=torch.tensor([0.1], dtype=torch.float32),
+                      d=torch.tensor(2.5, dtype=torch.float64), s=torch.tensor(7))
+    assert syncs.count == 1
+    assert got["i"].tolist() == [3, -1] and got["b"].tolist() == [True, False]
+    assert got["f"][0] == float(np.float32(0.1)) and got["d"] == 2.5 and int(got["s"]) == 7
+    assert to_device([1, 2], CPU).tolist() == [1, 2]
+
+
+def test_deferred_tree_is_built_on_first_read():
+    built = []
+
+    def build():
+        built.append(1)
+        return DraftTree.with_root(5)
+
+    t = DraftTree.deferred(build)
+    assert not built
+    assert t.tokens == [5] and t.depth == 0 and built == [1]
+    assert t.to_dict() == DraftTree.with_root(5).to_dict() and built == [1]
+    with pytest.raises(AttributeError):
+        t.no_such_field
+
+
+@pytest.mark.parametrize("method,config", [
+    ("ar", None), ("linear", LinearConfig(k=3)), ("fixed_tree", FixedTreeConfig(d=3, b=2, n_max=8)),
+    ("dynatree", DynaTreeConfig()), ("dynatree", DynaTreeConfig(kv_mode="recompute"))])
+def test_the_loop_syncs_once_per_draft_level_and_once_per_verify(method, config):
+    pair = cached_pair("llama", "sdpa", 0.02)
+    recs = list(iterate(pair, [5, 9, 14, 3], method, config, max_new_tokens=24, ignore_eos=True))
+    assert recs
+    for rec in recs:
+        assert rec.host_syncs == rec.draft_forwards + 1
+        assert rec.draft_forwards == (0 if method == "ar" else rec.tree.draft_calls)
+    m = generate(pair, [5, 9, 14, 3], method, config, max_new_tokens=24, ignore_eos=True).metrics
+    assert m.host_sync_excess <= 0 and m.host_syncs == sum(r.host_syncs for r in recs)
+    assert 0 < m.forward_time_s < m.wall_time_s and m.engine_overhead_ms is not None
+
+
+def test_untraced_records_build_their_trees_lazily_and_alike():
+    pair = cached_pair("llama", "sdpa", 0.02)
+    cfg = DynaTreeConfig(trace_top_k=4)
+    fast = list(iterate(pair, [5, 9, 14], "dynatree", cfg, max_new_tokens=16, ignore_eos=True))
+    traced = list(iterate(pair, [5, 9, 14], "dynatree", cfg, max_new_tokens=16, ignore_eos=True, trace=True))
+    assert "_build" in vars(fast[0].tree)  # not materialised until read
+    for a, b in zip(fast, traced):
+        assert a.tree.tokens == b.tree.tokens and a.tree.parents == b.tree.parents
+        assert a.accepted_path == b.accepted_path and a.committed == b.committed
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run by scripts/gpu_check.sh)")
+@pytest.mark.parametrize("method,config", [("ar", None), ("linear", LinearConfig(k=3)),
+                                           ("dynatree", DynaTreeConfig())])
+def test_cuda_reports_no_synchronisation_the_loop_did_not_count(method, config):
+    from dynatree_core.models import ModelPair
+    from dynatree_core.sync_audit import audit_host_syncs
+
+    cpu = cached_pair("llama", "sdpa", 0.02)
+    pair = ModelPair(target=cpu.target.to("cuda"), draft=cpu.draft.to("cuda"), target_name="tiny", draft_name="tiny")
+    try:
+        rows = audit_host_syncs(pair, [5, 9, 14, 3], method, config, max_new_tokens=16)
+    finally:
+        cpu.target.to("cpu"), cpu.draft.to("cpu")
+    assert rows
+    for row in rows:
+        assert row["observed"] <= row["counted"] == row["draft_levels"] + 1, row
