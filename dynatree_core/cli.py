@@ -193,10 +193,12 @@ def _preset(args: argparse.Namespace, device: str) -> str:
 
 def _device_name(args: argparse.Namespace) -> str:
     """The resolved device (validates --device and --dtype before anything is loaded)."""
-    from .models import resolve_device, resolve_dtype
+    from .models import check_dtype_on_device, resolve_device, resolve_dtype
 
-    resolve_dtype(args.dtype)
-    return str(resolve_device(args.device))
+    dtype = resolve_dtype(args.dtype)
+    device = resolve_device(args.device)
+    check_dtype_on_device(dtype, device)
+    return str(device)
 
 
 def _k_list(text: str) -> int | list[int]:

@@ -288,7 +288,9 @@ class FeatureDrafter(Drafter):
             self.slot[ids] = past + torch.arange(ids.shape[0], device=self.device)
         self.feats[ids] = out
         # Top-k over the head ids only: ids outside the head have logit dtype-min (probability 0).
-        compact = torch.log_softmax(self.model.head.forward_compact(out).float(), dim=-1)
+        with pl.timed(self.clock):  # the head is part of the draft model's forward
+            logits = self.model.head.forward_compact(out)
+        compact = torch.log_softmax(logits.float(), dim=-1)
         k = min(self.top_k, compact.shape[-1])
         top = compact.topk(k, dim=-1)
         return self.model.head.vocab_ids[top.indices], top.values

@@ -30,10 +30,26 @@ def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
 def resolve_device(device: str | torch.device | None) -> torch.device:
     if device is None or device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(device)
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}") from e
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device={str(device)!r} requested but CUDA is not available; use device='cpu'")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"device={str(device)!r}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                         f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
     return device
+
+
+def check_dtype_on_device(dtype: torch.dtype, device: torch.device) -> None:
+    """A clear error, naming the option, for a dtype the device cannot compute in."""
+    if not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating-point type (float32, float16, bfloat16), got {dtype}")
+    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        name = torch.cuda.get_device_name(device)
+        raise ValueError(f"dtype='bfloat16' is not supported on {name} ({device}); use dtype='float16' or "
+                         "'float32'")
 
 
 def eos_token_ids(model: torch.nn.Module, tokenizer: Any = None) -> list[int]:
@@ -151,6 +167,7 @@ class ModelPair:
         if attn_implementation not in SUPPORTED_ATTENTION:
             raise ValueError(f"attn_implementation must be one of {SUPPORTED_ATTENTION}, got {attn_implementation!r}")
         dev, dt = resolve_device(device), resolve_dtype(dtype)
+        check_dtype_on_device(dt, dev)
         from .loading import check_model_source
 
         # fail in milliseconds on a misspelt name or an offline machine, before any download attempt
@@ -193,8 +210,10 @@ class ModelPair:
         from .loading import quiet_loading
 
         kind = resolve_draft_kind(draft)
+        dev, dt = resolve_device(device), resolve_dtype(dtype)
+        check_dtype_on_device(dt, dev)
         with quiet_loading():  # local files only: transformers' two progress bars per load say nothing here
-            target, draft_model, tok = load_default_pair(device=resolve_device(device), dtype=resolve_dtype(dtype),
+            target, draft_model, tok = load_default_pair(device=dev, dtype=dt,
                                                          attn_implementation=attn_implementation, draft=kind)
         return cls(target=target, draft=draft_model, tokenizer=tok, target_name=DEFAULT_TARGET_NAME,
                    draft_name=draft_name(kind))

@@ -164,3 +164,28 @@ def test_trace_top_k_follows_the_breadth_unless_given():
     with pytest.raises(ValueError, match="trace_top_k must be >= the largest breadth"):
         DynaTreeConfig(trace_top_k=10).replace(b_max=11)
     assert DynaTreeConfig(b_max=9).to_dict()["trace_top_k"] == 9  # traces record the value used
+
+
+def test_device_and_dtype_errors_name_the_option(monkeypatch):
+    """No GPU, a GPU index that does not exist, a dtype the GPU cannot compute in, a non-float dtype."""
+    import torch
+
+    from dynatree_core.models import check_dtype_on_device, resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match=r"device='cuda' requested but CUDA is not available"):
+        resolve_device("cuda")
+    with pytest.raises(ValueError, match="device must be"):
+        resolve_device("tpu:7")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match=r"device='cuda:3': this machine has 1 CUDA device"):
+        resolve_device("cuda:3")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a, **k: "Tesla T4")
+    with pytest.raises(ValueError, match=r"dtype='bfloat16' is not supported on Tesla T4"):
+        check_dtype_on_device(torch.bfloat16, torch.device("cuda:0"))
+    check_dtype_on_device(torch.float16, torch.device("cuda:0"))  # fine
+    check_dtype_on_device(torch.bfloat16, torch.device("cpu"))  # CPUs compute in bf16
+    with pytest.raises(ValueError, match="dtype must be a floating-point type"):
+        check_dtype_on_device(torch.int8, torch.device("cpu"))
