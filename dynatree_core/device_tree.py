@@ -140,116 +140,97 @@ class DeviceTree:
         rule = self.rule
         budget = rule.n_max
         lo, hi = 0, 1  # the frontier: the last level's nodes (contiguous in BFS order)
+        codes = self._reasons(lo, hi)  # why each frontier node stops (0: it is expanded)
         # the root (depth 0, p = 1) is decided on the host: AR and N_max = 0 never touch the device
         n_expand = 1 if rule.stop_reason(0, 1.0) is None and budget > 0 else 0
-        if n_expand == 0:
-            self._close_frontier(lo, hi, budget)
-            return self
-        expand_mask = torch.ones(1, dtype=torch.bool, device=self.device)
         log_tau = math.log(rule.tau) if rule.tau > 0 else -math.inf
-        while True:
-            # expanded frontier nodes, in BFS order (a stable compaction with a known size)
-            order = torch.argsort((~expand_mask).to(torch.int8), stable=True)[:n_expand]
-            ids = lo + order
-            self._close_frontier(lo, hi, budget)  # codes of the frontier nodes not expanded
+        while n_expand:
+            self.stop[lo:hi] = codes  # the expanded ones are overwritten by _add_children
+            # expanded frontier nodes, in BFS order (a stable compaction with a size known on the host)
+            ids = lo + torch.argsort((codes != 0).to(torch.int8), stable=True)[:n_expand]
             top_ids, top_lps = drafter.propose(self, ids, level=self.draft_calls)
             self.draft_calls += 1
-            kept, m = self._add_children(ids, top_ids, top_lps, budget, log_tau)
-            got = syncs.fetch(kept=kept[0], expand=kept[1])
+            kept, expandable, codes = self._add_children(ids, top_ids, top_lps, budget, log_tau)
+            got = syncs.fetch(kept=kept, expand=expandable)
             c, n_expand = int(got["kept"]), int(got["expand"])
-            if c:
-                self.level_sizes.append(c)
-                self.depth += 1
             lo, hi = self.n, self.n + c
-            self.n += c
-            budget -= c
+            self.n, budget = hi, budget - c
             if c == 0:
-                break
-            if n_expand == 0 or budget <= 0:
-                self._close_frontier(lo, hi, budget)
-                break
-            expand_mask = self._expandable(lo, hi)
+                return self
+            self.level_sizes.append(c)
+            self.depth += 1
+            codes = codes[:c]
+            if budget <= 0:
+                n_expand = 0
+        # the last frontier: nodes the rule would still expand stop at the spent budget
+        self.stop[lo:hi] = torch.where(codes == 0, _CODE["n_max"], codes) if budget <= 0 else codes
         return self
 
     def _reasons(self, lo: int, hi: int) -> torch.Tensor:
-        """Stop-reason code of nodes [lo, hi) from depth and path probability (0: expand)."""
+        """Stop-reason code of nodes [lo, hi) from depth and path probability (0: expand); the
+        first failing check names the reason, as in :meth:`GrowthRule.stop_reason` (python scalars
+        in ``where``: a scalar tensor made on the host would be a host -> device copy)."""
         rule = self.rule
         d = self.depths[lo:hi]
         p = torch.exp(self.cum_logps[lo:hi])
-        code = torch.zeros(hi - lo, dtype=torch.int8, device=self.device)
-        code = torch.where(d >= rule.d0, torch.where(p < rule.rho_deep, _CODE["depth_gate"], code), code)
+        code = torch.where((d >= rule.d0) & (p < rule.rho_deep), _CODE["depth_gate"], 0)
         code = torch.where(p < rule.rho_stop, _CODE["rho_stop"], code)
-        # the first failing check names the reason, as in GrowthRule.stop_reason (python scalars:
-        # a scalar tensor made on the host would be a host -> device copy)
         return torch.where(d >= rule.d_max, _CODE["d_max"], code).to(torch.int8)
 
-    def _expandable(self, lo: int, hi: int) -> torch.Tensor:
-        return self._reasons(lo, hi) == 0
-
-    def _close_frontier(self, lo: int, hi: int, budget: int) -> None:
-        """Record why frontier nodes [lo, hi) that are not expanded stop (n_max once the budget is spent)."""
-        code = self._reasons(lo, hi)
-        if budget <= 0:
-            code = torch.where(code == 0, _CODE["n_max"], code).to(torch.int8)
-        self.stop[lo:hi] = code
-
     def _add_children(self, ids: torch.Tensor, top_ids: torch.Tensor, top_lps: torch.Tensor, budget: int,
-                      log_tau: float) -> tuple[tuple[torch.Tensor, torch.Tensor], int]:
+                      log_tau: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Children of the expanded nodes ``ids`` from their draft top-k: B(u) by confidence, τ pruning,
         the N_max budget by path probability (ties: parent, then rank), appended in BFS order.
-        Returns the device counts (kept children, of which expandable) and the slots written."""
+
+        Returns, on the device: how many children were kept, how many of them the rule will
+        expand, and the stop-reason codes of the slots written (the first ``kept`` are real)."""
         rule, dev = self.rule, self.device
         e, k = top_ids.shape
         k = min(k, self.top_k)
         self.k_used = k
-        top_ids, top_lps = top_ids[:, :k], top_lps[:, :k].float()
+        top_ids, lp32 = top_ids[:, :k], top_lps[:, :k].float()
         self.fed[ids] = True
         self.topk_tokens[ids, :k] = top_ids
-        self.topk_logps[ids, :k] = top_lps
-        lp64 = top_lps.double()
-        conf = torch.exp(lp64[:, 0])
+        self.topk_logps[ids, :k] = lp32
+        lp = lp32.double()  # float64 from here, as the reference adds Python floats
+        conf = torch.exp(lp[:, 0])
         b = torch.where(conf >= rule.tau_h, rule.b_min, torch.where(conf < rule.tau_l, rule.b_max, rule.b_mid))
         b = b.clamp(max=k)
         self.branching[ids] = b
-        cum = self.cum_logps[ids][:, None] + lp64  # float64, as the reference adds Python floats
-        rank = torch.arange(k, device=dev)[None, :]
-        offered = rank < b[:, None]
-        valid = offered & (cum >= log_tau)
-        # most probable first; ties keep (parent, rank) order (stable sorts, flat order = BFS order)
-        flat_cum, flat_valid = cum.reshape(-1), valid.reshape(-1)
-        order = torch.argsort(flat_cum, descending=True, stable=True)
-        order = order[torch.argsort((~flat_valid[order]).to(torch.int8), stable=True)]
+        cum = self.cum_logps[ids][:, None] + lp
+        offered = torch.arange(k, device=dev)[None, :] < b[:, None]
+        valid = (offered & (cum >= log_tau)).reshape(-1)
+        # most probable first, ties in flat (= parent, then rank) order; invalid ones last
+        # (a valid -inf path probability, possible only with tau = 0, still ranks above them)
+        key = torch.where(valid, cum.reshape(-1).clamp(min=-torch.finfo(torch.float64).max), -math.inf)
         m = min(budget, e * k)
-        top = order[:m]
-        kept_flat = torch.zeros(e * k, dtype=torch.bool, device=dev)
-        kept_flat[top] = flat_valid[top]
-        status = torch.where(offered, _PRUNED_TAU, _BEYOND_B)
-        status = torch.where(valid, _PRUNED_NMAX, status)
-        status = torch.where(kept_flat.view(e, k), _KEPT, status)
-        self.cand_status[ids, :k] = status.to(torch.int8)
+        top = torch.argsort(key, descending=True, stable=True)[:m]
+        kept = torch.zeros(e * k, dtype=torch.bool, device=dev)
+        kept[top] = valid[top]
+        # candidate status for traces: beyond B(u) 0, kept 1, pruned by tau 2, by the budget 3
+        status = torch.where(kept, _KEPT, offered.reshape(-1).to(torch.int8) * 2 + valid.to(torch.int8))
+        self.cand_status[ids, :k] = status.view(e, k).to(torch.int8)
         # an expanded node none of whose candidates survived: "tau" unless the budget cut one
-        none_kept = ~kept_flat.view(e, k).any(1)
-        stop_code = torch.where((status == _PRUNED_NMAX).any(1), _CODE["n_max"], _CODE["tau"])
-        self.stop[ids] = torch.where(none_kept, stop_code, _CODE["expanded"]).to(torch.int8)
+        self.stop[ids] = torch.where(kept.view(e, k).any(1), _CODE["expanded"],
+                                     torch.where((status.view(e, k) == _PRUNED_NMAX).any(1), _CODE["n_max"],
+                                                 _CODE["tau"])).to(torch.int8)
         # append the kept children in BFS order (by parent, then rank): the first c of m slots
-        bfs = torch.sort(torch.where(kept_flat, torch.arange(e * k, device=dev), e * k)).values[:m]
-        bfs = bfs.clamp(max=e * k - 1)
-        parent = ids[bfs // k]
-        r = bfs % k
+        flat = torch.sort(torch.where(kept, torch.arange(e * k, device=dev), e * k)).values[:m].clamp(max=e * k - 1)
+        row, r = flat // k, flat % k
+        parent = ids[row]
         lo, hi = self.n, self.n + m
-        self.tokens[lo:hi] = top_ids[bfs // k, r]
+        self.tokens[lo:hi] = top_ids[row, r]
         self.parents[lo:hi] = parent
         self.depths[lo:hi] = self.depths[parent] + 1
-        self.logps[lo:hi] = lp64[bfs // k, r]
-        self.cum_logps[lo:hi] = cum[bfs // k, r]
-        self.stop[lo:hi] = 0
-        anc = self.ancestors[parent].clone()
-        anc[torch.arange(m, device=dev), torch.arange(lo, hi, device=dev)] = True
+        self.logps[lo:hi] = lp[row, r]
+        self.cum_logps[lo:hi] = cum[row, r]
+        anc = self.ancestors[parent]
+        anc[:, lo:hi] |= torch.eye(m, dtype=torch.bool, device=dev)
         self.ancestors[lo:hi] = anc
-        kept_count = kept_flat.sum()
-        slot_real = torch.arange(m, device=dev) < kept_count
-        expandable = (self._reasons(lo, hi) == 0) & slot_real
-        return (kept_count, expandable.sum()), m
+        count = kept.sum()
+        codes = self._reasons(lo, hi)
+        expandable = ((codes == 0) & (torch.arange(m, device=dev) < count)).sum()
+        return count, expandable, codes
 
     # --- verification inputs -----------------------------------------------------------------
     def position_offsets(self) -> torch.Tensor:
