@@ -307,7 +307,7 @@ def _execute(args: argparse.Namespace, exp: Any, stem: str, print_tables: Sequen
     """The common tail of bench and sweep: checks, data, models, run, write, print."""
     from .bench import results as res
     from .bench.runner import load_corpora, run_experiment
-    from .bench.tables import render, speed_notes
+    from .bench.tables import overhead_notes, render, speed_notes
 
     exp.validate()
     out = Path(args.out)
@@ -343,6 +343,11 @@ def _execute(args: argparse.Namespace, exp: Any, stem: str, print_tables: Sequen
         if notes:
             print("\nslower than AR on this machine, and why:")
             print("\n".join(f"  {n}" for n in notes))
+        overhead = overhead_notes(aggs)
+        if overhead:
+            print("\nengine overhead (wall time - time inside model forwards) per iteration, against Hugging Face "
+                  "assisted generation on the same pair, prompts and T, this run:")
+            print("\n".join(f"  {n}" for n in overhead))
     if figure is not None and importlib.util.find_spec("plotly") is None:
         print("\nfigure: skipped (plotly is not installed: pip install 'dynatree[viz]'; the JSON has every number)",
               file=sys.stderr)
@@ -380,9 +385,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
         tdir = Path(args.trace).resolve().parent
         if not tdir.is_dir() or not os.access(tdir, os.W_OK):
             raise CLIError(f"cannot write the trace to {args.trace!r}: {tdir} is not a writable directory")
+    if spec.method == "hf_assisted" and args.trace:
+        raise CLIError("--trace records the engine's iterations; hf_assisted runs Hugging Face's own loop")
     pair = load_pair(args)
-    result = generate(pair, args.prompt, spec.method, spec.config, args.max_new_tokens,
-                      trace=bool(args.trace), ignore_eos=args.ignore_eos)
+    if spec.method == "hf_assisted":
+        from .bench.hf_assisted import generate_hf_assisted
+
+        result = generate_hf_assisted(pair, args.prompt, args.max_new_tokens, spec.config, ignore_eos=args.ignore_eos)
+    else:
+        result = generate(pair, args.prompt, spec.method, spec.config, args.max_new_tokens,
+                          trace=bool(args.trace), ignore_eos=args.ignore_eos)
     print(result.text if result.text is not None else result.tokens)
     print(f"\n--- metrics ({spec.label}, target {pair.target_name}, draft {pair.draft_name}) ---")
     for k, v in result.metrics.to_dict().items():

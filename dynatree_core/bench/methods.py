@@ -2,7 +2,9 @@
 
 Names accepted by :func:`method_specs`: ``ar``, ``linear`` (K), ``fixed_tree`` (D, B, τ),
 ``dynatree`` and the Table 4 ablation variants ``dynatree:fixed_backbone``,
-``dynatree:breadth_depth``, ``dynatree:full`` (``ablation`` expands to all three).
+``dynatree:breadth_depth``, ``dynatree:full`` (``ablation`` expands to all three), and
+``hf_assisted``: Hugging Face's assisted generation on the same pair, for comparison
+(:mod:`.hf_assisted`; not an engine method).
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from typing import Any, Sequence
 
 from ..config import (ABLATION_VARIANTS, ARConfig, DecoderConfig, DynaTreeConfig, FixedTreeConfig, GrowthRule,
                       HistoryConfig, LinearConfig)
+from .hf_assisted import HFAssistedConfig
 
 PRESETS: tuple[str, ...] = ("paper", "cpu")
 ABLATION_LABELS: tuple[str, ...] = tuple(f"dynatree:{v}" for v in ABLATION_VARIANTS)
-METHOD_NAMES: tuple[str, ...] = ("ar", "linear", "fixed_tree", "dynatree", *ABLATION_LABELS, "ablation")
+METHOD_NAMES: tuple[str, ...] = ("ar", "linear", "fixed_tree", "dynatree", *ABLATION_LABELS, "ablation",
+                                  "hf_assisted")
 #: DynaTreeConfig fields settable from the command line: exactly the GrowthRule's (the tree policy)
 DYNATREE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GrowthRule))
 #: their Python types (int or float), read from the dataclass so the CLI never guesses from names
@@ -25,11 +29,12 @@ DYNATREE_FIELD_TYPES: dict[str, type] = {f: typing.get_type_hints(GrowthRule)[f]
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """One benchmarked decoder: ``label`` names the row, ``method`` and ``config`` run it."""
+    """One benchmarked decoder: ``label`` names the row, ``method`` and ``config`` run it
+    (``hf_assisted``: an :class:`~.hf_assisted.HFAssistedConfig`, run by HF's ``generate``)."""
 
     label: str
     method: str
-    config: DecoderConfig
+    config: DecoderConfig | HFAssistedConfig
 
     def to_dict(self) -> dict[str, Any]:
         return {"label": self.label, "method": self.method, "config": self.config.to_dict()}
@@ -87,6 +92,9 @@ def method_specs(names: list[str], *, preset: str = "paper", k: int | Sequence[i
             cfg = FixedTreeConfig(d=d, b=b, tau=tau, n_max=n_max, kv_mode=kv_mode)
         elif name == "dynatree":
             cfg = base
+        elif name == "hf_assisted":
+            specs.append(MethodSpec(name, name, HFAssistedConfig()))
+            continue
         elif name in ABLATION_LABELS:
             fields = {f: getattr(base, f) for f in DYNATREE_FIELDS}
             cfg = DynaTreeConfig.ablation(name.split(":", 1)[1], kv_mode=kv_mode, history=base.history, **fields)

@@ -6,7 +6,9 @@ prompt i+1) with EOS ignored, so every run
 produces exactly T tokens. The first W prompts of each point are warmup: they are run (and
 recorded, flagged ``warmup``) but left out of the aggregates. DynaTree's history state is
 carried from one prompt to the next within a point, as the engine recommends. Timing and GPU
-synchronization happen inside the engine.
+synchronization happen inside the engine. The ``hf_assisted`` method runs Hugging Face's assisted
+generation instead of the engine (:mod:`.hf_assisted`), in the same order and with the same row,
+plus the assistant settings it used (``row["hf_assisted"]``).
 """
 
 from __future__ import annotations
@@ -87,7 +89,10 @@ def run_points(pair: Any, points: Sequence[RunPoint], datasets: Sequence[str], p
                allow_long_context: bool = False) -> list[dict[str, Any]]:
     """Run every point on every dataset's prompts (see the module docstring); return the rows."""
     from ..engine import generate
+    from .hf_assisted import METHOD as HF_METHOD, assistant_settings, check_draft, generate_hf_assisted
 
+    if any(p.spec.method == HF_METHOD for p in points):
+        check_draft(pair)  # a feature draft cannot be HF's assistant: say so before anything runs
     plan = [(ds, p, prompts_for(ds, p.l_max(ds, defaults))) for ds in datasets for p in points]
     for ds, p, prompts in plan:
         if warmup >= len(prompts):
@@ -112,15 +117,21 @@ def run_points(pair: Any, points: Sequence[RunPoint], datasets: Sequence[str], p
                     prompt, l_max = prompts[i], point.l_max(ds, defaults)
                     if bar is not None:
                         bar.set_description(f"{ds} {point.spec.label} T={point.max_new_tokens} L={l_max}")
-                    res = generate(pair, prompt.token_ids, point.spec.method, point.spec.config,
-                                   point.max_new_tokens, ignore_eos=True, history=history.get(j),
-                                   allow_long_context=allow_long_context)
+                    extra: dict[str, Any] = {}
+                    if point.spec.method == HF_METHOD:  # HF's own loop, measured the same way
+                        res = generate_hf_assisted(pair, prompt.token_ids, point.max_new_tokens, point.spec.config,
+                                                   ignore_eos=True)
+                        extra = {"hf_assisted": assistant_settings(pair.draft, point.spec.config)}
+                    else:
+                        res = generate(pair, prompt.token_ids, point.spec.method, point.spec.config,
+                                       point.max_new_tokens, ignore_eos=True, history=history.get(j),
+                                       allow_long_context=allow_long_context)
                     history[j] = res.history_state  # carried to this cell's next prompt
                     m = res.metrics.to_dict()
                     if m["new_tokens"] != point.max_new_tokens:  # EOS is ignored: this is a bug
                         raise RuntimeError(f"{point.spec.label}: produced {m['new_tokens']} tokens, "
                                            f"expected T={point.max_new_tokens}")
-                    rows.append(make_row(ds, point, prompt, m, res.tokens, i < warmup, l_max))
+                    rows.append({**make_row(ds, point, prompt, m, res.tokens, i < warmup, l_max), **extra})
                     if bar is not None:
                         bar.update(1)
     finally:

@@ -3,7 +3,10 @@
 A result file holds the per-prompt rows; aggregates (mean and std over the N − W measured
 prompts) and speedups are always recomputed from those rows by :func:`aggregate`, so a stored
 file can be re-rendered and checked. Speedup = mean TPS / mean TPS of AR from the same run,
-dataset, T and L_max; it is None when the run has no AR row for that cell.
+dataset, T and L_max; it is None when the run has no AR row for that cell. Likewise, when the run
+has an ``hf_assisted`` row (Hugging Face's assisted generation on the same pair), every aggregate
+gets ``hf_overhead_ms`` and ``overhead_ratio_vs_hf`` = engine overhead per iteration / HF's, same
+cell. Files written before these metrics existed load and aggregate (the new fields are None).
 """
 
 from __future__ import annotations
@@ -27,7 +30,10 @@ AGG_METRICS: tuple[str, ...] = (
     "mean_accepted_length", "iterations", "mean_tree_size", "target_forwards_per_token",
     "draft_forwards_per_token", "draft_forwards_per_iteration", "peak_memory_bytes", "new_tokens",
     "prompt_tokens", "prefill_time_s", "draft_time_s", "verify_time_s",
+    "forward_time_s", "engine_overhead_ms", "host_syncs_per_iteration",
 )
+#: the label of Hugging Face's assisted generation (:mod:`.hf_assisted`), the overhead reference
+HF_ASSISTED = "hf_assisted"
 #: row fields that identify a cell (sweep parameters are added to these)
 CELL_KEYS: tuple[str, ...] = ("run_id", "dataset", "max_new_tokens", "max_prompt_len", "label")
 
@@ -84,6 +90,7 @@ def aggregate(rows: Iterable[dict[str, Any]], run_id: str | None = None,
             agg[name], agg[f"{name}_std"] = mean_std([r.get(name) for r in measured])
         out.append(agg)
     _add_speedup(out, param_keys)
+    _add_overhead_ratio(out)
     return out
 
 
@@ -98,6 +105,16 @@ def _add_speedup(aggs: list[dict[str, Any]], param_keys: Sequence[str]) -> None:
         tps_ar = ar.get(baseline_key(a))
         a["tps_ar"] = tps_ar
         a["speedup"] = (a["tokens_per_s"] / tps_ar) if tps_ar and a["tokens_per_s"] is not None else None
+
+
+def _add_overhead_ratio(aggs: list[dict[str, Any]]) -> None:
+    """overhead_ratio_vs_hf = engine overhead per iteration / HF assisted's, same cell (None
+    without an hf_assisted row or where either was not measured)."""
+    hf = {baseline_key(a): a.get("engine_overhead_ms") for a in aggs if a.get("method") == HF_ASSISTED}
+    for a in aggs:
+        ref, own = hf.get(baseline_key(a)), a.get("engine_overhead_ms")
+        a["hf_overhead_ms"] = ref
+        a["overhead_ratio_vs_hf"] = own / ref if own is not None and ref else None
 
 
 # --- provenance ----------------------------------------------------------------------------

@@ -90,7 +90,7 @@ def prompt_length_points(specs: Sequence[MethodSpec], prompt_lengths: Sequence[i
 def _with_ar(specs: Sequence[MethodSpec]) -> list[MethodSpec]:
     specs = list(specs)
     if not any(s.method == "ar" for s in specs):
-        kv = specs[0].config.kv_mode if specs else "gather"
+        kv = getattr(specs[0].config, "kv_mode", "gather") if specs else "gather"  # hf_assisted has none
         specs.insert(0, _ar(kv))
     return specs
 

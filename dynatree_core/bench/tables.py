@@ -5,7 +5,8 @@ there, i.e. always recomputed as TPS / TPS_AR of the same run and dataset. Every
 carries the cost counters: target forwards per generated token, draft forwards per generated
 token and per iteration.
 
-* Table 1: throughput (tokens/s) and speedup
+* Table 1: throughput (tokens/s) and speedup, engine overhead per iteration (wall time minus the
+  time inside model forwards, over iterations) and host syncs per iteration
 * Table 2: TTFT and TPOT (ms)
 * Table 3: acceptance rate, L̄ (tokens per iteration), ℓ̄ (accepted length), #iterations
 * Table 4: ablation: fixed backbone, + dynamic breadth & depth, + history adaptation
@@ -21,7 +22,7 @@ import pandas as pd
 
 from ..metrics import explain_speedup
 from .methods import ABLATION_LABELS
-from .results import baseline_key
+from .results import HF_ASSISTED, baseline_key
 
 TABLES: tuple[int, ...] = (1, 2, 3, 4, 5)
 TITLES: dict[int, str] = {
@@ -43,10 +44,10 @@ HEADERS: dict[str, str] = {
     "acceptance": "acceptance", "L_bar": "L̄ (tok/iter)", "l_bar": "ℓ̄ (accepted/iter)", "iterations": "iterations",
     "peak_memory_mib": "peak memory (MiB)", "memory_kind": "measured as", "delta_vs_fixed_pct": "Δ vs fixed (%)",
     "n": "prompts", "L_max": "L_max", "target_fwd/token": "target fwd/token", "draft_fwd/token": "draft fwd/token",
-    "draft_fwd/iter": "draft fwd/iter",
+    "draft_fwd/iter": "draft fwd/iter", "overhead_ms_iter": "overhead ms/iter", "syncs_iter": "syncs/iter",
 }
 _DATASET_ORDER = ["wikitext2", "pg19"]
-_METHOD_ORDER = ["ar", "linear", "fixed_tree", "dynatree", *ABLATION_LABELS]
+_METHOD_ORDER = ["ar", "linear", "fixed_tree", "dynatree", *ABLATION_LABELS, HF_ASSISTED]
 
 
 def _order(a: dict[str, Any]) -> tuple:
@@ -88,10 +89,13 @@ def _frame(aggs: Sequence[dict[str, Any]], body) -> pd.DataFrame:
 
 
 def table1(aggs: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """Throughput (tokens/s, mean and std) and speedup over AR."""
+    """Throughput (tokens/s, mean and std), speedup over AR, engine overhead per iteration (ms) and
+    host syncs per iteration (None where not measured: older files, HF's loop's syncs)."""
     return _frame(aggs, lambda a: {"throughput_tok_s": a.get("tokens_per_s"),
                                    "throughput_tok_s_std": a.get("tokens_per_s_std"),
-                                   "speedup": a.get("speedup")})
+                                   "speedup": a.get("speedup"),
+                                   "overhead_ms_iter": a.get("engine_overhead_ms"),
+                                   "syncs_iter": a.get("host_syncs_per_iteration")})
 
 
 def table2(aggs: Sequence[dict[str, Any]]) -> pd.DataFrame:
@@ -196,4 +200,21 @@ def speed_notes(aggs: Sequence[dict[str, Any]], only_slower: bool = True) -> lis
         if only_slower and a["speedup"] >= 1:
             continue
         notes.append(f"{a.get('dataset')}: " + explain_speedup(a, ref, str(a.get("label"))))
+    return notes
+
+
+def overhead_notes(aggs: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per method in a cell (dataset, T, L_max, run) that has an ``hf_assisted`` row: its
+    engine overhead per iteration against HF assisted generation's, same run and pair, and the
+    ratio (:func:`dynatree_core.bench.results.aggregate` computes it). Empty without such a row."""
+    notes = []
+    for a in sorted(aggs, key=_order):
+        ref, own = a.get("hf_overhead_ms"), a.get("engine_overhead_ms")
+        if a.get("method") == HF_ASSISTED or ref is None or own is None:
+            continue
+        ratio = a.get("overhead_ratio_vs_hf")
+        more = ", ".join(f"{k}={v}" for k, v in _id_columns(aggs, a).items() if k not in ("dataset", "method", "n"))
+        cell = f"{a.get('dataset')}" + (f" ({more})" if more else "")
+        notes.append(f"{cell}: {a.get('label')}: engine overhead per iteration: {own:.2f} ms vs HF assisted "
+                     f"{ref:.2f} ms (ratio {'-' if ratio is None else f'{ratio:.2f}'})")
     return notes

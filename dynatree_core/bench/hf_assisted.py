@@ -1,0 +1,283 @@
+"""Hugging Face assisted generation as a benchmark method (``hf_assisted``), for comparison.
+
+``target.generate(input_ids, assistant_model=draft, do_sample=False, ...)`` on the same pair,
+prompt and token count as the engine's methods, measured the same way and returned as the same
+:class:`~dynatree_core.metrics.Metrics` (a :class:`~dynatree_core.engine.GenerationResult`), so a
+benchmark row of HF's loop sits next to ours and the exactness check compares its tokens with AR's.
+
+What is measured and how:
+
+* **time inside model forwards** (``forward_time_s``): forward pre/post hooks on the target and
+  on the assistant; ``perf_counter`` on a CPU; on CUDA a pair of CUDA events recorded in the hooks
+  and summed after one final synchronize (the hooks never synchronize);
+* **wall time** around ``generate`` (synchronized before and after on a GPU);
+* **iterations = target forwards**: HF runs no separate prefill: its first target forward reads
+  the prompt *and* verifies the first candidates, so it is counted as iteration 1 (our engine
+  prefills in a forward of its own that is not an iteration; both count its time as forward time);
+* **engine overhead per iteration** (``engine_overhead_ms``) with the engine's formula:
+  (wall time - time inside forwards) / iterations;
+* candidates per iteration (``mean_tree_size``: a chain), accepted = new tokens - iterations (each
+  round commits its matches plus one target token), draft forwards (assistant forwards, its prompt
+  read included), TTFT = the end of the first target forward;
+* ``draft_time_s`` / ``verify_time_s`` are the time inside the assistant's / the target's forwards
+  only (HF's own bookkeeping between them is the overhead); ``prefill_time_s`` and
+  ``commit_time_s`` are 0; host syncs are not counted (``host_syncs_per_iteration`` None).
+
+Settings: transformers' defaults for the assistant (``num_assistant_tokens``,
+``num_assistant_tokens_schedule``, ``assistant_confidence_threshold``, read from the assistant's
+``generation_config``), recorded with every run (:func:`assistant_settings`); an
+:class:`HFAssistedConfig` field overrides one of them for the call only (the assistant's
+``generation_config`` is restored afterwards: it is the only tweak made to it).
+
+EOS: with ``ignore_eos`` (the benchmark) the call gets ``eos_token_id=[]``, so HF neither stops
+nor changes a logit and decodes exactly T tokens, the target's greedy choices like our AR with
+``ignore_eos``. ``min_new_tokens=T`` is *not* used: it masks the EOS logit and would change the
+output wherever EOS is the target's argmax. Otherwise the EOS ids are the engine's
+(:func:`~dynatree_core.models.eos_token_ids`) and the output is cut after the first EOS.
+
+Only for a draft that is a Hugging Face causal LM: a feature draft (``FeatureDraftModel``) reads
+the target's hidden states and has no ``generate``; it raises ValueError naming ``hf_assisted``.
+This module imports no torch until a run starts (the CLI's ``--help`` stays torch-free).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Any, ClassVar, Iterator, Sequence
+
+METHOD = "hf_assisted"
+SCHEDULES: tuple[str, ...] = ("constant", "heuristic", "heuristic_transient")
+#: the assistant generation_config fields an HFAssistedConfig may override (None: transformers' default)
+SETTINGS: tuple[str, ...] = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+
+
+@dataclass(frozen=True)
+class HFAssistedConfig:
+    """The ``hf_assisted`` benchmark method: transformers' assisted generation on the pair.
+
+    Every field None (the default) keeps transformers' own default for that setting."""
+
+    method: ClassVar[str] = METHOD
+    num_assistant_tokens: int | None = None
+    num_assistant_tokens_schedule: str | None = None
+    assistant_confidence_threshold: float | None = None
+
+    def __post_init__(self) -> None:
+        n = self.num_assistant_tokens
+        if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+            raise ValueError(f"num_assistant_tokens must be an integer >= 1 (or None: transformers' default), "
+                             f"got {n!r}")
+        s = self.num_assistant_tokens_schedule
+        if s is not None and s not in SCHEDULES:
+            raise ValueError(f"num_assistant_tokens_schedule must be one of {SCHEDULES} (or None), got {s!r}")
+        c = self.assistant_confidence_threshold
+        if c is not None and not 0.0 <= c < 1.0:
+            raise ValueError(f"assistant_confidence_threshold must be in [0, 1) (0 disables it; None: transformers' "
+                             f"default), got {c!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.method, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "HFAssistedConfig":
+        return cls(**{k: v for k, v in d.items() if k != "method"})
+
+
+def check_draft(pair: Any) -> None:
+    """Raise ValueError unless the pair's draft can be HF's ``assistant_model``."""
+    from ..feature_draft import FeatureDraftModel
+
+    draft = pair.draft
+    if draft is None:
+        raise ValueError(f"{METHOD} needs a draft model (HF's assistant_model); the ModelPair has draft=None")
+    if isinstance(draft, FeatureDraftModel) or not callable(getattr(draft, "generate", None)) \
+            or getattr(draft, "generation_config", None) is None:
+        raise ValueError(f"{METHOD} runs Hugging Face assisted generation, which needs a draft that is a Hugging Face "
+                         f"causal LM; this pair's draft is a {type(draft).__name__} (a feature draft reads the "
+                         f"target's hidden states and cannot be an assistant_model); drop {METHOD} from --methods "
+                         f"or use an independent draft (--drafter model)")
+
+
+class _ForwardTimer:
+    """Counts and times one module's forwards from hooks (CUDA events on a GPU, no sync)."""
+
+    def __init__(self, module: Any, cuda: bool) -> None:
+        self.cuda, self.calls, self.inputs = cuda, 0, []
+        self._cpu_s, self._t0 = 0.0, 0.0
+        self._events: list[tuple[Any, Any]] = []
+        self.first_end: Any = None  # perf_counter value or CUDA event at the end of the first forward
+        self._handles = [module.register_forward_pre_hook(self._pre, with_kwargs=True),
+                         module.register_forward_hook(self._post, with_kwargs=True)]
+
+    def _pre(self, module: Any, args: tuple, kwargs: dict) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        self.inputs.append(int(ids.shape[-1]) if ids is not None else 0)  # a shape: no device read
+        self.calls += 1
+        if self.cuda:
+            import torch
+
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+            self._events.append((start, None))
+        else:
+            self._t0 = time.perf_counter()
+
+    def _post(self, module: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        if self.cuda:
+            import torch
+
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._events[-1] = (self._events[-1][0], end)
+            if self.first_end is None:
+                self.first_end = end
+        else:
+            now = time.perf_counter()
+            self._cpu_s += now - self._t0
+            if self.first_end is None:
+                self.first_end = now
+
+    def seconds(self) -> float:
+        """Total time inside the forwards (on CUDA: after the caller's final synchronize)."""
+        return self._cpu_s + sum(s.elapsed_time(e) for s, e in self._events if e is not None) / 1e3
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+
+
+@contextlib.contextmanager
+def _assistant_overrides(draft: Any, config: HFAssistedConfig) -> Iterator[None]:
+    """Set the config's non-None settings on the assistant's generation_config for one call."""
+    gc = draft.generation_config
+    changes = {k: getattr(config, k) for k in SETTINGS if getattr(config, k) is not None}
+    before = {k: getattr(gc, k, None) for k in changes}
+    for k, v in changes.items():
+        setattr(gc, k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            setattr(gc, k, v)
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers warns about its own internal assistant call (generation_config passed with
+    max_new_tokens); not the user's business: silenced for the call, restored after."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
+def assistant_settings(draft: Any, config: HFAssistedConfig | None = None) -> dict[str, Any]:
+    """The assistant settings a call with ``config`` uses (transformers' defaults where the
+    config says None), and whether the confidence threshold adapts (it does when scikit-learn is
+    installed), with the transformers version: recorded in every benchmark row."""
+    import importlib.util
+
+    import transformers
+
+    config = config or HFAssistedConfig()
+    gc = draft.generation_config
+    defaults = gc._get_default_generation_params() if hasattr(gc, "_get_default_generation_params") else {}
+    out: dict[str, Any] = {}
+    for k in SETTINGS:
+        v = getattr(config, k)
+        if v is None:
+            v = getattr(gc, k, None)
+        if v is None:
+            v = defaults.get(k)
+        out[k] = v
+    out["confidence_threshold_adapts"] = bool(out["assistant_confidence_threshold"]) and \
+        importlib.util.find_spec("sklearn") is not None
+    out["transformers"] = transformers.__version__
+    return out
+
+
+def generate_hf_assisted(pair: Any, prompt: Any, max_new_tokens: int, config: HFAssistedConfig | None = None,
+                         ignore_eos: bool = False, eos_token_id: int | Sequence[int] | None = None) -> Any:
+    """Greedy HF assisted generation of ``max_new_tokens`` tokens; returns a
+    :class:`~dynatree_core.engine.GenerationResult` whose metrics mean what the engine's mean
+    (see the module docstring); :func:`assistant_settings` says which assistant settings it used."""
+    import torch
+
+    from ..collector import peak_memory
+    from ..engine import GenerationResult, encode_prompt
+    from ..metrics import summarize
+    from ..models import eos_token_ids
+    from ..plumbing import synchronize
+
+    config = config or HFAssistedConfig()
+    check_draft(pair)
+    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
+        raise ValueError(f"{METHOD}: max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    ids = encode_prompt(pair, prompt)
+    device = pair.device
+    if ignore_eos:
+        eos: list[int] = []
+    elif eos_token_id is None:
+        eos = eos_token_ids(pair.target, pair.tokenizer)
+    else:
+        eos = [int(t) for t in ([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)]
+    pad = getattr(pair.target.generation_config, "pad_token_id", None)
+    if pad is None and pair.tokenizer is not None:
+        pad = getattr(pair.tokenizer, "pad_token_id", None)
+    kwargs: dict[str, Any] = {"do_sample": False, "max_new_tokens": max_new_tokens, "eos_token_id": eos}
+    if pad is not None:
+        kwargs["pad_token_id"] = int(pad)
+    x = torch.tensor([ids], dtype=torch.long, device=device)
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    target_t, draft_t = _ForwardTimer(pair.target, cuda), _ForwardTimer(pair.draft, cuda)
+    try:
+        with _assistant_overrides(pair.draft, config), _quiet_transformers(), torch.inference_mode():
+            synchronize(device)
+            start_event = None
+            if cuda:
+                start_event = torch.cuda.Event(enable_timing=True)
+                start_event.record()
+            t0 = time.perf_counter()
+            out = pair.target.generate(x, attention_mask=torch.ones_like(x), assistant_model=pair.draft, **kwargs)
+            synchronize(device)
+            wall = time.perf_counter() - t0
+    finally:
+        target_t.remove()
+        draft_t.remove()
+    tokens = out[0, len(ids):].tolist()
+    stopped_by = "max_new_tokens"
+    for j, t in enumerate(tokens):
+        if t in eos:
+            tokens, stopped_by = tokens[: j + 1], "eos"
+            break
+    target_s, draft_s = target_t.seconds(), draft_t.seconds()
+    if target_t.first_end is None:
+        ttft = None
+    elif cuda:
+        ttft = start_event.elapsed_time(target_t.first_end) / 1e3
+    else:
+        ttft = target_t.first_end - t0
+    its = target_t.calls
+    # candidates verified by each target forward: the first reads the prompt too, the others the
+    # last committed token first
+    cands = [max(n - (len(ids) if i == 0 else 1), 0) for i, n in enumerate(target_t.inputs)]
+    peak, kind = peak_memory(device)
+    metrics = summarize(
+        new_tokens=len(tokens), wall_time_s=wall, ttft_s=ttft, iterations=its,
+        # totals as one-element lists: summarize only sums them; every round commits matches + 1
+        accepted=[max(len(tokens) - its, 0)], committed=[len(tokens)], depths=cands, tree_sizes=cands,
+        target_forwards=its, draft_forwards=draft_t.calls, prefill_time_s=0.0, draft_time_s=draft_s,
+        verify_time_s=target_s, commit_time_s=0.0, peak_memory_bytes=peak, peak_memory_kind=kind,
+        stopped_by=stopped_by, speculative=True, forward_time_s=target_s + draft_s)
+    metrics = dataclasses.replace(metrics, host_syncs_per_iteration=None)  # not counted in HF's loop
+    text = pair.tokenizer.decode(tokens) if pair.tokenizer is not None else None
+    return GenerationResult(tokens=tokens, text=text, metrics=metrics, trace=None, prompt_tokens=list(ids))
