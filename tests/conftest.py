@@ -1,8 +1,16 @@
-"""Shared fixtures: tiny random model pairs (no downloads), cached per process."""
+"""Shared fixtures: tiny random model pairs (no downloads), cached per process.
+
+``DYNATREE_TEST_DEVICE`` (default ``cpu``) names the device the tiny models and the reference
+tensors live on: ``DYNATREE_TEST_DEVICE=cuda pytest tests/test_exactness.py`` runs the exactness
+properties on a GPU (``scripts/gpu_check.sh`` does). The models are always built on the CPU (same
+seeds, same weights) and then moved, so every device checks the very same models.
+"""
 
 from __future__ import annotations
 
+import copy
 import functools
+import os
 
 import pytest
 import torch
@@ -12,16 +20,26 @@ from dynatree_core.models import ModelPair
 
 torch.set_num_threads(1)  # tiny models: threads only add overhead, and CI has two cores
 
+#: where the tiny models and reference tensors live (``DYNATREE_TEST_DEVICE``, default cpu)
+DEVICE = torch.device(os.environ.get("DYNATREE_TEST_DEVICE", "cpu") or "cpu")
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_target(arch: str, attn: str) -> torch.nn.Module:
+    return tiny_model(arch, seed=0, attn=attn)
+
 
 @functools.lru_cache(maxsize=None)
 def cached_target(arch: str, attn: str) -> torch.nn.Module:
-    return tiny_model(arch, seed=0, attn=attn)
+    model = _cpu_target(arch, attn)
+    return model if DEVICE.type == "cpu" else copy.deepcopy(model).to(DEVICE)
 
 
 @functools.lru_cache(maxsize=None)
 def cached_pair(arch: str, attn: str, noise: float) -> ModelPair:
     target = cached_target(arch, attn)
-    return ModelPair(target=target, draft=noisy_copy(target, noise, seed=1),
+    draft = noisy_copy(_cpu_target(arch, attn), noise, seed=1)  # the noise is drawn on the CPU
+    return ModelPair(target=target, draft=draft if DEVICE.type == "cpu" else draft.to(DEVICE),
                      target_name=f"tiny-{arch}", draft_name=f"tiny-{arch}-noise{noise}")
 
 
@@ -32,7 +50,7 @@ def reference_greedy(arch: str, attn: str, prompt: tuple[int, ...], n: int) -> l
         return []
     model = cached_target(arch, attn)
     with torch.inference_mode():
-        out = model.generate(torch.tensor([list(prompt)]), do_sample=False, max_new_tokens=n,
+        out = model.generate(torch.tensor([list(prompt)], device=DEVICE), do_sample=False, max_new_tokens=n,
                              min_new_tokens=n, eos_token_id=None, pad_token_id=0)
     return out[0, len(prompt):].tolist()
 
