@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
+from .compat import cache_kwargs
 from .device_tree import to_device
 from .masks import causal_visibility, with_prefix  # noqa: F401 (part of the plumbing API)
 
@@ -253,4 +254,4 @@ def _inputs(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache
         pos = to_device(np.asarray(position_ids, dtype=np.int64), device)[None]
     assert tuple(allowed.shape) == (q, past + q), (tuple(allowed.shape), q, past)
     mask = additive_mask(allowed, model_dtype(model), device)
-    return dict(input_ids=input_ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True)
+    return dict(input_ids=input_ids, attention_mask=mask, position_ids=pos, **cache_kwargs(model, cache), use_cache=True)

@@ -16,6 +16,7 @@ import torch
 from transformers import DynamicCache  # noqa: E402
 
 from dynatree_core import default_pair  # noqa: E402
+from dynatree_core.compat import cache_kwargs  # noqa: E402
 from dynatree_core.draft_model import SparseLMHead, build_draft_from_target, load_draft, save_draft  # noqa: E402
 
 HAS_ASSET = (default_pair.DRAFT_ASSET_DIR / "model.safetensors").is_file()
@@ -105,16 +106,17 @@ def test_draft_4d_mask_cache_matches_sequential(pair, impl):
         cache = DynamicCache(config=draft.config)
         seq = []
         for i, t in enumerate(ids):
-            out = draft(input_ids=torch.tensor([[t]]), position_ids=torch.tensor([[i]]), cache=cache, use_cache=True)
+            out = draft(input_ids=torch.tensor([[t]]), position_ids=torch.tensor([[i]]),
+                        **cache_kwargs(draft, cache), use_cache=True)
             seq.append(out.logits[0, -1])
         seq = torch.stack(seq)
         # prefill with an explicit 4D mask, then a chunk of 4 with cache + 4D mask + position ids
         k = n - 4
         cache2 = DynamicCache(config=draft.config)
         o1 = draft(input_ids=torch.tensor([ids[:k]]), attention_mask=_causal_additive(k, k),
-                   position_ids=torch.arange(k)[None], cache=cache2, use_cache=True)
+                   position_ids=torch.arange(k)[None], **cache_kwargs(draft, cache2), use_cache=True)
         o2 = draft(input_ids=torch.tensor([ids[k:]]), attention_mask=_causal_additive(n - k, n),
-                   position_ids=torch.arange(k, n)[None], cache=cache2, use_cache=True)
+                   position_ids=torch.arange(k, n)[None], **cache_kwargs(draft, cache2), use_cache=True)
         chunked = torch.cat([o1.logits[0], o2.logits[0]])
         head = draft.lm_head.vocab_ids
         torch.testing.assert_close(chunked[:, head], seq[:, head], atol=2e-3, rtol=1e-3)
@@ -122,7 +124,7 @@ def test_draft_4d_mask_cache_matches_sequential(pair, impl):
         # crop the cache and redo the last token: same logits
         cache2.crop(-1)
         o3 = draft(input_ids=torch.tensor([[ids[-1]]]), attention_mask=_causal_additive(1, n),
-                   position_ids=torch.tensor([[n - 1]]), cache=cache2, use_cache=True)
+                   position_ids=torch.tensor([[n - 1]]), **cache_kwargs(draft, cache2), use_cache=True)
         torch.testing.assert_close(o3.logits[0, -1, head], seq[-1, head], atol=2e-3, rtol=1e-3)
 
 
@@ -135,12 +137,12 @@ def test_tree_mask_siblings(pair):
     neg = torch.finfo(torch.float32).min
     with torch.no_grad():
         cache = DynamicCache(config=draft.config)
-        draft(input_ids=torch.tensor([ids]), cache=cache, use_cache=True)
+        draft(input_ids=torch.tensor([ids]), **cache_kwargs(draft, cache), use_cache=True)
         mask = torch.zeros(1, 1, 2, k + 2)
         mask[0, 0, 0, k + 1] = neg
         mask[0, 0, 1, k] = neg
         tree = draft(input_ids=torch.tensor([[a, b]]), attention_mask=mask,
-                     position_ids=torch.tensor([[k, k]]), cache=cache, use_cache=True).logits[0]
+                     position_ids=torch.tensor([[k, k]]), **cache_kwargs(draft, cache), use_cache=True).logits[0]
         ref_a = draft(input_ids=torch.tensor([ids + [a]])).logits[0, -1]
         ref_b = draft(input_ids=torch.tensor([ids + [b]])).logits[0, -1]
     head = draft.lm_head.vocab_ids

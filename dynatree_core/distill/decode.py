@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from ..compat import cache_kwargs
 from ..models import eos_token_ids
 from .prompts import mentions_held_out_topic, user_turn_prefix
 
@@ -46,7 +47,7 @@ def _decode_equal_length(model, batch: list[list[int]], max_new: int, stop: set[
     x = torch.tensor(batch, device=dev)
     B, P = x.shape
     cache = DynamicCache(config=model.config)
-    h = model.model(input_ids=x, cache=cache, use_cache=True).last_hidden_state[:, -1]
+    h = model.model(input_ids=x, **cache_kwargs(model.model, cache), use_cache=True).last_hidden_state[:, -1]
     out = torch.zeros((B, max_new), dtype=torch.long, device=dev)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     stop_t = torch.tensor(sorted(stop), dtype=torch.long, device=dev)
@@ -59,7 +60,8 @@ def _decode_equal_length(model, batch: list[list[int]], max_new: int, stop: set[
         if bool(done.all()) or i + 1 == max_new:
             break
         pos = torch.full((B, 1), P + i, device=dev)
-        h = model.model(input_ids=t[:, None], cache=cache, use_cache=True, position_ids=pos).last_hidden_state[:, -1]
+        h = model.model(input_ids=t[:, None], **cache_kwargs(model.model, cache), use_cache=True,
+                        position_ids=pos).last_hidden_state[:, -1]
     return out[:, :n].tolist()
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from ..compat import cache_kwargs
 from .data import find_data_dir
 from .decode import _decode_equal_length, _first_eos_cut, eos_ids
 from .prompts import EVAL_PROMPTS, N_EVAL_PROMPTS_V1, chat_ids, raw_ids
@@ -68,12 +69,12 @@ def _step_cost(model, ctx: list[int], steps: int) -> float:
     from transformers import DynamicCache
 
     cache = DynamicCache(config=model.config)
-    model(input_ids=torch.tensor([ctx]), cache=cache, use_cache=True)
+    model(input_ids=torch.tensor([ctx]), **cache_kwargs(model, cache), use_cache=True)
     t = ctx[-1]
     times = []
     for i in range(steps):
         s = time.perf_counter()
-        lg = model(input_ids=torch.tensor([[t]]), cache=cache, use_cache=True).logits
+        lg = model(input_ids=torch.tensor([[t]]), **cache_kwargs(model, cache), use_cache=True).logits
         t = int(lg[0, -1].argmax())
         times.append(time.perf_counter() - s)
     return statistics.median(times[3:])
