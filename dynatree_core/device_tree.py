@@ -114,7 +114,9 @@ class DeviceTree:
         self.capacity = cap
         long = dict(dtype=torch.long, device=device)
         self.tokens = torch.zeros(cap, **long)
-        self.tokens[0] = root_token  # a device-side fill: no host wait
+        # Writes of host scalars use fill_ on a slice: ``t[0] = x`` copies x from pageable host
+        # memory, which synchronises the stream (CUDA's sync debug mode flags it).
+        self.tokens[:1].fill_(root_token)
         self.parents = torch.full((cap,), -1, **long)
         self.depths = torch.zeros(cap, **long)
         self.logps = torch.zeros(cap, dtype=torch.float64, device=device)
@@ -127,7 +129,7 @@ class DeviceTree:
         self.cand_status = torch.zeros((cap, self.top_k), dtype=torch.int8, device=device)
         #: ancestor matrix: row u is True at u and at every ancestor of u (root included)
         self.ancestors = torch.zeros((cap, cap), dtype=torch.bool, device=device)
-        self.ancestors[0, 0] = True
+        self.ancestors[:1, :1].fill_(True)
         self.n = 1
         self.k_used = self.top_k  # top-k columns the drafter filled (fewer only for a tiny vocabulary)
         self.depth = 0  # deepest level (host)
@@ -189,7 +191,7 @@ class DeviceTree:
         k = min(k, self.top_k)
         self.k_used = k
         top_ids, lp32 = top_ids[:, :k], top_lps[:, :k].float()
-        self.fed[ids] = True
+        self.fed.index_fill_(0, ids, True)
         self.topk_tokens[ids, :k] = top_ids
         self.topk_logps[ids, :k] = lp32
         lp = lp32.double()  # float64 from here, as the reference adds Python floats
@@ -253,14 +255,16 @@ class DeviceTree:
         n = self.n
         tok, par, anc = self.tokens[:n], self.parents[:n], self.ancestors[:n, :n]
         consistent = tok == argmax[par.clamp(min=0)]
-        consistent[0] = True
+        consistent[:1].fill_(True)
         accepted = ~(anc & ~consistent[None, :]).any(1)
-        best = torch.argmax(torch.where(accepted, self.depths[:n], -1))
-        arrays = syncs.fetch(best=best, bonus=argmax[best], on_path=anc[best], argmax=argmax,
+        # a 0-dim index tensor would be read on the host: index_select keeps it on the device
+        best = torch.argmax(torch.where(accepted, self.depths[:n], -1)).view(1)
+        arrays = syncs.fetch(best=best, bonus=argmax.index_select(0, best), on_path=anc.index_select(0, best)[0],
+                             argmax=argmax,
                              **self._arrays(), **(extra or {}))
         on_path = arrays["on_path"]
         path = np.flatnonzero(on_path[1:]) + 1  # BFS order is depth order along a path
-        return Selection(path.tolist(), int(arrays["bonus"]), arrays)
+        return Selection(path.tolist(), int(arrays["bonus"][0]), arrays)
 
     def _arrays(self) -> dict[str, torch.Tensor]:
         n, k = self.n, self.k_used

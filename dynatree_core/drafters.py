@@ -63,7 +63,7 @@ def level_visibility(tree: "DeviceTree", ids: torch.Tensor, slot: torch.Tensor, 
     allowed = torch.zeros((q, past + q + 1), dtype=torch.int8, device=anc.device)
     allowed[:, :base] = 1  # committed prefix, root included
     allowed.scatter_(1, cols, (anc & fed).to(torch.int8))
-    allowed[torch.arange(q, device=anc.device), past + torch.arange(q, device=anc.device)] = 1
+    allowed[:, past:past + q] += torch.eye(q, dtype=torch.int8, device=anc.device)  # itself (no host scalar)
     return allowed[:, :past + q].bool(), tree.depths[ids]
 
 
@@ -158,7 +158,7 @@ class ModelDrafter(Drafter):
             logits = pl.forward(self.model, inp, self.cache, clock=self.clock)[-1:]
             self.base = pl.cache_length(self.cache)
             self.slot = torch.full((tree.capacity,), -1, dtype=torch.long, device=self.device)
-            self.slot[0] = self.base - 1
+            self.slot[:1].fill_(self.base - 1)
             self.pending = []
         else:
             assert self.slot is not None, "propose: level 0 (the root) comes first"
@@ -276,7 +276,7 @@ class FeatureDrafter(Drafter):
                             self._positions(self.pos0, n), None)[-1:]
             self.base = self.cache_length()
             self.slot = torch.full((tree.capacity,), -1, dtype=torch.long, device=self.device)
-            self.slot[0] = self.base - 1
+            self.slot[:1].fill_(self.base - 1)
             self.feats = torch.zeros((tree.capacity, out.shape[-1]), device=self.device, dtype=out.dtype)
             self.root_pos = self.pos0 + n - 1
             self.pending, self.pending_feats = [], self.pending_feats[:0]
