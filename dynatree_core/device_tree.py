@@ -52,6 +52,10 @@ class HostSyncs:
         nothing is rounded) and split again on the host.
         """
         self.count += 1
+        if all(t.dim() == 0 and not t.is_floating_point() for t in tensors.values()):
+            # the per-level case (two counts): one stack and one read, no packing
+            values = torch.stack([t.to(torch.int64) for t in tensors.values()]).tolist()
+            return {name: np.int64(v) for name, v in zip(tensors, values)}
         parts, meta = [], []
         for name, t in tensors.items():
             flat = t.reshape(-1)
@@ -113,16 +117,18 @@ class DeviceTree:
         cap = max(0, rule.n_max) + 1
         self.capacity = cap
         long = dict(dtype=torch.long, device=device)
-        self.tokens = torch.zeros(cap, **long)
+        # One buffer per dtype, the fields are views of it: a level writes a new node's integer
+        # fields with one op and its log-probs with another (each op costs a launch on a GPU and
+        # microseconds of dispatch on a CPU).
+        self._ints = torch.zeros((4, cap), **long)
+        self.tokens, self.parents, self.depths, self.branching = self._ints.unbind(0)
         # Writes of host scalars use fill_ on a slice: ``t[0] = x`` copies x from pageable host
         # memory, which synchronises the stream (CUDA's sync debug mode flags it).
         self.tokens[:1].fill_(root_token)
-        self.parents = torch.full((cap,), -1, **long)
-        self.depths = torch.zeros(cap, **long)
-        self.logps = torch.zeros(cap, dtype=torch.float64, device=device)
-        self.cum_logps = torch.zeros(cap, dtype=torch.float64, device=device)
+        self.parents[:1].fill_(-1)
+        self._floats = torch.zeros((2, cap), dtype=torch.float64, device=device)
+        self.logps, self.cum_logps = self._floats.unbind(0)
         self.fed = torch.zeros(cap, dtype=torch.bool, device=device)  # given to the draft (expanded)
-        self.branching = torch.zeros(cap, **long)
         self.stop = torch.zeros(cap, dtype=torch.int8, device=device)
         self.topk_tokens = torch.zeros((cap, self.top_k), **long)
         self.topk_logps = torch.zeros((cap, self.top_k), dtype=torch.float32, device=device)
@@ -165,7 +171,7 @@ class DeviceTree:
             if budget <= 0:
                 n_expand = 0
         # the last frontier: nodes the rule would still expand stop at the spent budget
-        self.stop[lo:hi] = torch.where(codes == 0, _CODE["n_max"], codes) if budget <= 0 else codes
+        self.stop[lo:hi] = codes + (codes == 0) * _CODE["n_max"] if budget <= 0 else codes
         return self
 
     def _reasons(self, lo: int, hi: int) -> torch.Tensor:
@@ -175,9 +181,11 @@ class DeviceTree:
         rule = self.rule
         d = self.depths[lo:hi]
         p = torch.exp(self.cum_logps[lo:hi])
-        code = torch.where((d >= rule.d0) & (p < rule.rho_deep), _CODE["depth_gate"], 0)
-        code = torch.where(p < rule.rho_stop, _CODE["rho_stop"], code)
-        return torch.where(d >= rule.d_max, _CODE["d_max"], code).to(torch.int8)
+        # priority by masking (no ``where``: with scalar branches it costs several dispatches)
+        at_max = d >= rule.d_max
+        low = (p < rule.rho_stop) & ~at_max
+        gate = (d >= rule.d0) & (p < rule.rho_deep) & ~at_max & ~low
+        return (at_max * _CODE["d_max"] + low * _CODE["rho_stop"] + gate * _CODE["depth_gate"]).to(torch.int8)
 
     def _add_children(self, ids: torch.Tensor, top_ids: torch.Tensor, top_lps: torch.Tensor, budget: int,
                       log_tau: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -196,36 +204,33 @@ class DeviceTree:
         self.topk_logps[ids, :k] = lp32
         lp = lp32.double()  # float64 from here, as the reference adds Python floats
         conf = torch.exp(lp[:, 0])
-        b = torch.where(conf >= rule.tau_h, rule.b_min, torch.where(conf < rule.tau_l, rule.b_max, rule.b_mid))
-        b = b.clamp(max=k)
+        high, unsure = conf >= rule.tau_h, conf < rule.tau_l  # tau_l < tau_h: never both
+        b = (rule.b_mid + high * (rule.b_min - rule.b_mid) + unsure * (rule.b_max - rule.b_mid)).clamp(max=k)
         self.branching[ids] = b
         cum = self.cum_logps[ids][:, None] + lp
         offered = torch.arange(k, device=dev)[None, :] < b[:, None]
         valid = (offered & (cum >= log_tau)).reshape(-1)
         # most probable first, ties in flat (= parent, then rank) order; invalid ones last
         # (a valid -inf path probability, possible only with tau = 0, still ranks above them)
-        key = torch.where(valid, cum.reshape(-1).clamp(min=-torch.finfo(torch.float64).max), -math.inf)
+        key = cum.reshape(-1).clamp(min=-torch.finfo(torch.float64).max).masked_fill(~valid, -math.inf)
         m = min(budget, e * k)
         top = torch.argsort(key, descending=True, stable=True)[:m]
         kept = torch.zeros(e * k, dtype=torch.bool, device=dev)
         kept[top] = valid[top]
         # candidate status for traces: beyond B(u) 0, kept 1, pruned by tau 2, by the budget 3
-        status = torch.where(kept, _KEPT, offered.reshape(-1).to(torch.int8) * 2 + valid.to(torch.int8))
+        status = offered.reshape(-1).to(torch.int8) * 2 + valid - kept * 2  # a kept one is valid: 3 - 2
         self.cand_status[ids, :k] = status.view(e, k).to(torch.int8)
         # an expanded node none of whose candidates survived: "tau" unless the budget cut one
-        self.stop[ids] = torch.where(kept.view(e, k).any(1), _CODE["expanded"],
-                                     torch.where((status.view(e, k) == _PRUNED_NMAX).any(1), _CODE["n_max"],
-                                                 _CODE["tau"])).to(torch.int8)
+        none_kept = ~kept.view(e, k).any(1)
+        cut = (status.view(e, k) == _PRUNED_NMAX).any(1)
+        self.stop[ids] = (none_kept * (_CODE["tau"] + cut * (_CODE["n_max"] - _CODE["tau"]))).to(torch.int8)
         # append the kept children in BFS order (by parent, then rank): the first c of m slots
-        flat = torch.sort(torch.where(kept, torch.arange(e * k, device=dev), e * k)).values[:m].clamp(max=e * k - 1)
+        flat = torch.sort(torch.arange(e * k, device=dev).masked_fill(~kept, e * k)).values[:m].clamp(max=e * k - 1)
         row, r = flat // k, flat % k
         parent = ids[row]
         lo, hi = self.n, self.n + m
-        self.tokens[lo:hi] = top_ids[row, r]
-        self.parents[lo:hi] = parent
-        self.depths[lo:hi] = self.depths[parent] + 1
-        self.logps[lo:hi] = lp[row, r]
-        self.cum_logps[lo:hi] = cum[row, r]
+        self._ints[:3, lo:hi] = torch.stack([top_ids[row, r], parent, self.depths[parent] + 1])
+        self._floats[:, lo:hi] = torch.stack([lp[row, r], cum[row, r]])
         anc = self.ancestors[parent]
         anc[:, lo:hi] |= torch.eye(m, dtype=torch.bool, device=dev)
         self.ancestors[lo:hi] = anc
