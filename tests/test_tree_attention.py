@@ -19,7 +19,7 @@ from conftest import cached_target
 
 def _sequential_logits(model, tokens: list[int]) -> torch.Tensor:
     with torch.inference_mode():
-        return model(input_ids=torch.tensor([tokens])).logits[0, -1]
+        return model(input_ids=torch.tensor([tokens], device=model.device)).logits[0, -1]
 
 
 def _fake_propose(tree, ids):
@@ -39,7 +39,7 @@ def test_tree_logits_equal_sequential_path_logits(arch, attn):
     tree = grow_tree(prefix[-1], FixedTreeConfig(d=3, b=3, tau=0.0, n_max=30).growth_rule(), _fake_propose)
     assert len(tree) > 10 and tree.depth == 3
     cache = DynamicCache()
-    pl.forward(model, torch.tensor([prefix[:-1]]), cache)
+    pl.forward(model, torch.tensor([prefix[:-1]], device=model.device), cache)
     v = pl.verify_tree(model, tree, cache)  # the engine's and the session's verify step
     logits = v.logits
     assert v.prefix_len == len(prefix) - 1 and list(v.position_ids) == [v.prefix_len + d for d in tree.depths]
@@ -58,9 +58,9 @@ def test_bfs_index_positions_would_be_wrong(arch):
     outs = []
     for offsets in (tree.position_offsets(), np.arange(len(tree))):
         cache = DynamicCache()
-        pl.forward(model, torch.tensor([prefix[:-1]]), cache)
+        pl.forward(model, torch.tensor([prefix[:-1]], device=model.device), cache)
         allowed = pl.with_prefix(tree.ancestor_mask(), 2)
-        outs.append(pl.forward(model, torch.tensor([tree.tokens]), cache, allowed, 2 + offsets))
+        outs.append(pl.forward(model, torch.tensor([tree.tokens], device=model.device), cache, allowed, 2 + offsets))
     last = len(tree) - 1
     assert not torch.allclose(outs[0][last], outs[1][last], atol=1e-3)
 
@@ -78,13 +78,13 @@ def test_keep_selected_equals_a_fresh_cache_of_the_kept_tokens(arch):
     prefix = [9, 8, 7, 6]
     tree = grow_tree(prefix[-1], FixedTreeConfig(d=3, b=2, tau=0.0).growth_rule(), _fake_propose)
     cache = DynamicCache()
-    pl.forward(model, torch.tensor([prefix[:-1]]), cache)
+    pl.forward(model, torch.tensor([prefix[:-1]], device=model.device), cache)
     past = pl.verify_tree(model, tree, cache).prefix_len
     leaf = len(tree) - 1
     path = tree.path_to(leaf)
     pl.keep_selected(cache, past, [0] + path)
     fresh = DynamicCache()
-    pl.forward(model, torch.tensor([prefix + [tree.tokens[j] for j in path]]), fresh)
+    pl.forward(model, torch.tensor([prefix + [tree.tokens[j] for j in path]], device=model.device), fresh)
     assert pl.cache_length(cache) == pl.cache_length(fresh)
     for a, b in zip(cache.layers, fresh.layers):
         torch.testing.assert_close(a.keys, b.keys, rtol=1e-4, atol=1e-5)
