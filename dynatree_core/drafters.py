@@ -121,7 +121,7 @@ class Drafter(ABC):
 
 
 class ModelDrafter(Drafter):
-    """An independent draft causal LM (Hugging Face, ``cache=``/4D-mask interface) with a KV cache
+    """An independent draft causal LM (Hugging Face, KV cache + 4D-mask interface) with a KV cache
     kept across iterations; accepted nodes it already consumed stay in its cache."""
 
     kind = "model"
