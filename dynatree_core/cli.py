@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .bench.data import DATA_SOURCES, DATASETS, PAPER_MAX_PROMPT_LEN, DataError, parse_datasets
-from .bench.methods import (DYNATREE_FIELD_TYPES, DYNATREE_FIELDS, METHOD_NAMES, PRESETS, MethodSpec, method_specs,
-                            parse_methods)
+from .bench.methods import (DYNATREE_FIELD_TYPES, DYNATREE_FIELDS, METHOD_NAMES, PRESETS, MethodSpec, auto_preset,
+                            method_specs, parse_methods)
 from .config import FIXED_TREE_HELP, PARAMETER_HELP, FixedTreeConfig
 from .bench.protocol import LengthError, RunPoint, check_lengths
 from .bench.results import ResultError
@@ -188,7 +188,7 @@ def _preset(args: argparse.Namespace, device: str) -> str:
         return args.preset
     if getattr(args, "paper", False):
         return "paper"
-    return "paper" if device.startswith("cuda") else "cpu"
+    return auto_preset(device)
 
 
 def _device_name(args: argparse.Namespace) -> str:

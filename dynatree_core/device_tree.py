@@ -140,7 +140,6 @@ class DeviceTree:
         self.k_used = self.top_k  # top-k columns the drafter filled (fewer only for a tiny vocabulary)
         self.depth = 0  # deepest level (host)
         self.draft_calls = 0
-        self.level_sizes: list[int] = []  # kept children per expanded level (host, from the syncs)
 
     # --- growth ------------------------------------------------------------------------------
     def grow(self, drafter: "Drafter", syncs: HostSyncs) -> "DeviceTree":
@@ -165,7 +164,6 @@ class DeviceTree:
             self.n, budget = hi, budget - c
             if c == 0:
                 return self
-            self.level_sizes.append(c)
             self.depth += 1
             codes = codes[:c]
             if budget <= 0:

@@ -53,20 +53,34 @@ class ForwardClock:
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
         self._cpu_s = 0.0
+        self._t0 = 0.0
+        self._start: Any = None
         self._events: list[tuple[Any, Any]] = []
+
+    def start(self) -> None:
+        """A forward begins (:meth:`measure` brackets a block; forward hooks call start/stop)."""
+        if self.cuda:
+            self._start = torch.cuda.Event(enable_timing=True)
+            self._start.record()
+        else:
+            self._t0 = time.perf_counter()
+
+    def stop(self) -> Any:
+        """The forward ended; returns its end mark (a CUDA event, or a ``perf_counter`` value)."""
+        if self.cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._events.append((self._start, end))
+            return end
+        now = time.perf_counter()
+        self._cpu_s += now - self._t0
+        return now
 
     @contextlib.contextmanager
     def measure(self) -> Iterator[None]:
-        if self.cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            yield
-            end.record()
-            self._events.append((start, end))
-        else:
-            t = time.perf_counter()
-            yield
-            self._cpu_s += time.perf_counter() - t
+        self.start()
+        yield
+        self.stop()
 
     def seconds(self) -> float:
         """Total so far (on CUDA this waits for the recorded forwards: call it after the loop)."""
@@ -184,16 +198,27 @@ def verify_tree(model: torch.nn.Module, tree: Any, cache: DynamicCache, want_hid
     """The target reads the root and every node of ``tree`` (a :class:`~dynatree_core.tree.DraftTree`)
     in ONE forward: each node sees the cached prefix, its ancestors and itself (tree mask), at
     position prefix + depth. The cache is extended by all nodes (the commit phase cuts it back)."""
+    dev = model_device(model)
+    logits, hidden, prefix_len = _tree_forward(model, to_device(tree.tokens, dev),
+                                               to_device(tree.ancestor_mask(), dev, torch.bool),
+                                               to_device(tree.position_offsets(), dev), cache, want_hidden, None)
+    return Verified(logits, hidden, prefix_len, prefix_len + tree.position_offsets(), logits.argmax(dim=-1).tolist())
+
+
+def _tree_forward(model: torch.nn.Module, tokens: torch.Tensor, tree_visible: torch.Tensor, offsets: torch.Tensor,
+                  cache: DynamicCache, want_hidden: bool, clock: ForwardClock | None
+                  ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+    """The verify forward both tree kinds share: ``tokens`` [n] see the whole cache plus
+    ``tree_visible`` [n, n] among themselves, at positions prefix + ``offsets`` (depths).
+    Returns (logits, hidden states or None, prefix length)."""
     prefix_len = cache_length(cache)
-    allowed = with_prefix(tree.ancestor_mask(), prefix_len)
-    pos = prefix_len + tree.position_offsets()
-    inp = torch.tensor([tree.tokens], device=model_device(model))
-    hidden = None
+    n = tokens.shape[0]
+    allowed = torch.cat([torch.ones((n, prefix_len), dtype=torch.bool, device=tokens.device), tree_visible], 1)
+    pos = prefix_len + offsets
     if want_hidden:
-        logits, hidden = forward_with_hidden(model, inp, cache, allowed, pos)
-    else:
-        logits = forward(model, inp, cache, allowed, pos)
-    return Verified(logits, hidden, prefix_len, pos, logits.argmax(dim=-1).tolist())
+        logits, hidden = forward_with_hidden(model, tokens[None], cache, allowed, pos, clock)
+        return logits, hidden, prefix_len
+    return forward(model, tokens[None], cache, allowed, pos, clock), None, prefix_len
 
 
 @dataclass
@@ -212,16 +237,8 @@ def verify_device(model: torch.nn.Module, tree: Any, cache: DynamicCache, want_h
                   clock: ForwardClock | None = None) -> DeviceVerified:
     """:func:`verify_tree` for a device tree: tokens, tree mask and positions (prefix + depth) are
     taken from its tensors, and the argmax stays on the device for the tree's vectorised selection."""
-    prefix_len = cache_length(cache)
-    dev = model_device(model)
-    allowed = torch.cat([torch.ones((tree.n, prefix_len), dtype=torch.bool, device=dev), tree.tree_mask()], 1)
-    pos = prefix_len + tree.position_offsets()
-    inp = tree.tokens[:tree.n][None]
-    hidden = None
-    if want_hidden:
-        logits, hidden = forward_with_hidden(model, inp, cache, allowed, pos, clock)
-    else:
-        logits = forward(model, inp, cache, allowed, pos, clock)
+    logits, hidden, prefix_len = _tree_forward(model, tree.tokens[:tree.n], tree.tree_mask(), tree.position_offsets(),
+                                               cache, want_hidden, clock)
     return DeviceVerified(logits, hidden, prefix_len, logits.argmax(dim=-1))
 
 

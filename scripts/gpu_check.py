@@ -309,10 +309,6 @@ def bench_prompts(pair: Any, n: int, max_prompt_len: int) -> list[Any]:
     return out
 
 
-def preset_for(device: str) -> str:
-    return "paper" if device.startswith("cuda") else "cpu"  # the CLI's auto preset
-
-
 # --- (b) precision -------------------------------------------------------------------------------
 def _margins(model: Any, prompt: list[int], tokens: list[int]) -> tuple[list[float], list[int]]:
     """Top-2 logit margin and argmax before every generated token, from ONE forward over
@@ -387,9 +383,9 @@ def section_precision(sec: dict[str, Any], deadline: float, args: argparse.Names
                       pairs_out: dict[str, Any]) -> None:
     from tqdm.auto import tqdm
 
-    from dynatree_core.bench.methods import dynatree_config
+    from dynatree_core.bench.methods import auto_preset, dynatree_config
 
-    preset = preset_for(args.device)
+    preset = auto_preset(args.device)  # the CLI's auto preset
     sec.update(target=args.target, drafter=args.drafter, dtypes=list(args.dtypes), max_new_tokens=args.precision_tokens,
                max_prompt_len=args.precision_prompt_len, dynatree_preset=preset,
                prompts_source="bundled benchmark passages (dynatree_core/data/excerpts): half wikitext2, half pg19, "

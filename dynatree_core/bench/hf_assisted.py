@@ -102,12 +102,14 @@ def check_draft(pair: Any) -> None:
 
 
 class _ForwardTimer:
-    """Counts and times one module's forwards from hooks (CUDA events on a GPU, no sync)."""
+    """Counts one module's forwards from hooks and times them with the engine's
+    :class:`~dynatree_core.plumbing.ForwardClock` (CUDA events on a GPU, no sync)."""
 
-    def __init__(self, module: Any, cuda: bool) -> None:
-        self.cuda, self.calls, self.inputs = cuda, 0, []
-        self._cpu_s, self._t0 = 0.0, 0.0
-        self._events: list[tuple[Any, Any]] = []
+    def __init__(self, module: Any, device: Any) -> None:
+        from ..plumbing import ForwardClock
+
+        self.clock = ForwardClock(device)
+        self.calls, self.inputs = 0, []
         self.first_end: Any = None  # perf_counter value or CUDA event at the end of the first forward
         self._handles = [module.register_forward_pre_hook(self._pre, with_kwargs=True),
                          module.register_forward_hook(self._post, with_kwargs=True)]
@@ -116,33 +118,16 @@ class _ForwardTimer:
         ids = kwargs.get("input_ids", args[0] if args else None)
         self.inputs.append(int(ids.shape[-1]) if ids is not None else 0)  # a shape: no device read
         self.calls += 1
-        if self.cuda:
-            import torch
-
-            start = torch.cuda.Event(enable_timing=True)
-            start.record()
-            self._events.append((start, None))
-        else:
-            self._t0 = time.perf_counter()
+        self.clock.start()
 
     def _post(self, module: Any, args: tuple, kwargs: dict, output: Any) -> None:
-        if self.cuda:
-            import torch
-
-            end = torch.cuda.Event(enable_timing=True)
-            end.record()
-            self._events[-1] = (self._events[-1][0], end)
-            if self.first_end is None:
-                self.first_end = end
-        else:
-            now = time.perf_counter()
-            self._cpu_s += now - self._t0
-            if self.first_end is None:
-                self.first_end = now
+        end = self.clock.stop()
+        if self.first_end is None:
+            self.first_end = end
 
     def seconds(self) -> float:
         """Total time inside the forwards (on CUDA: after the caller's final synchronize)."""
-        return self._cpu_s + sum(s.elapsed_time(e) for s, e in self._events if e is not None) / 1e3
+        return self.clock.seconds()
 
     def remove(self) -> None:
         for h in self._handles:
@@ -238,7 +223,7 @@ def generate_hf_assisted(pair: Any, prompt: Any, max_new_tokens: int, config: HF
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
-    target_t, draft_t = _ForwardTimer(pair.target, cuda), _ForwardTimer(pair.draft, cuda)
+    target_t, draft_t = _ForwardTimer(pair.target, device), _ForwardTimer(pair.draft, device)
     try:
         with _assistant_overrides(pair.draft, config), _quiet_transformers(), torch.inference_mode():
             synchronize(device)

@@ -56,6 +56,12 @@ def parse_methods(spec: str) -> list[str]:
     return out
 
 
+def auto_preset(device: str) -> str:
+    """The preset ``auto`` picks: ``paper`` on a GPU, ``cpu`` on a CPU (where a verify forward grows
+    with the tree, so the paper's large trees lose)."""
+    return "paper" if str(device).startswith("cuda") else "cpu"
+
+
 def dynatree_config(preset: str = "paper", history: bool = True, **overrides: Any) -> DynaTreeConfig:
     """The DynaTree config of ``preset`` (``paper`` or ``cpu``) with field overrides."""
     if preset not in PRESETS:
