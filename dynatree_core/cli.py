@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .bench.data import DATA_SOURCES, DATASETS, PAPER_MAX_PROMPT_LEN, DataError, parse_datasets
-from .bench.methods import (DYNATREE_FIELD_TYPES, DYNATREE_FIELDS, METHOD_NAMES, PRESETS, MethodSpec, auto_preset,
+from .bench.methods import (ABLATION_LABELS, DYNATREE_FIELD_TYPES, DYNATREE_FIELDS, METHOD_NAMES, PRESETS, MethodSpec, auto_preset,
                             method_specs, parse_methods)
-from .config import FIXED_TREE_HELP, PARAMETER_HELP, FixedTreeConfig
+from .config import (EAGLE2_HELP, FIXED_TREE_HELP, PARAMETER_HELP, SEQUOIA_HELP, Eagle2Config, FixedTreeConfig,
+                     SequoiaConfig)
 from .bench.protocol import LengthError, RunPoint, check_lengths
 from .bench.results import ResultError
 
@@ -139,8 +140,12 @@ def add_method_args(p: argparse.ArgumentParser, linear: bool = True, fixed: bool
     if fixed:  # the FixedTreeConfig fields: names, types and defaults from the dataclass
         g = p.add_argument_group("fixed tree")
         for f, (kind, default) in _fields(FixedTreeConfig, FIXED_TREE_HELP).items():
-            g.add_argument("--fixed-" + f.replace("_", "-"), dest=f, type=kind, default=default, metavar=f.upper(),
-                           help=f"{FIXED_TREE_HELP[f]} (default {default})")
+            grid = f in ("d", "b")  # a grid of D x B finds the fixed tree's best shape in the same run
+            g.add_argument("--fixed-" + f.replace("_", "-"), dest=f, type=_int_list(f"--fixed-{f}") if grid else kind,
+                           default=default, metavar=f.upper(),
+                           help=f"{FIXED_TREE_HELP[f]} (default {default})"
+                           + ("; several comma-separated give one row per (D, B), labelled fixed_tree:d=D,b=B"
+                              if grid else ""))
     g = p.add_argument_group("DynaTree")
     g.add_argument("--dynatree-preset", dest="preset", choices=("auto",) + PRESETS, default="auto",
                    help="paper, cpu (a smaller node budget), or auto (default: cpu on CPU, paper on GPU or with --paper)")
@@ -149,6 +154,13 @@ def add_method_args(p: argparse.ArgumentParser, linear: bool = True, fixed: bool
                        default=None, metavar=f.upper(), help=f"{PARAMETER_HELP[f]} (default: from the preset)")
     g.add_argument("--dynatree-no-history", dest="no_history", action="store_true",
                    help="DynaTree without history adaptation")
+    g = p.add_argument_group("EAGLE-2 (eagle2) and Sequoia (sequoia)")
+    for f, (kind, default) in _fields(Eagle2Config, EAGLE2_HELP).items():
+        g.add_argument("--eagle2-" + f.replace("_", "-"), dest=f"eagle2_{f}", type=kind, default=None,
+                       metavar=f.upper(), help=f"{EAGLE2_HELP[f]} (default {default})")
+    for f, (kind, default) in _fields(SequoiaConfig, SEQUOIA_HELP).items():
+        g.add_argument("--sequoia-" + f.replace("_", "-"), dest=f"sequoia_{f}", type=kind, default=None,
+                       metavar=f.upper(), help=f"{SEQUOIA_HELP[f]} (default {default})")
     taken = {s for a in p._actions for s in a.option_strings}
     for old, new in RENAMED_OPTIONS.items():
         if old not in taken:
@@ -201,6 +213,20 @@ def _device_name(args: argparse.Namespace) -> str:
     return str(device)
 
 
+def _int_list(flag: str):
+    """An argparse type: one integer >= 1 or several comma-separated (bad values name ``flag``)."""
+    def parse(text: str) -> int | list[int]:
+        try:
+            vals = [int(x) for x in str(text).split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} takes integers >= 1, comma-separated (got {text!r})") from None
+        if not vals or min(vals) < 1:
+            raise argparse.ArgumentTypeError(f"{flag} takes integers >= 1, comma-separated (got {text!r})")
+        vals = list(dict.fromkeys(vals))
+        return vals[0] if len(vals) == 1 else vals
+    return parse
+
+
 def _k_list(text: str) -> int | list[int]:
     """``--linear-k``: ``5`` or ``2,3,5`` (argparse type; bad values name the flag)."""
     try:
@@ -222,7 +248,11 @@ def build_specs(args: argparse.Namespace, names: list[str], device: str) -> list
     return method_specs(names, preset=_preset(args, device), k=getattr(args, "k", 5), d=getattr(args, "d", 5),
                         b=getattr(args, "b", 2), tau=getattr(args, "tau", 0.05), n_max=getattr(args, "n_max", 256),
                         kv_mode=args.kv_mode, history=not args.no_history,
-                        dynatree_overrides=_dynatree_overrides(args))
+                        dynatree_overrides=_dynatree_overrides(args),
+                        eagle2={f: getattr(args, f"eagle2_{f}") for f in EAGLE2_HELP
+                                if getattr(args, f"eagle2_{f}", None) is not None},
+                        sequoia={f: getattr(args, f"sequoia_{f}") for f in SEQUOIA_HELP
+                                 if getattr(args, f"sequoia_{f}", None) is not None})
 
 
 def check_model_args(args: argparse.Namespace, need_draft: bool) -> None:
@@ -421,7 +451,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     specs = build_specs(args, names, _device_name(args))
     n, w, t, l_max = _protocol_numbers(args, datasets)
     exp = _experiment(args, "bench", [RunPoint(s, t) for s in specs], datasets, n, w, l_max)
-    tables = [1, 2, 3] + ([4] if any(s.label.startswith("dynatree:") for s in specs) else [])
+    tables = [1, 2, 3] + ([4] if any(s.label in ABLATION_LABELS for s in specs) else []) + [6]
     return _execute(args, exp, f"bench-{'+'.join(datasets)}", tables)
 
 
@@ -480,7 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``dynatree`` parser: one subcommand per builder below (argparse only: no torch)."""
     parser = _Parser(prog="dynatree", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_generate, _add_bench, _add_table, _add_sweep):
+    for add in (_add_generate, _add_bench, _add_table, _add_sweep, _add_calibrate):
         add(sub)
     from .distill.cli import add_distill_parser  # torch-free: the pipeline loads when the command runs
 
@@ -517,7 +547,7 @@ def _add_bench(sub: Any) -> None:
 def _add_table(sub: Any) -> None:
     t = sub.add_parser("table", help="re-render the paper's tables from result JSON files")
     t.add_argument("files", nargs="+", help="result JSON files")
-    t.add_argument("--tables", type=_csv(int), default=[1, 2, 3, 4, 5], help="which tables (default 1,2,3,4,5)")
+    t.add_argument("--tables", type=_csv(int), default=[1, 2, 3, 4, 5, 6], help="which tables (default 1,2,3,4,5,6)")
     t.add_argument("--format", choices=("markdown", "csv"), default="markdown")
     t.set_defaults(func=cmd_table)
 
@@ -551,6 +581,33 @@ def _add_sweep(sub: Any) -> None:
         add_model_args(sp)
         add_method_args(sp, linear=sp in (le, pl), fixed=sp in (le, pl))
         sp.set_defaults(func=cmd_sweep)
+
+
+def _add_calibrate(sub: Any) -> None:
+    c = sub.add_parser("calibrate", help="measure (or show the cached) verify-cost curve and per-rank acceptance",
+                       description="What cost-aware DynaTree and Sequoia measure about a pair on this device: "
+                                   "the verify-cost curve c(n), one draft level's cost, and the draft's per-rank "
+                                   "acceptance. Cached (see dynatree_core.calibrate.cache_dir); --recalibrate "
+                                   "measures again.")
+    c.add_argument("--recalibrate", action="store_true", help="measure again even if cached")
+    add_model_args(c)
+    c.set_defaults(func=cmd_calibrate)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from . import calibrate
+
+    _device_name(args)
+    check_model_args(args, True)
+    pair = load_pair(args)
+    if pair.draft is None:
+        raise CLIError("calibration needs a draft model: pass --draft")
+    cost = calibrate.cost_model(pair, recalibrate=args.recalibrate)
+    acc = calibrate.acceptance_vector(pair, recalibrate=args.recalibrate)
+    print(calibrate.describe(cost))
+    print("acceptance by draft rank: " + ", ".join(f"{a:.3f}" for a in acc))
+    print(f"cache: {calibrate.cache_dir()}")
+    return 0
 
 
 def _no_abbreviations(parser: argparse.ArgumentParser) -> None:

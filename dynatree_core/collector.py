@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from . import plumbing as pl
@@ -99,12 +100,20 @@ class RunCollector:
         self._mark = now
 
     def verify_extras(self, tree: DeviceTree, verified: pl.DeviceVerified) -> dict[str, torch.Tensor]:
-        """Device tensors a trace needs from the verify forward, fetched with the selection (no extra
-        sync): the target's probability of every drafted token given its parent."""
+        """Device tensors a record needs, fetched with the selection (no extra sync): with a trace,
+        the target's probability of every drafted token given its parent; with a trace or
+        ``record_top_k``, the draft's top-k along the committed tokens level 0 fed (the oracle's)."""
+        out: dict[str, torch.Tensor] = {}
+        chain = self.drafter.chain_topk if self.drafter is not None else None
+        if self.drafter is not None:
+            self.drafter.chain_topk = None  # this iteration's; never read twice
+        if chain is not None and chain[0].shape[0] and (self.trace is not None or self.run.record_top_k):
+            out["chain_tokens"], out["chain_logps"] = chain
         if self.trace is None or tree.n < 2:
-            return {}
+            return out
         probs = torch.softmax(verified.logits.float(), dim=-1)
-        return {"target_prob": probs[tree.parents[1:tree.n], tree.tokens[1:tree.n]]}
+        out["target_prob"] = probs[tree.parents[1:tree.n], tree.tokens[1:tree.n]]
+        return out
 
     def iteration(self, tree: DeviceTree, sel: Selection, prefix_len: int, new: list[int],
                   history: tuple[dict | None, dict | None], target_forwards: int) -> IterationRecord:
@@ -130,6 +139,9 @@ class RunCollector:
             bonus=bonus if len(new) == len(path) + 1 else None,  # cut at EOS or the budget: no bonus
             history_before=history[0], history_after=history[1], timings=dict(self._laps),
             draft_forwards=calls, target_forwards=target_forwards, host_syncs=syncs)
+        if "chain_tokens" in a:
+            rec.chain_topk = [[t, lp] for t, lp in zip(a["chain_tokens"].tolist(),
+                                                        a["chain_logps"].astype(np.float32).tolist())]
         if self.trace is not None:
             rec.position_ids = (prefix_len + a["depths"]).tolist()
             rec.target_prob_drafted = [None] + (a["target_prob"].tolist() if "target_prob" in a else [])

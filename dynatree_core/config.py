@@ -16,8 +16,11 @@ Validation lives in ``__post_init__`` and every error names the parameter and it
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Union
+
+from .cost_model import CostModel
 
 KVMode = Literal["gather", "recompute"]
 KV_MODES: tuple[str, ...] = ("gather", "recompute")
@@ -63,6 +66,28 @@ class GrowthRule:
     ``b_min`` if c(u) >= tau_h, ``b_max`` if c(u) < tau_l, else ``b_mid`` (c(u) = max q(.|u)).
     A child whose p falls below ``tau`` is pruned (never verified), and at most ``n_max``
     nodes are verified (the root, the last committed token, is not counted).
+
+    Other published policies are the same loop with one more field set (all off by default):
+
+    * ``shape`` (Sequoia): a static tree. Node i of the BFS order gets ``shape[i]`` children, the
+      draft's top ranks 0..shape[i]-1, whatever the draft's confidence; a node past the shape or
+      with 0 is not expanded (stop reason ``"static"``).
+    * ``expand_top`` (EAGLE-2): of each level's nodes that may be expanded, only the
+      ``expand_top`` most probable by p(u) are (ties: BFS order; the others stop with ``"top_k"``).
+    * ``rerank`` (EAGLE-2): once grown, only the ``rerank`` most probable drafted nodes are
+      verified (ties: BFS order; a parent always outranks its children, so the kept set is a tree).
+    * ``verify_cost`` (cost-aware DynaTree): c(n), the seconds an iteration spends verifying n
+      tokens (root included; the fixed per-iteration cost folded in), with ``draft_cost`` the
+      seconds of one draft level and ``depth_scale[d]`` the calibration s_d of p(u) at depth d
+      (index past the end: the last value; empty: 1). With v(u) = min(1, s_d(u) p(u)) the
+      expected committed tokens are E = 1 + Σ v(u) and the iteration's time
+      T = (draft levels) draft_cost + ĉ(n + 1), where ĉ(m) = min over m' >= m of c(m') (a
+      measured curve need not be monotone: while growing, a size that costs more than a larger
+      one is planned at the larger one's cost, which later levels can reach). Each level keeps
+      the prefix of its candidates (most probable first) that maximises E / T, and a node is
+      expanded only if a child as likely as itself could still raise E / T (stop reason
+      ``"cost"``); the depth gate (D0, ρ_stop, ρ_deep) is then unused, breadth still follows
+      confidence, and N_max is at most the curve's last size.
     """
 
     d0: int
@@ -76,9 +101,40 @@ class GrowthRule:
     rho_deep: float
     tau: float
     n_max: int
+    expand_top: int = 0
+    rerank: int = 0
+    shape: tuple[int, ...] = ()
+    verify_cost: tuple[float, ...] = ()
+    draft_cost: float = 0.0
+    depth_scale: tuple[float, ...] = ()
 
-    def branching(self, confidence: float) -> int:
-        """B(u) from draft confidence c(u) (paper: Dynamic Tree Breadth)."""
+    @property
+    def cost_aware(self) -> bool:
+        return bool(self.verify_cost)
+
+    def scale(self, depth: int) -> float:
+        """s_d, the calibration of p(u) at depth ``depth`` (1 without calibration)."""
+        if not self.depth_scale:
+            return 1.0
+        return self.depth_scale[min(depth, len(self.depth_scale) - 1)]
+
+    def cost(self, n: int) -> float:
+        """c(n): seconds of verifying n tokens, root included (inf past the curve)."""
+        return self.verify_cost[n - 1] if 1 <= n <= len(self.verify_cost) else math.inf
+
+    def planning_cost(self) -> tuple[float, ...]:
+        """ĉ(n) = min over n' >= n of c(n'), n = 1, 2, ...: the cost growth plans with."""
+        out, low = [], math.inf
+        for c in reversed(self.verify_cost):
+            low = min(low, c)
+            out.append(low)
+        return tuple(reversed(out))
+
+    def branching(self, confidence: float, node: int | None = None) -> int:
+        """B(u) from draft confidence c(u) (paper: Dynamic Tree Breadth), or the static shape's
+        branching of BFS node ``node`` (Sequoia)."""
+        if self.shape:
+            return self.shape[node] if node is not None and node < len(self.shape) else 0
         if confidence >= self.tau_h:
             return self.b_min
         if confidence < self.tau_l:
@@ -93,6 +149,8 @@ class GrowthRule:
         """
         if depth >= self.d_max:
             return "d_max"
+        if self.cost_aware:  # the cost criterion replaces the depth gate (it needs the tree: grow_tree)
+            return None
         if cum_prob < self.rho_stop:
             return "rho_stop"
         if depth >= self.d0 and cum_prob < self.rho_deep:
@@ -101,6 +159,8 @@ class GrowthRule:
 
     @property
     def max_breadth(self) -> int:
+        if self.shape:
+            return max(max(self.shape), 1)
         return max(self.b_min, self.b_mid, self.b_max)
 
     # --- the baselines' rules, by name (their breadth never depends on confidence, so the
@@ -304,6 +364,15 @@ class DynaTreeConfig(DecoderConfig):
     dynamic_breadth: bool = True
     dynamic_depth: bool = True
     history: HistoryConfig = field(default_factory=HistoryConfig)
+    #: cost-aware growth (off: the paper's method): breadth still follows confidence, but a
+    #: level keeps nodes, and the tree grows deeper, only while the expected tokens per second of
+    #: the iteration rise, from the measured verify-cost curve ``cost`` (see :class:`GrowthRule`);
+    #: N_max is then at most the curve's largest size, D0 / ρ_stop / ρ_deep are unused, and the
+    #: history window calibrates p(u) per depth
+    cost_aware: bool = False
+    #: the :class:`~dynatree_core.cost_model.CostModel` the cost-aware rule uses; None: the engine
+    #: measures it for the pair and device (cached on disk, :mod:`dynatree_core.calibrate`)
+    cost: CostModel | None = None
 
     def __post_init__(self) -> None:
         self._validate_common()
@@ -333,15 +402,32 @@ class DynaTreeConfig(DecoderConfig):
             object.__setattr__(self, "history", HistoryConfig(**self.history))
         if not isinstance(self.history, HistoryConfig):
             raise TypeError(f"history must be a HistoryConfig, got {type(self.history).__name__}")
+        if not isinstance(self.cost_aware, bool):
+            raise TypeError(f"cost_aware must be True or False, got {self.cost_aware!r}")
+        if isinstance(self.cost, dict):  # from JSON
+            object.__setattr__(self, "cost", CostModel.from_dict(self.cost))
+        if self.cost is not None and not isinstance(self.cost, CostModel):
+            raise TypeError(f"cost must be a CostModel or None, got {type(self.cost).__name__}")
 
     @property
     def adaptive(self) -> bool:
         return self.history.enabled
 
-    def growth_rule(self, d0: int | None = None, tau_h: float | None = None) -> GrowthRule:
-        """The rule for one iteration; the history adapter passes its current D0 and τ_h."""
+    def growth_rule(self, d0: int | None = None, tau_h: float | None = None,
+                    depth_scale: tuple[float, ...] = ()) -> GrowthRule:
+        """The rule for one iteration; the history adapter passes its current D0 and τ_h (and,
+        cost-aware, its per-depth calibration s_d of p(u))."""
         d0 = self.d0 if d0 is None else d0
         tau_h = self.tau_h if tau_h is None else tau_h
+        if self.cost_aware:
+            if self.cost is None:
+                raise ValueError("cost_aware=True needs a cost model (cost=CostModel(...)); generate() measures "
+                                 "one for the pair, or call dynatree_core.calibrate.cost_model(pair)")
+            b = (self.b_min, self.b_mid, self.b_max) if self.dynamic_breadth else (self.b_mid,) * 3
+            return GrowthRule(d0=self.d_max, d_max=self.d_max, b_min=b[0], b_mid=b[1], b_max=b[2], tau_h=tau_h,
+                              tau_l=self.tau_l, rho_stop=0.0, rho_deep=0.0, tau=self.tau,
+                              n_max=min(self.n_max, self.cost.n_max), verify_cost=self.cost.iteration_curve(),
+                              draft_cost=self.cost.draft_s, depth_scale=tuple(depth_scale))
         if self.dynamic_breadth:
             b = (self.b_min, self.b_mid, self.b_max)
         else:
@@ -393,13 +479,98 @@ class DynaTreeConfig(DecoderConfig):
 
 ABLATION_VARIANTS: tuple[str, ...] = ("fixed_backbone", "breadth_depth", "full")
 
-AnyConfig = Union[ARConfig, LinearConfig, FixedTreeConfig, DynaTreeConfig]
+
+@dataclass(frozen=True)
+class Eagle2Config(DecoderConfig):
+    """EAGLE-2's dynamic tree (Li et al. 2024), on any drafter.
+
+    Each level expands the ``k`` most probable nodes (by global path probability p(u)) with their
+    top-``k`` draft tokens, for ``depth`` levels; then only the ``n_total`` most probable drafted
+    nodes are verified (the reranking step). Defaults are EAGLE-2's (top_k 10, depth 6, 60 tokens).
+    """
+
+    method: ClassVar[str] = "eagle2"
+    k: int = 10
+    depth: int = 6
+    n_total: int = 60
+
+    def __post_init__(self) -> None:
+        self._validate_common()
+        _check_int("k", self.k, 1)
+        _check_int("depth", self.depth, 1)
+        _check_int("n_total", self.n_total, 1, self.drafted_nodes)
+        self._resolve_top_k(self.k)
+
+    @property
+    def drafted_nodes(self) -> int:
+        """Nodes drafted before the rerank: k at depth 1, then k * k per level."""
+        return self.k + (self.depth - 1) * self.k * self.k
+
+    def growth_rule(self) -> GrowthRule:
+        k = self.k
+        return GrowthRule(d0=self.depth, d_max=self.depth, b_min=k, b_mid=k, b_max=k, tau_h=_UNUSED, tau_l=_UNUSED,
+                          rho_stop=0.0, rho_deep=0.0, tau=0.0, n_max=self.drafted_nodes, expand_top=k,
+                          rerank=self.n_total)
+
+
+#: each Eagle2Config field with its meaning (CLI help)
+EAGLE2_HELP: dict[str, str] = {"k": "top-k: nodes expanded per level and children per node",
+                               "depth": "draft levels", "n_total": "nodes verified after the rerank"}
+
+
+@dataclass(frozen=True)
+class SequoiaConfig(DecoderConfig):
+    """Sequoia's static tree (Chen et al. 2024): the tree of ``n_max`` nodes and depth at most
+    ``d_max`` that maximises the expected accepted length under the draft's per-rank acceptance
+    vector ``acceptance`` (acceptance[r] = P(the target's token is the draft's rank-r token)),
+    built by Sequoia's dynamic program (:mod:`dynatree_core.sequoia`). ``acceptance=None``: the
+    engine measures it for the pair (:func:`dynatree_core.calibrate.acceptance_vector`)."""
+
+    method: ClassVar[str] = "sequoia"
+    n_max: int = 16
+    d_max: int = 8
+    acceptance: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        self._validate_common()
+        _check_int("n_max", self.n_max, 1)
+        _check_int("d_max", self.d_max, 1)
+        if self.acceptance is not None:
+            acc = tuple(float(a) for a in self.acceptance)
+            if not acc or any(not (0.0 <= a <= 1.0) for a in acc) or sum(acc) > 1.0 + 1e-9:
+                raise ValueError("acceptance must be a non-empty list of probabilities in [0, 1] summing to "
+                                 f"at most 1 (the draft's ranks are disjoint events), got {list(acc)}")
+            object.__setattr__(self, "acceptance", acc)
+        self._resolve_top_k(len(self.acceptance) if self.acceptance else 1)
+
+    def shape(self) -> tuple[int, ...]:
+        if self.acceptance is None:
+            raise ValueError("SequoiaConfig.acceptance is None: generate() measures it for the pair, or call "
+                             "dynatree_core.calibrate.acceptance_vector(pair)")
+        from .sequoia import max_nodes, sequoia_shape  # torch-free
+
+        # a short vector and a shallow limit can hold fewer than n_max nodes: the largest tree that fits
+        return sequoia_shape(self.acceptance, min(self.n_max, max_nodes(len(self.acceptance), self.d_max)),
+                             self.d_max)
+
+    def growth_rule(self) -> GrowthRule:
+        shape = self.shape()
+        return GrowthRule(d0=self.d_max, d_max=self.d_max, b_min=1, b_mid=1, b_max=1, tau_h=_UNUSED, tau_l=_UNUSED,
+                          rho_stop=0.0, rho_deep=0.0, tau=0.0, n_max=self.n_max, shape=shape)
+
+
+#: each SequoiaConfig field set from the CLI (the acceptance vector is measured for the pair)
+SEQUOIA_HELP: dict[str, str] = {"n_max": "node budget of the static tree", "d_max": "its depth limit"}
+
+AnyConfig = Union[ARConfig, LinearConfig, FixedTreeConfig, DynaTreeConfig, Eagle2Config, SequoiaConfig]
 
 CONFIG_CLASSES: dict[str, type[DecoderConfig]] = {
     "ar": ARConfig,
     "linear": LinearConfig,
     "fixed_tree": FixedTreeConfig,
     "dynatree": DynaTreeConfig,
+    "eagle2": Eagle2Config,
+    "sequoia": SequoiaConfig,
 }
 METHODS: tuple[str, ...] = tuple(CONFIG_CLASSES)
 
@@ -420,6 +591,8 @@ def config_from_dict(d: dict[str, Any]) -> DecoderConfig:
     method = check_method(d.pop("method"))
     if method == "dynatree" and isinstance(d.get("history"), dict):
         d["history"] = HistoryConfig(**d["history"])
+    if method == "sequoia" and d.get("acceptance") is not None:
+        d["acceptance"] = tuple(d["acceptance"])
     return CONFIG_CLASSES[method](**d)
 
 

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from .config import GrowthRule
-from .tree import STOP_REASONS, DraftTree, PrunedCandidate
+from .tree import STOP_REASONS, CostState, DraftTree, PrunedCandidate
 
 if TYPE_CHECKING:  # pragma: no cover
     from .drafters import Drafter
@@ -36,7 +36,8 @@ if TYPE_CHECKING:  # pragma: no cover
 #: stop reasons by code, as stored on the device (code 0 = "expanded")
 _CODE = {r: i for i, r in enumerate(STOP_REASONS)}
 #: draft candidate status per (expanded node, rank), for rebuilding the trace's pruned list
-_BEYOND_B, _KEPT, _PRUNED_TAU, _PRUNED_NMAX = 0, 1, 2, 3
+_BEYOND_B, _KEPT, _PRUNED_TAU, _PRUNED_NMAX, _PRUNED_COST, _PRUNED_RERANK = 0, 1, 2, 3, 4, 5
+_PRUNE_REASON = {_PRUNED_TAU: "tau", _PRUNED_NMAX: "n_max", _PRUNED_COST: "cost", _PRUNED_RERANK: "rerank"}
 
 
 class HostSyncs:
@@ -140,6 +141,25 @@ class DeviceTree:
         self.k_used = self.top_k  # top-k columns the drafter filled (fewer only for a tiny vocabulary)
         self.depth = 0  # deepest level (host)
         self.draft_calls = 0
+        #: after an EAGLE-2 rerank: each node's index in the tree as grown (what the drafter's
+        #: cache slots refer to); None while the two are the same
+        self.orig: torch.Tensor | None = None
+        if rule.shape:  # Sequoia: branching by BFS index (0 past the shape)
+            shape = list(rule.shape[:cap]) + [0] * max(0, cap - len(rule.shape))
+            self._shape = to_device(shape, device)
+        if rule.cost_aware:
+            # c(n) by n (index 0 and past the curve: inf), s_d by depth, and the running E, n on the
+            # device: they change with each level's kept count, which the host learns only at the
+            # level's sync (the draft time so far is known on the host)
+            plan = rule.planning_cost()
+            curve = [math.inf] + [plan[n - 1] if n <= len(plan) else math.inf for n in range(1, cap + 2)]
+            self._curve = to_device(curve, device, torch.float64)
+            # the measured curve, for the final fill (which pays what the tree really costs)
+            self._real = to_device([math.inf] + [rule.cost(n) for n in range(1, cap + 2)], device, torch.float64)
+            self._scale = to_device([rule.scale(d) for d in range(rule.d_max + 2)], device, torch.float64)
+            self._expected = torch.ones(1, dtype=torch.float64, device=device)
+            self._verified = torch.ones(1, dtype=torch.long, device=device)
+            self._draft_s = 0.0
 
     # --- growth ------------------------------------------------------------------------------
     def grow(self, drafter: "Drafter", syncs: HostSyncs) -> "DeviceTree":
@@ -149,28 +169,54 @@ class DeviceTree:
         lo, hi = 0, 1  # the frontier: the last level's nodes (contiguous in BFS order)
         codes = self._reasons(lo, hi)  # why each frontier node stops (0: it is expanded)
         # the root (depth 0, p = 1) is decided on the host: AR and N_max = 0 never touch the device
-        n_expand = 1 if rule.stop_reason(0, 1.0) is None and budget > 0 else 0
+        n_expand = 1 if self._root_expands() else 0
         log_tau = math.log(rule.tau) if rule.tau > 0 else -math.inf
         while n_expand:
+            if rule.expand_top and n_expand > rule.expand_top:
+                # EAGLE-2: only the most probable expandable nodes (ties: BFS order), fed in BFS order
+                key = self.cum_logps[lo:hi].masked_fill(codes != 0, -math.inf)
+                top = torch.argsort(key, descending=True, stable=True)[:rule.expand_top]
+                chosen = torch.zeros(hi - lo, dtype=torch.bool, device=self.device)
+                chosen[top] = True
+                codes = codes + ((codes == 0) & ~chosen) * _CODE["top_k"]
+                codes = codes.to(torch.int8)
+                n_expand = rule.expand_top
             self.stop[lo:hi] = codes  # the expanded ones are overwritten by _add_children
             # expanded frontier nodes, in BFS order (a stable compaction with a size known on the host)
             ids = lo + torch.argsort((codes != 0).to(torch.int8), stable=True)[:n_expand]
             top_ids, top_lps = drafter.propose(self, ids, level=self.draft_calls)
             self.draft_calls += 1
             kept, expandable, codes = self._add_children(ids, top_ids, top_lps, budget, log_tau)
-            got = syncs.fetch(kept=kept, expand=expandable)
+            fill = {}
+            if rule.cost_aware:  # should growth end here: how many leaves the final fill would add
+                fill = dict(zip(("fill", "fill_depth"), self._fill_count(budget - kept)))
+            got = syncs.fetch(kept=kept, expand=expandable, **fill)
             c, n_expand = int(got["kept"]), int(got["expand"])
             lo, hi = self.n, self.n + c
             self.n, budget = hi, budget - c
-            if c == 0:
-                return self
+            if c == 0:  # nothing kept: no new frontier
+                break
             self.depth += 1
             codes = codes[:c]
             if budget <= 0:
                 n_expand = 0
-        # the last frontier: nodes the rule would still expand stop at the spent budget
-        self.stop[lo:hi] = codes + (codes == 0) * _CODE["n_max"] if budget <= 0 else codes
+        else:  # the last frontier: nodes the rule would still expand stop at the spent budget
+            self.stop[lo:hi] = codes + (codes == 0) * _CODE["n_max"] if budget <= 0 else codes
+        if rule.cost_aware and self.draft_calls and budget > 0 and int(got["fill"]):
+            self._fill(int(got["fill"]))
+            self.depth = max(self.depth, int(got["fill_depth"]))
+        if rule.rerank and self.n - 1 > rule.rerank:
+            self._rerank(rule.rerank)
         return self
+
+    def _root_expands(self) -> bool:
+        """Whether the root is expanded (host arithmetic, as in :func:`~dynatree_core.tree.grow_tree`)."""
+        rule = self.rule
+        if rule.stop_reason(0, 1.0) is not None or (rule.shape and rule.shape[0] == 0):
+            return False
+        if rule.cost_aware and not CostState(rule).worth_expanding(0, 0.0):
+            return False
+        return rule.n_max > 0
 
     def _reasons(self, lo: int, hi: int) -> torch.Tensor:
         """Stop-reason code of nodes [lo, hi) from depth and path probability (0: expand); the
@@ -181,9 +227,21 @@ class DeviceTree:
         p = torch.exp(self.cum_logps[lo:hi])
         # priority by masking (no ``where``: with scalar branches it costs several dispatches)
         at_max = d >= rule.d_max
+        if rule.cost_aware:
+            # expand u only if a child as likely as u could raise E / T (CostState.worth_expanding)
+            n = self._verified
+            c_n = self._curve.index_select(0, n)
+            extra = rule.draft_cost + self._curve.index_select(0, n + 1) - c_n
+            v = (self._scale.index_select(0, (d + 1).clamp(max=self._scale.shape[0] - 1)) * p).clamp(max=1.0)
+            stop = ~(v * (self._draft_s + c_n) > self._expected * extra) & ~at_max
+            return (at_max * _CODE["d_max"] + stop * _CODE["cost"]).to(torch.int8)
         low = (p < rule.rho_stop) & ~at_max
         gate = (d >= rule.d0) & (p < rule.rho_deep) & ~at_max & ~low
-        return (at_max * _CODE["d_max"] + low * _CODE["rho_stop"] + gate * _CODE["depth_gate"]).to(torch.int8)
+        codes = at_max * _CODE["d_max"] + low * _CODE["rho_stop"] + gate * _CODE["depth_gate"]
+        if rule.shape:
+            idx = torch.arange(lo, hi, device=self.device)
+            codes = codes + ((codes == 0) & (self._shape[idx] == 0)) * _CODE["static"]
+        return codes.to(torch.int8)
 
     def _add_children(self, ids: torch.Tensor, top_ids: torch.Tensor, top_lps: torch.Tensor, budget: int,
                       log_tau: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -201,9 +259,12 @@ class DeviceTree:
         self.topk_tokens[ids, :k] = top_ids
         self.topk_logps[ids, :k] = lp32
         lp = lp32.double()  # float64 from here, as the reference adds Python floats
-        conf = torch.exp(lp[:, 0])
-        high, unsure = conf >= rule.tau_h, conf < rule.tau_l  # tau_l < tau_h: never both
-        b = (rule.b_mid + high * (rule.b_min - rule.b_mid) + unsure * (rule.b_max - rule.b_mid)).clamp(max=k)
+        if rule.shape:  # Sequoia: the static tree's branching, whatever the confidence
+            b = self._shape[ids].clamp(max=k)
+        else:
+            conf = torch.exp(lp[:, 0])
+            high, unsure = conf >= rule.tau_h, conf < rule.tau_l  # tau_l < tau_h: never both
+            b = (rule.b_mid + high * (rule.b_min - rule.b_mid) + unsure * (rule.b_max - rule.b_mid)).clamp(max=k)
         self.branching[ids] = b
         cum = self.cum_logps[ids][:, None] + lp
         offered = torch.arange(k, device=dev)[None, :] < b[:, None]
@@ -214,14 +275,27 @@ class DeviceTree:
         m = min(budget, e * k)
         top = torch.argsort(key, descending=True, stable=True)[:m]
         kept = torch.zeros(e * k, dtype=torch.bool, device=dev)
-        kept[top] = valid[top]
-        # candidate status for traces: beyond B(u) 0, kept 1, pruned by tau 2, by the budget 3
+        in_top = valid[top]
+        cost_cut = None
+        if rule.cost_aware:
+            in_top = in_top & (torch.arange(m, device=dev) < self._cost_level(key[top], in_top, self.depth + 1))
+            cost_cut = torch.zeros(e * k, dtype=torch.bool, device=dev)
+            cost_cut[top] = valid[top] & ~in_top
+        kept[top] = in_top
+        # candidate status for traces: beyond B(u) 0, kept 1, pruned by tau 2, by the budget 3, by the cost 4
         status = offered.reshape(-1).to(torch.int8) * 2 + valid - kept * 2  # a kept one is valid: 3 - 2
+        if cost_cut is not None:
+            status = status + cost_cut
         self.cand_status[ids, :k] = status.view(e, k).to(torch.int8)
-        # an expanded node none of whose candidates survived: "tau" unless the budget cut one
+        # an expanded node none of whose candidates survived: "cost" if the cost cut one, else
+        # "n_max" if the budget did, else "tau"
         none_kept = ~kept.view(e, k).any(1)
         cut = (status.view(e, k) == _PRUNED_NMAX).any(1)
-        self.stop[ids] = (none_kept * (_CODE["tau"] + cut * (_CODE["n_max"] - _CODE["tau"]))).to(torch.int8)
+        code = _CODE["tau"] + cut * (_CODE["n_max"] - _CODE["tau"])
+        if cost_cut is not None:
+            ccut = cost_cut.view(e, k).any(1)
+            code = code + ccut * (_CODE["cost"] - code)
+        self.stop[ids] = (none_kept * code).to(torch.int8)
         # append the kept children in BFS order (by parent, then rank): the first c of m slots
         flat = torch.sort(torch.arange(e * k, device=dev).masked_fill(~kept, e * k)).values[:m].clamp(max=e * k - 1)
         row, r = flat // k, flat % k
@@ -236,6 +310,99 @@ class DeviceTree:
         codes = self._reasons(lo, hi)
         expandable = ((codes == 0) & (torch.arange(m, device=dev) < count)).sum()
         return count, expandable, codes
+
+    def _cost_level(self, keys: torch.Tensor, valid: torch.Tensor, depth: int) -> torch.Tensor:
+        """:meth:`CostState.add_level` on the device: pay one draft level, keep the prefix of the
+        sorted candidates that maximises E / T; returns its length (a [1] tensor)."""
+        rule, dev = self.rule, self.device
+        self._draft_s += rule.draft_cost
+        m = keys.shape[0]
+        v = (torch.exp(keys) * rule.scale(depth)).clamp(max=1.0).masked_fill(~valid, 0.0)
+        # E + v1, (E + v1) + v2, ...: the same additions in the same order as the reference
+        acc = torch.cumsum(torch.cat([self._expected, v]), 0)
+        steps = torch.arange(m + 1, device=dev)
+        rate = acc / (self._draft_s + self._curve.index_select(0, self._verified + steps))
+        rate = rate.masked_fill(steps > valid.sum(), -math.inf)
+        j = torch.argmax(rate).view(1)  # the first maximum, as the reference's strict ">"
+        self._expected = acc.index_select(0, j)
+        self._verified = self._verified + j
+        return j
+
+    def _fill_order(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The final fill's candidates (:func:`~dynatree_core.tree._fill`), flat over (fed node,
+        rank), sorted by value (ties: parent, then rank): (order, sorted values with -inf past the
+        eligible ones, each candidate's depth)."""
+        n, k = self.n, self.k_used
+        st = self.cand_status[:n, :k]
+        cum = self.cum_logps[:n, None] + self.topk_logps[:n, :k].double()
+        elig = self.fed[:n, None] & ((st == _BEYOND_B) | (st == _PRUNED_COST) | (st == _PRUNED_TAU))
+        depth = (self.depths[:n, None] + 1).expand(n, k)
+        scale = self._scale.index_select(0, depth.reshape(-1).clamp(max=self._scale.shape[0] - 1)).view(n, k)
+        v = (torch.exp(cum) * scale).clamp(max=1.0).masked_fill(~elig, -math.inf).reshape(-1)
+        order = torch.argsort(v, descending=True, stable=True)
+        return order, v[order], depth.reshape(-1)[order]
+
+    def _fill_count(self, budget_left: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`CostState.fill` on the device, for the tree as it stands: how many leaves to add
+        and the deepest of them (0-dim tensors, fetched with the level's counts)."""
+        order, v, depth = self._fill_order()
+        steps = torch.arange(v.shape[0] + 1, device=self.device)
+        acc = torch.cumsum(torch.cat([self._expected, v.clamp(min=0.0)]), 0)
+        idx = (self._verified + steps).clamp(max=self._real.shape[0] - 1)
+        rate = acc / (self._draft_s + self._real.index_select(0, idx))
+        limit = torch.minimum((v > -math.inf).sum(), budget_left)
+        j = torch.argmax(rate.masked_fill(steps > limit, -math.inf))
+        deepest = (depth * (steps[1:] <= j)).max() if v.shape[0] else j * 0
+        return j, deepest
+
+    def _fill(self, f: int) -> None:
+        """Append the fill's first ``f`` candidates as leaves (in parent, then rank order)."""
+        order, _, _ = self._fill_order()
+        k = self.k_used
+        flat = torch.sort(order[:f]).values
+        rows, ranks = flat // k, flat % k
+        lo, hi = self.n, self.n + f
+        lp = self.topk_logps[rows, ranks].double()
+        self._ints[:3, lo:hi] = torch.stack([self.topk_tokens[rows, ranks], rows, self.depths[rows] + 1])
+        self._floats[:, lo:hi] = torch.stack([lp, self.cum_logps[rows] + lp])
+        self.stop[lo:hi] = _CODE["cost"]
+        self.stop[rows] = 0  # a parent whose children the cost had cut has one now
+        self.cand_status[rows, ranks] = _KEPT
+        anc = self.ancestors[rows]
+        anc[:, lo:hi] |= torch.eye(f, dtype=torch.bool, device=self.device)
+        self.ancestors[lo:hi] = anc
+        self.n = hi
+
+    def _rerank(self, keep: int) -> None:
+        """EAGLE-2's final step on the device (:func:`~dynatree_core.tree.rerank_tree`): keep the
+        ``keep`` most probable drafted nodes, compacting every array; ``orig`` maps back."""
+        n, dev = self.n, self.device
+        order = torch.argsort(self.cum_logps[1:n], descending=True, stable=True)[:keep] + 1
+        keep_ids = torch.sort(torch.cat([torch.zeros(1, dtype=torch.long, device=dev), order])).values
+        new_id = torch.full((self.capacity,), -1, dtype=torch.long, device=dev)
+        new_id[keep_ids] = torch.arange(keep + 1, device=dev)
+        kept_mask = new_id[:n] >= 0
+        # a dropped child of a kept parent: its candidate slot at the parent becomes "rerank"
+        parents = self.parents[:n]
+        dropped = ~kept_mask & (new_id[parents.clamp(min=0)] >= 0)
+        dropped[:1].fill_(False)
+        rank = (self.topk_tokens[parents.clamp(min=0)] == self.tokens[:n, None]).to(torch.int8).argmax(1)
+        rows, cols = parents.clamp(min=0)[dropped], rank[dropped]
+        self.cand_status[rows, cols] = _PRUNED_RERANK
+        has_child = torch.zeros(self.capacity, dtype=torch.bool, device=dev)
+        has_child[parents[kept_mask][1:]] = True
+        lost = (self.stop[:n] == 0) & self.fed[:n] & ~has_child[:n] & kept_mask
+        self.stop[:n] = self.stop[:n] + lost * _CODE["rerank"]
+        m = keep + 1
+        ints = self._ints[:, keep_ids]
+        ints[1] = torch.where(ints[1] >= 0, new_id[ints[1].clamp(min=0)], ints[1])
+        self._ints[:, :m] = ints
+        self._floats[:, :m] = self._floats[:, keep_ids]
+        for buf in (self.fed, self.stop, self.topk_tokens, self.topk_logps, self.cand_status):
+            buf[:m] = buf[keep_ids]
+        self.ancestors[:m, :m] = self.ancestors[keep_ids][:, keep_ids]
+        self.orig = keep_ids
+        self.n = m
 
     # --- verification inputs -----------------------------------------------------------------
     def position_offsets(self) -> torch.Tensor:
@@ -265,16 +432,21 @@ class DeviceTree:
         arrays = syncs.fetch(best=best, bonus=argmax.index_select(0, best), on_path=anc.index_select(0, best)[0],
                              argmax=argmax,
                              **self._arrays(), **(extra or {}))
+        if self.orig is not None:  # a rerank may have dropped the deepest level
+            self.depth = int(arrays["depths"].max())
         on_path = arrays["on_path"]
         path = np.flatnonzero(on_path[1:]) + 1  # BFS order is depth order along a path
         return Selection(path.tolist(), int(arrays["bonus"][0]), arrays)
 
     def _arrays(self) -> dict[str, torch.Tensor]:
         n, k = self.n, self.k_used
-        return dict(tokens=self.tokens[:n], parents=self.parents[:n], depths=self.depths[:n],
-                    logps=self.logps[:n], cum_logps=self.cum_logps[:n], fed=self.fed[:n],
-                    branching=self.branching[:n], stop=self.stop[:n], topk_tokens=self.topk_tokens[:n, :k],
-                    topk_logps=self.topk_logps[:n, :k], cand_status=self.cand_status[:n, :k])
+        out = dict(tokens=self.tokens[:n], parents=self.parents[:n], depths=self.depths[:n],
+                   logps=self.logps[:n], cum_logps=self.cum_logps[:n], fed=self.fed[:n],
+                   branching=self.branching[:n], stop=self.stop[:n], topk_tokens=self.topk_tokens[:n, :k],
+                   topk_logps=self.topk_logps[:n, :k], cand_status=self.cand_status[:n, :k])
+        if self.orig is not None:
+            out["orig"] = self.orig
+        return out
 
     def fetch(self, syncs: HostSyncs) -> dict[str, np.ndarray]:
         """The tree's arrays on the host (one transfer; for callers that do not verify)."""
@@ -304,17 +476,20 @@ def host_tree(a: dict[str, np.ndarray], draft_calls: int, pruned: bool = True) -
 
 
 def _pruned(tree: DraftTree, status: np.ndarray, fed: np.ndarray) -> list[PrunedCandidate]:
+    """The pruned candidates in :func:`~dynatree_core.tree.grow_tree`'s order: per level the τ-pruned
+    (by parent and rank), then the budget's and the cost's cuts (most probable first); the
+    EAGLE-2 rerank's drops last (by parent and rank)."""
     out: list[PrunedCandidate] = []
-    for depth in sorted({tree.depths[i] for i in np.flatnonzero(fed)}):
-        level = [i for i in np.flatnonzero(fed).tolist() if tree.depths[i] == depth]
-        budget_cut = []
-        for i in level:
+    reranked: list[PrunedCandidate] = []
+    fed_ids = np.flatnonzero(fed).tolist()
+    for depth in sorted({tree.depths[i] for i in fed_ids}):
+        cuts: dict[int, list[PrunedCandidate]] = {_PRUNED_NMAX: [], _PRUNED_COST: []}
+        for i in (i for i in fed_ids if tree.depths[i] == depth):
             for r, s in enumerate(status[i].tolist()):
-                if s in (_PRUNED_TAU, _PRUNED_NMAX):
+                if s in _PRUNE_REASON:
                     lp = tree.topk_logps[i][r]
-                    cand = PrunedCandidate(i, tree.topk_tokens[i][r], lp, tree.cum_logps[i] + lp, r,
-                                           "tau" if s == _PRUNED_TAU else "n_max")
-                    (out if s == _PRUNED_TAU else budget_cut).append(cand)
-        budget_cut.sort(key=lambda c: (-c.cum_logp, c.parent, c.rank))
-        out.extend(budget_cut)
-    return out
+                    cand = PrunedCandidate(i, tree.topk_tokens[i][r], lp, tree.cum_logps[i] + lp, r, _PRUNE_REASON[s])
+                    (out if s == _PRUNED_TAU else reranked if s == _PRUNED_RERANK else cuts[s]).append(cand)
+        for s in (_PRUNED_NMAX, _PRUNED_COST):
+            out.extend(sorted(cuts[s], key=lambda c: (-c.cum_logp, c.parent, c.rank)))
+    return out + sorted(reranked, key=lambda c: (c.parent, c.rank))

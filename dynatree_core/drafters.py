@@ -44,6 +44,9 @@ if TYPE_CHECKING:  # pragma: no cover
 DRAFTER_KINDS: tuple[str, ...] = ("model", "feature")
 #: what :meth:`Drafter.propose` returns: top-k token ids [q, k] and their log-probs [q, k], on the device
 TopKTensors = tuple[torch.Tensor, torch.Tensor]
+#: committed tokens before the root whose draft top-k level 0 keeps (pending tokens are the last
+#: iteration's accepted leaves and bonus: a few; the first iteration's prompt is cut to these)
+CHAIN_ROWS = 16
 
 
 def level_visibility(tree: "DeviceTree", ids: torch.Tensor, slot: torch.Tensor, base: int, past: int
@@ -83,6 +86,10 @@ class Drafter(ABC):
         self.top_k = top_k
         self.forwards = 0  # draft forwards spent (what "draft fwd/iter" counts)
         self.clock: pl.ForwardClock | None = None  # times the draft's forwards (engine overhead)
+        #: the draft's top-k after each committed token level 0 fed before the root (at most
+        #: :data:`CHAIN_ROWS`, the last ones), or None: the oracle's view of the committed sequence
+        #: where the tree had no fed node (an accepted leaf). Set by level 0, read by the engine.
+        self.chain_topk: TopKTensors | None = None
 
     @abstractmethod
     def start(self, prompt: Sequence[int], target_hidden: torch.Tensor | None = None) -> None:
@@ -155,18 +162,21 @@ class ModelDrafter(Drafter):
         if level == 0:
             # Level 0: feed the pending committed tokens, the root last, as a causal chain.
             inp = to_device(self.pending, self.device)[None]
-            logits = pl.forward(self.model, inp, self.cache, clock=self.clock)[-1:]
+            logits = pl.forward(self.model, inp, self.cache, clock=self.clock)[-CHAIN_ROWS - 1:]
+            top_ids, top_lps = self._topk(logits)
+            self.chain_topk = (top_ids[:-1], top_lps[:-1])
+            self.forwards += 1
             self.base = pl.cache_length(self.cache)
             self.slot = torch.full((tree.capacity,), -1, dtype=torch.long, device=self.device)
             self.slot[:1].fill_(self.base - 1)
             self.pending = []
-        else:
-            assert self.slot is not None, "propose: level 0 (the root) comes first"
-            past = pl.cache_length(self.cache)
-            allowed, depth = level_visibility(tree, ids, self.slot, self.base, past)
-            logits = pl.forward(self.model, tree.tokens[ids][None], self.cache, allowed, self.base - 1 + depth,
-                                clock=self.clock)
-            self.slot[ids] = past + torch.arange(ids.shape[0], device=self.device)
+            return top_ids[-1:], top_lps[-1:]
+        assert self.slot is not None, "propose: level 0 (the root) comes first"
+        past = pl.cache_length(self.cache)
+        allowed, depth = level_visibility(tree, ids, self.slot, self.base, past)
+        logits = pl.forward(self.model, tree.tokens[ids][None], self.cache, allowed, self.base - 1 + depth,
+                            clock=self.clock)
+        self.slot[ids] = past + torch.arange(ids.shape[0], device=self.device)
         self.forwards += 1
         return self._topk(logits)
 
@@ -273,20 +283,26 @@ class FeatureDrafter(Drafter):
         if level == 0:
             n = len(self.pending)
             out = self._run(to_device(self.pending, self.device), self.pending_feats,
-                            self._positions(self.pos0, n), None)[-1:]
+                            self._positions(self.pos0, n), None)[-CHAIN_ROWS - 1:]
             self.base = self.cache_length()
             self.slot = torch.full((tree.capacity,), -1, dtype=torch.long, device=self.device)
             self.slot[:1].fill_(self.base - 1)
             self.feats = torch.zeros((tree.capacity, out.shape[-1]), device=self.device, dtype=out.dtype)
             self.root_pos = self.pos0 + n - 1
             self.pending, self.pending_feats = [], self.pending_feats[:0]
-        else:
-            assert self.slot is not None and self.feats is not None, "propose: level 0 (the root) comes first"
-            past = self.cache_length()
-            allowed, depth = level_visibility(tree, ids, self.slot, self.base, past)
-            out = self._run(tree.tokens[ids], self.feats[tree.parents[ids]], self.root_pos + depth, allowed)
-            self.slot[ids] = past + torch.arange(ids.shape[0], device=self.device)
+            top_ids, top_lps = self._head_topk(out)
+            self.chain_topk = (top_ids[:-1], top_lps[:-1])
+            self.feats[ids] = out[-1:]
+            return top_ids[-1:], top_lps[-1:]
+        assert self.slot is not None and self.feats is not None, "propose: level 0 (the root) comes first"
+        past = self.cache_length()
+        allowed, depth = level_visibility(tree, ids, self.slot, self.base, past)
+        out = self._run(tree.tokens[ids], self.feats[tree.parents[ids]], self.root_pos + depth, allowed)
+        self.slot[ids] = past + torch.arange(ids.shape[0], device=self.device)
         self.feats[ids] = out
+        return self._head_topk(out)
+
+    def _head_topk(self, out: torch.Tensor) -> TopKTensors:
         # Top-k over the head ids only: ids outside the head have logit dtype-min (probability 0).
         with pl.timed(self.clock):  # the head is part of the draft model's forward
             logits = self.model.head.forward_compact(out)

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
+from . import calibrate
 from . import plumbing as pl
 from .collector import RunCollector
 from .config import DecoderConfig, DynaTreeConfig, GrowthRule, resolve_config
@@ -83,9 +84,13 @@ class DecodingRun:
     def __init__(self, pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method: str = "dynatree",
                  config: DecoderConfig | None = None, max_new_tokens: int = 128, trace: bool = False,
                  eos_token_id: int | Sequence[int] | None = None, ignore_eos: bool = False,
-                 history: HistoryState | None = None, allow_long_context: bool = False):
-        self.config = resolve_config(method, config)
+                 history: HistoryState | None = None, allow_long_context: bool = False,
+                 record_top_k: int | None = None):
         self.method = method
+        #: draft candidates per fed node kept in untraced records too (the benchmark's oracle reads
+        #: them); None: only what the growth rule needs
+        self.record_top_k = record_top_k
+        config = resolve_config(method, config)
         if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool):
             raise TypeError(f"max_new_tokens must be an integer >= 0, got {type(max_new_tokens).__name__}")
         if max_new_tokens < 0:
@@ -93,6 +98,9 @@ class DecodingRun:
         if method != "ar" and pair.draft is None:
             raise ValueError(f"method={method!r} needs a draft model; the ModelPair has draft=None")
         self.pair = pair
+        # what a policy measures about the pair (cost curve, per-rank acceptance) is filled in here,
+        # once and cached on disk, so the config the trace records is the one that ran
+        self.config = calibrate.prepare_config(config, pair) if method != "ar" else config
         self.prompt = encode_prompt(pair, prompt)
         for role, m in (("target", pair.target), ("draft", pair.draft if method != "ar" else None)):
             win = context_window(m) if m is not None else None
@@ -170,9 +178,11 @@ class DecodingRun:
                 forwards += self._restore(cache, v.prefix_len, root, path, new, col)
                 if drafter is not None:
                     hidden = v.hidden[to_device([0] + path, self.pair.device)] if need_hidden else None
-                    drafter.commit(path, new, hidden, fed=int(sel.arrays["fed"][path].sum()))
+                    # the drafter's cache slots refer to the tree as grown (an EAGLE-2 rerank compacts it)
+                    grown = sel.arrays["orig"][path].tolist() if "orig" in sel.arrays else path
+                    drafter.commit(grown, new, hidden, fed=int(sel.arrays["fed"][path].sum()))
                 root = new[-1]
-            after = self._adapt(len(path), tree.depth)
+            after = self._adapt(len(path), tree.depth, sel.arrays)
             col.lap("commit")
             yield col.iteration(tree, sel, v.prefix_len, new, (before, after), forwards)
             if stop == "eos":
@@ -186,7 +196,9 @@ class DecodingRun:
             return None
         # the trace records top_k candidates per expanded node (config.trace_top_k >= the rule's breadth)
         top_k = self.config.trace_top_k if self.tracing else self.config.growth_rule().max_breadth
-        return make_drafter(self.pair.draft, top_k)
+        if getattr(self.config, "cost_aware", False):  # the final fill draws from the candidates past B(u)
+            top_k = self.config.trace_top_k
+        return make_drafter(self.pair.draft, max(top_k, self.record_top_k or 0))
 
     def _prefill(self, cache: DynamicCache, drafter: Drafter | None, need_hidden: bool, col: RunCollector) -> None:
         """Both models read the prompt; the last prompt token stays out of the caches: it is the
@@ -224,11 +236,16 @@ class DecodingRun:
     def _history_state(self) -> dict | None:
         return self.adapter.state.to_dict() if self.adapter is not None else None
 
-    def _adapt(self, accepted: int, depth: int) -> dict | None:
-        """Feed this round's acceptance a_r = accepted / depth to the history adapter (DynaTree)."""
+    def _adapt(self, accepted: int, depth: int, arrays: dict[str, np.ndarray]) -> dict | None:
+        """Feed this round's acceptance a_r = accepted / depth to the history adapter (DynaTree);
+        a cost-aware config also gets Σ p(u) per depth, the evidence for its calibration."""
         if self.adapter is None:
             return None
-        return self.adapter.update(accepted / depth if depth > 0 else None).to_dict()
+        mass = None
+        if self.config.cost_aware and depth > 0:
+            mass = np.bincount(arrays["depths"][1:], weights=np.exp(arrays["cum_logps"][1:]),
+                               minlength=depth + 1)[1:].tolist()
+        return self.adapter.update(accepted / depth if depth > 0 else None, accepted, mass).to_dict()
 
 
 def iterate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method: str = "dynatree",

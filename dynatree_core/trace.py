@@ -52,6 +52,10 @@ class IterationRecord:
     target_forwards: int = 0
     #: device -> host synchronisations this round (at most draft levels + 1, see ``device_tree``)
     host_syncs: int = 0
+    #: the draft's top-k ``[tokens, log-probs]`` after each committed token the draft read before
+    #: this round's root (the last round's accepted leaves it never expanded): with the trees'
+    #: own top-k, the draft's view of the whole committed sequence (:mod:`dynatree_core.oracle`)
+    chain_topk: list | None = None
 
     @property
     def accepted_length(self) -> int:
@@ -93,7 +97,7 @@ class IterationRecord:
 _RECORD_FIELDS = ("index", "prefix_len", "target_argmax", "accepted_path", "committed", "bonus",
                   "position_ids", "target_prob_drafted", "token_texts", "committed_texts",
                   "history_before", "history_after", "timings", "draft_forwards",
-                  "target_forwards", "host_syncs")
+                  "target_forwards", "host_syncs", "chain_topk")
 
 
 @dataclass

@@ -21,7 +21,8 @@ import numpy as np
 from .config import GrowthRule
 
 #: why a node did not grow children (``"expanded"`` if it did)
-STOP_REASONS: tuple[str, ...] = ("expanded", "tau", "rho_stop", "depth_gate", "d_max", "n_max")
+STOP_REASONS: tuple[str, ...] = ("expanded", "tau", "rho_stop", "depth_gate", "d_max", "n_max",
+                                 "static", "top_k", "cost", "rerank")
 #: stop reason of a node the growth rule wanted to expand but whose draft top-k is unknown
 #: (``propose`` answered None: a replay reached a node the recording never fed to the draft)
 UNRECORDED = "unrecorded"
@@ -259,30 +260,48 @@ def grow_tree(root_token: int, rule: GrowthRule, propose: Propose) -> DraftTree:
     draft is most confident rather than to whichever parent happened to come first.
     A node ``propose`` answers None for (unknown distribution, replays only) grows nothing and
     gets the stop reason :data:`UNRECORDED`; a level where every answer is None costs no call.
+    The Sequoia, EAGLE-2 and cost-aware variants of the rule are described on
+    :class:`~dynatree_core.config.GrowthRule`; this function is their reference implementation.
     """
     tree = DraftTree.with_root(root_token)
     budget = rule.n_max
     frontier = [0]
     log_tau = math.log(rule.tau) if rule.tau > 0 else -math.inf
+    cost = CostState(rule) if rule.cost_aware else None
     while frontier:
         expand: list[int] = []
         for i in frontier:
             reason = rule.stop_reason(tree.depths[i], math.exp(tree.cum_logps[i]))
+            if reason is None and rule.shape and rule.branching(0.0, i) == 0:
+                reason = "static"
+            if reason is None and cost is not None and not cost.worth_expanding(tree.depths[i], tree.cum_logps[i]):
+                reason = "cost"
             if reason is None and budget <= 0:
                 reason = "n_max"
             if reason is None:
                 expand.append(i)
             else:
                 tree.stop_reasons[i] = reason
+        if rule.expand_top and len(expand) > rule.expand_top:
+            chosen = set(sorted(expand, key=lambda i: (-tree.cum_logps[i], i))[:rule.expand_top])
+            for i in expand:
+                if i not in chosen:
+                    tree.stop_reasons[i] = "top_k"
+            expand = [i for i in expand if i in chosen]
         if not expand:
             break
         dists = propose(tree, expand)
         cands = _candidates(tree, rule, log_tau, expand, dists)
-        if len(cands) > budget:
-            cands.sort(key=lambda c: (-c[0], c[1], c[2]))
-            for cum, i, rank, tok, lp in cands[budget:]:
-                tree.pruned.append(PrunedCandidate(i, tok, lp, cum, rank, "n_max"))
-            cands = cands[:budget]
+        # most probable first (ties: parent, then rank): the budget and the cost keep a prefix
+        cands.sort(key=lambda c: (-c[0], c[1], c[2]))
+        for cum, i, rank, tok, lp in cands[budget:]:
+            tree.pruned.append(PrunedCandidate(i, tok, lp, cum, rank, "n_max"))
+        cands = cands[:budget]
+        if cost is not None and any(d is not None for d in dists):
+            keep = cost.add_level([c[0] for c in cands], tree.depths[expand[0]] + 1)
+            for cum, i, rank, tok, lp in cands[keep:]:
+                tree.pruned.append(PrunedCandidate(i, tok, lp, cum, rank, "cost"))
+            cands = cands[:keep]
         cands.sort(key=lambda c: (c[1], c[2]))  # BFS order: by parent, then by rank
         frontier = []
         kept_parents = set()
@@ -294,8 +313,137 @@ def grow_tree(root_token: int, rule: GrowthRule, propose: Propose) -> DraftTree:
             if i not in kept_parents and tree.stop_reasons[i] != UNRECORDED:
                 # expanded, but every child was pruned: record which rule stopped the growth
                 reasons = {p.reason for p in tree.pruned if p.parent == i}
-                tree.stop_reasons[i] = "tau" if reasons == {"tau"} else "n_max"
+                tree.stop_reasons[i] = next((r for r in ("cost", "n_max") if r in reasons), "tau")
+    if cost is not None and budget > 0 and tree.draft_calls:
+        _fill(tree, cost, budget)
+    if rule.rerank and tree.num_drafted > rule.rerank:
+        tree = rerank_tree(tree, rule.rerank)
     return tree
+
+
+def _fill(tree: DraftTree, cost: "CostState", budget: int) -> None:
+    """The cost-aware rule's last step: add already-drafted candidates as leaves while that raises
+    E / T on the *measured* curve (growth planned with ĉ; the tree pays c). Where a larger verify
+    forward is cheaper than the tree's own size (a non-monotone curve), this fills the tree up to
+    it with the most valuable candidates it left out: ones the cost or τ cut, and ranks beyond
+    B(u) of fed nodes (τ saves verification cost, which the measured curve already prices). No
+    draft forward is spent; the leaves get stop reason ``"cost"``."""
+    cut = {(p.parent, p.rank) for p in tree.pruned if p.reason in ("cost", "tau")}
+    cands = []
+    for i in range(len(tree)):
+        toks = tree.topk_tokens[i]
+        if toks is None:
+            continue
+        for r in range(len(toks)):
+            if r < tree.branching[i] and (i, r) not in cut:
+                continue  # a child already, or cut by the budget
+            lp = tree.topk_logps[i][r]
+            cum = tree.cum_logps[i] + lp
+            cands.append((cost.value(tree.depths[i] + 1, cum), i, r, toks[r], lp, cum))
+    cands.sort(key=lambda c: (-c[0], c[1], c[2]))
+    keep = cost.fill([c[0] for c in cands[:budget]])
+    chosen = sorted(cands[:keep], key=lambda c: (c[1], c[2]))
+    for v, i, r, tok, lp, cum in chosen:
+        tree.stop_reasons[tree._append(tok, i, tree.depths[i] + 1, lp, cum)] = "cost"
+        tree.stop_reasons[i] = "expanded"
+    taken = {(c[1], c[2]) for c in chosen}
+    tree.pruned = [p for p in tree.pruned if (p.parent, p.rank) not in taken]
+
+
+class CostState:
+    """The cost-aware rule's running estimate of one iteration (see :class:`GrowthRule`).
+
+    ``expected`` E = 1 + Σ v(u) over kept nodes (the 1 is the bonus token), ``draft_s`` the draft
+    time of the levels so far, ``n`` the tokens the target will verify (root included); the
+    iteration's rate is E / (draft_s + c(n)). The device tree does the same arithmetic in the
+    same order (``device_tree``), so both build identical trees.
+    """
+
+    def __init__(self, rule: GrowthRule):
+        self.rule = rule
+        self.expected, self.draft_s, self.n = 1.0, 0.0, 1
+        self.plan = rule.planning_cost()
+
+    def cost(self, n: int) -> float:
+        """ĉ(n), the planning cost (:meth:`GrowthRule.planning_cost`; inf past the curve)."""
+        return self.plan[n - 1] if 1 <= n <= len(self.plan) else math.inf
+
+    def value(self, depth: int, cum_logp: float) -> float:
+        """v(u) = min(1, s_d p(u)): the calibrated chance that node u is accepted."""
+        return min(1.0, self.rule.scale(depth) * math.exp(cum_logp))
+
+    def worth_expanding(self, depth: int, cum_logp: float) -> bool:
+        """Could one child of this node (at most as likely as the node) raise E / T, paying for a
+        draft level and one more verified token?  v_child T > E (draft_cost + c(n+1) - c(n))."""
+        rule, n = self.rule, self.n
+        extra = rule.draft_cost + self.cost(n + 1) - self.cost(n)
+        if not math.isfinite(extra):
+            return False
+        return self.value(depth + 1, cum_logp) * (self.draft_s + self.cost(n)) > self.expected * extra
+
+    def add_level(self, cums: Sequence[float], depth: int) -> int:
+        """Pay for one draft level and keep the prefix of ``cums`` (sorted, most probable first)
+        that maximises E / T; returns its length (0: the level is not worth verifying)."""
+        rule = self.rule
+        self.draft_s += rule.draft_cost
+        best_j, best, acc = 0, self.expected / (self.draft_s + self.cost(self.n)), self.expected
+        for j, cum in enumerate(cums, start=1):
+            acc += self.value(depth, cum)
+            rate = acc / (self.draft_s + self.cost(self.n + j))
+            if rate > best:
+                best_j, best = j, rate
+        for cum in cums[:best_j]:
+            self.expected += self.value(depth, cum)
+        self.n += best_j
+        return best_j
+
+    def fill(self, values: Sequence[float]) -> int:
+        """How many of ``values`` (sorted, largest first) to add as leaves: the prefix that
+        maximises E / T on the measured curve c (no draft level is paid)."""
+        rule = self.rule
+        best_j, best, acc = 0, self.expected / (self.draft_s + rule.cost(self.n)), self.expected
+        for j, v in enumerate(values, start=1):
+            acc += v
+            rate = acc / (self.draft_s + rule.cost(self.n + j))
+            if rate > best:
+                best_j, best = j, rate
+        for v in values[:best_j]:
+            self.expected += v
+        self.n += best_j
+        return best_j
+
+
+def rerank_tree(tree: DraftTree, keep: int) -> DraftTree:
+    """EAGLE-2's final step: only the ``keep`` most probable drafted nodes are verified.
+
+    Nodes are ranked by p(u) (ties: BFS order); since p(child) <= p(parent) and a parent comes
+    first in BFS order, every kept node's parent is kept. Dropped children of kept nodes become
+    pruned candidates with reason ``"rerank"``; kept nodes that were expanded but lost all their
+    children get the stop reason ``"rerank"``.
+    """
+    order = sorted(range(1, len(tree)), key=lambda i: (-tree.cum_logps[i], i))
+    kept = [0] + sorted(order[:keep])
+    new_id = {old: new for new, old in enumerate(kept)}
+    out = DraftTree()
+    for f in _ARRAY_FIELDS:
+        vals = getattr(tree, f)
+        setattr(out, f, [vals[i] for i in kept])
+    out.parents = [new_id[p] if p >= 0 else -1 for p in out.parents]
+    out.draft_calls = tree.draft_calls
+    out.pruned = [PrunedCandidate(new_id[p.parent], p.token, p.logp, p.cum_logp, p.rank, p.reason)
+                  for p in tree.pruned if p.parent in new_id]
+    has_child = set(out.parents)
+    for old in range(1, len(tree)):
+        parent = tree.parents[old]
+        if old in new_id or parent not in new_id:
+            continue
+        rank = (tree.topk_tokens[parent] or []).index(tree.tokens[old])
+        out.pruned.append(PrunedCandidate(new_id[parent], tree.tokens[old], tree.logps[old], tree.cum_logps[old],
+                                          rank, "rerank"))
+    for new, old in enumerate(kept):
+        if out.stop_reasons[new] == "expanded" and new not in has_child:
+            out.stop_reasons[new] = "rerank"
+    return out
 
 
 def _candidates(tree: DraftTree, rule: GrowthRule, log_tau: float, expand: list[int],
@@ -310,7 +458,7 @@ def _candidates(tree: DraftTree, rule: GrowthRule, log_tau: float, expand: list[
         toks = [int(t) for t in dist[0]]
         lps = [float(x) for x in dist[1]]
         conf = math.exp(lps[0])
-        b = min(rule.branching(conf), len(toks))
+        b = min(rule.branching(conf, i), len(toks))
         tree.confidences[i] = conf
         tree.branching[i] = b
         tree.topk_tokens[i] = toks

@@ -31,6 +31,7 @@ from .export import (ImageExportUnavailable, figure_html, image_export_available
                      save_image)
 from .layout import draft_tree_graph, layered_layout, tree_graph
 from .mask_view import mask_figure, mask_matrix
+from .policies import calibration_figure, cost_figure, oracle_gap_figure, policy_rows, policy_table
 from .regrow import LiveBackend, RegrowResult, ReplayBackend, replay_partial
 from .race import Lane, RaceData, race, race_data
 from .report import report, report_html
@@ -52,4 +53,5 @@ __all__ = [
     "greedy_walk", "image_export_available", "layered_layout", "load_results", "mask_figure",
     "mask_matrix", "replay_partial", "report", "report_html", "save_html", "save_image", "show",
     "StaticFallback", "use_static_fallbacks", "text_html", "timeline_figure", "tree_figure", "tree_graph", "why", "why_data", "WhyPanel",
+    "calibration_figure", "cost_figure", "oracle_gap_figure", "policy_rows", "policy_table",
 ]

@@ -19,6 +19,10 @@ STOP_SYMBOLS: dict[str, str] = {
     "depth_gate": "diamond",
     "d_max": "hexagon",
     "n_max": "x",
+    "static": "pentagon",
+    "top_k": "star-triangle-down",
+    "cost": "bowtie",
+    "rerank": "hourglass",
     "unrecorded": "circle-open-dot",
 }
 
@@ -29,6 +33,10 @@ STOP_DESCRIPTIONS: dict[str, str] = {
     "depth_gate": "depth gate: d ≥ D0 and p(u) < ρ_deep",
     "d_max": "hard depth limit D_max",
     "n_max": "node budget N_max exhausted",
+    "static": "Sequoia: the static tree has no children here",
+    "top_k": "EAGLE-2: not among the level's top-k by p(u)",
+    "cost": "cost-aware: a child could not raise expected tokens/s",
+    "rerank": "EAGLE-2: children dropped by the final top-N rerank",
     "unrecorded": "replay: draft never ran here",
 }
 
@@ -64,7 +72,21 @@ METHOD_COLORS: dict[str, str] = {
     "dynatree:fixed_backbone": OKABE_ITO["reddish_purple"],
     "dynatree:breadth_depth": OKABE_ITO["bluish_green"],
     "dynatree:full": OKABE_ITO["vermillion"],
+    # the tree policies compared in one run (``dynatree bench --methods policies``): each its own
+    # colour within that set (the ablation variants are never in it)
+    "dynatree:paper": OKABE_ITO["blue"],
+    "dynatree:cpu": OKABE_ITO["bluish_green"],
+    "dynatree:cost": OKABE_ITO["vermillion"],
+    "eagle2": OKABE_ITO["reddish_purple"],
+    "sequoia": OKABE_ITO["yellow"],
 }
+#: the label sets drawn together (a bench with the ablation; a bench of the tree policies): the
+#: eight Okabe-Ito colours cannot give twelve labels their own, but every set gets distinct ones
+COLOR_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("ar", "linear", "fixed_tree", "dynatree", "dynatree:fixed_backbone", "dynatree:breadth_depth",
+     "dynatree:full"),
+    ("ar", "linear", "fixed_tree", "dynatree:paper", "dynatree:cpu", "dynatree:cost", "eagle2", "sequoia"),
+)
 #: line dashes / bar patterns that tell apart variants of one method family (``linear:k=3``)
 VARIANT_DASHES: tuple[str, ...] = ("dash", "dot", "dashdot", "longdash", "longdashdot")
 VARIANT_PATTERNS: tuple[str, ...] = ("/", "x", ".", "\\", "+")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import functools
 import os
+import tempfile
 
 import pytest
 import torch
@@ -19,6 +20,8 @@ from dynatree_core.testing import noisy_copy, tiny_model
 from dynatree_core.models import ModelPair
 
 torch.set_num_threads(1)  # tiny models: threads only add overhead, and CI has two cores
+# calibrations (cost curves, acceptance vectors) measured by tests stay out of the user's cache
+os.environ.setdefault("DYNATREE_CACHE_DIR", tempfile.mkdtemp(prefix="dynatree-test-cache-"))
 
 #: where the tiny models and reference tensors live (``DYNATREE_TEST_DEVICE``, default cpu)
 DEVICE = torch.device(os.environ.get("DYNATREE_TEST_DEVICE", "cpu") or "cpu")

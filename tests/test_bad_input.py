@@ -63,7 +63,7 @@ def pair():
 
 
 def test_unknown_method(pair):
-    with pytest.raises(ValueError, match=r"method must be one of \('ar', 'linear', 'fixed_tree', 'dynatree'\)"):
+    with pytest.raises(ValueError, match=r"method must be one of \('ar', 'linear', 'fixed_tree', 'dynatree', 'eagle2', 'sequoia'\)"):
         generate(pair, [1, 2], "beam")
 
 

@@ -85,14 +85,21 @@ def test_dynatree_history_state_is_carried_from_prompt_to_prompt(pair, monkeypat
     from dynatree_core.bench.data import Prompt
     from dynatree_core.bench.protocol import run_points
 
-    real, seen = engine.generate, []
+    seen = []
 
-    def spy(*args, history=None, **kwargs):
-        res = real(*args, history=history, **kwargs)
-        seen.append((history, res.history_state))
-        return res
+    class Spy(engine.DecodingRun):  # the protocol steps a DecodingRun (its records feed the oracle)
+        def __init__(self, *args, history=None, **kwargs):
+            super().__init__(*args, history=history, **kwargs)
+            self.given = history
 
-    monkeypatch.setattr(engine, "generate", spy)
+        def __next__(self):
+            try:
+                return super().__next__()
+            except StopIteration:
+                seen.append((self.given, self.result.history_state))
+                raise
+
+    monkeypatch.setattr(engine, "DecodingRun", Spy)
     prompts = [Prompt("wikitext2", i, "x", 0, "t", 0, 8, 8, 8, [5 + i] * 8, "") for i in range(3)]
     spec = method_specs(["dynatree"], preset="cpu")[0]
     rows = run_points(pair, [RunPoint(spec, 4)], ["wikitext2"], lambda ds, n: prompts, {"wikitext2": 8}, 1,
@@ -100,6 +107,7 @@ def test_dynatree_history_state_is_carried_from_prompt_to_prompt(pair, monkeypat
     assert seen[0][0] is None
     assert seen[1][0] is seen[0][1] and seen[2][0] is seen[1][1]
     assert [r["warmup"] for r in rows] == [True, False, False]
+    assert all(r["oracle"]["top_k"] and len(r["oracle"]["reach"]) == r["iterations"] for r in rows)
 
 
 def test_several_linear_k_give_one_row_each():

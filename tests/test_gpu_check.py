@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from test_exactness import EDGE_CONFIGS
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gpu_check.py"
 TINY = ["--device", "cpu", "--quick", "--target", "tiny-llama", "--no-progress",
@@ -45,7 +47,7 @@ def test_tiny_cpu_run_has_every_section(tmp_path):
     env = s["environment"]["info"]
     assert env["torch"] and env["transformers"] and env["date_utc"] and "cuda_capability" in env
     ex = s["exactness"]
-    assert ex["passed"] == 6 and ex["failed"] == 0 and ex["test_device"] == "cpu"
+    assert ex["passed"] == len(EDGE_CONFIGS) and ex["failed"] == 0 and ex["test_device"] == "cpu"
     agg = s["precision"]["aggregate"]
     assert set(agg) >= {"float32", "float16", "bfloat16", "fp32_margins"}
     assert agg["float32"]["dynatree_equals_ar"] == agg["float32"]["prompts"] == 1  # fp32: exact

@@ -173,7 +173,9 @@ def test_method_colours_are_fixed_whatever_else_is_in_the_figure():
     for fig in (everything, only_two, sweep):
         for t in fig.data:
             assert _colour(t) == style.METHOD_COLORS[t.name], (t.name, _colour(t))
-    assert len(set(style.METHOD_COLORS.values())) == len(style.METHOD_COLORS)
+    for group in style.COLOR_GROUPS:  # labels drawn together never share a colour
+        assert len({style.METHOD_COLORS[lab] for lab in group}) == len(group), group
+    assert set(style.METHOD_COLORS) == {lab for g in style.COLOR_GROUPS for lab in g}
     # ablation labels and linear variants: the family colour, variants told apart by dash
     ks = [{"method": "linear", "label": f"linear:k={k}", "d0": d, "speedup": 1.0 + d / 10}
           for k in (3, 5) for d in (1, 2)]

@@ -84,11 +84,26 @@ def make_row(dataset: str, point: RunPoint, prompt: Prompt, metrics: dict[str, A
     return row
 
 
+#: draft candidates per fed node every benchmarked method records for the oracle: the best tree
+#: is searched over the same top-k for all methods (linear K alone would record only its top-1)
+ORACLE_TOP_K = 4
+
+
+def oracle_record(records: Sequence[Any]) -> dict[str, Any]:
+    """A row's compact oracle evidence: per iteration the accepted length, the tree size and the
+    reach (the best tree of n nodes accepts min(n, reach), :mod:`dynatree_core.oracle`)."""
+    from ..oracle import oracle_iterations
+
+    rows = oracle_iterations(records, top_k=ORACLE_TOP_K)
+    return {"top_k": ORACLE_TOP_K, "accepted": [r.accepted for r in rows], "nodes": [r.nodes for r in rows],
+            "reach": [r.reach for r in rows], "truncated": sum(r.truncated for r in rows)}
+
+
 def run_points(pair: Any, points: Sequence[RunPoint], datasets: Sequence[str], prompts_for: PromptsFor,
                defaults: dict[str, int], warmup: int, progress: bool = True,
                allow_long_context: bool = False) -> list[dict[str, Any]]:
     """Run every point on every dataset's prompts (see the module docstring); return the rows."""
-    from ..engine import generate
+    from ..engine import DecodingRun
     from .hf_assisted import METHOD as HF_METHOD, assistant_settings, check_draft, generate_hf_assisted
 
     if any(p.spec.method == HF_METHOD for p in points):
@@ -123,9 +138,13 @@ def run_points(pair: Any, points: Sequence[RunPoint], datasets: Sequence[str], p
                                                    ignore_eos=True)
                         extra = {"hf_assisted": assistant_settings(pair.draft, point.spec.config)}
                     else:
-                        res = generate(pair, prompt.token_ids, point.spec.method, point.spec.config,
-                                       point.max_new_tokens, ignore_eos=True, history=history.get(j),
-                                       allow_long_context=allow_long_context)
+                        run = DecodingRun(pair, prompt.token_ids, point.spec.method, point.spec.config,
+                                          point.max_new_tokens, ignore_eos=True, history=history.get(j),
+                                          allow_long_context=allow_long_context, record_top_k=ORACLE_TOP_K)
+                        records = list(run)
+                        res = run.result
+                        # after the timed run: the best-tree replay reads the records (no model)
+                        extra = {"oracle": oracle_record(records)}
                     history[j] = res.history_state  # carried to this cell's next prompt
                     m = res.metrics.to_dict()
                     if m["new_tokens"] != point.max_new_tokens:  # EOS is ignored: this is a bug

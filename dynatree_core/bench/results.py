@@ -88,10 +88,32 @@ def aggregate(rows: Iterable[dict[str, Any]], run_id: str | None = None,
         agg["n_warmup"] = len(rs) - len(measured)
         for name in AGG_METRICS:
             agg[name], agg[f"{name}_std"] = mean_std([r.get(name) for r in measured])
+        agg.update(oracle_aggregate(measured))
         out.append(agg)
     _add_speedup(out, param_keys)
     _add_overhead_ratio(out)
     return out
+
+
+def oracle_aggregate(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The gap to the best possible tree, pooled over the rows' iterations (:mod:`..oracle`).
+
+    ``oracle_n`` is the method's own mean tree size (rounded), ``oracle_mean`` the mean accepted
+    length the best tree of that size reaches, ``oracle_gap`` = oracle_mean − ℓ̄, and
+    ``oracle_gap_own`` the same with every iteration at its own size. None without evidence
+    (hf_assisted, files written before the oracle existed)."""
+    from ..oracle import OracleIteration, summarize_oracle
+
+    its = [OracleIteration(index=i, accepted=a, nodes=n, reach=r, truncated=False, top_k=row["oracle"]["top_k"])
+           for row in rows if row.get("oracle")
+           for i, (a, n, r) in enumerate(zip(row["oracle"]["accepted"], row["oracle"]["nodes"], row["oracle"]["reach"]))]
+    if not its:
+        return dict.fromkeys(("oracle_n", "oracle_mean", "oracle_gap", "oracle_gap_own",
+                              "oracle_truncated_fraction"))
+    summary = summarize_oracle(its)
+    truncated = sum(row["oracle"].get("truncated", 0) for row in rows if row.get("oracle"))
+    return {"oracle_n": summary.n, "oracle_mean": summary.mean_oracle, "oracle_gap": summary.gap,
+            "oracle_gap_own": summary.gap_own, "oracle_truncated_fraction": truncated / len(its)}
 
 
 def _hashable(v: Any) -> Any:

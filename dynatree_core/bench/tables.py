@@ -11,6 +11,8 @@ token and per iteration.
 * Table 3: acceptance rate, L̄ (tokens per iteration), ℓ̄ (accepted length), #iterations
 * Table 4: ablation: fixed backbone, + dynamic breadth & depth, + history adaptation
 * Table 5: peak memory
+* Table 6: tree policies side by side: L̄, throughput, speedup, tree size and the gap to the best
+  possible tree of the same size (:mod:`dynatree_core.oracle`)
 """
 
 from __future__ import annotations
@@ -21,16 +23,17 @@ from typing import Any, Sequence
 import pandas as pd
 
 from ..metrics import explain_speedup
-from .methods import ABLATION_LABELS
+from .methods import ABLATION_LABELS, COST_LABEL, PRESET_LABELS
 from .results import HF_ASSISTED, baseline_key
 
-TABLES: tuple[int, ...] = (1, 2, 3, 4, 5)
+TABLES: tuple[int, ...] = (1, 2, 3, 4, 5, 6)
 TITLES: dict[int, str] = {
     1: "Table 1: throughput and speedup",
     2: "Table 2: latency (TTFT, TPOT)",
     3: "Table 3: acceptance and tokens per iteration",
     4: "Table 4: ablation (progressive)",
     5: "Table 5: peak memory",
+    6: "Table 6: tree policies and the gap to the best possible tree",
 }
 COST_COLUMNS: dict[str, str] = {"target_forwards_per_token": "target_fwd/token",
                                 "draft_forwards_per_token": "draft_fwd/token",
@@ -45,20 +48,23 @@ HEADERS: dict[str, str] = {
     "peak_memory_mib": "peak memory (MiB)", "memory_kind": "measured as", "delta_vs_fixed_pct": "Δ vs fixed (%)",
     "n": "prompts", "L_max": "L_max", "target_fwd/token": "target fwd/token", "draft_fwd/token": "draft fwd/token",
     "draft_fwd/iter": "draft fwd/iter", "overhead_ms_iter": "overhead ms/iter", "syncs_iter": "syncs/iter",
+    "tree_size": "nodes/iter", "oracle_n": "oracle n", "oracle_l": "oracle ℓ at n", "oracle_gap": "oracle gap",
 }
 _DATASET_ORDER = ["wikitext2", "pg19"]
-_METHOD_ORDER = ["ar", "linear", "fixed_tree", "dynatree", *ABLATION_LABELS, HF_ASSISTED]
+_METHOD_ORDER = ["ar", "linear", "fixed_tree", "dynatree", *ABLATION_LABELS, *PRESET_LABELS, COST_LABEL,
+                 "eagle2", "sequoia", HF_ASSISTED]
 
 
 def _order(a: dict[str, Any]) -> tuple:
     lab = str(a.get("label"))
-    base = "linear" if lab.startswith("linear:k=") else lab  # linear:k=K rows sit with linear, by K
+    # linear:k=K rows sit with linear by K, fixed_tree:d=D,b=B rows with the fixed tree by (D, B)
+    base, _, params = lab.partition(":") if lab.startswith(("linear:", "fixed_tree:")) else (lab, "", "")
     i = _METHOD_ORDER.index(base) if base in _METHOD_ORDER else len(_METHOD_ORDER)
     ds = str(a.get("dataset"))
     d = _DATASET_ORDER.index(ds) if ds in _DATASET_ORDER else len(_DATASET_ORDER)
-    kk = int(lab.split("=", 1)[1]) if base != lab else 0
+    nums = tuple(int(v.split("=", 1)[1]) for v in params.split(",") if "=" in v)
     return (str(a.get("run_id")), d, ds, a.get("max_prompt_len") or 0,
-            a.get("max_new_tokens") or 0, i, kk)  # stable: sweep points keep their run order
+            a.get("max_new_tokens") or 0, i, nums)  # stable: sweep points keep their run order
 
 
 def _scale(v: Any, f: float) -> Any:
@@ -135,7 +141,20 @@ def table5(aggs: Sequence[dict[str, Any]]) -> pd.DataFrame:
                                    "memory_kind": a.get("peak_memory_kind")})
 
 
-BUILDERS = {1: table1, 2: table2, 3: table3, 4: table4, 5: table5}
+def table6(aggs: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Tree policies: L̄, throughput, speedup, mean tree size, and the best possible tree of the
+    method's own mean size (oracle n): the accepted length it reaches and the gap to the method's
+    ℓ̄ (only rows with oracle evidence: engine methods of runs that recorded it)."""
+    rows = [a for a in aggs if a.get("oracle_gap") is not None]
+    return _frame(rows, lambda a: {"L_bar": a.get("tokens_per_iteration"),
+                                   "throughput_tok_s": a.get("tokens_per_s"),
+                                   "throughput_tok_s_std": a.get("tokens_per_s_std"), "speedup": a.get("speedup"),
+                                   "tree_size": a.get("mean_tree_size"), "l_bar": a.get("mean_accepted_length"),
+                                   "oracle_n": a.get("oracle_n"), "oracle_l": a.get("oracle_mean"),
+                                   "oracle_gap": a.get("oracle_gap")})
+
+
+BUILDERS = {1: table1, 2: table2, 3: table3, 4: table4, 5: table5, 6: table6}
 
 
 def make_tables(aggs: Sequence[dict[str, Any]], which: Sequence[int] = TABLES) -> dict[int, pd.DataFrame]:
@@ -145,7 +164,7 @@ def make_tables(aggs: Sequence[dict[str, Any]], which: Sequence[int] = TABLES) -
         if t not in BUILDERS:
             raise ValueError(f"unknown table {t}; choose from {TABLES}")
         df = BUILDERS[t](aggs)
-        if t == 4 and df.empty:
+        if t in (4, 6) and df.empty:
             continue
         out[t] = df
     return out
@@ -183,7 +202,7 @@ def to_markdown(df: pd.DataFrame, title: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def render(aggs: Sequence[dict[str, Any]], which: Sequence[int] = (1, 2, 3, 4)) -> str:
+def render(aggs: Sequence[dict[str, Any]], which: Sequence[int] = (1, 2, 3, 4, 6)) -> str:
     """All requested tables as Markdown, separated by blank lines."""
     return "\n\n".join(to_markdown(df, TITLES[t]) for t, df in make_tables(aggs, which).items())
 
