@@ -9,7 +9,8 @@ recorded with a traceback summary and the script goes on):
   precision    the default pair in fp32, fp16 and bf16: greedy AR tokens against fp32 AR, the top-2
                logit margins where they first differ (near-ties explain mismatches), and whether
                DynaTree equals AR within each dtype
-  bench        the benchmark (AR, linear K, fixed tree, DynaTree with the paper and cpu presets) on
+  bench        the benchmark (AR, linear K, fixed tree, DynaTree with the paper and cpu presets, and the
+               other tree policies: cost-aware DynaTree, EAGLE-2, Sequoia) on
                the default pair in fp32, both datasets, and on CUDA the host-sync audit
 
 Writes ``gpu_check.json`` (every number, ``schema_version``), ``gpu_check.txt`` (the summary
@@ -53,11 +54,11 @@ NOT_ON_GPU: dict[str, str] = {}
 FULL = dict(budget_s=450.0, limit_exactness=150.0, limit_precision=120.0, limit_bench=180.0,
             precision_prompts=6, precision_tokens=128, precision_prompt_len=128,
             bench_prompts=2, bench_warmup=1, bench_tokens=256, bench_prompt_len=256,
-            linear_k="2,3,5,8", presets="paper,cpu", audit_tokens=32)
+            linear_k="2,3,5,8", presets="paper,cpu", policies="dynatree:cost,eagle2,sequoia", audit_tokens=32)
 QUICK = dict(budget_s=420.0, limit_exactness=120.0, limit_precision=150.0, limit_bench=150.0,
              precision_prompts=1, precision_tokens=32, precision_prompt_len=64,
              bench_prompts=1, bench_warmup=0, bench_tokens=32, bench_prompt_len=64,
-             linear_k="2,5", presets="paper,cpu", audit_tokens=16)
+             linear_k="2,5", presets="paper,cpu", policies="dynatree:cost,eagle2,sequoia", audit_tokens=16)
 #: a section is skipped when less than this is left of the budget
 MIN_SECTION_S = 20.0
 
@@ -475,14 +476,16 @@ def _free_memory() -> None:
 
 # --- (c) bench ------------------------------------------------------------------------------------
 def bench_specs(args: argparse.Namespace) -> list[Any]:
-    """AR, linear at each K, fixed tree, DynaTree once per preset (labelled dynatree:preset=P)."""
+    """AR, linear at each K, fixed tree, DynaTree once per preset (labelled dynatree:preset=P), and
+    the other tree policies (``--policies``: cost-aware DynaTree, which calibrates its cost curve on
+    the device first; EAGLE-2 and Sequoia with their published, GPU-sized defaults)."""
     from dynatree_core.bench.methods import MethodSpec, method_specs
 
     specs = method_specs(["ar", "linear", "fixed_tree"], k=args.linear_k)
     for preset in args.presets:
         (s,) = method_specs(["dynatree"], preset=preset)
         specs.append(MethodSpec(f"dynatree:preset={preset}", s.method, s.config))
-    return specs
+    return specs + method_specs(args.policies)
 
 
 def section_bench(sec: dict[str, Any], deadline: float, args: argparse.Namespace, pairs: dict[str, Any]) -> None:
@@ -746,6 +749,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.datasets = [x for x in args.datasets.split(",") if x]
     args.linear_k = [int(x) for x in str(args.linear_k).split(",") if x]
     args.presets = [x for x in str(args.presets).split(",") if x]
+    args.policies = [x for x in str(args.policies).split(",") if x and x != "none"]
     args.out = Path(args.out)
     return args
 

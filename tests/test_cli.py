@@ -303,3 +303,38 @@ def test_distill_command_line_modules_do_not_load_torch():
     out = subprocess.run([sys.executable, "-m", "dynatree_core.distill", "--help"], capture_output=True, text=True,
                          check=True).stdout
     assert "--feature-batch-tokens" in out and "--no-export-every-ckpt" in out
+
+
+def test_bench_policies_run_exactly_with_the_fixed_grid_and_report_the_oracle(data_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DYNATREE_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "res.json"
+    args = bench_args(data_dir, out, "--linear-k", "2", "--fixed-d", "2,3", "--fixed-b", "2", "--eagle2-k", "2",
+                      "--eagle2-depth", "2", "--eagle2-n-total", "4", "--sequoia-n-max", "4")
+    args[args.index("ar,dynatree")] = "ar,policies"
+    assert main(args) == 0
+    d = json.loads(out.read_text())
+    labels = [m["label"] for m in d["methods"]]
+    assert labels == ["ar", "linear", "fixed_tree:d=2,b=2", "fixed_tree:d=3,b=2", "dynatree:paper", "dynatree:cpu",
+                      "dynatree:cost", "eagle2", "sequoia"]
+    assert d["checks"]["outputs_identical_across_methods"]
+    cost = next(m for m in d["methods"] if m["label"] == "dynatree:cost")["config"]
+    assert cost["cost_aware"] and cost["cost"] is None  # measured by the engine, recorded in each trace's config
+    aggs = {(a["dataset"], a["label"]): a for a in d["aggregates"]}
+    assert all(a["oracle_gap"] is not None and a["oracle_gap_own"] >= 0 for a in aggs.values())
+    assert "Table 6" in capsys.readouterr().out
+    for extra, msg in ((["--eagle2-k", "1", "--eagle2-depth", "1", "--eagle2-n-total", "2"], "n_total"),
+                       (["--sequoia-d-max", "0"], "d_max")):
+        assert main(bench_args(data_dir, tmp_path / "bad.json", "--methods", "ar,eagle2,sequoia", *extra)) == 2
+        assert msg in capsys.readouterr().err
+        assert not (tmp_path / "bad.json").exists()
+
+
+def test_calibrate_measures_once_then_reads_the_cache(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DYNATREE_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["calibrate", "--target", "tiny-llama"]) == 0
+    first = capsys.readouterr().out
+    assert "verify c(n)" in first and "acceptance by draft rank" in first
+    (f,) = (tmp_path / "cache").glob("calibration-*.json")
+    stamp = f.stat().st_mtime_ns
+    assert main(["calibrate", "--target", "tiny-llama"]) == 0
+    assert capsys.readouterr().out.splitlines()[-3:] == first.splitlines()[-3:] and f.stat().st_mtime_ns == stamp
