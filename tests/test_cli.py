@@ -321,6 +321,10 @@ def test_bench_policies_run_exactly_with_the_fixed_grid_and_report_the_oracle(da
     assert cost["cost_aware"] and cost["cost"] is None  # measured by the engine, recorded in each trace's config
     aggs = {(a["dataset"], a["label"]): a for a in d["aggregates"]}
     assert all(a["oracle_gap"] is not None and a["oracle_gap_own"] >= 0 for a in aggs.values())
+    for (ds, label), a in aggs.items():  # the draft's calibration over the nodes it was fed
+        drafted = bool(a["draft_forwards_per_iteration"])  # cost-aware DynaTree may draft nothing here
+        assert (a["confidence_ece"] is not None) == drafted and (a["confidence_mean"] is not None) == drafted
+        assert not drafted or 0 <= a["confidence_observed"] <= 1
     assert "Table 6" in capsys.readouterr().out
     for extra, msg in ((["--eagle2-k", "1", "--eagle2-depth", "1", "--eagle2-n-total", "2"], "n_total"),
                        (["--sequoia-d-max", "0"], "d_max")):

@@ -99,6 +99,17 @@ def oracle_record(records: Sequence[Any]) -> dict[str, Any]:
             "reach": [r.reach for r in rows], "truncated": sum(r.truncated for r in rows)}
 
 
+def calibration_record(records: Sequence[Any]) -> dict[str, Any]:
+    """A row's draft calibration (:mod:`dynatree_core.reliability`, kind ``confidence``): over the
+    nodes the draft was fed, its mean confidence c(u), how often its top-1 was the target's token,
+    and the expected calibration error (None where nothing was drafted)."""
+    from ..reliability import calibration
+
+    overall = calibration(list(records), kind="confidence").overall
+    return {"confidence_mean": overall.mean_predicted, "confidence_observed": overall.observed_rate,
+            "confidence_ece": overall.ece}
+
+
 def run_points(pair: Any, points: Sequence[RunPoint], datasets: Sequence[str], prompts_for: PromptsFor,
                defaults: dict[str, int], warmup: int, progress: bool = True,
                allow_long_context: bool = False) -> list[dict[str, Any]]:
@@ -144,7 +155,7 @@ def run_points(pair: Any, points: Sequence[RunPoint], datasets: Sequence[str], p
                         records = list(run)
                         res = run.result
                         # after the timed run: the best-tree replay reads the records (no model)
-                        extra = {"oracle": oracle_record(records)}
+                        extra = {"oracle": oracle_record(records), **calibration_record(records)}
                     history[j] = res.history_state  # carried to this cell's next prompt
                     m = res.metrics.to_dict()
                     if m["new_tokens"] != point.max_new_tokens:  # EOS is ignored: this is a bug

@@ -31,6 +31,7 @@ AGG_METRICS: tuple[str, ...] = (
     "draft_forwards_per_token", "draft_forwards_per_iteration", "peak_memory_bytes", "new_tokens",
     "prompt_tokens", "prefill_time_s", "draft_time_s", "verify_time_s",
     "forward_time_s", "engine_overhead_ms", "host_syncs_per_iteration",
+    "confidence_mean", "confidence_observed", "confidence_ece",
 )
 #: the label of Hugging Face's assisted generation (:mod:`.hf_assisted`), the overhead reference
 HF_ASSISTED = "hf_assisted"

@@ -49,6 +49,7 @@ HEADERS: dict[str, str] = {
     "n": "prompts", "L_max": "L_max", "target_fwd/token": "target fwd/token", "draft_fwd/token": "draft fwd/token",
     "draft_fwd/iter": "draft fwd/iter", "overhead_ms_iter": "overhead ms/iter", "syncs_iter": "syncs/iter",
     "tree_size": "nodes/iter", "oracle_n": "oracle n", "oracle_l": "oracle ℓ at n", "oracle_gap": "oracle gap",
+    "conf_mean": "c(u) mean", "conf_observed": "top-1 = target", "conf_ece": "ECE",
 }
 _DATASET_ORDER = ["wikitext2", "pg19"]
 _METHOD_ORDER = ["ar", "linear", "fixed_tree", "dynatree", *ABLATION_LABELS, *PRESET_LABELS, COST_LABEL,
@@ -144,14 +145,18 @@ def table5(aggs: Sequence[dict[str, Any]]) -> pd.DataFrame:
 def table6(aggs: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Tree policies: L̄, throughput, speedup, mean tree size, and the best possible tree of the
     method's own mean size (oracle n): the accepted length it reaches and the gap to the method's
-    ℓ̄ (only rows with oracle evidence: engine methods of runs that recorded it)."""
+    ℓ̄; and the draft's calibration over the nodes it was fed: mean confidence c(u), how often its
+    top-1 was the target's token, and the ECE (only rows with oracle evidence: engine methods of
+    runs that recorded it)."""
     rows = [a for a in aggs if a.get("oracle_gap") is not None]
     return _frame(rows, lambda a: {"L_bar": a.get("tokens_per_iteration"),
                                    "throughput_tok_s": a.get("tokens_per_s"),
                                    "throughput_tok_s_std": a.get("tokens_per_s_std"), "speedup": a.get("speedup"),
                                    "tree_size": a.get("mean_tree_size"), "l_bar": a.get("mean_accepted_length"),
                                    "oracle_n": a.get("oracle_n"), "oracle_l": a.get("oracle_mean"),
-                                   "oracle_gap": a.get("oracle_gap")})
+                                   "oracle_gap": a.get("oracle_gap"), "conf_mean": a.get("confidence_mean"),
+                                   "conf_observed": a.get("confidence_observed"),
+                                   "conf_ece": a.get("confidence_ece")})
 
 
 BUILDERS = {1: table1, 2: table2, 3: table3, 4: table4, 5: table5, 6: table6}
