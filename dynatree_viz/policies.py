@@ -223,10 +223,12 @@ def cost_figure(cost: CostModel | Mapping[str, Any], sizes: Any = None, *,
     head = title if title is not None else (
         f"verify cost c(n) on {cost.device or 'an unnamed device'} · target "
         f"{cost.target or 'unnamed'}")
-    fig.update_layout(template="plotly_white", height=height or 460,
+    fig.update_layout(template="plotly_white", height=height or 540,
                       title=dict(text=f"{head}<br><span style='font-size:11px;color:#666'>{info}</span>",
                                  x=0.01, font=dict(size=14)),
-                      margin=dict(l=60, r=60, t=80, b=50), legend=dict(font=dict(size=10)))
+                      # the legend below the plot: beside it, it collides with the right axis title
+                      margin=dict(l=60, r=60, t=90, b=120), width=900,
+                      legend=dict(font=dict(size=10), orientation="h", yanchor="top", y=-0.18, x=0))
     return fig
 
 
@@ -389,10 +391,11 @@ def oracle_gap_figure(summaries: Mapping[str, Any], *, title: str | None = None,
                      range=[0, top * 1.18 if top > 0 else 1], row=1, col=1)
     fig.update_yaxes(title_text="accepted tokens per iteration", rangemode="tozero", row=1, col=2)
     fig.update_xaxes(title_text="tree size i (drafted nodes)", rangemode="tozero", row=1, col=2)
-    fig.update_layout(template="plotly_white", barmode="group", height=height or 440,
+    fig.update_layout(template="plotly_white", barmode="group", height=height or 520,
                       title=dict(text=title or "oracle gap: accepted length vs the best tree of the same size",
                                  x=0.01, font=dict(size=14)),
-                      margin=dict(l=60, r=20, t=80, b=50), legend=dict(font=dict(size=10)))
+                      margin=dict(l=60, r=20, t=100, b=120), width=1000,
+                      legend=dict(font=dict(size=10), orientation="h", yanchor="top", y=-0.2, x=0))
     return fig
 
 

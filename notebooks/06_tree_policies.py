@@ -95,7 +95,7 @@ cost = calibrate.cost_model(pair)   # cached: measured the first time for this d
 print(calibrate.describe(cost))
 
 # %% tags=["nbval-ignore-output"]
-dv.cost_figure(cost).update_layout(width=950)   # wider than plotly's default 700 px: room for the legend
+dv.cost_figure(cost)
 
 # %% [markdown]
 # **A curve that need not be monotone.** One would expect c(n) to grow with n. On this project's
@@ -305,7 +305,7 @@ display(Markdown("\n".join(lines)))
 
 # %% tags=["nbval-ignore-output"]
 tree_runs = {k: v for k, v in traces.items() if k != "ar"}
-dv.cost_figure(cost, sizes=tree_runs, title="verify cost c(n) and the sizes each policy verified").update_layout(width=950)
+dv.cost_figure(cost, sizes=tree_runs, title="verify cost c(n) and the sizes each policy verified")
 
 # %% tags=["nbval-ignore-output"]
 def on_the_curve(trace):
@@ -402,7 +402,7 @@ drafted = [s.top_k for s in summaries.values() if s.iterations and s.top_k]  # a
 print("one K for every method that drafted:", len(set(drafted)) == 1, "| K =", drafted[0])
 
 # %% tags=["nbval-ignore-output"]
-dv.oracle_gap_figure(summaries).update_layout(width=1100, height=480)
+dv.oracle_gap_figure(summaries).update_layout(width=1100)
 
 # %% tags=["nbval-ignore-output"]
 gaps = pd.DataFrame({label: {"n (mean size)": s.n, "ℓ̄": s.mean_accepted, "oracle at n": s.mean_oracle,
