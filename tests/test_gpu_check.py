@@ -55,7 +55,8 @@ def test_tiny_cpu_run_has_every_section(tmp_path):
     b = s["bench"]
     assert b["outputs_identical_across_methods"] is True
     labels = {r["label"] for r in b["table"]}
-    assert labels == {"ar", "linear", "fixed_tree", "dynatree:preset=paper", "dynatree:preset=cpu"}
+    assert labels == {"ar", "linear", "fixed_tree", "dynatree:preset=paper", "dynatree:preset=cpu",
+                      "dynatree:cost", "eagle2", "sequoia"}  # the tree policies ride along (--policies)
     assert {r["dataset"] for r in b["table"]} == {"wikitext2", "pg19"}
     for r in b["table"]:
         for key in ("tokens_per_s", "speedup", "L_bar", "engine_overhead_ms", "host_syncs_per_iteration",
