@@ -227,16 +227,8 @@ def _int_list(flag: str):
     return parse
 
 
-def _k_list(text: str) -> int | list[int]:
-    """``--linear-k``: ``5`` or ``2,3,5`` (argparse type; bad values name the flag)."""
-    try:
-        ks = [int(x) for x in str(text).split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--linear-k takes integers >= 1, comma-separated (got {text!r})") from None
-    if not ks or min(ks) < 1:
-        raise argparse.ArgumentTypeError(f"--linear-k takes integers >= 1, comma-separated (got {text!r})")
-    ks = list(dict.fromkeys(ks))
-    return ks[0] if len(ks) == 1 else ks
+#: ``--linear-k``: ``5`` or ``2,3,5`` (argparse type; bad values name the flag)
+_k_list = _int_list("--linear-k")
 
 
 def _dynatree_overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -65,6 +65,8 @@ class RunCollector:
                                max_new_tokens=run.max_new_tokens, device=str(self.device),
                                dtype=str(pair.dtype).replace("torch.", ""), versions=versions(),
                                drafter=drafter.settings() if drafter is not None else None)
+        if drafter is not None:  # the chain's top-k only where records are read (a trace, the oracle)
+            drafter.keep_chain = trace or bool(run.record_top_k)
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         self.accepted: list[int] = []
@@ -105,10 +107,10 @@ class RunCollector:
         ``record_top_k``, the draft's top-k along the committed tokens level 0 fed (the oracle's)."""
         out: dict[str, torch.Tensor] = {}
         chain = self.drafter.chain_topk if self.drafter is not None else None
-        if self.drafter is not None:
+        if chain is not None:
             self.drafter.chain_topk = None  # this iteration's; never read twice
-        if chain is not None and chain[0].shape[0] and (self.trace is not None or self.run.record_top_k):
-            out["chain_tokens"], out["chain_logps"] = chain
+            if chain[0].shape[0]:
+                out["chain_tokens"], out["chain_logps"] = chain
         if self.trace is None or tree.n < 2:
             return out
         probs = torch.softmax(verified.logits.float(), dim=-1)

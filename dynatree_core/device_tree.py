@@ -314,19 +314,24 @@ class DeviceTree:
     def _cost_level(self, keys: torch.Tensor, valid: torch.Tensor, depth: int) -> torch.Tensor:
         """:meth:`CostState.add_level` on the device: pay one draft level, keep the prefix of the
         sorted candidates that maximises E / T; returns its length (a [1] tensor)."""
-        rule, dev = self.rule, self.device
+        rule = self.rule
         self._draft_s += rule.draft_cost
-        m = keys.shape[0]
         v = (torch.exp(keys) * rule.scale(depth)).clamp(max=1.0).masked_fill(~valid, 0.0)
-        # E + v1, (E + v1) + v2, ...: the same additions in the same order as the reference
-        acc = torch.cumsum(torch.cat([self._expected, v]), 0)
-        steps = torch.arange(m + 1, device=dev)
-        rate = acc / (self._draft_s + self._curve.index_select(0, self._verified + steps))
-        rate = rate.masked_fill(steps > valid.sum(), -math.inf)
-        j = torch.argmax(rate).view(1)  # the first maximum, as the reference's strict ">"
+        acc, j = self._best_prefix(v, self._curve, valid.sum())
         self._expected = acc.index_select(0, j)
         self._verified = self._verified + j
         return j
+
+    def _best_prefix(self, v: torch.Tensor, curve: torch.Tensor, limit: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`CostState._take` on the device: the running E + v1, (E + v1) + v2, ... (the same
+        additions in the same order as the reference) and the length j <= ``limit`` of the prefix
+        with the best rate E / (draft time + curve[n + j]), the first best (a [1] tensor)."""
+        steps = torch.arange(v.shape[0] + 1, device=self.device)
+        acc = torch.cumsum(torch.cat([self._expected, v]), 0)
+        idx = (self._verified + steps).clamp(max=curve.shape[0] - 1)  # the last entry is inf
+        rate = (acc / (self._draft_s + curve.index_select(0, idx))).masked_fill(steps > limit, -math.inf)
+        return acc, torch.argmax(rate).view(1)
 
     def _fill_order(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The final fill's candidates (:func:`~dynatree_core.tree._fill`), flat over (fed node,
@@ -346,13 +351,11 @@ class DeviceTree:
         """:meth:`CostState.fill` on the device, for the tree as it stands: how many leaves to add
         and the deepest of them (0-dim tensors, fetched with the level's counts)."""
         order, v, depth = self._fill_order()
-        steps = torch.arange(v.shape[0] + 1, device=self.device)
-        acc = torch.cumsum(torch.cat([self._expected, v.clamp(min=0.0)]), 0)
-        idx = (self._verified + steps).clamp(max=self._real.shape[0] - 1)
-        rate = acc / (self._draft_s + self._real.index_select(0, idx))
         limit = torch.minimum((v > -math.inf).sum(), budget_left)
-        j = torch.argmax(rate.masked_fill(steps > limit, -math.inf))
-        deepest = (depth * (steps[1:] <= j)).max() if v.shape[0] else j * 0
+        _, j = self._best_prefix(v.clamp(min=0.0), self._real, limit)
+        j = j[0]
+        ranks = torch.arange(1, v.shape[0] + 1, device=self.device)
+        deepest = (depth * (ranks <= j)).max() if v.shape[0] else j * 0
         return j, deepest
 
     def _fill(self, f: int) -> None:

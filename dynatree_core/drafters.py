@@ -88,8 +88,10 @@ class Drafter(ABC):
         self.clock: pl.ForwardClock | None = None  # times the draft's forwards (engine overhead)
         #: the draft's top-k after each committed token level 0 fed before the root (at most
         #: :data:`CHAIN_ROWS`, the last ones), or None: the oracle's view of the committed sequence
-        #: where the tree had no fed node (an accepted leaf). Set by level 0, read by the engine.
+        #: where the tree had no fed node (an accepted leaf). Set by level 0 only when
+        #: ``keep_chain`` (the engine asks for it when a trace or the benchmark reads records).
         self.chain_topk: TopKTensors | None = None
+        self.keep_chain = False
 
     @abstractmethod
     def start(self, prompt: Sequence[int], target_hidden: torch.Tensor | None = None) -> None:
@@ -120,6 +122,10 @@ class Drafter(ABC):
     def settings(self) -> dict[str, Any]:
         """What to record about this drafter in traces and results (JSON-safe)."""
         return {"kind": self.kind, "top_k": self.top_k}
+
+    def _chain_rows(self) -> int:
+        """Level 0's last rows whose top-k to compute: the root's, plus the chain's when kept."""
+        return -CHAIN_ROWS - 1 if self.keep_chain else -1
 
     def _topk(self, logits: torch.Tensor) -> TopKTensors:
         k = min(self.top_k, logits.shape[-1])
@@ -162,9 +168,9 @@ class ModelDrafter(Drafter):
         if level == 0:
             # Level 0: feed the pending committed tokens, the root last, as a causal chain.
             inp = to_device(self.pending, self.device)[None]
-            logits = pl.forward(self.model, inp, self.cache, clock=self.clock)[-CHAIN_ROWS - 1:]
+            logits = pl.forward(self.model, inp, self.cache, clock=self.clock)[self._chain_rows():]
             top_ids, top_lps = self._topk(logits)
-            self.chain_topk = (top_ids[:-1], top_lps[:-1])
+            self.chain_topk = (top_ids[:-1], top_lps[:-1]) if self.keep_chain else None
             self.forwards += 1
             self.base = pl.cache_length(self.cache)
             self.slot = torch.full((tree.capacity,), -1, dtype=torch.long, device=self.device)
@@ -283,7 +289,7 @@ class FeatureDrafter(Drafter):
         if level == 0:
             n = len(self.pending)
             out = self._run(to_device(self.pending, self.device), self.pending_feats,
-                            self._positions(self.pos0, n), None)[-CHAIN_ROWS - 1:]
+                            self._positions(self.pos0, n), None)[self._chain_rows():]
             self.base = self.cache_length()
             self.slot = torch.full((tree.capacity,), -1, dtype=torch.long, device=self.device)
             self.slot[:1].fill_(self.base - 1)
@@ -291,7 +297,7 @@ class FeatureDrafter(Drafter):
             self.root_pos = self.pos0 + n - 1
             self.pending, self.pending_feats = [], self.pending_feats[:0]
             top_ids, top_lps = self._head_topk(out)
-            self.chain_topk = (top_ids[:-1], top_lps[:-1])
+            self.chain_topk = (top_ids[:-1], top_lps[:-1]) if self.keep_chain else None
             self.feats[ids] = out[-1:]
             return top_ids[-1:], top_lps[-1:]
         assert self.slot is not None and self.feats is not None, "propose: level 0 (the root) comes first"

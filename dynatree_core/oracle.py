@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from numbers import Integral, Real
 from typing import Any, Mapping, Sequence
 
+from .checks import int_at_least
 from .trace import IterationRecord, Trace
 
 __all__ = ["OracleIteration", "OracleSummary", "oracle_iterations", "oracle_trace", "summarize_oracle"]
@@ -70,7 +71,7 @@ class OracleIteration:
 
     def best(self, n: int) -> int:
         """best_r(n) = min(n, reach_r): the most tokens a tree of ``n`` drafted nodes accepts."""
-        return min(_check_int("n", n, 0), self.reach)
+        return min(int_at_least("n", n, 0), self.reach)
 
 
 # --- the replay ---------------------------------------------------------------------------
@@ -94,7 +95,7 @@ def oracle_iterations(records: Sequence[IterationRecord] | Trace,
     if isinstance(records, (str, bytes, Mapping)) or not isinstance(records, Sequence):
         raise TypeError(f"records must be a sequence of IterationRecord or a Trace, got {type(records).__name__}")
     if top_k is not None:
-        top_k = _check_int("top_k", top_k, 1)
+        top_k = int_at_least("top_k", top_k, 1)
     records = list(records)
     if not records:
         return []
@@ -229,9 +230,9 @@ class OracleSummary:
         curve = d["curve"]
         if isinstance(curve, (str, bytes)) or not isinstance(curve, Sequence):
             raise TypeError(f"curve must be a list of numbers, got {type(curve).__name__}")
-        return cls(n=_check_int("n", d["n"], 0), curve=[_real(f"curve[{i}]", v) for i, v in enumerate(curve)],
-                   iterations=_check_int("iterations", d["iterations"], 0),
-                   top_k=_check_int("top_k", d["top_k"], 0), **floats)
+        return cls(n=int_at_least("n", d["n"], 0), curve=[_real(f"curve[{i}]", v) for i, v in enumerate(curve)],
+                   iterations=int_at_least("iterations", d["iterations"], 0),
+                   top_k=int_at_least("top_k", d["top_k"], 0), **floats)
 
 
 def summarize_oracle(rows: Sequence[OracleIteration] | Sequence[Sequence[OracleIteration]],
@@ -247,8 +248,8 @@ def summarize_oracle(rows: Sequence[OracleIteration] | Sequence[Sequence[OracleI
     if not flat:
         raise ValueError("rows must hold at least one OracleIteration, got none")
     if n is not None:
-        n = _check_int("n", n, 0)
-    n_curve = _check_int("n_curve", n_curve, 0)
+        n = int_at_least("n", n, 0)
+    n_curve = int_at_least("n_curve", n_curve, 0)
     ks = {r.top_k for r in flat if r.top_k}
     if len(ks) > 1:
         raise ValueError(f"rows were searched with different top_k {sorted(ks)}: recompute them with one "
@@ -291,14 +292,6 @@ def _flatten(rows: Any) -> list[OracleIteration]:
 
 
 # --- validation helpers -------------------------------------------------------------------
-def _check_int(name: str, value: object, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise TypeError(f"{name} must be an int >= {lo}, got {type(value).__name__}")
-    if value < lo:
-        raise ValueError(f"{name} must be an int >= {lo}, got {value}")
-    return int(value)
-
-
 def _real(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, Real):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")

@@ -27,9 +27,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from numbers import Integral, Real
+from numbers import Real
 from typing import Any, Iterable, Mapping, Sequence
 
+from .checks import int_at_least
 from .trace import IterationRecord, Trace
 
 __all__ = ["KINDS", "ReliabilityBin", "DepthCalibration", "Calibration", "calibration"]
@@ -70,11 +71,11 @@ class DepthCalibration:
     def from_dict(cls, d: Mapping[str, Any]) -> "DepthCalibration":
         _check_mapping("depth calibration", d)
         bins = [ReliabilityBin(lo=_float("lo", b["lo"]), hi=_float("hi", b["hi"]),
-                               count=_int("count", b["count"], 0),
+                               count=int_at_least("count", b["count"], 0),
                                mean_predicted=_opt_float("mean_predicted", b["mean_predicted"]),
                                observed_rate=_opt_float("observed_rate", b["observed_rate"]))
                 for b in d["bins"]]
-        return cls(depth=_int("depth", d["depth"], -1), count=_int("count", d["count"], 0),
+        return cls(depth=int_at_least("depth", d["depth"], -1), count=int_at_least("count", d["count"], 0),
                    mean_predicted=_opt_float("mean_predicted", d["mean_predicted"]),
                    observed_rate=_opt_float("observed_rate", d["observed_rate"]),
                    ece=_opt_float("ece", d["ece"]), scale=_opt_float("scale", d["scale"]), bins=bins)
@@ -102,7 +103,7 @@ class Calibration:
         kind = d["kind"]
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-        return cls(kind=kind, n_bins=_int("n_bins", d["n_bins"], 1),
+        return cls(kind=kind, n_bins=int_at_least("n_bins", d["n_bins"], 1),
                    depths=[DepthCalibration.from_dict(x) for x in d["depths"]],
                    overall=DepthCalibration.from_dict(d["overall"]))
 
@@ -122,9 +123,9 @@ def calibration(source: Any, kind: str = "confidence", bins: int = 10,
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-    n_bins = _int("bins", bins, 1)
+    n_bins = int_at_least("bins", bins, 1)
     if max_depth is not None:
-        max_depth = _int("max_depth", max_depth, 0)
+        max_depth = int_at_least("max_depth", max_depth, 0)
     by_depth: dict[int, list[tuple[float, bool]]] = {}
     for r, rec in enumerate(_records(source)):
         for depth, pred, obs in _predictions(rec, kind, r):
@@ -211,14 +212,6 @@ def _group(depth: int, preds: Sequence[tuple[float, bool]], n_bins: int) -> Dept
 
 
 # --- validation helpers -------------------------------------------------------------------
-def _int(name: str, value: object, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise TypeError(f"{name} must be an int >= {lo}, got {type(value).__name__}")
-    if value < lo:
-        raise ValueError(f"{name} must be an int >= {lo}, got {value}")
-    return int(value)
-
-
 def _opt_float(name: str, value: object) -> float | None:
     return None if value is None else _float(name, value)
 

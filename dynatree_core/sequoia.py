@@ -34,6 +34,8 @@ from typing import Sequence
 
 import numpy as np
 
+from .checks import int_at_least
+
 __all__ = ["sequoia_shape", "expected_accepted", "shape_tree", "max_nodes"]
 
 #: slack on Σ a_k <= 1: a vector measured in float32 may overshoot 1 by rounding
@@ -60,19 +62,11 @@ def _check_acceptance(acceptance: Sequence[float]) -> np.ndarray:
     return arr
 
 
-def _check_int(name: str, value: object, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise TypeError(f"{name} must be an int >= {lo}, got {type(value).__name__}")
-    if value < lo:
-        raise ValueError(f"{name} must be an int >= {lo}, got {value}")
-    return int(value)
-
-
 def max_nodes(k: int, d_max: int) -> int:
     """The most drafted nodes a tree of depth <= ``d_max`` with <= ``k`` children per node holds:
     Σ_{l=1}^{d_max} k^l (a chain of d_max nodes when k = 1)."""
-    k = _check_int("k", k, 1)
-    d_max = _check_int("d_max", d_max, 0)
+    k = int_at_least("k", k, 1)
+    d_max = int_at_least("d_max", d_max, 0)
     return d_max if k == 1 else (k ** (d_max + 1) - k) // (k - 1)
 
 
@@ -93,9 +87,9 @@ def sequoia_shape(acceptance: Sequence[float], n: int, d_max: int | None = None)
     result is deterministic.
     """
     a = _check_acceptance(acceptance)
-    n = _check_int("n", n, 0)
+    n = int_at_least("n", n, 0)
     if d_max is not None:
-        d_max = _check_int("d_max", d_max, 1)
+        d_max = int_at_least("d_max", d_max, 1)
     K = len(a)
     if d_max is not None:
         n = min(n, max_nodes(K, d_max))  # a budget past the complete tree buys nothing more

@@ -383,33 +383,28 @@ class CostState:
 
     def add_level(self, cums: Sequence[float], depth: int) -> int:
         """Pay for one draft level and keep the prefix of ``cums`` (sorted, most probable first)
-        that maximises E / T; returns its length (0: the level is not worth verifying)."""
-        rule = self.rule
-        self.draft_s += rule.draft_cost
-        best_j, best, acc = 0, self.expected / (self.draft_s + self.cost(self.n)), self.expected
-        for j, cum in enumerate(cums, start=1):
-            acc += self.value(depth, cum)
-            rate = acc / (self.draft_s + self.cost(self.n + j))
-            if rate > best:
-                best_j, best = j, rate
-        for cum in cums[:best_j]:
-            self.expected += self.value(depth, cum)
-        self.n += best_j
-        return best_j
+        that maximises E / T on the planning cost ĉ; returns its length (0: the level is not worth
+        verifying)."""
+        self.draft_s += self.rule.draft_cost
+        return self._take([self.value(depth, cum) for cum in cums], self.cost)
 
     def fill(self, values: Sequence[float]) -> int:
         """How many of ``values`` (sorted, largest first) to add as leaves: the prefix that
         maximises E / T on the measured curve c (no draft level is paid)."""
-        rule = self.rule
-        best_j, best, acc = 0, self.expected / (self.draft_s + rule.cost(self.n)), self.expected
+        return self._take(values, self.rule.cost)
+
+    def _take(self, values: Sequence[float], cost: Callable[[int], float]) -> int:
+        """Keep the prefix of ``values`` with the best rate E / (draft_s + cost(n)) (the first
+        best: a strict ">"), add it to E and n, and return its length. E grows by the same
+        additions in the same order as the device tree's cumulative sum."""
+        best_j, best_acc, acc = 0, self.expected, self.expected
+        best = acc / (self.draft_s + cost(self.n))
         for j, v in enumerate(values, start=1):
             acc += v
-            rate = acc / (self.draft_s + rule.cost(self.n + j))
+            rate = acc / (self.draft_s + cost(self.n + j))
             if rate > best:
-                best_j, best = j, rate
-        for v in values[:best_j]:
-            self.expected += v
-        self.n += best_j
+                best_j, best, best_acc = j, rate, acc
+        self.expected, self.n = best_acc, self.n + best_j
         return best_j
 
 

@@ -102,17 +102,23 @@ def _check_labels(mapping: Any, name: str) -> None:
 
 
 # --- 1. the verify-cost curve ------------------------------------------------------------------
-def _as_cost(cost: Any) -> CostModel:
-    if isinstance(cost, CostModel):
-        return cost
-    if isinstance(cost, Mapping):
+def _coerce(value: Any, cls: type, where: str, note: str = "") -> Any:
+    """``value`` as a ``cls`` (an instance, or the dict its ``to_dict`` wrote), else a ValueError
+    naming ``where``; the cost curve, the calibration and the oracle summaries all arrive so."""
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, Mapping):
         try:
-            return CostModel.from_dict(dict(cost))
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"cost: not a CostModel dict ({e})") from e
-    raise ValueError("cost must be a dynatree_core.cost_model.CostModel or its to_dict(), got "
-                     f"{type(cost).__name__} (dynatree_viz.CostModel is the explorer's linear "
-                     "fit, not a measured curve)")
+            return cls.from_dict(dict(value))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{where}: not a {cls.__name__} dict ({e!r})") from e
+    raise ValueError(f"{where} must be a {cls.__module__}.{cls.__name__} or its to_dict(), got "
+                     f"{type(value).__name__}{note}")
+
+
+def _as_cost(cost: Any) -> CostModel:
+    return _coerce(cost, CostModel, "cost", " (dynatree_viz.CostModel is the explorer's linear fit, not a measured "
+                                            "curve)")
 
 
 def _is_count(v: Any) -> bool:
@@ -263,15 +269,7 @@ def _add_sizes(fig: go.Figure, cost: CostModel, label: str, vals: list[int],
 
 # --- 2. reliability diagram --------------------------------------------------------------------
 def _as_calibration(cal: Any) -> Calibration:
-    if isinstance(cal, Calibration):
-        return cal
-    if isinstance(cal, Mapping):
-        try:
-            return Calibration.from_dict(cal)
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"cal: not a Calibration dict ({e!r})") from e
-    raise ValueError("cal must be a dynatree_core.reliability.Calibration or its to_dict(), got "
-                     f"{type(cal).__name__}")
+    return _coerce(cal, Calibration, "cal")
 
 
 def _points(dc: DepthCalibration) -> list[ReliabilityBin]:
@@ -337,15 +335,7 @@ def _add_reliability(fig: go.Figure, dc: DepthCalibration, what: str, color: str
 
 # --- 3. oracle gap -----------------------------------------------------------------------------
 def _as_summary(label: str, s: Any) -> OracleSummary:
-    if isinstance(s, OracleSummary):
-        return s
-    if isinstance(s, Mapping):
-        try:
-            return OracleSummary.from_dict(s)
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"summaries[{label!r}]: not an OracleSummary dict ({e!r})") from e
-    raise ValueError(f"summaries[{label!r}] must be a dynatree_core.oracle.OracleSummary or its "
-                     f"to_dict(), got {type(s).__name__}")
+    return _coerce(s, OracleSummary, f"summaries[{label!r}]")
 
 
 def oracle_gap_figure(summaries: Mapping[str, Any], *, title: str | None = None,

@@ -197,3 +197,20 @@ def test_policies_expand_and_the_fixed_grid_gets_one_row_per_shape():
     assert by["eagle2"].n_total == 6 and by["sequoia"].n_max == 8
     with pytest.raises(ValueError, match="n_total"):
         method_specs(["eagle2"], eagle2={"k": 1, "depth": 1, "n_total": 2})
+
+
+def test_the_chain_top_k_is_recorded_only_where_records_are_read():
+    """Level 0's extra top-k rows (the oracle's view of accepted leaves) cost work on every
+    iteration: only a trace or ``record_top_k`` (the benchmark) asks for them."""
+    from dynatree_core import iterate
+
+    pair = cached_pair("llama", "sdpa", 0.02)
+    cfg = DynaTreeConfig(d0=1, d_max=2, trace_top_k=4)
+    plain = list(iterate(pair, [5, 9, 14], "dynatree", cfg, max_new_tokens=24, ignore_eos=True))
+    traced = list(iterate(pair, [5, 9, 14], "dynatree", cfg, max_new_tokens=24, ignore_eos=True, trace=True))
+    recorded = list(iterate(pair, [5, 9, 14], "dynatree", cfg, max_new_tokens=24, ignore_eos=True, record_top_k=4))
+    assert all(r.chain_topk is None for r in plain)
+    for recs in (traced, recorded):
+        assert any(r.chain_topk for r in recs[1:])  # the prompt's rows at iteration 0, leaves after
+        assert all(len(row[0]) == 4 for r in recs if r.chain_topk for row in r.chain_topk)
+    assert [r.committed for r in plain] == [r.committed for r in traced] == [r.committed for r in recorded]
