@@ -8,6 +8,8 @@ Examples:
       --draft EleutherAI/pythia-70m --device cuda --dtype float16
   dynatree table results/*.json
   dynatree sweep fixed_tree --d-values 3,4,5 --b-values 1,2,3 --tau-values 0.05,0.1
+  dynatree bench --ray                            the same run on a local Ray instance (one worker per CPU)
+  dynatree bench --ray HEAD:6379 --gpus-per-task 1 --resume   on a cluster, continuing an interrupted run
 
 Without --target the embedded offline pair (SmolLM2-135M-Instruct + a distilled draft) runs on
 the CPU. The defaults are small (N=4 prompts, W=1 warmup, T=128 new tokens, L_max=256 prompt
@@ -34,13 +36,14 @@ from .bench.methods import (ABLATION_LABELS, DYNATREE_FIELD_TYPES, DYNATREE_FIEL
                             method_specs, parse_methods)
 from .config import (EAGLE2_HELP, FIXED_TREE_HELP, PARAMETER_HELP, SEQUOIA_HELP, Eagle2Config, FixedTreeConfig,
                      SequoiaConfig)
-from .bench.protocol import LengthError, RunPoint, check_lengths
+from .bench.execution import ShardFailed
+from .bench.pairs import TINY_TARGETS
+from .bench.protocol import LengthError, RunPoint
 from .bench.results import ResultError
 
 #: the quick protocol (CPU-sized) and the paper's
 QUICK = {"num_prompts": 4, "warmup": 1, "max_new_tokens": 128, "max_prompt_len": 256}
 PAPER = {"num_prompts": 10, "warmup": 2, "max_new_tokens": 1500}
-TINY_TARGETS = ("tiny-llama", "tiny-gpt_neox", "tiny-llama-feature")  # testing only: dynatree_core.testing
 
 
 class CLIError(Exception):
@@ -97,6 +100,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "project's CPU benchmark; the README says which)")
     g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: auto)")
     g.add_argument("--dtype", default=None, help="float32 (default), float16 or bfloat16")
+    g.add_argument("--device-map", default=None, metavar="MAP",
+                   help="split a large --target across this machine's GPUs with accelerate (auto, balanced, "
+                        "sequential); the draft sits on the first device")
     g.add_argument("--draft-noise", type=float, default=0.05, help=argparse.SUPPRESS)  # tiny test pair
 
 
@@ -187,6 +193,20 @@ def add_protocol_args(p: argparse.ArgumentParser, default_dataset: str = "wikite
     g.add_argument("--out", default="results", help="output directory or .json file (default results/)")
     g.add_argument("--overwrite", action="store_true", help="replace an existing --out .json file")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument("--resume", action="store_true",
+                   help="continue the interrupted run of this experiment from its checkpoint in --out "
+                        "(finished shards are not run again)")
+    g = p.add_argument_group("execution on a Ray cluster (pip install 'dynatree[ray]')")
+    g.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="run the shards (dataset x T/L_max x prompt) as Ray tasks on the cluster at ADDRESS "
+                        "(HOST:PORT, ray://HOST:PORT or auto), or on a local Ray instance without ADDRESS")
+    g.add_argument("--ray-workers", type=int, default=None, metavar="N",
+                   help="actors, each loading the pair once (default: as many as the cluster's GPUs, or CPUs, allow)")
+    g.add_argument("--gpus-per-task", type=float, default=None, metavar="G",
+                   help="GPUs per worker (default 1 if the cluster has GPUs and --device is not cpu, else 0)")
+    g.add_argument("--cpus-per-task", type=float, default=1, metavar="C", help="CPUs per worker (default 1)")
+    g.add_argument("--max-retries", type=int, default=2, metavar="R",
+                   help="times a shard is run again after its worker died (default 2)")
 
 
 def add_T_arg(p: argparse.ArgumentParser) -> None:
@@ -270,32 +290,32 @@ def check_model_args(args: argparse.Namespace, need_draft: bool) -> None:
         raise CLIError(str(e)) from None
 
 
+def pair_spec(args: argparse.Namespace) -> Any:
+    """The pair named by --target/--draft/--drafter/--device/--dtype/--device-map, as a recipe."""
+    from .bench.pairs import PairSpec
+
+    device_map = getattr(args, "device_map", None)
+    if device_map is not None and args.target is None:
+        raise CLIError("--device-map splits a --target across GPUs; the embedded pair is small (no --device-map)")
+    return PairSpec(target=args.target, draft=args.draft, drafter=getattr(args, "drafter", "auto"),
+                    device=args.device, dtype=args.dtype, draft_noise=getattr(args, "draft_noise", 0.05),
+                    device_map=device_map)
+
+
 def load_pair(args: argparse.Namespace) -> Any:
     """The model pair named by --target/--draft (default: the embedded offline pair), loaded
     behind one status line. Callers run :func:`check_model_args` first, before reading any data."""
+    from .bench.pairs import PairUnavailable
     from .loading import announce
-    from .models import ModelPair
 
-    if args.target is None:
-        drafter = getattr(args, "drafter", "auto")
-        try:
-            with announce(f"the embedded pair (SmolLM2-135M-Instruct, drafter {drafter})"):
-                return ModelPair.default(device=args.device, dtype=args.dtype, draft=drafter)
-        except (ImportError, FileNotFoundError) as e:
-            raise CLIError(f"the embedded default pair is unavailable ({e}); pass --target and --draft") from e
-    if args.target in TINY_TARGETS:
-        from .testing import tiny_feature_pair, tiny_pair
-
-        if args.target == "tiny-llama-feature":
-            pair = tiny_feature_pair()
-        else:
-            pair = tiny_pair(args.target.split("-", 1)[1], noise=args.draft_noise)
-        if args.device not in ("auto", "cpu"):
-            pair.target.to(args.device)
-            pair.draft.to(args.device)
-        return pair
-    with announce(f"{args.target}" + (f" + {args.draft}" if args.draft else "")):
-        return ModelPair.from_pretrained(args.target, args.draft, device=args.device, dtype=args.dtype)
+    spec = pair_spec(args)
+    if spec.target in TINY_TARGETS:  # built in milliseconds: no status line
+        return spec.load()
+    try:
+        with announce(spec.describe()):
+            return spec.load()
+    except PairUnavailable as e:
+        raise CLIError(str(e)) from e
 
 
 def _protocol_numbers(args: argparse.Namespace, datasets: list[str]) -> tuple[int, int, int | None, dict[str, int]]:
@@ -324,35 +344,84 @@ def _protocol_note(n: int, w: int, t: int, l_max: dict[str, int]) -> str | None:
             f"(N=10, W=2, T=1500, L_max 800 WikiText-2 / 1000 PG-19); pass --paper for the paper's protocol.")
 
 
+def _backend(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(backend, pair info): this process with the pair loaded here, or Ray workers that each
+    load it (``--ray``; the driver then holds no weights, only the first worker's description)."""
+    from .bench.execution import SerialBackend
+    from .bench.pairs import pair_info
+
+    if args.ray is None:
+        for flag in ("ray_workers", "gpus_per_task"):
+            if getattr(args, flag) is not None:
+                raise CLIError(f"--{flag.replace('_', '-')} needs --ray")
+        pair = load_pair(args)
+        return SerialBackend(pair), pair_info(pair)
+    from .bench.ray_backend import RayBackend, RayUnavailable, import_ray
+
+    spec = pair_spec(args)
+    try:
+        import_ray()
+        print(f"ray: {args.ray}: starting workers; each loads {spec.describe()} ...", file=sys.stderr)
+        backend = RayBackend(spec, None if args.ray == "local" else args.ray, workers=args.ray_workers,
+                             gpus_per_task=args.gpus_per_task, cpus_per_task=args.cpus_per_task)
+    except RayUnavailable as e:
+        raise CLIError(str(e)) from None
+    return backend, backend.pair_info()
+
+
 def _execute(args: argparse.Namespace, exp: Any, stem: str, print_tables: Sequence[int] | None,
              figure: str | None = None) -> int:
-    """The common tail of bench and sweep: checks, data, models, run, write, print."""
+    """The common tail of bench and sweep: checks, data, models, run (with a checkpoint), write, print."""
     from .bench import results as res
-    from .bench.runner import load_corpora, run_experiment
+    from .bench.checkpoint import Checkpoint, CheckpointError, checkpoint_path
+    from .bench.runner import document, load_corpora, prepare, run_prepared
     from .bench.tables import overhead_notes, render, speed_notes
 
     exp.validate()
+    if args.max_retries < 0:
+        raise CLIError(f"--max-retries must be >= 0, got {args.max_retries}")
     out = Path(args.out)
-    res.check_writable(out)
+    out_dir = res.check_writable(out)
     if out.suffix == ".json":
         res.result_path(out, stem, args.overwrite)  # refuse an existing file before running
+        stem = out.stem
     need_draft = any(p.spec.method != "ar" for p in exp.points)
     check_model_args(args, need_draft)  # before the data and the weights: a bad name fails in seconds
     corpora = load_corpora(exp)
-    pair = load_pair(args)
-    if need_draft and pair.draft is None:
-        raise CLIError("the model pair has no draft model; pass --draft or use --methods ar")
-    check_lengths(pair, exp.points, exp.datasets, exp.max_prompt_len, exp.allow_long_context)
-    note = _protocol_note(exp.num_prompts, exp.warmup, max(p.max_new_tokens for p in exp.points),
-                          {d: max(exp.l_max_values(d)) for d in exp.datasets})
-    print(f"target: {pair.target_name} | draft: {pair.draft_name} (drafter: {pair.drafter_kind}) | device: {pair.device}",
-          file=sys.stderr)
-    data_lines = [f"data: {c.describe()}" for c in corpora.values()]
-    for line in data_lines:
-        print(line, file=sys.stderr)
-    result = run_experiment(pair, exp, corpora, progress=not args.no_progress)
+    backend, info = _backend(args)
+    try:
+        if need_draft and not info.has_draft:
+            raise CLIError("the model pair has no draft model; pass --draft or use --methods ar")
+        prep = prepare(info, exp, corpora)
+        if hasattr(backend, "scale"):
+            backend.scale(len(prep.shards))
+        try:
+            ck = Checkpoint.open(checkpoint_path(out_dir, stem, prep.fingerprint), prep.header(), args.resume)
+        except CheckpointError as e:
+            raise CLIError(str(e)) from None
+        note = _protocol_note(exp.num_prompts, exp.warmup, max(p.max_new_tokens for p in exp.points),
+                              {d: max(exp.l_max_values(d)) for d in exp.datasets})
+        where = f"{len(backend.workers())} Ray workers at {args.ray}" if args.ray else str(info.device)
+        print(f"target: {info.target_name} | draft: {info.draft_name} (drafter: {info.drafter_kind}) | {where}",
+              file=sys.stderr)
+        if ck.done:
+            print(f"resuming: {len(ck.done)} of {len(prep.shards)} shards already done ({ck.path})", file=sys.stderr)
+        data_lines = [f"data: {c.describe()}" for c in corpora.values()]
+        for line in data_lines:
+            print(line, file=sys.stderr)
+        try:
+            result = run_prepared(prep, backend, checkpoint=ck, progress=not args.no_progress,
+                                  max_retries=args.max_retries,
+                                  execution=backend.describe() if hasattr(backend, "describe") else None)
+        except BaseException:
+            _write_partial(res, out_dir, stem, document(prep, ck, backend), ck)
+            raise
+    finally:
+        if hasattr(backend, "close"):
+            backend.close()
     path = res.result_path(out, f"{stem}-{result['run_id']}", args.overwrite)
     res.write_json_atomic(path, result, overwrite=args.overwrite)
+    ck.remove()  # the result holds every shard now
     aggs = res.recompute(result)
     print(f"\n{res.EOS_NOTE}")
     if note:
@@ -384,6 +453,17 @@ def _execute(args: argparse.Namespace, exp: Any, stem: str, print_tables: Sequen
         print(f"warning: outputs differ from AR for {result['checks']['mismatching_cells']}", file=sys.stderr)
     print(f"\nresults: {path}")
     return 0
+
+
+def _write_partial(res: Any, out_dir: Path, stem: str, doc: dict[str, Any], ck: Any) -> None:
+    """After an error or interrupt: the finished shards as a readable (partial) result file,
+    next to the checkpoint that ``--resume`` continues from."""
+    if not ck.done:
+        return
+    path = out_dir / f"{stem}-{doc['run_id']}.partial.json"
+    res.write_json_atomic(path, doc, overwrite=True)
+    print(f"\ndynatree: stopped after {len(ck.done)} of {doc['execution']['shards']} shards; partial results: "
+          f"{path}; continue with the same command and --resume (checkpoint: {ck.path})", file=sys.stderr)
 
 
 # --- subcommands ---------------------------------------------------------------------------
@@ -624,6 +704,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CLIError, DataError, LengthError, ResultError, FileExistsError) as e:
         print(f"dynatree: error: {e}", file=sys.stderr)
         return 2
+    except ShardFailed as e:  # the partial result and the checkpoint are already written
+        print(f"dynatree: error: {e}", file=sys.stderr)
+        return 1
     except ValueError as e:  # config validation and other bad input
         print(f"dynatree: error: {e}", file=sys.stderr)
         return 2
@@ -631,7 +714,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dynatree: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("dynatree: interrupted; no result written", file=sys.stderr)
+        print("dynatree: interrupted", file=sys.stderr)
         return 130
 
 

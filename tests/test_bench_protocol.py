@@ -80,7 +80,7 @@ def test_experiment_validates_N_and_W():
         exp.validate()
 
 
-def test_dynatree_history_state_is_carried_from_prompt_to_prompt(pair, monkeypatch):
+def test_dynatree_history_is_carried_through_warmup_and_each_measured_prompt_starts_from_it(pair, monkeypatch):
     import dynatree_core.engine as engine
     from dynatree_core.bench.data import Prompt
     from dynatree_core.bench.protocol import run_points
@@ -104,8 +104,10 @@ def test_dynatree_history_state_is_carried_from_prompt_to_prompt(pair, monkeypat
     spec = method_specs(["dynatree"], preset="cpu")[0]
     rows = run_points(pair, [RunPoint(spec, 4)], ["wikitext2"], lambda ds, n: prompts, {"wikitext2": 8}, 1,
                       progress=False)
-    assert seen[0][0] is None
-    assert seen[1][0] is seen[0][1] and seen[2][0] is seen[1][1]
+    # the worker's untimed warm-up decode, then warmup prompt 0, then the measured prompts 1 and 2
+    assert len(seen) == 4 and seen[0][0] is None and seen[1][0] is None
+    assert seen[2][0].to_dict() == seen[1][1].to_dict() == seen[3][0].to_dict()
+    assert seen[3][0].to_dict() != seen[2][1].to_dict()  # prompt 2 does not continue from prompt 1
     assert [r["warmup"] for r in rows] == [True, False, False]
     assert all(r["oracle"]["top_k"] and len(r["oracle"]["reach"]) == r["iterations"] for r in rows)
 

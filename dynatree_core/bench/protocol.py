@@ -5,7 +5,9 @@ L_max), the N selected prompts are decoded greedily (prompt-major: all points on
 prompt i+1) with EOS ignored, so every run
 produces exactly T tokens. The first W prompts of each point are warmup: they are run (and
 recorded, flagged ``warmup``) but left out of the aggregates. DynaTree's history state is
-carried from one prompt to the next within a point, as the engine recommends. Timing and GPU
+carried through the W warmup prompts of a point, in order, and every measured prompt starts from
+the state they left: measured prompts are independent samples of the warmed-up decoder, so the
+protocol can be cut into shards that run anywhere (:mod:`.shards`, :mod:`.execution`). Timing and GPU
 synchronization happen inside the engine. The ``hf_assisted`` method runs Hugging Face's assisted
 generation instead of the engine (:mod:`.hf_assisted`), in the same order and with the same row,
 plus the assistant settings it used (``row["hf_assisted"]``).
@@ -45,19 +47,27 @@ class LengthError(ValueError):
 def check_lengths(pair: Any, points: Sequence[RunPoint], datasets: Sequence[str],
                   defaults: dict[str, int], allow_long_context: bool = False) -> None:
     """Raise :class:`LengthError` if any L_max + T exceeds the target's (or draft's) context
-    window (unless ``allow_long_context``): called before any prompt is decoded."""
-    from ..models import context_window
+    window (unless ``allow_long_context``): called before any prompt is decoded. ``pair``: a
+    loaded pair or its :class:`~.pairs.PairInfo`."""
+    from .pairs import PairInfo
 
+    if not isinstance(pair, PairInfo):
+        from ..models import context_window
+
+        windows = {"target": context_window(pair.target),
+                   "draft": context_window(pair.draft) if pair.draft is not None else None}
+    else:
+        windows = pair.windows
     for p in points:
         if p.max_new_tokens < 1:
             raise LengthError(f"max_new_tokens (T) must be >= 1, got {p.max_new_tokens}")
         if allow_long_context:
             continue
-        models = [("target", pair.target)] + ([("draft", pair.draft)] if p.spec.method != "ar" else [])
+        roles = ["target"] + (["draft"] if p.spec.method != "ar" else [])
         for ds in datasets:
             total = p.l_max(ds, defaults) + p.max_new_tokens
-            for role, m in models:
-                win = context_window(m) if m is not None else None
+            for role in roles:
+                win = windows.get(role)
                 if win is not None and total > win:
                     raise LengthError(
                         f"{ds}: L_max ({p.l_max(ds, defaults)}) + T ({p.max_new_tokens}) = {total} exceeds the "
@@ -113,58 +123,45 @@ def calibration_record(records: Sequence[Any]) -> dict[str, Any]:
 def run_points(pair: Any, points: Sequence[RunPoint], datasets: Sequence[str], prompts_for: PromptsFor,
                defaults: dict[str, int], warmup: int, progress: bool = True,
                allow_long_context: bool = False) -> list[dict[str, Any]]:
-    """Run every point on every dataset's prompts (see the module docstring); return the rows."""
+    """Run every point on every dataset's prompts in this process (see the module docstring);
+    return the rows in the serial order. :func:`~.runner.run_experiment` does the same with
+    checkpoints and other executors."""
+    from .execution import SerialBackend, execute
+    from .shards import merge_rows, plan_shards
+
+    check_hf_assisted(pair, points)
+    shards = plan_shards(points, datasets, defaults, _counts(points, datasets, prompts_for, defaults), warmup)
+    run = execute(shards, points, prompts_for, SerialBackend(pair), defaults=defaults,
+                  allow_long_context=allow_long_context, progress=progress)
+    return merge_rows(shards, {k: v.rows for k, v in run.done.items()}, datasets)
+
+
+def _counts(points: Sequence[RunPoint], datasets: Sequence[str], prompts_for: PromptsFor,
+            defaults: dict[str, int]) -> dict[tuple[str, int], int]:
+    return {(ds, p.l_max(ds, defaults)): len(prompts_for(ds, p.l_max(ds, defaults))) for ds in datasets for p in points}
+
+
+def check_hf_assisted(pair: Any, points: Sequence[RunPoint]) -> None:
+    """A feature draft cannot be HF's assistant: say so before anything runs."""
+    from .hf_assisted import METHOD as HF_METHOD, check_draft
+
+    if pair is not None and any(p.spec.method == HF_METHOD for p in points):
+        check_draft(pair)
+
+
+def run_prompt(pair: Any, point: RunPoint, prompt: Prompt, history: Any, allow_long_context: bool,
+               max_new_tokens: int | None = None) -> tuple[Any, dict[str, Any]]:
+    """Decode one prompt with one point's method: (the engine's result, the row's extra fields).
+    ``history`` is a :class:`~dynatree_core.history.HistoryState` to continue from (or None)."""
     from ..engine import DecodingRun
-    from .hf_assisted import METHOD as HF_METHOD, assistant_settings, check_draft, generate_hf_assisted
+    from .hf_assisted import METHOD as HF_METHOD, assistant_settings, generate_hf_assisted
 
-    if any(p.spec.method == HF_METHOD for p in points):
-        check_draft(pair)  # a feature draft cannot be HF's assistant: say so before anything runs
-    plan = [(ds, p, prompts_for(ds, p.l_max(ds, defaults))) for ds in datasets for p in points]
-    for ds, p, prompts in plan:
-        if warmup >= len(prompts):
-            raise ValueError(f"warmup (W={warmup}) must be < the number of prompts (N={len(prompts)})")
-    total = sum(len(pr) for _, _, pr in plan)
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=total, unit="prompt", dynamic_ncols=True)
-    rows: list[dict[str, Any]] = []
-    try:
-        # Prompt-major order: every method decodes prompt i before any method sees prompt i+1,
-        # so slow drifts of a shared machine (thermal, other load) hit all methods alike.
-        for ds in datasets:
-            cells = [(p, pr) for d, p, pr in plan if d == ds]
-            history: dict[int, Any] = {}
-            for i in range(max(len(pr) for _, pr in cells)):
-                for j, (point, prompts) in enumerate(cells):
-                    if i >= len(prompts):
-                        continue
-                    prompt, l_max = prompts[i], point.l_max(ds, defaults)
-                    if bar is not None:
-                        bar.set_description(f"{ds} {point.spec.label} T={point.max_new_tokens} L={l_max}")
-                    extra: dict[str, Any] = {}
-                    if point.spec.method == HF_METHOD:  # HF's own loop, measured the same way
-                        res = generate_hf_assisted(pair, prompt.token_ids, point.max_new_tokens, point.spec.config,
-                                                   ignore_eos=True)
-                        extra = {"hf_assisted": assistant_settings(pair.draft, point.spec.config)}
-                    else:
-                        run = DecodingRun(pair, prompt.token_ids, point.spec.method, point.spec.config,
-                                          point.max_new_tokens, ignore_eos=True, history=history.get(j),
-                                          allow_long_context=allow_long_context, record_top_k=ORACLE_TOP_K)
-                        records = list(run)
-                        res = run.result
-                        # after the timed run: the best-tree replay reads the records (no model)
-                        extra = {"oracle": oracle_record(records), **calibration_record(records)}
-                    history[j] = res.history_state  # carried to this cell's next prompt
-                    m = res.metrics.to_dict()
-                    if m["new_tokens"] != point.max_new_tokens:  # EOS is ignored: this is a bug
-                        raise RuntimeError(f"{point.spec.label}: produced {m['new_tokens']} tokens, "
-                                           f"expected T={point.max_new_tokens}")
-                    rows.append({**make_row(ds, point, prompt, m, res.tokens, i < warmup, l_max), **extra})
-                    if bar is not None:
-                        bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
-    return rows
+    t = point.max_new_tokens if max_new_tokens is None else max_new_tokens
+    if point.spec.method == HF_METHOD:  # HF's own loop, measured the same way
+        res = generate_hf_assisted(pair, prompt.token_ids, t, point.spec.config, ignore_eos=True)
+        return res, {"hf_assisted": assistant_settings(pair.draft, point.spec.config)}
+    run = DecodingRun(pair, prompt.token_ids, point.spec.method, point.spec.config, t, ignore_eos=True,
+                      history=history, allow_long_context=allow_long_context, record_top_k=ORACLE_TOP_K)
+    records = list(run)
+    # after the timed run: the best-tree replay reads the records (no model)
+    return run.result, {"oracle": oracle_record(records), **calibration_record(records)}

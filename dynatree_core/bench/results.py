@@ -90,6 +90,7 @@ def aggregate(rows: Iterable[dict[str, Any]], run_id: str | None = None,
         for name in AGG_METRICS:
             agg[name], agg[f"{name}_std"] = mean_std([r.get(name) for r in measured])
         agg.update(oracle_aggregate(measured))
+        agg["_tps_by_worker"] = _by_worker(measured)
         out.append(agg)
     _add_speedup(out, param_keys)
     _add_overhead_ratio(out)
@@ -121,13 +122,39 @@ def _hashable(v: Any) -> Any:
     return json.dumps(v, sort_keys=True) if isinstance(v, (list, dict)) else v
 
 
+def _by_worker(rows: Sequence[dict[str, Any]]) -> dict[Any, list[float]]:
+    """Tokens/s per worker (rows without one, e.g. files from before Ray runs: one group)."""
+    out: dict[Any, list[float]] = {}
+    for r in rows:
+        if r.get("tokens_per_s") is not None:
+            out.setdefault(r.get("worker"), []).append(float(r["tokens_per_s"]))
+    return out
+
+
 def _add_speedup(aggs: list[dict[str, Any]], param_keys: Sequence[str]) -> None:
-    """speedup = TPS / TPS_AR within the same run, dataset, T and L_max."""
-    ar = {baseline_key(a): a["tokens_per_s"] for a in aggs if a.get("method") == "ar"}
-    for a in aggs:
-        tps_ar = ar.get(baseline_key(a))
-        a["tps_ar"] = tps_ar
-        a["speedup"] = (a["tokens_per_s"] / tps_ar) if tps_ar and a["tokens_per_s"] is not None else None
+    """speedup = TPS / TPS_AR within the same run, dataset, T and L_max, and worker.
+
+    A speedup only means something on one device, so each worker's rows are compared with AR on
+    that worker (mean TPS / mean TPS of AR there), and the cell's speedup is those ratios
+    weighted by the method's measured prompts on each worker; ``speedup_by_worker`` keeps them.
+    With one worker (a serial run) this is mean TPS / mean TPS of AR."""
+    per_worker = [a.pop("_tps_by_worker") for a in aggs]
+    ar = {baseline_key(a): (a, tps) for a, tps in zip(aggs, per_worker) if a.get("method") == "ar"}
+    for a, own in zip(aggs, per_worker):
+        ref, theirs = ar.get(baseline_key(a), (None, {}))
+        a["tps_ar"] = ref["tokens_per_s"] if ref is not None else None
+        a["speedup"] = a["speedup_by_worker"] = None
+        ratios = {w: _mean(xs) / _mean(theirs[w]) for w, xs in own.items() if theirs.get(w) and _mean(theirs[w]) > 0}
+        if ref is None or not ratios:
+            continue
+        n = {w: len(own[w]) for w in ratios}
+        a["speedup"] = sum(ratios[w] * n[w] for w in ratios) / sum(n.values())
+        if set(own) != {None}:  # rows that name their worker
+            a["speedup_by_worker"] = {str(w): v for w, v in ratios.items()}
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs)
 
 
 def _add_overhead_ratio(aggs: list[dict[str, Any]]) -> None:
@@ -190,7 +217,7 @@ def output_checks(rows: Sequence[dict[str, Any]], param_keys: Sequence[str] = ()
 def build_result(*, kind: str, run_id: str, protocol: dict[str, Any], methods: list[dict[str, Any]],
                  models: dict[str, Any], device: str, dtype: str, data: dict[str, Any],
                  prompts: list[dict[str, Any]], rows: list[dict[str, Any]], warnings: list[str],
-                 sweep: dict[str, Any] | None = None) -> dict[str, Any]:
+                 sweep: dict[str, Any] | None = None, execution: dict[str, Any] | None = None) -> dict[str, Any]:
     """Assemble the JSON document (see ``schema_version``)."""
     param_keys = tuple((sweep or {}).get("param_keys", ()))
     for r in rows:
@@ -202,7 +229,8 @@ def build_result(*, kind: str, run_id: str, protocol: dict[str, Any], methods: l
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "notes": [EOS_NOTE, "Aggregates exclude the first W (warmup) prompts of every cell; std is "
                             "the sample standard deviation over the N - W measured prompts.",
-                  "speedup = mean TPS / mean TPS of AR from the same run and dataset (and T, L_max)."],
+                  "speedup = mean TPS / mean TPS of AR from the same run and dataset (and T, L_max), on the "
+                  "same worker: with several workers, the per-worker ratios weighted by measured prompts."],
         "protocol": protocol,
         "sweep": sweep,
         "methods": methods,
@@ -211,6 +239,7 @@ def build_result(*, kind: str, run_id: str, protocol: dict[str, Any], methods: l
         "dtype": dtype,
         "versions": versions(),
         "machine": machine_info(),
+        "execution": execution,
         "data": data,
         "prompts": prompts,
         "rows": rows,

@@ -1,19 +1,27 @@
-"""One runner for ``bench`` and every sweep: data -> prompts -> protocol -> result document.
+"""One runner for ``bench`` and every sweep: data -> prompts -> shards -> result document.
 
 An :class:`Experiment` is a list of :class:`~dynatree_core.bench.protocol.RunPoint` plus the
 protocol settings (datasets, N prompts, W warmup, default L_max per dataset, seed). Everything
 cheap is validated first (:func:`load_corpora`, :func:`~.protocol.check_lengths`); then
-:func:`run_experiment` selects the prompts, runs the points and returns the JSON document.
+:func:`prepare` selects the prompts and cuts the work into shards (:mod:`.shards`), and
+:func:`run_prepared` runs them on a backend (this process, or Ray workers: :mod:`.ray_backend`)
+with a checkpoint and returns the JSON document. The document is the same whichever backend ran
+the shards: rows in the serial order, each naming the host, device and worker that produced it.
+:func:`run_experiment` is the serial run in one call.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
+from .checkpoint import Checkpoint
 from .data import Corpus, Prompt, hf_tokenize, load_corpus, select_prompts
-from .protocol import RunPoint, check_lengths, run_points
+from .execution import Backend, Execution, SerialBackend, ShardResult, execute
+from .pairs import PairInfo, pair_info
+from .protocol import RunPoint, check_lengths
 from .results import EOS_NOTE, build_result, new_run_id
+from .shards import Shard, fingerprint, merge_rows, plan_shards
 
 
 @dataclass
@@ -57,26 +65,73 @@ def load_corpora(exp: Experiment) -> dict[str, Corpus]:
     return {ds: load_corpus(ds, exp.data_dir, exp.data_source) for ds in exp.datasets}
 
 
-def run_experiment(pair: Any, exp: Experiment, corpora: dict[str, Corpus], progress: bool = True) -> dict[str, Any]:
-    """Select prompts, run every point and assemble the result document (not yet written)."""
+@dataclass
+class Prepared:
+    """An experiment ready to run: its pair's description, the selected prompts (per dataset
+    and L_max), the shards, selection warnings and the fingerprint ``--resume`` checks."""
+
+    exp: Experiment
+    info: PairInfo
+    corpora: dict[str, Corpus]
+    prompts: dict[tuple[str, int], list[Prompt]]
+    shards: list[Shard]
+    warnings: list[str]
+    fingerprint: str
+
+    def prompts_for(self, ds: str, l_max: int) -> list[Prompt]:
+        return self.prompts[ds, l_max]
+
+    def header(self) -> dict[str, Any]:
+        """What a checkpoint records to recognise its experiment (and the run id it continues)."""
+        return {"fingerprint": self.fingerprint, "run_id": new_run_id(), "kind": self.exp.kind,
+                "prompts": [p.sha1[:16] for key in sorted(self.prompts) for p in self.prompts[key]],
+                "shards": len(self.shards)}
+
+
+def prepare(info: PairInfo, exp: Experiment, corpora: dict[str, Corpus]) -> Prepared:
+    """Validate, select every prompt (data problems surface before decoding) and plan the shards."""
     exp.validate()
-    check_lengths(pair, exp.points, exp.datasets, exp.max_prompt_len, exp.allow_long_context)
-    tokenize = hf_tokenize(pair.tokenizer)
-    cache: dict[tuple[str, int], list[Prompt]] = {}
+    if info.assistant_error and any(p.spec.method == "hf_assisted" for p in exp.points):
+        raise ValueError(info.assistant_error)
+    check_lengths(info, exp.points, exp.datasets, exp.max_prompt_len, exp.allow_long_context)
+    tokenize = hf_tokenize(info.tokenizer)
+    prompts: dict[tuple[str, int], list[Prompt]] = {}
     warnings: list[str] = []
-
-    def prompts_for(ds: str, l_max: int) -> list[Prompt]:
-        if (ds, l_max) not in cache:
-            ps, w = select_prompts(corpora[ds], tokenize, exp.num_prompts, l_max, seed=exp.seed)
-            cache[ds, l_max] = ps
-            warnings.extend(w)
-        return cache[ds, l_max]
-
-    for ds in exp.datasets:  # select everything up front: data problems surface before decoding
+    for ds in exp.datasets:
         for l_max in exp.l_max_values(ds):
-            prompts_for(ds, l_max)
-    rows = run_points(pair, exp.points, exp.datasets, prompts_for, exp.max_prompt_len, exp.warmup, progress,
-                      allow_long_context=exp.allow_long_context)
+            prompts[ds, l_max], w = select_prompts(corpora[ds], tokenize, exp.num_prompts, l_max, seed=exp.seed)
+            warnings.extend(w)
+    shards = plan_shards(exp.points, exp.datasets, exp.max_prompt_len, {k: len(v) for k, v in prompts.items()},
+                         exp.warmup)
+    described = {"kind": exp.kind, "datasets": exp.datasets, "num_prompts": exp.num_prompts, "warmup": exp.warmup,
+                 "max_prompt_len": exp.max_prompt_len, "seed": exp.seed, "data_source": exp.data_source,
+                 "allow_long_context": exp.allow_long_context, "sweep": exp.sweep, "models": info.models(),
+                 "dtype": info.dtype,
+                 "points": [[p.spec.to_dict(), p.max_new_tokens, p.max_prompt_len, p.params] for p in exp.points],
+                 "prompts": [p.sha1 for key in sorted(prompts) for p in prompts[key]]}
+    return Prepared(exp, info, corpora, prompts, shards, warnings, fingerprint(described))
+
+
+def run_prepared(prep: Prepared, backend: Backend, *, checkpoint: Checkpoint | None = None, progress: bool = True,
+                 max_retries: int = 2, on_result: Callable[[ShardResult], None] | None = None,
+                 execution: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run the shards the checkpoint does not hold yet and return the result document. On any
+    error or interrupt the finished shards stay in ``checkpoint`` (pass one: see
+    :func:`partial_document`)."""
+    ck = checkpoint if checkpoint is not None else Checkpoint(header=prep.header())
+    run = execute(prep.shards, prep.exp.points, prep.prompts_for, backend, defaults=prep.exp.max_prompt_len,
+                  allow_long_context=prep.exp.allow_long_context, progress=progress, checkpoint=ck,
+                  max_retries=max_retries, on_result=on_result)
+    return document(prep, ck, backend, run, execution)
+
+
+def document(prep: Prepared, ck: Checkpoint, backend: Backend | None = None, run: Execution | None = None,
+             execution: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The result document from the checkpoint's finished shards; ``partial`` (with the missing
+    shards listed) when some are not finished."""
+    exp = prep.exp
+    missing = [s.id for s in prep.shards if s.id not in ck.done]
+    rows = merge_rows(prep.shards, {k: [dict(r) for r in v.rows] for k, v in ck.done.items()}, exp.datasets)
     specs: dict[str, dict[str, Any]] = {}
     for p in exp.points:
         specs.setdefault(p.spec.label, p.spec.to_dict())
@@ -85,26 +140,36 @@ def run_experiment(pair: Any, exp: Experiment, corpora: dict[str, Corpus], progr
         "max_new_tokens": sorted({p.max_new_tokens for p in exp.points}),
         "max_prompt_len": {ds: exp.l_max_values(ds) for ds in exp.datasets},
         "seed": exp.seed, "greedy": True, "ignore_eos": True, "eos_note": EOS_NOTE,
-        "history_carried_across_prompts": True, "paper_protocol": exp.paper_protocol,
-        "allow_long_context": exp.allow_long_context, **exp.extra,
+        "history": "carried through the W warmup prompts; every measured prompt starts from the state they left",
+        "paper_protocol": exp.paper_protocol, "allow_long_context": exp.allow_long_context, **exp.extra,
     }
-    models = {"target": pair.target_name, "draft": pair.draft_name, "drafter": _drafter_settings(pair),
-              "target_params": sum(p.numel() for p in pair.target.parameters()),
-              "draft_params": sum(p.numel() for p in pair.draft.parameters()) if pair.draft is not None else None}
+    workers = {}
+    for res in ck.done.values():
+        workers.setdefault(res.worker.get("worker"), res.worker)
+    if backend is not None:
+        for w in backend.workers():
+            workers.setdefault(w.get("worker"), w)
+    execution = {**(execution or {"backend": getattr(backend, "name", "serial")}),
+                 "shards": len(prep.shards), "shards_done": len(prep.shards) - len(missing),
+                 "resumed_shards": run.resumed if run is not None else [],
+                 "retries": ck.retries, "max_retries": run.max_retries if run is not None else None,
+                 "workers": sorted(workers.values(), key=lambda w: str(w.get("worker"))),
+                 "checkpoint_fingerprint": prep.fingerprint}
     data = {ds: {"origin": c.origin, "location": c.location, "documents": len(c.documents), "description": c.describe()}
-            for ds, c in corpora.items()}
-    prompts = [{**p.record()} for key in sorted(cache) for p in cache[key]]
-    return build_result(kind=exp.kind, run_id=new_run_id(), protocol=protocol, methods=list(specs.values()),
-                        models=models, device=str(pair.device), dtype=str(pair.dtype).replace("torch.", ""),
-                        data=data, prompts=prompts, rows=rows, warnings=warnings, sweep=exp.sweep)
+            for ds, c in prep.corpora.items()}
+    prompts = [{**p.record()} for key in sorted(prep.prompts) for p in prep.prompts[key]]
+    info = prep.info
+    doc = build_result(kind=exp.kind, run_id=ck.header["run_id"], protocol=protocol, methods=list(specs.values()),
+                       models=info.models(), device=info.device, dtype=info.dtype, data=data, prompts=prompts,
+                       rows=rows, warnings=list(prep.warnings), sweep=exp.sweep, execution=execution)
+    if missing:
+        doc["partial"] = True
+        doc["missing_shards"] = missing
+        doc["warnings"].append(f"partial result: {len(missing)} of {len(prep.shards)} shards did not finish; "
+                               f"aggregates cover the finished ones only")
+    return doc
 
 
-def _drafter_settings(pair: Any) -> dict[str, Any] | None:
-    """Which drafter the pair's draft gives (kind and settings), as recorded in every result."""
-    if pair.draft is None:
-        return None
-    from ..drafters import make_drafter
-
-    d = make_drafter(pair.draft, top_k=1).settings()
-    d.pop("top_k", None)  # set per method by the engine
-    return d
+def run_experiment(pair: Any, exp: Experiment, corpora: dict[str, Corpus], progress: bool = True) -> dict[str, Any]:
+    """The serial run: select prompts, run every shard in this process, return the document."""
+    return run_prepared(prepare(pair_info(pair), exp, corpora), SerialBackend(pair), progress=progress)

@@ -208,8 +208,21 @@ def to_markdown(df: pd.DataFrame, title: str | None = None) -> str:
 
 
 def render(aggs: Sequence[dict[str, Any]], which: Sequence[int] = (1, 2, 3, 4, 6)) -> str:
-    """All requested tables as Markdown, separated by blank lines."""
-    return "\n\n".join(to_markdown(df, TITLES[t]) for t, df in make_tables(aggs, which).items())
+    """All requested tables as Markdown, separated by blank lines (and, for rows that several
+    workers produced, a note on how their speedups were formed)."""
+    text = "\n\n".join(to_markdown(df, TITLES[t]) for t, df in make_tables(aggs, which).items())
+    note = worker_note(aggs)
+    return text + (f"\n\n{note}" if note else "")
+
+
+def worker_note(aggs: Sequence[dict[str, Any]]) -> str | None:
+    """With rows from several workers: speedups compare each method with AR on the same worker
+    (one device), weighted by prompts; the per-worker values are in the JSON. None otherwise."""
+    workers = {w for a in aggs for w in (a.get("speedup_by_worker") or {})}
+    if len(workers) < 2:
+        return None
+    return (f"speedup: each method against AR measured on the same worker, then weighted by prompts, over "
+            f"{len(workers)} workers ({', '.join(sorted(workers))}); per-worker values: speedup_by_worker in the JSON")
 
 
 def speed_notes(aggs: Sequence[dict[str, Any]], only_slower: bool = True) -> list[str]:

@@ -1,0 +1,121 @@
+"""Which pair a benchmark runs, as a recipe a remote worker can follow, and what the driver needs
+to know about a pair without holding its weights.
+
+:class:`PairSpec` names a pair the way the command line does (the embedded default, a tiny test
+pair, or Hugging Face names/paths, with device, dtype and device map) and loads it:
+the serial run loads it once in this process, a Ray run once per worker. :class:`PairInfo` is
+what the protocol needs outside decoding: the tokenizer (prompt selection), the context windows
+(length checks) and the description written into the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+#: test-only pairs (:mod:`dynatree_core.testing`): random tiny models, built in milliseconds
+TINY_TARGETS = ("tiny-llama", "tiny-gpt_neox", "tiny-llama-feature")
+
+
+class PairUnavailable(RuntimeError):
+    """The embedded default pair cannot be loaded here (its package is not installed)."""
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    """A model pair by name. ``target`` None: the embedded SmolLM2-135M pair with ``drafter``
+    (auto, feature or model). ``device_map`` (e.g. ``"auto"``) splits a large target across the
+    GPUs of one machine (:meth:`~dynatree_core.models.ModelPair.from_pretrained`)."""
+
+    target: str | None = None
+    draft: str | None = None
+    drafter: str = "auto"
+    device: str = "auto"
+    dtype: str | None = None
+    draft_noise: float = 0.05
+    device_map: str | None = None
+
+    def describe(self) -> str:
+        if self.target is None:
+            return f"the embedded pair (SmolLM2-135M-Instruct, drafter {self.drafter})"
+        return self.target + (f" + {self.draft}" if self.draft else "")
+
+    def load(self) -> Any:
+        from ..models import ModelPair
+
+        if self.target is None:
+            try:
+                return ModelPair.default(device=self.device, dtype=self.dtype, draft=self.drafter)
+            except (ImportError, FileNotFoundError) as e:
+                raise PairUnavailable(f"the embedded default pair is unavailable ({e}); pass --target and "
+                                      f"--draft") from e
+        if self.target in TINY_TARGETS:
+            from ..testing import tiny_feature_pair, tiny_pair
+
+            if self.target == "tiny-llama-feature":
+                pair = tiny_feature_pair()
+            else:
+                pair = tiny_pair(self.target.split("-", 1)[1], noise=self.draft_noise)
+            if self.device not in ("auto", "cpu"):
+                pair.target.to(self.device)
+                pair.draft.to(self.device)
+            return pair
+        kwargs: dict[str, Any] = {"device_map": self.device_map} if self.device_map is not None else {}
+        return ModelPair.from_pretrained(self.target, self.draft, device=self.device, dtype=self.dtype, **kwargs)
+
+
+@dataclass
+class PairInfo:
+    """A loaded pair's description (picklable: a Ray worker sends it to the driver)."""
+
+    target_name: str
+    draft_name: str | None
+    drafter_kind: str | None
+    #: the drafter's kind and settings, as every result records them
+    drafter: dict[str, Any] | None
+    target_params: int
+    draft_params: int | None
+    device: str
+    dtype: str
+    #: role -> context window (None: the config states none)
+    windows: dict[str, int | None]
+    tokenizer: Any = field(default=None, repr=False)
+    has_draft: bool = True
+    #: why the draft cannot be Hugging Face's assistant model (None: it can)
+    assistant_error: str | None = None
+
+    def models(self) -> dict[str, Any]:
+        """The result's ``models`` block."""
+        return {"target": self.target_name, "draft": self.draft_name, "drafter": self.drafter,
+                "target_params": self.target_params, "draft_params": self.draft_params}
+
+
+def pair_info(pair: Any) -> PairInfo:
+    from ..models import context_window
+    from .hf_assisted import check_draft
+
+    try:
+        check_draft(pair)
+        assistant_error = None
+    except ValueError as e:
+        assistant_error = str(e)
+
+    windows = {"target": context_window(pair.target)}
+    if pair.draft is not None:
+        windows["draft"] = context_window(pair.draft)
+    return PairInfo(target_name=pair.target_name, draft_name=pair.draft_name, drafter_kind=pair.drafter_kind,
+                    drafter=_drafter_settings(pair), target_params=sum(p.numel() for p in pair.target.parameters()),
+                    draft_params=sum(p.numel() for p in pair.draft.parameters()) if pair.draft is not None else None,
+                    device=str(pair.device), dtype=str(pair.dtype).replace("torch.", ""), windows=windows,
+                    tokenizer=pair.tokenizer, has_draft=pair.draft is not None, assistant_error=assistant_error)
+
+
+def _drafter_settings(pair: Any) -> dict[str, Any] | None:
+    """Which drafter the pair's draft gives (kind and settings), as recorded in every result."""
+    if pair.draft is None:
+        return None
+    from ..drafters import make_drafter
+
+    d = make_drafter(pair.draft, top_k=1).settings()
+    d.pop("top_k", None)  # set per method by the engine
+    return d
