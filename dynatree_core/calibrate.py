@@ -71,7 +71,11 @@ def pair_key(pair: Any) -> dict[str, str]:
     """What a calibration is valid for: device, models (and the drafter kind), dtype."""
     from .drafters import drafter_kind
 
-    return {"device": device_label(pair.device), "target": str(pair.target_name),
+    device = device_label(pair.device)
+    split = getattr(pair.target, "hf_device_map", None)
+    if split:  # a target split across devices (device_map) costs what its split costs
+        device += f" split over {','.join(sorted({str(d) for d in split.values()}))}"
+    return {"device": device, "target": str(pair.target_name),
             "draft": f"{pair.draft_name}[{drafter_kind(pair.draft)}]",
             "dtype": str(pair.dtype).replace("torch.", "")}
 

@@ -102,7 +102,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dtype", default=None, help="float32 (default), float16 or bfloat16")
     g.add_argument("--device-map", default=None, metavar="MAP",
                    help="split a large --target across this machine's GPUs with accelerate (auto, balanced, "
-                        "sequential); the draft sits on the first device")
+                        "balanced_low_0, sequential; leave --device at auto); the draft sits on the first device")
     g.add_argument("--draft-noise", type=float, default=0.05, help=argparse.SUPPRESS)  # tiny test pair
 
 
@@ -271,6 +271,8 @@ def check_model_args(args: argparse.Namespace, need_draft: bool) -> None:
     """The model options, checked before data or weights load (a bad name fails in seconds)."""
     from .loading import ModelSourceError, check_model_source
 
+    pair_spec(args)  # --device-map and its companions
+
     if args.target is None:
         if args.draft is not None:
             raise CLIError("--draft needs --target (without both, the embedded default pair is used)")
@@ -295,8 +297,19 @@ def pair_spec(args: argparse.Namespace) -> Any:
     from .bench.pairs import PairSpec
 
     device_map = getattr(args, "device_map", None)
-    if device_map is not None and args.target is None:
-        raise CLIError("--device-map splits a --target across GPUs; the embedded pair is small (no --device-map)")
+    if device_map is not None:
+        if args.target is None or args.target in TINY_TARGETS:
+            raise CLIError("--device-map splits a large --target across GPUs; the embedded and tiny pairs load on "
+                           "one device (drop --device-map)")
+        from .models import DEVICE_MAP_STRATEGIES
+
+        if args.device != "auto":
+            raise CLIError(f"--device-map places the models itself: leave --device at auto (got --device {args.device})")
+        if device_map not in DEVICE_MAP_STRATEGIES:
+            raise CLIError(f"--device-map must be one of {', '.join(DEVICE_MAP_STRATEGIES)}, got {device_map!r}")
+        if getattr(args, "ray", None) is not None and getattr(args, "gpus_per_task", None) is None:
+            raise CLIError("--device-map with --ray: pass --gpus-per-task G, the GPUs each worker splits the target "
+                           "across")
     return PairSpec(target=args.target, draft=args.draft, drafter=getattr(args, "drafter", "auto"),
                     device=args.device, dtype=args.dtype, draft_noise=getattr(args, "draft_noise", 0.05),
                     device_map=device_map)
@@ -414,7 +427,7 @@ def _execute(args: argparse.Namespace, exp: Any, stem: str, print_tables: Sequen
                                   max_retries=args.max_retries,
                                   execution=backend.describe() if hasattr(backend, "describe") else None)
         except BaseException:
-            _write_partial(res, out_dir, stem, document(prep, ck, backend), ck)
+            _write_partial(res, out_dir, stem, lambda: document(prep, ck, backend), ck)
             raise
     finally:
         if hasattr(backend, "close"):
@@ -455,15 +468,20 @@ def _execute(args: argparse.Namespace, exp: Any, stem: str, print_tables: Sequen
     return 0
 
 
-def _write_partial(res: Any, out_dir: Path, stem: str, doc: dict[str, Any], ck: Any) -> None:
+def _write_partial(res: Any, out_dir: Path, stem: str, doc: Callable[[], dict[str, Any]], ck: Any) -> None:
     """After an error or interrupt: the finished shards as a readable (partial) result file,
-    next to the checkpoint that ``--resume`` continues from."""
+    next to the checkpoint that ``--resume`` continues from. Never masks the original error."""
     if not ck.done:
         return
-    path = out_dir / f"{stem}-{doc['run_id']}.partial.json"
-    res.write_json_atomic(path, doc, overwrite=True)
-    print(f"\ndynatree: stopped after {len(ck.done)} of {doc['execution']['shards']} shards; partial results: "
-          f"{path}; continue with the same command and --resume (checkpoint: {ck.path})", file=sys.stderr)
+    try:
+        d = doc()
+        path = res.write_json_atomic(out_dir / f"{stem}-{d['run_id']}.partial.json", d, overwrite=True)
+    except Exception as e:  # the checkpoint alone still holds every finished shard
+        print(f"\ndynatree: could not write the partial result ({e})", file=sys.stderr)
+        path = None
+    print(f"\ndynatree: stopped after {len(ck.done)} of {d['execution']['shards'] if path else '?'} shards; "
+          f"partial results: {path or '-'}; continue with the same command and --resume (checkpoint: {ck.path})",
+          file=sys.stderr)
 
 
 # --- subcommands ---------------------------------------------------------------------------

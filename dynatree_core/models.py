@@ -81,6 +81,42 @@ def context_window(model: torch.nn.Module) -> int | None:
     return None
 
 
+#: strategies transformers/accelerate plan a split with
+DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
+#: from_pretrained keywords that only mean something with a device_map (passed to the target's load only)
+_DEVICE_MAP_OPTIONS = ("max_memory", "offload_folder", "offload_buffers")
+
+
+def is_dispatched(model: torch.nn.Module | None) -> bool:
+    """Whether accelerate split ``model`` across devices (or offloaded part of it): it then carries
+    ``hf_device_map`` and hooks that move activations between its modules."""
+    return bool(getattr(model, "hf_device_map", None))
+
+
+def check_device_map(device_map: Any, device: Any = "auto", options: dict[str, Any] | None = None) -> None:
+    """A clear error, naming the options, for a ``device_map`` :meth:`ModelPair.from_pretrained`
+    cannot take (or one combined with ``device``)."""
+    if device_map is None:
+        if options:
+            raise ValueError(f"{', '.join(sorted(options))} only apply with device_map= (a target split across "
+                             "devices); pass device_map='auto' or drop them")
+        return
+    if device not in (None, "auto"):
+        raise ValueError(f"pass either device= (both models on one device) or device_map= (the target split "
+                         f"across devices, the draft on its first), not both: got device={str(device)!r} and "
+                         f"device_map={device_map!r}")
+    if isinstance(device_map, str):
+        if device_map not in DEVICE_MAP_STRATEGIES:
+            raise ValueError(f"device_map must be one of {DEVICE_MAP_STRATEGIES} or a dict {{module name: device}}, "
+                             f"got {device_map!r} (for one device use device={device_map!r})")
+    elif isinstance(device_map, dict):
+        if not device_map:
+            raise ValueError("device_map is an empty dict; map module names to devices, or pass device_map='auto'")
+    else:
+        raise TypeError(f"device_map must be one of {DEVICE_MAP_STRATEGIES} or a dict {{module name: device}}, "
+                        f"got {type(device_map).__name__}")
+
+
 @dataclass
 class ModelPair:
     """A target model, an optional draft model (needed by every method but ``ar``) and a tokenizer.
@@ -88,6 +124,11 @@ class ModelPair:
     Both models must be Hugging Face causal LMs taking ``input_ids``, a 4D float
     ``attention_mask``, ``position_ids`` and ``cache`` and returning ``.logits`` over the same
     vocabulary, on the same device, with ``eager`` or ``sdpa`` attention.
+
+    A target split across devices by accelerate (``from_pretrained(..., device_map=...)``; it
+    carries ``hf_device_map``) counts as being on its *input* device, that of its input
+    embeddings (the first device of the split): the draft must sit there, and so does
+    :attr:`device`, where the engine places its inputs, tree and masks.
     """
 
     target: torch.nn.Module
@@ -126,7 +167,8 @@ class ModelPair:
                              f"draft vocab_size={dv}; the pair must share one tokenizer")
         td, dd = model_device(self.target), model_device(self.draft)
         if td != dd:
-            raise ValueError(f"target and draft must be on the same device, got target on {td} "
+            split = " (the input device of a target split by device_map)" if is_dispatched(self.target) else ""
+            raise ValueError(f"target and draft must be on the same device, got target on {td}{split} "
                              f"and draft on {dd}")
 
     @property
@@ -139,6 +181,8 @@ class ModelPair:
 
     @property
     def device(self) -> torch.device:
+        """Where the engine places inputs: the target's device, or for a target split across
+        devices (``device_map``) its input device, the first one (the draft's)."""
         return model_device(self.target)
 
     @property
@@ -155,17 +199,32 @@ class ModelPair:
     @classmethod
     def from_pretrained(cls, target_name_or_path: str, draft_name_or_path: str | None = None, *,
                         device: str | torch.device | None = "auto", dtype: str | torch.dtype | None = None,
-                        attn_implementation: str = "sdpa", **kwargs: Any) -> "ModelPair":
+                        attn_implementation: str = "sdpa", device_map: str | dict[str, Any] | None = None,
+                        **kwargs: Any) -> "ModelPair":
         """Load a pair by Hugging Face hub name or local path (e.g. EleutherAI/pythia-2.8b and
         EleutherAI/pythia-70m). Both tokenizers are loaded and must agree.
 
         ``draft_name_or_path`` may also be a feature-draft directory (``feature_draft_config.json``,
         written by ``dynatree distill --kind feature``) for a Llama-family target: it is checked
-        against the target (family, hidden size, vocabulary, tokenizer) before it is used."""
+        against the target (family, hidden size, vocabulary, tokenizer) before it is used.
+
+        ``device_map`` (default None: both models on ``device``) splits a target too large for one
+        GPU across the GPUs of this machine with accelerate: ``"auto"``, ``"balanced"``,
+        ``"balanced_low_0"`` or ``"sequential"`` (accelerate plans it; ``max_memory=`` caps each
+        device), or an explicit ``{module name: device}`` dict as transformers takes it
+        (``"cpu"``/``"disk"`` entries offload weights; ``"disk"`` needs ``offload_folder=``).
+        The draft (model or feature draft) then sits on the target's *input* device, that of its
+        input embeddings, i.e. the first device of the split, and so does :attr:`device`: the
+        engine's inputs, tree and masks live there, and the target's logits and hidden states are
+        brought back there from its last device. Output stays exactly the target's greedy
+        decoding. ``device_map`` replaces ``device``: leave ``device`` at ``"auto"``. With no
+        GPU, ``"auto"`` puts the whole target on the CPU."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if attn_implementation not in SUPPORTED_ATTENTION:
             raise ValueError(f"attn_implementation must be one of {SUPPORTED_ATTENTION}, got {attn_implementation!r}")
+        split_kwargs = {k: kwargs.pop(k) for k in _DEVICE_MAP_OPTIONS if k in kwargs}  # the target's load only
+        check_device_map(device_map, device, split_kwargs)
         dev, dt = resolve_device(device), resolve_dtype(dtype)
         check_dtype_on_device(dt, dev)
         from .loading import check_model_source
@@ -180,11 +239,21 @@ class ModelPair:
             return m.to(dev).eval()
 
         tok = AutoTokenizer.from_pretrained(target_name_or_path)
-        target = load(target_name_or_path)
+        if device_map is None:
+            target = load(target_name_or_path)
+        else:  # accelerate places (and hooks) the target's modules; moving it afterwards is not allowed
+            target = AutoModelForCausalLM.from_pretrained(target_name_or_path, dtype=dt,
+                                                          attn_implementation=attn_implementation,
+                                                          device_map=device_map, **split_kwargs, **kwargs).eval()
+            dev = model_device(target)  # the input device: the draft goes there
         draft = None
         from .feature_draft import is_feature_draft_dir, load_feature_draft
 
         if draft_name_or_path is not None and is_feature_draft_dir(draft_name_or_path):
+            if target.get_input_embeddings().weight.device.type == "meta":
+                raise ValueError(f"a feature draft borrows the target's input embeddings, but device_map="
+                                 f"{device_map!r} offloads them (to cpu or disk); keep them on a device, e.g. "
+                                 "a device_map placing the target's embed_tokens on the first GPU")
             draft = load_feature_draft(draft_name_or_path, target, tokenizer=tok, device=dev, dtype=dt)
         elif draft_name_or_path is not None:
             dtok = AutoTokenizer.from_pretrained(draft_name_or_path)

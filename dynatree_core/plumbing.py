@@ -133,7 +133,36 @@ def keep_selected(cache: DynamicCache, start: int, selected: Sequence[int] | tor
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
+    """The device a model takes its inputs on.
+
+    Its parameters' device; for a model split across devices by accelerate (``from_pretrained(...,
+    device_map=...)``, which sets ``hf_device_map``) the execution device of its input embeddings,
+    i.e. the first device of the split (its parameters may also sit on the meta device when
+    offloaded)."""
+    if getattr(model, "hf_device_map", None):
+        return dispatched_input_device(model)
     return next(model.parameters()).device
+
+
+def dispatched_input_device(model: torch.nn.Module) -> torch.device:
+    """The execution device of an accelerate-dispatched model's input embeddings: accelerate puts
+    an ``AlignDevicesHook`` (``execution_device``) on every module holding weights; without one,
+    the embeddings' weight device."""
+    emb = model.get_input_embeddings()
+    hook = getattr(emb, "_hf_hook", None)
+    for h in getattr(hook, "hooks", None) or ([hook] if hook is not None else []):  # SequentialHook or one hook
+        dev = getattr(h, "execution_device", None)
+        if dev is not None:
+            return torch.device(dev)
+    dev = emb.weight.device
+    return dev if dev.type != "meta" else next(p.device for p in model.parameters() if p.device.type != "meta")
+
+
+def on_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``x`` on ``device``: a no-op (no copy, no sync) when it is there already, as always on one
+    device; a target split across devices (``device_map``) returns its last layers' outputs on
+    its last device."""
+    return x if x.device == device else x.to(device)
 
 
 def model_dtype(model: torch.nn.Module) -> torch.dtype:
@@ -163,7 +192,7 @@ def forward(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache
     inputs = _inputs(model, input_ids, cache, allowed, position_ids)
     with timed(clock):
         out = model(**inputs)
-    return out.logits[0]
+    return on_device(out.logits[0], input_ids.device)
 
 
 @torch.inference_mode()
@@ -176,10 +205,13 @@ def forward_with_hidden(model: torch.nn.Module, input_ids: torch.Tensor, cache: 
     so the logits are the same - to hand the hidden states to a feature drafter for free.
     """
     inputs = _inputs(model, input_ids, cache, allowed, position_ids)
+    dev = input_ids.device
     with timed(clock):
         hidden = model.base_model(**inputs).last_hidden_state
         logits = model.get_output_embeddings()(hidden)
-    return logits[0], hidden[0]
+        # with a device_map both come out on the last device: the engine reads them on the first
+        logits, hidden = on_device(logits[0], dev), on_device(hidden[0], dev)
+    return logits, hidden
 
 
 @dataclass
@@ -251,7 +283,7 @@ def prefill(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache
     if want_hidden:
         inputs = _inputs(model, input_ids, cache, None, None)
         with timed(clock):
-            return model.base_model(**inputs).last_hidden_state[0]
+            return on_device(model.base_model(**inputs).last_hidden_state[0], input_ids.device)
     forward(model, input_ids, cache, clock=clock)
     return None
 
