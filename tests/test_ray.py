@@ -105,7 +105,8 @@ def test_two_workers_give_the_serial_runs_result(ray_session, exp, serial):
     ex = doc["execution"]
     assert ex["backend"] == "ray" and ex["address"] == "local" and len(ex["workers"]) == 2 and not ex["retries"]
     for a in doc["aggregates"]:  # every speedup is AR vs the method on one worker
-        workers_of = {r["worker"] for r in doc["rows"] if r["label"] == a["label"] and not r["warmup"]}
+        workers_of = {r["worker"] for r in doc["rows"]
+                      if (r["dataset"], r["label"]) == (a["dataset"], a["label"]) and not r["warmup"]}
         assert a["speedup"] is not None and set(a["speedup_by_worker"]) == workers_of
 
 
