@@ -576,7 +576,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_table(args: argparse.Namespace) -> int:
     from .bench.results import load_result, recompute
-    from .bench.tables import TABLES, TITLES, make_tables, to_markdown
+    from .bench.tables import TABLES, TITLES, make_tables, to_markdown, worker_note
 
     which = args.tables
     bad = [t for t in which if t not in TABLES]
@@ -584,7 +584,12 @@ def cmd_table(args: argparse.Namespace) -> int:
         raise CLIError(f"unknown table(s) {bad}; choose from {list(TABLES)}")
     aggs: list[dict[str, Any]] = []
     for f in args.files:
-        aggs += recompute(load_result(f))
+        result = load_result(f)
+        if result.get("partial"):  # an interrupted run: say what the numbers leave out
+            print(f"note: {f} is a partial result ({len(result.get('missing_shards', []))} of "
+                  f"{(result.get('execution') or {}).get('shards', '?')} shards missing); continue the run with "
+                  f"--resume", file=sys.stderr)
+        aggs += recompute(result)
     tables = make_tables(aggs, which)
     for t, df in tables.items():
         if args.format == "csv":
@@ -593,6 +598,8 @@ def cmd_table(args: argparse.Namespace) -> int:
         else:
             print(to_markdown(df, TITLES[t]))
             print()
+    if args.format != "csv" and (note := worker_note(aggs)):
+        print(note)
     return 0
 
 

@@ -197,7 +197,8 @@ def test_cli_interrupt_leaves_a_readable_partial_result_and_resume_finishes(tmp_
     (ck,) = out.glob("*.checkpoint.jsonl")
     assert calls == ["wikitext2/T=4,L=16/warmup", "wikitext2/T=4,L=16/p1"]
     assert json.loads(partial.read_text())["missing_shards"] == ["wikitext2/T=4,L=16/p1", "wikitext2/T=4,L=16/p2"]
-    assert main(["table", str(partial)]) == 0  # partial results render like any result
+    assert main(["table", str(partial)]) == 0  # partial results render like any result, and say so
+    assert "partial result (2 of 3 shards missing)" in capsys.readouterr().err
     assert main(args) == 2 and "--resume" in capsys.readouterr().err  # finished work is never overwritten
     monkeypatch.setattr(execution.ShardWorker, "run", real_run)
     assert main(args + ["--resume"]) == 0
