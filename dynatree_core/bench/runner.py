@@ -116,8 +116,8 @@ def run_prepared(prep: Prepared, backend: Backend, *, checkpoint: Checkpoint | N
                  max_retries: int = 2, on_result: Callable[[ShardResult], None] | None = None,
                  execution: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the shards the checkpoint does not hold yet and return the result document. On any
-    error or interrupt the finished shards stay in ``checkpoint`` (pass one: see
-    :func:`partial_document`)."""
+    error or interrupt the finished shards stay in ``checkpoint`` (pass one), and
+    :func:`document` turns them into a partial result."""
     ck = checkpoint if checkpoint is not None else Checkpoint(header=prep.header())
     run = execute(prep.shards, prep.exp.points, prep.prompts_for, backend, defaults=prep.exp.max_prompt_len,
                   allow_long_context=prep.exp.allow_long_context, progress=progress, checkpoint=ck,
