@@ -47,7 +47,8 @@ if str(ROOT) not in sys.path:  # run from anywhere, package not installed (the G
 SCHEMA_VERSION = 1
 SECTIONS = ("exactness", "precision", "bench")
 DTYPES = ("float32", "float16", "bfloat16")
-DEFAULT_TESTS = ("tests/test_exactness.py", "tests/test_device_tree.py", "tests/test_tree_attention.py")
+DEFAULT_TESTS = ("tests/test_exactness.py", "tests/test_device_tree.py", "tests/test_tree_attention.py",
+                 "tests/test_device_map.py")  # the last: a target split across two GPUs, where there are two
 #: test files that cannot run on a GPU, with the reason (none at present: test_tree_attention.py now
 #: builds its inputs on the model's device; it has not been run on a GPU yet)
 NOT_ON_GPU: dict[str, str] = {}

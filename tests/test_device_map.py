@@ -137,3 +137,16 @@ def test_cli_checks_device_map_before_loading_anything(extra, message, capsys, t
         args = ["bench", "--out", str(tmp_path), "--methods", "ar,linear"]
     assert main(args + extra) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices (run by scripts/gpu_check.sh)")
+def test_split_across_two_gpus_is_exact(saved):
+    """The real case: the layers on two GPUs, the logits coming back from the second to the first."""
+    split = {"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": 1, "model.norm": 1,
+             "model.rotary_emb": 0, "lm_head": 1}
+    for draft in (saved.draft, saved.feature):
+        pair = ModelPair.from_pretrained(saved.target, draft, device_map=split)
+        assert pair.device == torch.device("cuda:0") and pl.model_device(pair.draft) == pair.device
+        assert pair.target.lm_head.weight.device == torch.device("cuda:1")
+        for method in ("ar", "linear", "dynatree"):
+            assert generate(pair, PROMPT, method, max_new_tokens=N, ignore_eos=True).tokens == saved.reference, method
