@@ -37,3 +37,26 @@ def make_data_dir(root: Path) -> Path:
     for i, name in enumerate(("book_a.txt", "book_b.txt")):
         (root / "pg19" / name).write_text(pg19_book(i), encoding="utf-8")
     return root
+
+
+def spy_on_history(monkeypatch) -> list:
+    """Record, for every DecodingRun the protocol steps to its end, (the history state it was
+    given, the history state it ended with); returns the list it appends to."""
+    import dynatree_core.engine as engine
+
+    seen: list = []
+
+    class Spy(engine.DecodingRun):  # the protocol steps a DecodingRun (its records feed the oracle)
+        def __init__(self, *args, history=None, **kwargs):
+            super().__init__(*args, history=history, **kwargs)
+            self.given = history
+
+        def __next__(self):
+            try:
+                return super().__next__()
+            except StopIteration:
+                seen.append((self.given, self.result.history_state))
+                raise
+
+    monkeypatch.setattr(engine, "DecodingRun", Spy)
+    return seen

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench_fixtures import make_data_dir
+from bench_fixtures import make_data_dir, spy_on_history
 from dynatree_core.bench.methods import method_specs, parse_methods
 from dynatree_core.bench.protocol import LengthError, RunPoint, check_lengths
 from dynatree_core.bench.results import SCHEMA_VERSION, aggregate, recompute
@@ -81,25 +81,10 @@ def test_experiment_validates_N_and_W():
 
 
 def test_dynatree_history_is_carried_through_warmup_and_each_measured_prompt_starts_from_it(pair, monkeypatch):
-    import dynatree_core.engine as engine
     from dynatree_core.bench.data import Prompt
     from dynatree_core.bench.protocol import run_points
 
-    seen = []
-
-    class Spy(engine.DecodingRun):  # the protocol steps a DecodingRun (its records feed the oracle)
-        def __init__(self, *args, history=None, **kwargs):
-            super().__init__(*args, history=history, **kwargs)
-            self.given = history
-
-        def __next__(self):
-            try:
-                return super().__next__()
-            except StopIteration:
-                seen.append((self.given, self.result.history_state))
-                raise
-
-    monkeypatch.setattr(engine, "DecodingRun", Spy)
+    seen = spy_on_history(monkeypatch)
     prompts = [Prompt("wikitext2", i, "x", 0, "t", 0, 8, 8, 8, [5 + i] * 8, "") for i in range(3)]
     spec = method_specs(["dynatree"], preset="cpu")[0]
     rows = run_points(pair, [RunPoint(spec, 4)], ["wikitext2"], lambda ds, n: prompts, {"wikitext2": 8}, 1,

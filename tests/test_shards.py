@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bench_fixtures import make_data_dir
+from bench_fixtures import make_data_dir, spy_on_history
 from dynatree_core.bench.checkpoint import Checkpoint, CheckpointError, checkpoint_path
 from dynatree_core.bench.execution import SerialBackend, ShardResult
 from dynatree_core.bench.methods import method_specs, parse_methods
@@ -93,24 +93,8 @@ def setup(tmp_path_factory):
 
 
 def test_measured_prompts_start_from_the_warmup_state(setup, monkeypatch):
-    import dynatree_core.engine as engine
-
     pair, prep, _ = setup
-    seen = []
-
-    class Spy(engine.DecodingRun):
-        def __init__(self, *args, history=None, **kwargs):
-            super().__init__(*args, history=history, **kwargs)
-            self.given = history
-
-        def __next__(self):
-            try:
-                return super().__next__()
-            except StopIteration:
-                seen.append((self.given, self.result.history_state))
-                raise
-
-    monkeypatch.setattr(engine, "DecodingRun", Spy)
+    seen = spy_on_history(monkeypatch)
     run_prepared(prep, SerialBackend(pair), progress=False)
     # per dataset: the warm-up decode (untimed), warmup prompt 0, prompts 1 and 2 -- DynaTree only
     dt = [s for s in seen if s[1] is not None]

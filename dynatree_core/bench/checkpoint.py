@@ -1,7 +1,7 @@
 """The checkpoint of a running experiment: finished shards, appended as they arrive (torch-free).
 
 One JSON Lines file in the output directory, ``<stem>-<fingerprint>.checkpoint.jsonl``: a header
-(schema, the experiment's fingerprint, the run id, the selected prompts' hashes), then one line
+(schema, the experiment's fingerprint, which covers the selected prompts, and the run id), then one line
 per finished shard (:class:`~.execution.ShardResult`) or retry. Every line is flushed and fsynced
 before the run goes on, so killing the driver loses at most the shards still running; a torn last
 line (killed mid-write) is ignored on reading. ``--resume`` reopens the file, checks that it
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .execution import ShardResult
+from .results import json_default
 
 CHECKPOINT_SCHEMA = 1
 SUFFIX = ".checkpoint.jsonl"
@@ -54,9 +55,8 @@ class Checkpoint:
             raise CheckpointError(f"--resume: no checkpoint of this experiment at {path} (same command line, "
                                   f"models, data and --out as the interrupted run?)")
         ck = cls.read(path)
-        for key in ("fingerprint", "prompts"):
-            if ck.header.get(key) != header.get(key):
-                raise CheckpointError(f"--resume: {path} belongs to another experiment ({key} differs)")
+        if ck.header.get("fingerprint") != header.get("fingerprint"):  # it covers the selected prompts too
+            raise CheckpointError(f"--resume: {path} belongs to another experiment (fingerprint differs)")
         ck.header = {**header, **ck.header}  # the interrupted run's id and creation time win
         return ck
 
@@ -100,12 +100,7 @@ class Checkpoint:
         if self.path is None:
             return
         with open(self.path, mode, encoding="utf-8") as f:
-            f.write(json.dumps(obj, allow_nan=False, default=_default) + "\n")
+            f.write(json.dumps(obj, allow_nan=False, default=json_default) + "\n")
             f.flush()
             os.fsync(f.fileno())
 
-
-def _default(x: Any) -> Any:
-    if hasattr(x, "item"):
-        return x.item()
-    raise TypeError(f"not JSON serializable: {type(x).__name__}")

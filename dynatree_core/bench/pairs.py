@@ -80,9 +80,12 @@ class PairInfo:
     #: role -> context window (None: the config states none)
     windows: dict[str, int | None]
     tokenizer: Any = field(default=None, repr=False)
-    has_draft: bool = True
     #: why the draft cannot be Hugging Face's assistant model (None: it can)
     assistant_error: str | None = None
+
+    @property
+    def has_draft(self) -> bool:
+        return self.draft_params is not None
 
     def models(self) -> dict[str, Any]:
         """The result's ``models`` block."""
@@ -107,7 +110,7 @@ def pair_info(pair: Any) -> PairInfo:
                     drafter=_drafter_settings(pair), target_params=sum(p.numel() for p in pair.target.parameters()),
                     draft_params=sum(p.numel() for p in pair.draft.parameters()) if pair.draft is not None else None,
                     device=str(pair.device), dtype=str(pair.dtype).replace("torch.", ""), windows=windows,
-                    tokenizer=pair.tokenizer, has_draft=pair.draft is not None, assistant_error=assistant_error)
+                    tokenizer=pair.tokenizer, assistant_error=assistant_error)
 
 
 def _drafter_settings(pair: Any) -> dict[str, Any] | None:

@@ -127,9 +127,10 @@ def run_points(pair: Any, points: Sequence[RunPoint], datasets: Sequence[str], p
     return the rows in the serial order. :func:`~.runner.run_experiment` does the same with
     checkpoints and other executors."""
     from .execution import SerialBackend, execute
+    from .pairs import pair_info
     from .shards import merge_rows, plan_shards
 
-    check_hf_assisted(pair, points)
+    check_assistant(pair_info(pair), points)
     shards = plan_shards(points, datasets, defaults, _counts(points, datasets, prompts_for, defaults), warmup)
     run = execute(shards, points, prompts_for, SerialBackend(pair), defaults=defaults,
                   allow_long_context=allow_long_context, progress=progress)
@@ -141,12 +142,13 @@ def _counts(points: Sequence[RunPoint], datasets: Sequence[str], prompts_for: Pr
     return {(ds, p.l_max(ds, defaults)): len(prompts_for(ds, p.l_max(ds, defaults))) for ds in datasets for p in points}
 
 
-def check_hf_assisted(pair: Any, points: Sequence[RunPoint]) -> None:
-    """A feature draft cannot be HF's assistant: say so before anything runs."""
-    from .hf_assisted import METHOD as HF_METHOD, check_draft
+def check_assistant(info: Any, points: Sequence[RunPoint]) -> None:
+    """``hf_assisted`` needs a draft Hugging Face can use as ``assistant_model`` (a feature draft
+    cannot be one): say so before anything runs. ``info``: the pair's :class:`~.pairs.PairInfo`."""
+    from .hf_assisted import METHOD as HF_METHOD
 
-    if pair is not None and any(p.spec.method == HF_METHOD for p in points):
-        check_draft(pair)
+    if info.assistant_error and any(p.spec.method == HF_METHOD for p in points):
+        raise ValueError(info.assistant_error)
 
 
 def run_prompt(pair: Any, point: RunPoint, prompt: Prompt, history: Any, allow_long_context: bool,

@@ -284,7 +284,7 @@ def result_path(out: str | os.PathLike, stem: str, overwrite: bool = False) -> P
 
 def write_json_atomic(path: str | os.PathLike, obj: Any, overwrite: bool = False) -> Path:
     """Serialize ``obj`` completely, then move it into place (no partial file on failure)."""
-    text = json.dumps(obj, indent=1, allow_nan=False, default=_json_default)
+    text = json.dumps(obj, indent=1, allow_nan=False, default=json_default)
     return write_text_atomic(path, text, overwrite)
 
 
@@ -322,7 +322,8 @@ def write_text_atomic(path: str | os.PathLike, text: str, overwrite: bool = Fals
     return path
 
 
-def _json_default(x: Any) -> Any:
+def json_default(x: Any) -> Any:
+    """JSON for numpy and torch scalars (their ``.item()``); result files and checkpoints."""
     if hasattr(x, "item"):
         return x.item()
     raise TypeError(f"not JSON serializable: {type(x).__name__}")

@@ -19,7 +19,7 @@ from .checkpoint import Checkpoint
 from .data import Corpus, Prompt, hf_tokenize, load_corpus, select_prompts
 from .execution import Backend, Execution, SerialBackend, ShardResult, execute
 from .pairs import PairInfo, pair_info
-from .protocol import RunPoint, check_lengths
+from .protocol import RunPoint, check_assistant, check_lengths
 from .results import EOS_NOTE, build_result, new_run_id
 from .shards import Shard, fingerprint, merge_rows, plan_shards
 
@@ -84,15 +84,13 @@ class Prepared:
     def header(self) -> dict[str, Any]:
         """What a checkpoint records to recognise its experiment (and the run id it continues)."""
         return {"fingerprint": self.fingerprint, "run_id": new_run_id(), "kind": self.exp.kind,
-                "prompts": [p.sha1[:16] for key in sorted(self.prompts) for p in self.prompts[key]],
                 "shards": len(self.shards)}
 
 
 def prepare(info: PairInfo, exp: Experiment, corpora: dict[str, Corpus]) -> Prepared:
     """Validate, select every prompt (data problems surface before decoding) and plan the shards."""
     exp.validate()
-    if info.assistant_error and any(p.spec.method == "hf_assisted" for p in exp.points):
-        raise ValueError(info.assistant_error)
+    check_assistant(info, exp.points)
     check_lengths(info, exp.points, exp.datasets, exp.max_prompt_len, exp.allow_long_context)
     tokenize = hf_tokenize(info.tokenizer)
     prompts: dict[tuple[str, int], list[Prompt]] = {}
