@@ -5,21 +5,25 @@ and viewers use. This module runs the *same policy* (same breadth, depth gate, �
 budget, same tie-breaking) as vectorised tensor operations, so that the decode loop does no
 per-node Python work and waits for the device only where a shape depends on data:
 
-* one host synchronisation per draft level: the number of children the level kept (the next
-  level's size) and how many of them the growth rule will expand;
+* at most one host synchronisation per draft level: the number of children the level kept
+  (the next level's size) and how many of them the growth rule will expand. None at all when
+  the rule fixes every level's size (:func:`static_counts`: linear, a fixed tree or EAGLE-2
+  with τ = 0), and none for a count the host can tell (a level past D_max expands nothing);
 * one per verification: the target's choices and the tree, fetched in a single transfer, from
   which the accepted path and the bonus token are read.
 
 On a GPU this matters because a target forward of a small or mid-size model takes milliseconds
 (EAGLE and Medusa keep their tree buffers on the device for the same reason). Every
 device -> host read goes through :meth:`HostSyncs.fetch`, which packs its tensors into one
-buffer and counts the transfer; host -> device copies go through :func:`to_device`, which never
+buffer and counts the transfer (on a CPU, where there is nothing to transfer, it reads the
+arrays where they are); host -> device copies go through :func:`to_device`, which never
 waits for the device (pinned memory, ``non_blocking``). ``tests/test_device_tree.py`` checks that
 this module and :mod:`dynatree_core.tree` build identical trees, masks and paths.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
@@ -43,8 +47,11 @@ _PRUNE_REASON = {_PRUNED_TAU: "tau", _PRUNED_NMAX: "n_max", _PRUNED_COST: "cost"
 class HostSyncs:
     """Counts device -> host transfers; :meth:`fetch` is the only way the loop reads the device."""
 
-    def __init__(self) -> None:
+    def __init__(self, pack: bool | None = None) -> None:
         self.count = 0
+        #: pack tensors into one transfer: None = unless they are on the CPU already (True: always,
+        #: what tests use to run the GPU's path on a CPU)
+        self.pack = pack
 
     def fetch(self, **tensors: torch.Tensor) -> dict[str, np.ndarray]:
         """Copy several device tensors to the host in ONE transfer (one synchronisation).
@@ -53,6 +60,10 @@ class HostSyncs:
         nothing is rounded) and split again on the host.
         """
         self.count += 1
+        if not self.pack and all(t.device.type == "cpu" for t in tensors.values()):
+            # the device is the host: nothing to transfer, each array is read where it is (same
+            # dtypes as the packed path: floats as float64, integers as int64, bools as bool)
+            return {name: _host_array(t) for name, t in tensors.items()}
         if all(t.dim() == 0 and not t.is_floating_point() for t in tensors.values()):
             # the per-level case (two counts): one stack and one read, no packing
             values = torch.stack([t.to(torch.int64) for t in tensors.values()]).tolist()
@@ -81,6 +92,15 @@ class HostSyncs:
         return out
 
 
+def _host_array(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor as the numpy array :meth:`HostSyncs.fetch` returns (a copy, so later in-place
+    writes to the tensor's buffer do not show through)."""
+    a = t.numpy()
+    if t.is_floating_point():
+        return a.astype(np.float64)
+    return a.copy() if a.dtype == np.bool_ else a.astype(np.int64)
+
+
 def to_device(values: Sequence[int] | np.ndarray, device: torch.device, dtype: torch.dtype = torch.long
               ) -> torch.Tensor:
     """Host values -> a device tensor without waiting for the device.
@@ -93,6 +113,54 @@ def to_device(values: Sequence[int] | np.ndarray, device: torch.device, dtype: t
     if device.type == "cuda":
         return t.pin_memory().to(device, non_blocking=True)
     return t.to(device)
+
+
+def static_counts(rule: GrowthRule) -> bool:
+    """Whether a rule fixes every level's size: one breadth everywhere, no τ pruning, no ρ_stop or
+    depth gate, no cost rule (linear, a fixed tree with τ = 0, EAGLE-2 with τ = 0). Which
+    candidates the budget keeps may still depend on the draft; how many never does, so growth
+    needs no device read per level."""
+    return (not rule.cost_aware and not rule.shape and rule.b_min == rule.b_mid == rule.b_max
+            and rule.tau == 0 and rule.rho_stop == 0 and (rule.rho_deep == 0 or rule.d0 >= rule.d_max))
+
+
+# Small constant tensors the growth reads every level, made once per device (under inference mode
+# they would be inference tensors, which tests that grow trees outside it could not index with).
+@functools.lru_cache(maxsize=64)
+def _arange(device: torch.device, n: int) -> torch.Tensor:
+    with torch.inference_mode(False):
+        return torch.arange(n, device=device)
+
+
+@functools.lru_cache(maxsize=256)
+def _breadth_table(device: torch.device, tau_l: float, tau_h: float, b_min: int, b_mid: int, b_max: int,
+                   k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``bucketize`` edges and the B(u) they index: c < tau_l -> b_max, tau_l <= c < tau_h -> b_mid,
+    c >= tau_h -> b_min (c >= tau_h wins should tau_l exceed tau_h, as in GrowthRule.branching)."""
+    with torch.inference_mode(False):
+        edges = torch.tensor([min(tau_l, tau_h), tau_h], dtype=torch.float64, device=device)
+        table = torch.tensor([min(b, k) for b in (b_max, b_mid, b_min)], dtype=torch.long, device=device)
+    return edges, table
+
+
+@functools.lru_cache(maxsize=64)
+def _status_row(device: torch.device, k: int, b: int) -> torch.Tensor:
+    """Candidate status of a node whose first b ranks were all kept: kept, then beyond B(u)."""
+    with torch.inference_mode(False):
+        return torch.tensor([_KEPT] * b + [_BEYOND_B] * (k - b), dtype=torch.int8, device=device)
+
+
+@functools.lru_cache(maxsize=16)
+def _stop_tables(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The stop code of an expanded node from its candidates' statuses: each status gets a weight
+    (kept 4 > cut by the cost 3 > by the budget 2 > by tau 1 > beyond B(u) 0), and the row's
+    strongest weight names the code (kept: 0, still expanded; else "cost", "n_max" or "tau")."""
+    with torch.inference_mode(False):
+        rank = {_BEYOND_B: 0, _PRUNED_TAU: 1, _PRUNED_NMAX: 2, _PRUNED_COST: 3, _KEPT: 4}
+        weight = torch.tensor([rank[s] for s in range(len(rank))], dtype=torch.long, device=device)  # by status
+        code = torch.tensor([_CODE["tau"], _CODE["tau"], _CODE["n_max"], _CODE["cost"], 0], dtype=torch.int8,
+                            device=device)  # by weight
+    return weight, code
 
 
 @dataclass
@@ -144,6 +212,10 @@ class DeviceTree:
         #: after an EAGLE-2 rerank: each node's index in the tree as grown (what the drafter's
         #: cache slots refer to); None while the two are the same
         self.orig: torch.Tensor | None = None
+        #: every level's kept and expandable counts follow from the rule (no device read per level)
+        self.static_counts = static_counts(rule)
+        # node ids and flat candidate indices (slices of it are views: no op per level)
+        self._ar = _arange(device, max(cap + 1, cap * self.top_k))
         if rule.shape:  # Sequoia: branching by BFS index (0 past the shape)
             shape = list(rule.shape[:cap]) + [0] * max(0, cap - len(rule.shape))
             self._shape = to_device(shape, device)
@@ -163,17 +235,20 @@ class DeviceTree:
 
     # --- growth ------------------------------------------------------------------------------
     def grow(self, drafter: "Drafter", syncs: HostSyncs) -> "DeviceTree":
-        """Grow the whole tree: one batched ``drafter.propose`` and one host sync per level."""
+        """Grow the whole tree: one batched ``drafter.propose`` per level, and one host sync per
+        level unless the rule fixes the level's sizes (:func:`static_counts`: then none)."""
         rule = self.rule
         budget = rule.n_max
         lo, hi = 0, 1  # the frontier: the last level's nodes (contiguous in BFS order)
-        codes = self._reasons(lo, hi)  # why each frontier node stops (0: it is expanded)
+        codes = self._reasons(lo, hi, 0)  # why each frontier node stops (0: it is expanded; None: all are)
         # the root (depth 0, p = 1) is decided on the host: AR and N_max = 0 never touch the device
         n_expand = 1 if self._root_expands() else 0
         log_tau = math.log(rule.tau) if rule.tau > 0 else -math.inf
         while n_expand:
             if rule.expand_top and n_expand > rule.expand_top:
                 # EAGLE-2: only the most probable expandable nodes (ties: BFS order), fed in BFS order
+                if codes is None:
+                    codes = torch.zeros(hi - lo, dtype=torch.int8, device=self.device)
                 key = self.cum_logps[lo:hi].masked_fill(codes != 0, -math.inf)
                 top = torch.argsort(key, descending=True, stable=True)[:rule.expand_top]
                 chosen = torch.zeros(hi - lo, dtype=torch.bool, device=self.device)
@@ -181,27 +256,38 @@ class DeviceTree:
                 codes = codes + ((codes == 0) & ~chosen) * _CODE["top_k"]
                 codes = codes.to(torch.int8)
                 n_expand = rule.expand_top
-            self.stop[lo:hi] = codes  # the expanded ones are overwritten by _add_children
-            # expanded frontier nodes, in BFS order (a stable compaction with a size known on the host)
-            ids = lo + torch.argsort((codes != 0).to(torch.int8), stable=True)[:n_expand]
+            if codes is None:  # every frontier node is expanded: they are the frontier itself
+                ids = self._ar[lo:lo + n_expand]
+            else:
+                self.stop[lo:hi] = codes  # the expanded ones are overwritten by _add_children
+                # expanded frontier nodes, in BFS order (a stable compaction with a size known on the host)
+                ids = lo + torch.argsort((codes != 0).to(torch.int8), stable=True)[:n_expand]
             top_ids, top_lps = drafter.propose(self, ids, level=self.draft_calls)
             self.draft_calls += 1
             kept, expandable, codes = self._add_children(ids, top_ids, top_lps, budget, log_tau)
-            fill = {}
+            counts = {"kept": kept, "expand": expandable}
             if rule.cost_aware:  # should growth end here: how many leaves the final fill would add
-                fill = dict(zip(("fill", "fill_depth"), self._fill_count(budget - kept)))
-            got = syncs.fetch(kept=kept, expand=expandable, **fill)
+                counts.update(zip(("fill", "fill_depth"), self._fill_count(budget - kept)))
+            # what the host does not know yet travels in one read (none under static counts)
+            got = {**counts, **syncs.fetch(**{name: v for name, v in counts.items() if isinstance(v, torch.Tensor)})} \
+                if not all(isinstance(v, int) for v in counts.values()) else counts
             c, n_expand = int(got["kept"]), int(got["expand"])
             lo, hi = self.n, self.n + c
             self.n, budget = hi, budget - c
             if c == 0:  # nothing kept: no new frontier
                 break
             self.depth += 1
-            codes = codes[:c]
+            codes = codes[:c] if codes is not None else None
             if budget <= 0:
                 n_expand = 0
         else:  # the last frontier: nodes the rule would still expand stop at the spent budget
-            self.stop[lo:hi] = codes + (codes == 0) * _CODE["n_max"] if budget <= 0 else codes
+            if budget <= 0:
+                if codes is None:
+                    self.stop[lo:hi].fill_(_CODE["n_max"])
+                else:
+                    self.stop[lo:hi] = codes + (codes == 0) * _CODE["n_max"]
+            elif codes is not None:
+                self.stop[lo:hi] = codes
         if rule.cost_aware and self.draft_calls and budget > 0 and int(got["fill"]):
             self._fill(int(got["fill"]))
             self.depth = max(self.depth, int(got["fill_depth"]))
@@ -218,98 +304,158 @@ class DeviceTree:
             return False
         return rule.n_max > 0
 
-    def _reasons(self, lo: int, hi: int) -> torch.Tensor:
-        """Stop-reason code of nodes [lo, hi) from depth and path probability (0: expand); the
-        first failing check names the reason, as in :meth:`GrowthRule.stop_reason` (python scalars
-        in ``where``: a scalar tensor made on the host would be a host -> device copy)."""
+    def _reasons(self, lo: int, hi: int, depth: int) -> torch.Tensor | None:
+        """Stop-reason codes of nodes [lo, hi), all at ``depth`` (0: expand), from path probability;
+        the first failing check names the reason, as in :meth:`GrowthRule.stop_reason`. None when
+        the host can tell that every one of them is expanded (what depends on the depth alone is
+        decided on the host; python scalars in comparisons: a scalar tensor made on the host would
+        be a host -> device copy)."""
         rule = self.rule
-        d = self.depths[lo:hi]
+        if depth >= rule.d_max:
+            return torch.full((hi - lo,), _CODE["d_max"], dtype=torch.int8, device=self.device)
+        gate = depth >= rule.d0 and rule.rho_deep > 0 and not rule.cost_aware
+        if not (rule.cost_aware or gate or rule.rho_stop > 0 or rule.shape):
+            return None
         p = torch.exp(self.cum_logps[lo:hi])
-        # priority by masking (no ``where``: with scalar branches it costs several dispatches)
-        at_max = d >= rule.d_max
         if rule.cost_aware:
             # expand u only if a child as likely as u could raise E / T (CostState.worth_expanding)
             n = self._verified
             c_n = self._curve.index_select(0, n)
             extra = rule.draft_cost + self._curve.index_select(0, n + 1) - c_n
-            v = (self._scale.index_select(0, (d + 1).clamp(max=self._scale.shape[0] - 1)) * p).clamp(max=1.0)
-            stop = ~(v * (self._draft_s + c_n) > self._expected * extra) & ~at_max
-            return (at_max * _CODE["d_max"] + stop * _CODE["cost"]).to(torch.int8)
-        low = (p < rule.rho_stop) & ~at_max
-        gate = (d >= rule.d0) & (p < rule.rho_deep) & ~at_max & ~low
-        codes = at_max * _CODE["d_max"] + low * _CODE["rho_stop"] + gate * _CODE["depth_gate"]
+            v = (p * rule.scale(depth + 1)).clamp(max=1.0)
+            stop = ~(v * (self._draft_s + c_n) > self._expected * extra)
+            return (stop * _CODE["cost"]).to(torch.int8)
+        codes = torch.zeros(hi - lo, dtype=torch.int8, device=self.device)
+        if gate:
+            codes.masked_fill_(p < rule.rho_deep, _CODE["depth_gate"])
+        if rule.rho_stop > 0:  # checked before the gate: it names the reason
+            codes.masked_fill_(p < rule.rho_stop, _CODE["rho_stop"])
         if rule.shape:
-            idx = torch.arange(lo, hi, device=self.device)
-            codes = codes + ((codes == 0) & (self._shape[idx] == 0)) * _CODE["static"]
-        return codes.to(torch.int8)
+            codes.masked_fill_((codes == 0) & (self._shape[lo:hi] == 0), _CODE["static"])
+        return codes
+
+    def _breadth(self, ids: torch.Tensor, lp: torch.Tensor, k: int) -> int | torch.Tensor:
+        """B(u) of the expanded nodes ``ids`` (at most k): one int when the rule has one breadth
+        everywhere, else per node from the confidence c(u) = max q(.|u) (or the static shape)."""
+        rule = self.rule
+        if rule.shape:  # Sequoia: the static tree's branching, whatever the confidence
+            return self._shape[ids].clamp(max=k)
+        if rule.b_min == rule.b_mid == rule.b_max:
+            return min(rule.b_mid, k)
+        edges, table = _breadth_table(self.device, rule.tau_l, rule.tau_h, rule.b_min, rule.b_mid, rule.b_max, k)
+        return table[torch.bucketize(torch.exp(lp[:, 0]), edges, right=True)]
 
     def _add_children(self, ids: torch.Tensor, top_ids: torch.Tensor, top_lps: torch.Tensor, budget: int,
-                      log_tau: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                      log_tau: float) -> tuple[torch.Tensor | int, torch.Tensor | int, torch.Tensor | None]:
         """Children of the expanded nodes ``ids`` from their draft top-k: B(u) by confidence, τ pruning,
         the N_max budget by path probability (ties: parent, then rank), appended in BFS order.
 
-        Returns, on the device: how many children were kept, how many of them the rule will
-        expand, and the stop-reason codes of the slots written (the first ``kept`` are real)."""
-        rule, dev = self.rule, self.device
+        Returns how many children were kept, how many of them the rule will expand (device
+        tensors, or host ints under :attr:`static_counts`), and the stop-reason codes of the slots
+        written (the first ``kept`` are real; None: all of them are expanded)."""
         e, k = top_ids.shape
         k = min(k, self.top_k)
         self.k_used = k
         top_ids, lp32 = top_ids[:, :k], top_lps[:, :k].float()
         self.fed.index_fill_(0, ids, True)
-        self.topk_tokens[ids, :k] = top_ids
-        self.topk_logps[ids, :k] = lp32
+        self._rows(self.topk_tokens, ids, top_ids)
+        self._rows(self.topk_logps, ids, lp32)
         lp = lp32.double()  # float64 from here, as the reference adds Python floats
-        if rule.shape:  # Sequoia: the static tree's branching, whatever the confidence
-            b = self._shape[ids].clamp(max=k)
+        b = self._breadth(ids, lp, k)
+        if isinstance(b, int):
+            self.branching.index_fill_(0, ids, b)
         else:
-            conf = torch.exp(lp[:, 0])
-            high, unsure = conf >= rule.tau_h, conf < rule.tau_l  # tau_l < tau_h: never both
-            b = (rule.b_mid + high * (rule.b_min - rule.b_mid) + unsure * (rule.b_max - rule.b_mid)).clamp(max=k)
-        self.branching[ids] = b
-        cum = self.cum_logps[ids][:, None] + lp
-        offered = torch.arange(k, device=dev)[None, :] < b[:, None]
-        valid = (offered & (cum >= log_tau)).reshape(-1)
-        # most probable first, ties in flat (= parent, then rank) order; invalid ones last
-        # (a valid -inf path probability, possible only with tau = 0, still ranks above them)
-        key = cum.reshape(-1).clamp(min=-torch.finfo(torch.float64).max).masked_fill(~valid, -math.inf)
-        m = min(budget, e * k)
-        top = torch.argsort(key, descending=True, stable=True)[:m]
-        kept = torch.zeros(e * k, dtype=torch.bool, device=dev)
-        in_top = valid[top]
-        cost_cut = None
-        if rule.cost_aware:
-            in_top = in_top & (torch.arange(m, device=dev) < self._cost_level(key[top], in_top, self.depth + 1))
-            cost_cut = torch.zeros(e * k, dtype=torch.bool, device=dev)
-            cost_cut[top] = valid[top] & ~in_top
-        kept[top] = in_top
-        # candidate status for traces: beyond B(u) 0, kept 1, pruned by tau 2, by the budget 3, by the cost 4
-        status = offered.reshape(-1).to(torch.int8) * 2 + valid - kept * 2  # a kept one is valid: 3 - 2
-        if cost_cut is not None:
-            status = status + cost_cut
-        self.cand_status[ids, :k] = status.view(e, k).to(torch.int8)
-        # an expanded node none of whose candidates survived: "cost" if the cost cut one, else
-        # "n_max" if the budget did, else "tau"
-        none_kept = ~kept.view(e, k).any(1)
-        cut = (status.view(e, k) == _PRUNED_NMAX).any(1)
-        code = _CODE["tau"] + cut * (_CODE["n_max"] - _CODE["tau"])
-        if cost_cut is not None:
-            ccut = cost_cut.view(e, k).any(1)
-            code = code + ccut * (_CODE["cost"] - code)
-        self.stop[ids] = (none_kept * code).to(torch.int8)
-        # append the kept children in BFS order (by parent, then rank): the first c of m slots
-        flat = torch.sort(torch.arange(e * k, device=dev).masked_fill(~kept, e * k)).values[:m].clamp(max=e * k - 1)
-        row, r = flat // k, flat % k
-        parent = ids[row]
-        lo, hi = self.n, self.n + m
-        self._ints[:3, lo:hi] = torch.stack([top_ids[row, r], parent, self.depths[parent] + 1])
-        self._floats[:, lo:hi] = torch.stack([lp[row, r], cum[row, r]])
-        anc = self.ancestors[parent]
-        anc[:, lo:hi] |= torch.eye(m, dtype=torch.bool, device=dev)
-        self.ancestors[lo:hi] = anc
-        count = kept.sum()
-        codes = self._reasons(lo, hi)
-        expandable = ((codes == 0) & (torch.arange(m, device=dev) < count)).sum()
+            self.branching.index_copy_(0, ids, b)
+        cum = self.cum_logps.index_select(0, ids)[:, None] + lp
+        lo, depth = self.n, self.depth + 1
+        if isinstance(b, int) and log_tau == -math.inf and budget >= e * b and not self.rule.cost_aware:
+            # every offered candidate is kept (no τ, the budget is not reached): the first b ranks
+            # of each node, already in BFS order - no sort, no compaction
+            self.cand_status[ids, :k] = _status_row(self.device, k, b)
+            m = count = e * b
+            self._write_children(lo, ids if b == 1 else ids.repeat_interleave(b), top_ids[:, :b].reshape(-1),
+                                 lp[:, :b].reshape(-1), cum[:, :b].reshape(-1), depth)
+        else:
+            m, count = self._select_children(ids, top_ids, lp, cum, b, budget, log_tau, depth)
+        codes = self._reasons(lo, lo + m, depth)
+        if self.static_counts:  # one breadth, no τ, no ρ or gate: the counts follow from the rule
+            kept = min(budget, e * b)
+            return kept, (kept if codes is None else 0), codes
+        if codes is None:
+            return count, count, None
+        expandable = ((codes == 0) & (self._ar[:m] < count)).sum()
         return count, expandable, codes
+
+    def _select_children(self, ids: torch.Tensor, top_ids: torch.Tensor, lp: torch.Tensor, cum: torch.Tensor,
+                         b: int | torch.Tensor, budget: int, log_tau: float, depth: int) -> tuple[int, torch.Tensor]:
+        """The general level: τ pruning, then the budget by path probability (a sort, only where the
+        budget can bind), candidate status and the stop code of parents left childless; appends the
+        kept children in BFS order. Returns the slots written and (on the device) how many are real."""
+        rule, dev = self.rule, self.device
+        e, k = top_ids.shape
+        offered = (self._ar[:k][None, :] < (b[:, None] if isinstance(b, torch.Tensor) else b)).expand(e, k)
+        valid = (offered & (cum >= log_tau)).reshape(-1)
+        offered = offered.reshape(-1)
+        most = e * (b if isinstance(b, int) else min(rule.max_breadth, k))  # valid candidates at most
+        if budget >= most and not rule.cost_aware:
+            # the budget cannot bind: every valid candidate is kept, no sort
+            m, kept = most, valid
+            status = offered.long().mul_(2).sub_(valid.long())  # beyond B(u) 0, kept 1, pruned by tau 2
+        else:
+            m, kept, status = self._budget_cut(valid, offered, cum, budget, depth)
+        self._rows(self.cand_status, ids, status.view(e, k).to(torch.int8))
+        # an expanded node none of whose candidates survived: "cost" if the cost cut one, else
+        # "n_max" if the budget did, else "tau" (the strongest status of its row decides)
+        weight, code = _stop_tables(dev)
+        self.stop.index_copy_(0, ids, code[weight[status].view(e, k).amax(1)])
+        # append the kept children in BFS order (by parent, then rank): the first c of m slots
+        flat = torch.sort(self._ar[:e * k].masked_fill(~kept, e * k)).values[:m].clamp(max=e * k - 1)
+        self._write_children(self.n, ids.index_select(0, flat // k), top_ids.reshape(-1).index_select(0, flat),
+                             lp.reshape(-1).index_select(0, flat), cum.reshape(-1).index_select(0, flat), depth)
+        return m, kept.sum()
+
+    def _budget_cut(self, valid: torch.Tensor, offered: torch.Tensor, cum: torch.Tensor, budget: int, depth: int
+                    ) -> tuple[int, torch.Tensor, torch.Tensor]:
+        """The N_max budget (and the cost rule) over a level's valid candidates, most probable first
+        (ties in flat = parent, then rank order): (slots, kept mask, status per candidate)."""
+        dev = self.device
+        n = valid.shape[0]
+        # invalid ones last (a valid -inf path probability, possible only with tau = 0, still ranks above them)
+        key = cum.reshape(-1).clamp(min=-torch.finfo(torch.float64).max).masked_fill(~valid, -math.inf)
+        m = min(budget, n)
+        top = torch.argsort(key, descending=True, stable=True)[:m]
+        kept = torch.zeros(n, dtype=torch.bool, device=dev)
+        in_top = valid.index_select(0, top)
+        cost_cut = None
+        if self.rule.cost_aware:
+            valid_top = in_top
+            in_top = in_top & (self._ar[:m] < self._cost_level(key.index_select(0, top), in_top, depth))
+            cost_cut = torch.zeros(n, dtype=torch.bool, device=dev)
+            cost_cut.index_copy_(0, top, valid_top & ~in_top)
+        kept.index_copy_(0, top, in_top)
+        # beyond B(u) 0, kept 1, pruned by tau 2, by the budget 3, by the cost 4 (a kept one is valid: 3 - 2)
+        status = offered.long().mul_(2).add_(valid).sub_(kept.long(), alpha=2)
+        if cost_cut is not None:
+            status.add_(cost_cut)
+        return m, kept, status
+
+    def _rows(self, buf: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor) -> None:
+        """``buf[ids, :k] = rows``: a row copy when the rows fill the buffer's width (cheaper)."""
+        if rows.shape[1] == buf.shape[1]:
+            buf.index_copy_(0, ids, rows)
+        else:
+            buf[ids, :rows.shape[1]] = rows
+
+    def _write_children(self, lo: int, parent: torch.Tensor, tokens: torch.Tensor, lp: torch.Tensor,
+                        cum: torch.Tensor, depth: int) -> None:
+        """Node slots [lo, lo + m) get these children (all at ``depth``) and their ancestor rows."""
+        hi = lo + parent.shape[0]
+        self.tokens[lo:hi] = tokens
+        self.parents[lo:hi] = parent
+        self.depths[lo:hi].fill_(depth)
+        self._floats[:, lo:hi] = torch.stack([lp, cum])
+        self.ancestors[lo:hi] = self.ancestors.index_select(0, parent)
+        self.ancestors[lo:hi, lo:hi].diagonal().fill_(True)
 
     def _cost_level(self, keys: torch.Tensor, valid: torch.Tensor, depth: int) -> torch.Tensor:
         """:meth:`CostState.add_level` on the device: pay one draft level, keep the prefix of the
@@ -432,9 +578,9 @@ class DeviceTree:
         accepted = ~(anc & ~consistent[None, :]).any(1)
         # a 0-dim index tensor would be read on the host: index_select keeps it on the device
         best = torch.argmax(torch.where(accepted, self.depths[:n], -1)).view(1)
-        arrays = syncs.fetch(best=best, bonus=argmax.index_select(0, best), on_path=anc.index_select(0, best)[0],
-                             argmax=argmax,
-                             **self._arrays(), **(extra or {}))
+        arrays = _unpack(syncs.fetch(best=best, bonus=argmax.index_select(0, best),
+                                     on_path=anc.index_select(0, best)[0], argmax=argmax,
+                                     **self._arrays(), **(extra or {})))
         if self.orig is not None:  # a rerank may have dropped the deepest level
             self.depth = int(arrays["depths"].max())
         on_path = arrays["on_path"]
@@ -442,18 +588,27 @@ class DeviceTree:
         return Selection(path.tolist(), int(arrays["bonus"][0]), arrays)
 
     def _arrays(self) -> dict[str, torch.Tensor]:
+        """The node arrays to fetch; the integer and float fields travel as their shared buffers
+        (two tensors instead of six: each costs ops to pack) and :func:`_unpack` splits them."""
         n, k = self.n, self.k_used
-        out = dict(tokens=self.tokens[:n], parents=self.parents[:n], depths=self.depths[:n],
-                   logps=self.logps[:n], cum_logps=self.cum_logps[:n], fed=self.fed[:n],
-                   branching=self.branching[:n], stop=self.stop[:n], topk_tokens=self.topk_tokens[:n, :k],
-                   topk_logps=self.topk_logps[:n, :k], cand_status=self.cand_status[:n, :k])
+        out = dict(ints=self._ints[:, :n], floats=self._floats[:, :n], fed=self.fed[:n], stop=self.stop[:n],
+                   topk_tokens=self.topk_tokens[:n, :k], topk_logps=self.topk_logps[:n, :k],
+                   cand_status=self.cand_status[:n, :k])
         if self.orig is not None:
             out["orig"] = self.orig
         return out
 
     def fetch(self, syncs: HostSyncs) -> dict[str, np.ndarray]:
         """The tree's arrays on the host (one transfer; for callers that do not verify)."""
-        return syncs.fetch(**self._arrays())
+        return _unpack(syncs.fetch(**self._arrays()))
+
+
+def _unpack(a: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Fetched arrays with the node buffers split into their fields (tokens, parents, depths,
+    branching; logps, cum_logps)."""
+    a["tokens"], a["parents"], a["depths"], a["branching"] = a.pop("ints")
+    a["logps"], a["cum_logps"] = a.pop("floats")
+    return a
 
 
 def host_tree(a: dict[str, np.ndarray], draft_calls: int, pruned: bool = True) -> DraftTree:

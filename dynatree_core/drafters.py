@@ -4,8 +4,10 @@ The decode loop asks a :class:`Drafter` for the draft's top-k after a whole tree
 (:meth:`Drafter.propose`, called by :meth:`~dynatree_core.device_tree.DeviceTree.grow`) and
 tells it what was committed (:meth:`Drafter.commit`). Everything stays on the model's device:
 ``propose`` gets the level's node ids as a tensor and answers with top-k tensors, so a level
-costs one batched draft forward and no host round trip (the tree counts its one sync per level). How the distributions are made is the
-drafter's business; the tree policy (breadth, depth, pruning, budget) never changes with it.
+costs one batched draft forward and no host round trip (the tree counts its syncs: at most one per
+level). A level that continues a chain (one node, after levels of one node: always so for linear
+drafting) is fed with the model's default causal mask and next position, with no tree mask to
+build. How the distributions are made is the drafter's business; the tree policy (breadth, depth, pruning, budget) never changes with it.
 
 Shipped drafters:
 
@@ -92,6 +94,7 @@ class Drafter(ABC):
         #: ``keep_chain`` (the engine asks for it when a trace or the benchmark reads records).
         self.chain_topk: TopKTensors | None = None
         self.keep_chain = False
+        self._single = True  # every level of the current tree fed one node so far (a chain)
 
     @abstractmethod
     def start(self, prompt: Sequence[int], target_hidden: torch.Tensor | None = None) -> None:
@@ -122,6 +125,14 @@ class Drafter(ABC):
     def settings(self) -> dict[str, Any]:
         """What to record about this drafter in traces and results (JSON-safe)."""
         return {"kind": self.kind, "top_k": self.top_k}
+
+    def _chain_level(self, ids: torch.Tensor, level: int) -> bool:
+        """Whether level ``level`` continues a chain: it feeds one node and every earlier level fed
+        one (always so for linear drafting). Its node then sees the whole draft cache and sits
+        right after it, which is the model's default causal mask and position: no tree mask to build."""
+        chain = (level <= 1 or self._single) and ids.shape[0] == 1
+        self._single = chain
+        return chain
 
     def _chain_rows(self) -> int:
         """Level 0's last rows whose top-k to compute: the root's, plus the chain's when kept."""
@@ -179,9 +190,12 @@ class ModelDrafter(Drafter):
             return top_ids[-1:], top_lps[-1:]
         assert self.slot is not None, "propose: level 0 (the root) comes first"
         past = pl.cache_length(self.cache)
-        allowed, depth = level_visibility(tree, ids, self.slot, self.base, past)
-        logits = pl.forward(self.model, tree.tokens[ids][None], self.cache, allowed, self.base - 1 + depth,
-                            clock=self.clock)
+        if self._chain_level(ids, level):  # the default causal mask and next position
+            logits = pl.forward(self.model, tree.tokens[ids][None], self.cache, clock=self.clock)
+        else:
+            allowed, depth = level_visibility(tree, ids, self.slot, self.base, past)
+            logits = pl.forward(self.model, tree.tokens[ids][None], self.cache, allowed, self.base - 1 + depth,
+                                clock=self.clock)
         self.slot[ids] = past + torch.arange(ids.shape[0], device=self.device)
         self.forwards += 1
         return self._topk(logits)
@@ -302,8 +316,12 @@ class FeatureDrafter(Drafter):
             return top_ids[-1:], top_lps[-1:]
         assert self.slot is not None and self.feats is not None, "propose: level 0 (the root) comes first"
         past = self.cache_length()
-        allowed, depth = level_visibility(tree, ids, self.slot, self.base, past)
-        out = self._run(tree.tokens[ids], self.feats[tree.parents[ids]], self.root_pos + depth, allowed)
+        if self._chain_level(ids, level):  # causal: the node at depth = level, right after the cache
+            allowed, positions = None, self._positions(self.root_pos + level, 1)
+        else:
+            allowed, depth = level_visibility(tree, ids, self.slot, self.base, past)
+            positions = self.root_pos + depth
+        out = self._run(tree.tokens[ids], self.feats[tree.parents[ids]], positions, allowed)
         self.slot[ids] = past + torch.arange(ids.shape[0], device=self.device)
         self.feats[ids] = out
         return self._head_topk(out)
