@@ -115,6 +115,14 @@ def to_device(values: Sequence[int] | np.ndarray, device: torch.device, dtype: t
     return t.to(device)
 
 
+def _read_counts(syncs: HostSyncs, counts: dict[str, torch.Tensor | int]) -> dict[str, int]:
+    """A level's counts as host ints: those still on the device travel in one read, and there is
+    no read at all when the host knows every one (static counts)."""
+    on_device = {name: v for name, v in counts.items() if isinstance(v, torch.Tensor)}
+    got = syncs.fetch(**on_device) if on_device else {}
+    return {name: int(got[name]) if name in got else v for name, v in counts.items()}
+
+
 def static_counts(rule: GrowthRule) -> bool:
     """Whether a rule fixes every level's size: one breadth everywhere, no τ pruning, no ρ_stop or
     depth gate, no cost rule (linear, a fixed tree with τ = 0, EAGLE-2 with τ = 0). Which
@@ -268,10 +276,8 @@ class DeviceTree:
             counts = {"kept": kept, "expand": expandable}
             if rule.cost_aware:  # should growth end here: how many leaves the final fill would add
                 counts.update(zip(("fill", "fill_depth"), self._fill_count(budget - kept)))
-            # what the host does not know yet travels in one read (none under static counts)
-            got = {**counts, **syncs.fetch(**{name: v for name, v in counts.items() if isinstance(v, torch.Tensor)})} \
-                if not all(isinstance(v, int) for v in counts.values()) else counts
-            c, n_expand = int(got["kept"]), int(got["expand"])
+            got = _read_counts(syncs, counts)
+            c, n_expand = got["kept"], got["expand"]
             lo, hi = self.n, self.n + c
             self.n, budget = hi, budget - c
             if c == 0:  # nothing kept: no new frontier
@@ -288,9 +294,9 @@ class DeviceTree:
                     self.stop[lo:hi] = codes + (codes == 0) * _CODE["n_max"]
             elif codes is not None:
                 self.stop[lo:hi] = codes
-        if rule.cost_aware and self.draft_calls and budget > 0 and int(got["fill"]):
-            self._fill(int(got["fill"]))
-            self.depth = max(self.depth, int(got["fill_depth"]))
+        if rule.cost_aware and self.draft_calls and budget > 0 and got["fill"]:
+            self._fill(got["fill"])
+            self.depth = max(self.depth, got["fill_depth"])
         if rule.rerank and self.n - 1 > rule.rerank:
             self._rerank(rule.rerank)
         return self
