@@ -94,10 +94,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--target", help="target model (HF name or path); default: the embedded SmolLM2-135M pair")
     g.add_argument("--draft", help="draft model (HF name or path, or a feature-draft directory); required with "
                                    "--target except for AR")
-    g.add_argument("--drafter", choices=("auto", "feature", "model"), default="auto",
+    g.add_argument("--drafter", choices=("auto", "feature", "model", "lookup"), default="auto",
                    help="which shipped draft the embedded pair uses: feature (reads the target's hidden states), "
                         "model (independent 2-layer draft, the paper's setting) or auto (the faster of the two in this "
-                        "project's CPU benchmark; the README says which)")
+                        "project's CPU benchmark; the README says which); lookup: model-free prompt lookup, with the "
+                        "embedded target or any --target (no --draft)")
     g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: auto)")
     g.add_argument("--dtype", default=None, help="float32 (default), float16 or bfloat16")
     g.add_argument("--device-map", default=None, metavar="MAP",
@@ -273,17 +274,21 @@ def check_model_args(args: argparse.Namespace, need_draft: bool) -> None:
 
     pair_spec(args)  # --device-map and its companions
 
+    lookup = getattr(args, "drafter", "auto") == "lookup"
+    if lookup and args.draft is not None:
+        raise CLIError("--drafter lookup drafts without a model (prompt lookup): drop --draft")
     if args.target is None:
         if args.draft is not None:
             raise CLIError("--draft needs --target (without both, the embedded default pair is used)")
         return
-    if getattr(args, "drafter", "auto") != "auto":
+    if getattr(args, "drafter", "auto") not in ("auto", "lookup"):
         raise CLIError("--drafter chooses between the embedded pair's drafts; with --target, name the draft "
                        "with --draft (a model or a feature-draft directory)")
     if args.target in TINY_TARGETS:
         return
-    if need_draft and args.draft is None:
-        raise CLIError("speculative methods need a draft model: pass --draft (or use --methods ar)")
+    if need_draft and args.draft is None and not lookup:
+        raise CLIError("speculative methods need a draft model: pass --draft, or --drafter lookup (or use --methods "
+                       "ar)")
     try:
         check_model_source(args.target, "--target")
         if args.draft is not None:

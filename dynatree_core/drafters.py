@@ -23,12 +23,14 @@ tree feeds them (the root last) as a causal chain, later levels feed one tree le
 under the tree mask built by :func:`level_visibility` - the one place for per-level draft masks
 and positions (built on the device from the tree's ancestor matrix).
 
-Model-free drafters (prompt lookup, n-grams) implement the same four methods.
+* :class:`LookupDrafter` - model-free prompt lookup (:class:`PromptLookup`: the tokens that followed
+  earlier occurrences of the context's last n-gram), also level-batched on the device.
 """
 
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
@@ -43,7 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .device_tree import DeviceTree
 
 #: the drafter kinds :func:`make_drafter` builds, by the kind of ``ModelPair.draft``
-DRAFTER_KINDS: tuple[str, ...] = ("model", "feature")
+DRAFTER_KINDS: tuple[str, ...] = ("model", "feature", "lookup")
 #: what :meth:`Drafter.propose` returns: top-k token ids [q, k] and their log-probs [q, k], on the device
 TopKTensors = tuple[torch.Tensor, torch.Tensor]
 #: committed tokens before the root whose draft top-k level 0 keeps (pending tokens are the last
@@ -354,17 +356,155 @@ class FeatureDrafter(Drafter):
         return {**super().settings(), **self.model.settings()}
 
 
+@dataclass(frozen=True)
+class PromptLookup:
+    """A model-free draft: prompt lookup (n-gram matching over the text so far; no weights).
+
+    Pass it as ``ModelPair(target, draft=PromptLookup())``. After a node, the draft looks for the
+    longest suffix of the node's context (the committed tokens, then the node's path) of
+    ``min_ngram``..``max_ngram`` tokens that occurred earlier in the committed tokens, and proposes
+    the tokens that followed those occurrences: the most frequent first (ties: the most recent).
+    Its "probability" of a token is its share of the occurrences, count / (occurrences + 1), so
+    a single occurrence gives 0.5 and a pattern seen many times approaches 1 - what the tree
+    policy's confidence thresholds read. A context with no earlier occurrence proposes nothing
+    (log-probability -inf: τ, ρ_stop or the depth gate stop there).
+    """
+
+    max_ngram: int = 3
+    min_ngram: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("min_ngram", "max_ngram"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"PromptLookup {name} must be an integer >= 1, got {v!r}")
+        if self.min_ngram > self.max_ngram:
+            raise ValueError(f"PromptLookup min_ngram ({self.min_ngram}) must be <= max_ngram ({self.max_ngram})")
+
+
+class LookupDrafter(Drafter):
+    """Drafts by :class:`PromptLookup`, as tensor operations on the target's device (no host
+    round trip: the node contexts are read from the tree's ancestor matrix)."""
+
+    kind = "lookup"
+
+    def __init__(self, source: PromptLookup, top_k: int):
+        super().__init__(top_k)
+        self.source = source
+        self.start([])
+
+    def start(self, prompt: Sequence[int], target_hidden: torch.Tensor | None = None) -> None:
+        self.seq: list[int] = list(prompt)  # the committed tokens, the root last
+        self._seq_t: torch.Tensor | None = None  # the same on the tree's device (made at level 0)
+        self._vocab = max(self.seq, default=0) + 1  # candidates are tokens of seq (known on the host)
+        self._fresh = len(self.seq)  # tokens committed since the last level 0 (the chain it reports)
+
+    def fork(self) -> "LookupDrafter":
+        new = copy.copy(self)
+        new.seq = list(self.seq)
+        return new
+
+    def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> TopKTensors:
+        if self._seq_t is None or self._seq_t.device != tree.device:
+            self._seq_t = to_device(self.seq, tree.device)
+        if level == 0:
+            self._chain()
+        return lookup_topk(self._seq_t, self._contexts(tree, ids, level), self.source, self.top_k, self._vocab)
+
+    def _chain(self) -> None:
+        """With ``keep_chain``: what the lookup proposed after each token committed since the last
+        level 0 (before the root, at most :data:`CHAIN_ROWS`), each from the tokens known then - the
+        oracle's view, as a model drafter gives it from the committed tokens it feeds."""
+        c = min(self._fresh, CHAIN_ROWS + 1) - 1
+        self._fresh = 0
+        if not self.keep_chain:
+            self.chain_topk = None
+            return
+        seq, n = self._seq_t, self.source.max_ngram
+        ends = torch.arange(seq.shape[0] - 1 - max(c, 0), seq.shape[0] - 1, device=seq.device)  # positions p
+        idx = ends[:, None] + torch.arange(1 - n, 1, device=seq.device)[None, :]
+        ctx = torch.where(idx >= 0, seq[idx.clamp(min=0)], -1)
+        self.chain_topk = lookup_topk(seq, ctx, self.source, self.top_k, self._vocab, limit=ends)
+
+    def _contexts(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> torch.Tensor:
+        """[q, max_ngram + level]: the last max_ngram committed tokens (-1 before the start), then
+        each node's path below the root, by depth (every node of a level has depth ``level``)."""
+        n, dev = self.source.max_ngram, tree.device
+        ctx = torch.full((ids.shape[0], n + level + 1), -1, dtype=torch.long, device=dev)
+        tail = self._seq_t[-n:]
+        ctx[:, n - tail.shape[0]:n] = tail
+        if level:
+            # ancestor a at depth d goes to column n - 1 + d (the root, depth 0, is the last committed
+            # token: n - 1 already holds it); non-ancestors to the spare last column
+            anc = tree.ancestors.index_select(0, ids)
+            col = torch.where(anc, tree.depths[None, :] + (n - 1), n + level)
+            ctx.scatter_(1, col, tree.tokens[None, :].expand_as(col))
+        return ctx[:, :n + level]
+
+    def commit(self, path: list[int], committed: list[int], target_hidden: torch.Tensor | None = None,
+               fed: int = 0) -> None:
+        self.seq.extend(committed)
+        self._fresh += len(committed)
+        self._vocab = max(self._vocab, max(committed, default=0) + 1)
+        if self._seq_t is not None:
+            self._seq_t = torch.cat([self._seq_t, to_device(committed, self._seq_t.device)])
+
+    def settings(self) -> dict[str, Any]:
+        return {**super().settings(), "max_ngram": self.source.max_ngram, "min_ngram": self.source.min_ngram}
+
+
+def lookup_topk(seq: torch.Tensor, contexts: torch.Tensor, source: PromptLookup, k: int, vocab: int,
+                limit: torch.Tensor | None = None) -> TopKTensors:
+    """Prompt lookup for each row of ``contexts`` [q, width] (left-padded with -1) against the
+    committed tokens ``seq`` [L]: the longest n-gram (``max_ngram`` down to ``min_ngram``) ending
+    the row that occurs earlier in ``seq`` with a token after it, and the top-k of the tokens
+    that followed its occurrences. ``vocab`` bounds the token ids of ``seq`` (max + 1); ``limit``
+    [q] (default: none) the last position of ``seq`` each row may see, for rows that stand at an
+    earlier point of the sequence."""
+    q, width = contexts.shape
+    length = seq.shape[0]
+    counts = torch.zeros((q, vocab), dtype=torch.float32, device=seq.device)
+    recency = torch.zeros((q, vocab), dtype=torch.float32, device=seq.device)
+    found = torch.zeros(q, dtype=torch.bool, device=seq.device)
+    for n in range(min(source.max_ngram, length - 1), source.min_ngram - 1, -1):
+        windows = seq.unfold(0, n, 1)[:-1]  # [L - n, n]: every n-gram that has a next token
+        nxt = seq[n:]  # the token after each
+        hit = (windows[None] == contexts[:, None, width - n:]).all(-1) & ~found[:, None]
+        if limit is not None:  # an occurrence counts if the token after it was known then
+            hit &= torch.arange(n, length, device=seq.device)[None, :] <= limit[:, None]
+        counts.scatter_add_(1, nxt.expand(q, -1), hit.float())
+        # the most recent occurrence of each token breaks count ties (positions scaled into (0, 1))
+        pos = (torch.arange(1, length - n + 1, device=seq.device, dtype=torch.float32) / (length + 1))
+        recency.scatter_reduce_(1, nxt.expand(q, -1), hit * pos, reduce="amax")
+        found |= hit.any(1)
+    kk = min(k, vocab)
+    # counts are whole numbers, recency < 1; a row that found nothing proposes tokens 0, 1, ... (at
+    # log-probability -inf) rather than whatever order top-k gives equal scores
+    score = torch.where(found[:, None], counts + recency,
+                        -torch.arange(vocab, device=seq.device, dtype=torch.float32))
+    top = torch.topk(score, kk, dim=-1)
+    chosen = counts.gather(1, top.indices)
+    total = counts.sum(1, keepdim=True)
+    lps = torch.log(chosen / (total + 1.0))  # 0 occurrences: -inf
+    return top.indices, lps
+
+
 def drafter_kind(draft: Any) -> str | None:
     """The drafter kind a ``ModelPair.draft`` object gives (None for no draft)."""
     if draft is None:
         return None
+    if isinstance(draft, PromptLookup):
+        return "lookup"
     return "feature" if isinstance(draft, FeatureDraftModel) else "model"
 
 
 def make_drafter(draft: Any, top_k: int) -> Drafter:
-    """The drafter for a ``ModelPair.draft``: a feature draft or an independent causal LM."""
+    """The drafter for a ``ModelPair.draft``: a feature draft, a :class:`PromptLookup` or an
+    independent causal LM."""
     if isinstance(draft, Drafter):
         raise TypeError("pass the draft model, not a Drafter instance, as ModelPair.draft")
     if isinstance(draft, FeatureDraftModel):
         return FeatureDrafter(draft, top_k)
+    if isinstance(draft, PromptLookup):
+        return LookupDrafter(draft, top_k)
     return ModelDrafter(draft, top_k)

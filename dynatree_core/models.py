@@ -74,8 +74,9 @@ def _attn_impl(model: torch.nn.Module) -> str:
 
 def context_window(model: torch.nn.Module) -> int | None:
     """The model's maximum number of positions, if its config states one."""
+    config = getattr(model, "config", None)  # a model-free draft (prompt lookup) has none: no limit
     for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-        v = getattr(model.config, name, None)
+        v = getattr(config, name, None)
         if isinstance(v, int) and v > 0:
             return v
     return None
@@ -117,6 +118,10 @@ def check_device_map(device_map: Any, device: Any = "auto", options: dict[str, A
                         f"got {type(device_map).__name__}")
 
 
+#: the draft name a model-free prompt-lookup draft is recorded under
+LOOKUP_DRAFT_NAME = "prompt-lookup"
+
+
 @dataclass
 class ModelPair:
     """A target model, an optional draft model (needed by every method but ``ar``) and a tokenizer.
@@ -132,7 +137,8 @@ class ModelPair:
     """
 
     target: torch.nn.Module
-    draft: torch.nn.Module | None = None
+    #: a draft LM, a feature draft, a model-free :class:`~dynatree_core.drafters.PromptLookup`, or None
+    draft: Any = None
     tokenizer: Any = None
     target_name: str = "target"
     draft_name: str | None = None
@@ -145,7 +151,10 @@ class ModelPair:
 
     def validate(self) -> None:
         """Raise a clear error if the two models cannot be paired."""
-        for role, m in (("target", self.target), ("draft", self.draft)):
+        from .drafters import PromptLookup
+
+        model_free = isinstance(self.draft, PromptLookup)  # reads the committed tokens only: nothing to pair
+        for role, m in (("target", self.target), ("draft", None if model_free else self.draft)):
             if m is None:
                 continue
             if not isinstance(m, torch.nn.Module) or not hasattr(m, "config"):
@@ -155,7 +164,7 @@ class ModelPair:
             if impl not in SUPPORTED_ATTENTION:
                 raise ValueError(f"{role} attn_implementation must be one of {SUPPORTED_ATTENTION} "
                                  f"(tree attention needs a 4D float mask), got {impl!r}")
-        if self.draft is None:
+        if self.draft is None or model_free:
             return
         from .feature_draft import FeatureDraftModel, check_feature_target
 
@@ -174,7 +183,7 @@ class ModelPair:
     @property
     def drafter_kind(self) -> str | None:
         """``"model"`` (an independent draft LM), ``"feature"`` (a feature draft reading the
-        target's hidden states) or None (no draft: AR only)."""
+        target's hidden states), ``"lookup"`` (model-free prompt lookup) or None (no draft: AR only)."""
         from .drafters import drafter_kind
 
         return drafter_kind(self.draft)
@@ -191,7 +200,7 @@ class ModelPair:
 
     def eval(self) -> "ModelPair":
         self.target.eval()
-        if self.draft is not None:
+        if isinstance(self.draft, torch.nn.Module):
             self.draft.eval()
         return self
 
@@ -271,16 +280,27 @@ class ModelPair:
         and one of this project's two shipped drafts (``dynatree_core/assets``). No network.
 
         ``draft``: ``"feature"`` (a small head reading the target's hidden states),
-        ``"model"`` (the independent 2-layer distilled draft, the paper's setting) or ``"auto"``
+        ``"model"`` (the independent 2-layer distilled draft, the paper's setting), ``"lookup"``
+        (model-free prompt lookup, :class:`~dynatree_core.drafters.PromptLookup`) or ``"auto"``
         (:data:`~dynatree_core.default_pair.DEFAULT_DRAFT_KIND`, the faster of the two on this
         project's CPU benchmark; the README gives the measurement)."""
-        from .default_pair import draft_name, load_default_pair, DEFAULT_TARGET_NAME, resolve_draft_kind
+        from .default_pair import DRAFT_CHOICES, DEFAULT_TARGET_NAME, draft_name, load_default_pair, resolve_draft_kind
 
         from .loading import quiet_loading
 
-        kind = resolve_draft_kind(draft)
+        if draft not in (*DRAFT_CHOICES, "lookup"):
+            raise ValueError(f"draft must be one of {(*DRAFT_CHOICES, 'lookup')}, got {draft!r}")
         dev, dt = resolve_device(device), resolve_dtype(dtype)
         check_dtype_on_device(dt, dev)
+        if draft == "lookup":  # model-free: the target alone
+            from .default_pair import load_target
+            from .drafters import PromptLookup
+
+            with quiet_loading():
+                target, tok = load_target(device=dev, dtype=dt, attn_implementation=attn_implementation)
+            return cls(target=target, draft=PromptLookup(), tokenizer=tok, target_name=DEFAULT_TARGET_NAME,
+                       draft_name=LOOKUP_DRAFT_NAME)
+        kind = resolve_draft_kind(draft)
         with quiet_loading():  # local files only: transformers' two progress bars per load say nothing here
             target, draft_model, tok = load_default_pair(device=dev, dtype=dt,
                                                          attn_implementation=attn_implementation, draft=kind)

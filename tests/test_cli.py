@@ -159,6 +159,21 @@ def test_drafter_flag_is_for_the_embedded_pair_only(data_dir, tmp_path, capsys):
     assert "--drafter" in capsys.readouterr().err
 
 
+def test_drafter_lookup_runs_any_target_without_a_draft_model(data_dir, tmp_path, capsys):
+    out = tmp_path / "run.json"
+    args = bench_args(data_dir, out, "--drafter", "lookup")
+    args[args.index("ar,dynatree")] = "ar,linear,dynatree"
+    assert main(args) == 0
+    d = json.loads(out.read_text())
+    assert d["models"]["drafter"] == {"kind": "lookup", "max_ngram": 3, "min_ngram": 1}
+    assert d["models"]["draft"] == "prompt-lookup" and d["checks"]["outputs_identical_across_methods"]
+    printed = capsys.readouterr()
+    assert "draft: prompt-lookup (drafter: lookup)" in printed.err  # the run says what drafted
+    # a draft model and prompt lookup at once is a contradiction, caught before anything loads
+    assert main(bench_args(data_dir, tmp_path / "r.json", "--drafter", "lookup", "--draft", "x")) == 2
+    assert "drop --draft" in capsys.readouterr().err
+
+
 def test_generate_refuses_zero_new_tokens_before_loading_any_model(capsys, monkeypatch):
     import dynatree_core.cli as cli
 

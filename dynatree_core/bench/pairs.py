@@ -10,7 +10,7 @@ what the protocol needs outside decoding: the tokenizer (prompt selection), the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 #: test-only pairs (:mod:`dynatree_core.testing`): random tiny models, built in milliseconds
@@ -24,7 +24,7 @@ class PairUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class PairSpec:
     """A model pair by name. ``target`` None: the embedded SmolLM2-135M pair with ``drafter``
-    (auto, feature or model). ``device_map`` (e.g. ``"auto"``) splits a large target across the
+    (auto, feature or model); ``drafter="lookup"``: any target with model-free prompt lookup. ``device_map`` (e.g. ``"auto"``) splits a large target across the
     GPUs of one machine (:meth:`~dynatree_core.models.ModelPair.from_pretrained`)."""
 
     target: str | None = None
@@ -38,10 +38,20 @@ class PairSpec:
     def describe(self) -> str:
         if self.target is None:
             return f"the embedded pair (SmolLM2-135M-Instruct, drafter {self.drafter})"
+        if self.drafter == "lookup":
+            return f"{self.target} + prompt lookup"
         return self.target + (f" + {self.draft}" if self.draft else "")
 
     def load(self) -> Any:
         from ..models import ModelPair
+
+        if self.drafter == "lookup" and self.target is not None:  # the named target, drafting by lookup
+            from ..drafters import PromptLookup
+            from ..models import LOOKUP_DRAFT_NAME
+
+            pair = replace(self, drafter="auto").load()
+            return ModelPair(target=pair.target, draft=PromptLookup(), tokenizer=pair.tokenizer,
+                             target_name=pair.target_name, draft_name=LOOKUP_DRAFT_NAME)
 
         if self.target is None:
             try:
@@ -108,7 +118,8 @@ def pair_info(pair: Any) -> PairInfo:
         windows["draft"] = context_window(pair.draft)
     return PairInfo(target_name=pair.target_name, draft_name=pair.draft_name, drafter_kind=pair.drafter_kind,
                     drafter=_drafter_settings(pair), target_params=sum(p.numel() for p in pair.target.parameters()),
-                    draft_params=sum(p.numel() for p in pair.draft.parameters()) if pair.draft is not None else None,
+                    draft_params=(sum(p.numel() for p in pair.draft.parameters())
+                                  if hasattr(pair.draft, "parameters") else 0 if pair.draft is not None else None),
                     device=str(pair.device), dtype=str(pair.dtype).replace("torch.", ""), windows=windows,
                     tokenizer=pair.tokenizer, assistant_error=assistant_error)
 
