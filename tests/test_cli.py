@@ -166,7 +166,8 @@ def test_drafter_lookup_runs_any_target_without_a_draft_model(data_dir, tmp_path
     assert main(args) == 0
     d = json.loads(out.read_text())
     assert d["models"]["drafter"] == {"kind": "lookup", "max_ngram": 3, "min_ngram": 1}
-    assert d["models"]["draft"] == "prompt-lookup" and d["checks"]["outputs_identical_across_methods"]
+    assert d["models"]["draft"] == "prompt-lookup" and d["models"]["draft_params"] == 0
+    assert d["checks"]["outputs_identical_across_methods"]
     printed = capsys.readouterr()
     assert "draft: prompt-lookup (drafter: lookup)" in printed.err  # the run says what drafted
     # a draft model and prompt lookup at once is a contradiction, caught before anything loads

@@ -24,7 +24,8 @@ class PairUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class PairSpec:
     """A model pair by name. ``target`` None: the embedded SmolLM2-135M pair with ``drafter``
-    (auto, feature or model); ``drafter="lookup"``: any target with model-free prompt lookup. ``device_map`` (e.g. ``"auto"``) splits a large target across the
+    (auto, feature or model); ``drafter="lookup"``: the embedded or the named target with
+    model-free prompt lookup. ``device_map`` (e.g. ``"auto"``) splits a large target across the
     GPUs of one machine (:meth:`~dynatree_core.models.ModelPair.from_pretrained`)."""
 
     target: str | None = None
@@ -118,10 +119,16 @@ def pair_info(pair: Any) -> PairInfo:
         windows["draft"] = context_window(pair.draft)
     return PairInfo(target_name=pair.target_name, draft_name=pair.draft_name, drafter_kind=pair.drafter_kind,
                     drafter=_drafter_settings(pair), target_params=sum(p.numel() for p in pair.target.parameters()),
-                    draft_params=(sum(p.numel() for p in pair.draft.parameters())
-                                  if hasattr(pair.draft, "parameters") else 0 if pair.draft is not None else None),
+                    draft_params=_draft_params(pair.draft),
                     device=str(pair.device), dtype=str(pair.dtype).replace("torch.", ""), windows=windows,
                     tokenizer=pair.tokenizer, assistant_error=assistant_error)
+
+
+def _draft_params(draft: Any) -> int | None:
+    """The draft's parameter count: None without a draft, 0 for a model-free one (prompt lookup)."""
+    if draft is None:
+        return None
+    return sum(p.numel() for p in draft.parameters()) if hasattr(draft, "parameters") else 0
 
 
 def _drafter_settings(pair: Any) -> dict[str, Any] | None:
