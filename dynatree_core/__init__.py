@@ -32,6 +32,7 @@ _LAZY = {
     "HistoryState": "dynatree_core.history",
     "HistoryAdapter": "dynatree_core.history",
     "Metrics": "dynatree_core.metrics",
+    "PromptLookup": "dynatree_core.drafters",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

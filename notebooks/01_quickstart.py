@@ -169,6 +169,26 @@ pd.DataFrame([summary("AR", ar)] + [summary(k, r) for k, r in others.items()]
              + [summary("DynaTree", dt)]).set_index("method")
 
 # %% [markdown]
+# A draft need not be a model. `PromptLookup()` proposes the tokens that followed earlier occurrences of
+# the context's last n-gram (prompt lookup): no weights, no draft forward, and every method runs with it.
+# It pays where the output repeats its context, as a small model's greedy text often does over long
+# continuations (in this project's CPU benchmark it was as fast as the trained drafts; the README has the
+# table). Where nothing repeats it proposes nothing (probability 0), and DynaTree's ρ_stop ends the branch.
+# This prompt is short, so compare L̄ below: here the model draft proposes far more.
+
+# %%
+from dynatree_core import PromptLookup
+
+lookup = ModelPair(target=pair.target, draft=PromptLookup(max_ngram=3), tokenizer=pair.tokenizer,
+                   target_name=pair.target_name, draft_name="prompt-lookup")
+lk = generate(lookup, prompt, "dynatree", config, max_new_tokens=N, ignore_eos=True)
+print("same tokens:", lk.tokens == ar.tokens, "| drafter:", lookup.drafter_kind,
+      "| draft model forwards:", lk.metrics.draft_forwards)
+
+# %% tags=["nbval-ignore-output"]
+pd.DataFrame([summary("DynaTree, the model draft", dt), summary("DynaTree, prompt lookup", lk)]).set_index("method")
+
+# %% [markdown]
 # ## Look inside: the trace
 #
 # With `trace=True` the run records every iteration: the draft tree (tokens, draft probabilities,
@@ -207,8 +227,9 @@ print(again.tokens == dt.tokens, len(again) == len(trace))
 # ## What to try next
 #
 # * Change `prompt` and `N`, or try `DynaTreeConfig.paper()` (bigger trees) on a GPU.
-# * Compare the drafters: `ModelPair.default(draft="model")` and `ModelPair.default(draft="feature")`;
-#   the tokens stay the same, L̄ and the speed change (`dt.trace.drafter` records which one ran).
+# * Compare the drafters: `ModelPair.default(draft="model")`, `ModelPair.default(draft="feature")` and
+#   `ModelPair.default(draft="lookup")`; the tokens stay the same, L̄ and the speed change
+#   (`dt.trace.drafter` records which one ran).
 # * `dv.report(trace, "report.html")` writes a self-contained HTML report of the run.
 # * Iterate instead of generating: `for rec in iterate(pair, prompt, "dynatree", config, trace=True): ...`
 #   yields one `IterationRecord` per round.
