@@ -1,4 +1,5 @@
-"""Argument checks shared by the torch-free analysis modules (oracle, sequoia, reliability)."""
+"""Argument checks shared by the torch-free analysis modules (oracle, sequoia, reliability) and the
+prompt-lookup drafter's settings."""
 
 from __future__ import annotations
 

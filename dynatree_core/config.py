@@ -112,6 +112,15 @@ class GrowthRule:
     def cost_aware(self) -> bool:
         return bool(self.verify_cost)
 
+    @property
+    def static_counts(self) -> bool:
+        """Whether the rule fixes every level's size: one breadth everywhere, no τ pruning, no
+        ρ_stop or depth gate, no cost rule (linear, a fixed tree with τ = 0, EAGLE-2 with τ = 0).
+        Which candidates the budget keeps may still depend on the draft; how many never does, so
+        the device tree's growth needs no device read per level."""
+        return (not self.cost_aware and not self.shape and self.b_min == self.b_mid == self.b_max
+                and self.tau == 0 and self.rho_stop == 0 and (self.rho_deep == 0 or self.d0 >= self.d_max))
+
     def scale(self, depth: int) -> float:
         """s_d, the calibration of p(u) at depth ``depth`` (1 without calibration)."""
         if not self.depth_scale:

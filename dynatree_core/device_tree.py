@@ -7,7 +7,7 @@ per-node Python work and waits for the device only where a shape depends on data
 
 * at most one host synchronisation per draft level: the number of children the level kept
   (the next level's size) and how many of them the growth rule will expand. None at all when
-  the rule fixes every level's size (:func:`static_counts`: linear, a fixed tree or EAGLE-2
+  the rule fixes every level's size (:attr:`GrowthRule.static_counts`: linear, a fixed tree or EAGLE-2
   with τ = 0), and none for a count the host can tell (a level past D_max expands nothing);
 * one per verification: the target's choices and the tree, fetched in a single transfer, from
   which the accepted path and the bonus token are read.
@@ -123,15 +123,6 @@ def _read_counts(syncs: HostSyncs, counts: dict[str, torch.Tensor | int]) -> dic
     return {name: int(got[name]) if name in got else v for name, v in counts.items()}
 
 
-def static_counts(rule: GrowthRule) -> bool:
-    """Whether a rule fixes every level's size: one breadth everywhere, no τ pruning, no ρ_stop or
-    depth gate, no cost rule (linear, a fixed tree with τ = 0, EAGLE-2 with τ = 0). Which
-    candidates the budget keeps may still depend on the draft; how many never does, so growth
-    needs no device read per level."""
-    return (not rule.cost_aware and not rule.shape and rule.b_min == rule.b_mid == rule.b_max
-            and rule.tau == 0 and rule.rho_stop == 0 and (rule.rho_deep == 0 or rule.d0 >= rule.d_max))
-
-
 # Small constant tensors the growth reads every level, made once per device (under inference mode
 # they would be inference tensors, which tests that grow trees outside it could not index with).
 @functools.lru_cache(maxsize=64)
@@ -220,8 +211,6 @@ class DeviceTree:
         #: after an EAGLE-2 rerank: each node's index in the tree as grown (what the drafter's
         #: cache slots refer to); None while the two are the same
         self.orig: torch.Tensor | None = None
-        #: every level's kept and expandable counts follow from the rule (no device read per level)
-        self.static_counts = static_counts(rule)
         # node ids and flat candidate indices (slices of it are views: no op per level)
         self._ar = _arange(device, max(cap + 1, cap * self.top_k))
         if rule.shape:  # Sequoia: branching by BFS index (0 past the shape)
@@ -244,7 +233,7 @@ class DeviceTree:
     # --- growth ------------------------------------------------------------------------------
     def grow(self, drafter: "Drafter", syncs: HostSyncs) -> "DeviceTree":
         """Grow the whole tree: one batched ``drafter.propose`` per level, and one host sync per
-        level unless the rule fixes the level's sizes (:func:`static_counts`: then none)."""
+        level unless the rule fixes the level's sizes (:attr:`GrowthRule.static_counts`: then none)."""
         rule = self.rule
         budget = rule.n_max
         lo, hi = 0, 1  # the frontier: the last level's nodes (contiguous in BFS order)
@@ -357,7 +346,7 @@ class DeviceTree:
         the N_max budget by path probability (ties: parent, then rank), appended in BFS order.
 
         Returns how many children were kept, how many of them the rule will expand (device
-        tensors, or host ints under :attr:`static_counts`), and the stop-reason codes of the slots
+        tensors, or host ints under :attr:`GrowthRule.static_counts`), and the stop-reason codes of the slots
         written (the first ``kept`` are real; None: all of them are expanded)."""
         e, k = top_ids.shape
         k = min(k, self.top_k)
@@ -384,7 +373,7 @@ class DeviceTree:
         else:
             m, count = self._select_children(ids, top_ids, lp, cum, b, budget, log_tau, depth)
         codes = self._reasons(lo, lo + m, depth)
-        if self.static_counts:  # one breadth, no τ, no ρ or gate: the counts follow from the rule
+        if self.rule.static_counts:  # one breadth, no τ, no ρ or gate: the counts follow from the rule
             kept = min(budget, e * b)
             return kept, (kept if codes is None else 0), codes
         if codes is None:

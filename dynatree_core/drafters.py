@@ -7,7 +7,8 @@ tells it what was committed (:meth:`Drafter.commit`). Everything stays on the mo
 costs one batched draft forward and no host round trip (the tree counts its syncs: at most one per
 level). A level that continues a chain (one node, after levels of one node: always so for linear
 drafting) is fed with the model's default causal mask and next position, with no tree mask to
-build. How the distributions are made is the drafter's business; the tree policy (breadth, depth, pruning, budget) never changes with it.
+build. How the distributions are made is the drafter's business; the tree policy (breadth,
+depth, pruning, budget) never changes with it.
 
 Shipped drafters:
 
@@ -30,14 +31,15 @@ and positions (built on the device from the tree's ancestor matrix).
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 import torch
 from transformers import DynamicCache
 
 from . import plumbing as pl
+from .checks import int_at_least
 from .device_tree import to_device
 from .feature_draft import FeatureDraftModel
 
@@ -375,9 +377,7 @@ class PromptLookup:
 
     def __post_init__(self) -> None:
         for name in ("min_ngram", "max_ngram"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"PromptLookup {name} must be an integer >= 1, got {v!r}")
+            int_at_least(f"PromptLookup {name}", getattr(self, name), 1)
         if self.min_ngram > self.max_ngram:
             raise ValueError(f"PromptLookup min_ngram ({self.min_ngram}) must be <= max_ngram ({self.max_ngram})")
 

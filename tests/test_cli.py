@@ -19,9 +19,9 @@ def data_dir(tmp_path):
     return make_data_dir(tmp_path / "data")
 
 
-def bench_args(data_dir, out, *extra):
+def bench_args(data_dir, out, *extra, methods="ar,dynatree"):
     return ["bench", *TINY, "--data-dir", str(data_dir), "--out", str(out), "--num-prompts", "2", "--warmup", "1",
-            "--max-new-tokens", "4", "--max-prompt-len", "16", "--methods", "ar,dynatree", *extra]
+            "--max-new-tokens", "4", "--max-prompt-len", "16", "--methods", methods, *extra]
 
 
 def test_bench_writes_one_json_and_prints_tables_1_to_3(data_dir, tmp_path, capsys):
@@ -124,8 +124,7 @@ def test_distill_subcommand_is_registered():
 
 def test_bench_with_several_k_writes_one_linear_row_per_k(data_dir, tmp_path, capsys):
     out = tmp_path / "res.json"
-    args = bench_args(data_dir, out, "--linear-k", "1,3")
-    args[args.index("ar,dynatree")] = "ar,linear"
+    args = bench_args(data_dir, out, "--linear-k", "1,3", methods="ar,linear")
     assert main(args) == 0
     d = json.loads(out.read_text())
     assert [m["label"] for m in d["methods"]] == ["ar", "linear:k=1", "linear:k=3"]
@@ -161,8 +160,7 @@ def test_drafter_flag_is_for_the_embedded_pair_only(data_dir, tmp_path, capsys):
 
 def test_drafter_lookup_runs_any_target_without_a_draft_model(data_dir, tmp_path, capsys):
     out = tmp_path / "run.json"
-    args = bench_args(data_dir, out, "--drafter", "lookup")
-    args[args.index("ar,dynatree")] = "ar,linear,dynatree"
+    args = bench_args(data_dir, out, "--drafter", "lookup", methods="ar,linear,dynatree")
     assert main(args) == 0
     d = json.loads(out.read_text())
     assert d["models"]["drafter"] == {"kind": "lookup", "max_ngram": 3, "min_ngram": 1}
@@ -325,8 +323,7 @@ def test_bench_policies_run_exactly_with_the_fixed_grid_and_report_the_oracle(da
     monkeypatch.setenv("DYNATREE_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "res.json"
     args = bench_args(data_dir, out, "--linear-k", "2", "--fixed-d", "2,3", "--fixed-b", "2", "--eagle2-k", "2",
-                      "--eagle2-depth", "2", "--eagle2-n-total", "4", "--sequoia-n-max", "4")
-    args[args.index("ar,dynatree")] = "ar,policies"
+                      "--eagle2-depth", "2", "--eagle2-n-total", "4", "--sequoia-n-max", "4", methods="ar,policies")
     assert main(args) == 0
     d = json.loads(out.read_text())
     labels = [m["label"] for m in d["methods"]]

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from dynatree_core import generate, iterate
 from dynatree_core.config import DynaTreeConfig, FixedTreeConfig, GrowthRule, LinearConfig
-from dynatree_core.device_tree import DeviceTree, HostSyncs, host_tree, static_counts, to_device
+from dynatree_core.device_tree import DeviceTree, HostSyncs, host_tree, to_device
 from dynatree_core.tree import DraftTree, grow_tree
 
 from conftest import cached_pair
@@ -134,7 +134,7 @@ def test_device_growth_builds_the_reference_tree(rule, root, extra_k, ties):
     # at most one host sync per draft level: none where the rule fixes every level's size, one per
     # level where breadth follows the draft's confidence (a level's size is the draft's to decide)
     assert syncs.count <= ref.draft_calls
-    if static_counts(rule):
+    if rule.static_counts:
         assert syncs.count == 0
     elif len({rule.b_min, rule.b_mid, rule.b_max}) > 1 and not rule.shape:
         assert syncs.count == ref.draft_calls
@@ -215,7 +215,7 @@ def test_the_loop_syncs_once_per_draft_level_and_once_per_verify(method, config)
     pair = cached_pair("llama", "sdpa", 0.02)
     recs = list(iterate(pair, [5, 9, 14, 3], method, config, max_new_tokens=24, ignore_eos=True))
     assert recs
-    static = config is not None and static_counts(config.growth_rule())
+    static = config is not None and config.growth_rule().static_counts
     assert static == (method == "linear")  # a fixed tree prunes by tau: its level sizes depend on the draft
     for rec in recs:
         # static level sizes (linear): the verify's read alone

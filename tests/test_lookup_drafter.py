@@ -170,7 +170,7 @@ def test_the_lookup_accepts_a_repeated_continuation_and_records_its_kind():
 def test_bad_lookup_settings_name_the_parameter():
     with pytest.raises(ValueError, match="min_ngram"):
         PromptLookup(min_ngram=0)
-    with pytest.raises(ValueError, match="max_ngram"):
+    with pytest.raises(TypeError, match="max_ngram"):  # a non-integer is a type error, as in every int check
         PromptLookup(max_ngram=2.5)
     with pytest.raises(ValueError, match=r"min_ngram \(3\) must be <= max_ngram \(2\)"):
         PromptLookup(max_ngram=2, min_ngram=3)
