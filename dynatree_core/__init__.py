@@ -33,6 +33,7 @@ _LAZY = {
     "HistoryAdapter": "dynatree_core.history",
     "Metrics": "dynatree_core.metrics",
     "PromptLookup": "dynatree_core.drafters",
+    "LookupMix": "dynatree_core.drafters",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

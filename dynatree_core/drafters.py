@@ -26,11 +26,15 @@ and positions (built on the device from the tree's ancestor matrix).
 
 * :class:`LookupDrafter` - model-free prompt lookup (:class:`PromptLookup`: the tokens that followed
   earlier occurrences of the context's last n-gram), also level-batched on the device.
+* :class:`MixDrafter` - a model drafter with prompt lookup mixed into its distributions
+  (:class:`LookupMix`, ``ModelPair(..., lookup=LookupMix())``): where the text repeats itself the
+  lookup's followers gain weight, elsewhere the draft decides; no forward added.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
@@ -47,7 +51,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .device_tree import DeviceTree
 
 #: the drafter kinds :func:`make_drafter` builds, by the kind of ``ModelPair.draft``
-DRAFTER_KINDS: tuple[str, ...] = ("model", "feature", "lookup")
+DRAFTER_KINDS: tuple[str, ...] = ("model", "feature", "lookup", "model+lookup", "feature+lookup")
 #: what :meth:`Drafter.propose` returns: top-k token ids [q, k] and their log-probs [q, k], on the device
 TopKTensors = tuple[torch.Tensor, torch.Tensor]
 #: committed tokens before the root whose draft top-k level 0 keeps (pending tokens are the last
@@ -395,21 +399,45 @@ class LookupDrafter(Drafter):
 
     def start(self, prompt: Sequence[int], target_hidden: torch.Tensor | None = None) -> None:
         self.seq: list[int] = list(prompt)  # the committed tokens, the root last
-        self._seq_t: torch.Tensor | None = None  # the same on the tree's device (made at level 0)
-        self._vocab = max(self.seq, default=0) + 1  # candidates are tokens of seq (known on the host)
+        # the distinct tokens (first-occurrence order) and each position's index among them, kept
+        # on the host as tokens are committed: counting runs over them, not the whole vocabulary
+        self._index: dict[int, int] = {}
+        self._seq_index = [self._index.setdefault(t, len(self._index)) for t in self.seq]
+        self._dev: tuple[torch.Tensor, CompactVocab] | None = None  # seq and vocab on the tree's device
         self._fresh = len(self.seq)  # tokens committed since the last level 0 (the chain it reports)
 
     def fork(self) -> "LookupDrafter":
         new = copy.copy(self)
-        new.seq = list(self.seq)
+        new.seq, new._index, new._seq_index = list(self.seq), dict(self._index), list(self._seq_index)
         return new
 
     def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> TopKTensors:
-        if self._seq_t is None or self._seq_t.device != tree.device:
-            self._seq_t = to_device(self.seq, tree.device)
+        seq, vocab = self._on(tree.device)
         if level == 0:
             self._chain()
-        return lookup_topk(self._seq_t, self._contexts(tree, ids, level), self.source, self.top_k, self._vocab)
+        return lookup_topk(seq, self._contexts(tree, ids, level), self.source, self.top_k, vocab)
+
+    def matches(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> LookupMatches:
+        """The lookup's counts for tree level ``ids`` (what :class:`MixDrafter` mixes in)."""
+        seq, vocab = self._on(tree.device)
+        if level == 0:
+            self._fresh = 0
+        return lookup_matches(seq, self._contexts(tree, ids, level), self.source, vocab)
+
+    def chain_matches(self, rows: int) -> LookupMatches:
+        """The counts after each of the last ``rows`` committed tokens before the root, each from
+        the tokens known then (the oracle's chain view; call after level 0)."""
+        assert self._dev is not None, "chain_matches: level 0 comes first"
+        ctx, ends = self._chain_contexts(rows)
+        return lookup_matches(self._dev[0], ctx, self.source, self._dev[1], limit=ends)
+
+    def _on(self, device: torch.device) -> tuple[torch.Tensor, CompactVocab]:
+        """The committed tokens and their compact vocabulary on ``device`` (copied when first needed
+        there; :meth:`commit` extends them)."""
+        if self._dev is None or self._dev[0].device != device:
+            self._dev = (to_device(self.seq, device),
+                         CompactVocab(to_device(list(self._index), device), to_device(self._seq_index, device)))
+        return self._dev
 
     def _chain(self) -> None:
         """With ``keep_chain``: what the lookup proposed after each token committed since the last
@@ -420,18 +448,24 @@ class LookupDrafter(Drafter):
         if not self.keep_chain:
             self.chain_topk = None
             return
-        seq, n = self._seq_t, self.source.max_ngram
-        ends = torch.arange(seq.shape[0] - 1 - max(c, 0), seq.shape[0] - 1, device=seq.device)  # positions p
+        assert self._dev is not None
+        ctx, ends = self._chain_contexts(max(c, 0))
+        self.chain_topk = lookup_topk(self._dev[0], ctx, self.source, self.top_k, self._dev[1], limit=ends)
+
+    def _chain_contexts(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """[rows, max_ngram] contexts ending at each of the last ``rows`` positions before the root,
+        and those positions."""
+        seq, n = self._dev[0], self.source.max_ngram  # type: ignore[index]
+        ends = torch.arange(seq.shape[0] - 1 - rows, seq.shape[0] - 1, device=seq.device)  # positions p
         idx = ends[:, None] + torch.arange(1 - n, 1, device=seq.device)[None, :]
-        ctx = torch.where(idx >= 0, seq[idx.clamp(min=0)], -1)
-        self.chain_topk = lookup_topk(seq, ctx, self.source, self.top_k, self._vocab, limit=ends)
+        return torch.where(idx >= 0, seq[idx.clamp(min=0)], -1), ends
 
     def _contexts(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> torch.Tensor:
         """[q, max_ngram + level]: the last max_ngram committed tokens (-1 before the start), then
         each node's path below the root, by depth (every node of a level has depth ``level``)."""
         n, dev = self.source.max_ngram, tree.device
         ctx = torch.full((ids.shape[0], n + level + 1), -1, dtype=torch.long, device=dev)
-        tail = self._seq_t[-n:]
+        tail = self._dev[0][-n:]  # type: ignore[index]
         ctx[:, n - tail.shape[0]:n] = tail
         if level:
             # ancestor a at depth d goes to column n - 1 + d (the root, depth 0, is the last committed
@@ -445,66 +479,303 @@ class LookupDrafter(Drafter):
                fed: int = 0) -> None:
         self.seq.extend(committed)
         self._fresh += len(committed)
-        self._vocab = max(self._vocab, max(committed, default=0) + 1)
-        if self._seq_t is not None:
-            self._seq_t = torch.cat([self._seq_t, to_device(committed, self._seq_t.device)])
+        known = len(self._index)
+        new_index = [self._index.setdefault(t, len(self._index)) for t in committed]
+        self._seq_index.extend(new_index)
+        if self._dev is not None:  # extend the device copies (host-to-device only: no sync)
+            seq, vocab = self._dev
+            dev = seq.device
+            self._dev = (torch.cat([seq, to_device(committed, dev)]),
+                         CompactVocab(torch.cat([vocab.tokens, to_device(list(self._index)[known:], dev)]),
+                                      torch.cat([vocab.seq_index, to_device(new_index, dev)])))
 
     def settings(self) -> dict[str, Any]:
         return {**super().settings(), "max_ngram": self.source.max_ngram, "min_ngram": self.source.min_ngram}
 
 
-def lookup_topk(seq: torch.Tensor, contexts: torch.Tensor, source: PromptLookup, k: int, vocab: int,
-                limit: torch.Tensor | None = None) -> TopKTensors:
+def lookup_topk(seq: torch.Tensor, contexts: torch.Tensor, source: PromptLookup, k: int,
+                vocab: "int | CompactVocab", limit: torch.Tensor | None = None) -> TopKTensors:
     """Prompt lookup for each row of ``contexts`` [q, width] (left-padded with -1) against the
     committed tokens ``seq`` [L]: the longest n-gram (``max_ngram`` down to ``min_ngram``) ending
     the row that occurs earlier in ``seq`` with a token after it, and the top-k of the tokens
-    that followed its occurrences. ``vocab`` bounds the token ids of ``seq`` (max + 1); ``limit``
-    [q] (default: none) the last position of ``seq`` each row may see, for rows that stand at an
-    earlier point of the sequence."""
+    that followed its occurrences. ``vocab``: the token ids of ``seq`` are below it (an int), or
+    :class:`CompactVocab` (the distinct tokens of ``seq``: the counting then runs over a few
+    hundred tokens rather than the whole vocabulary); ``limit`` [q] (default: none) the last
+    position of ``seq`` each row may see, for rows that stand at an earlier point of the sequence."""
+    m = lookup_matches(seq, contexts, source, vocab, limit)
+    idx = m.top_index(k)
+    chosen = m.counts.gather(1, idx)
+    return m.tokens[idx], torch.log(chosen / (m.total[:, None] + 1.0))  # 0 occurrences: -inf
+
+
+@dataclass
+class CompactVocab:
+    """The distinct tokens of a sequence, for counting over them only: ``tokens`` [U] (in order of
+    first occurrence) and ``seq_index`` [L], each position's index into ``tokens``. The lookup
+    drafter keeps both on the host as tokens are committed (no device read) and copies them over."""
+
+    tokens: torch.Tensor
+    seq_index: torch.Tensor
+
+    @staticmethod
+    def of(seq: Sequence[int], device: torch.device | str = "cpu") -> "CompactVocab":
+        index: dict[int, int] = {}
+        pos = [index.setdefault(t, len(index)) for t in seq]
+        dev = torch.device(device)
+        return CompactVocab(to_device(list(index), dev), to_device(pos, dev))
+
+
+@dataclass
+class LookupMatches:
+    """What prompt lookup found for q contexts (device tensors): ``counts`` [q, U], how often each
+    token of ``tokens`` [U] followed the matched n-gram; ``recency`` [q, U] in [0, 1), the latest
+    such occurrence (ties); ``ngram`` [q], the matched n-gram's length (0: no match). ``dense``:
+    ``tokens`` is every id 0..U-1 (then ``counts`` is indexed by token id)."""
+
+    counts: torch.Tensor
+    recency: torch.Tensor
+    ngram: torch.Tensor
+    tokens: torch.Tensor
+    dense: bool = False
+
+    @property
+    def total(self) -> torch.Tensor:
+        """[q]: the matched n-gram's occurrences (0: no match)."""
+        return self.counts.sum(1)
+
+    def top_index(self, k: int) -> torch.Tensor:
+        """[q, min(k, U)]: indices into ``tokens`` of the k followers by count, ties to the most
+        recent; a row that found nothing lists indices 0, 1, ... (count 0) rather than whatever
+        order top-k gives equal scores."""
+        q, width = self.counts.shape
+        found = (self.ngram > 0)[:, None]
+        score = torch.where(found, self.counts + self.recency,
+                            -torch.arange(width, device=self.counts.device, dtype=torch.float32))
+        return torch.topk(score, min(k, width), dim=-1).indices
+
+    def top(self, k: int) -> torch.Tensor:
+        """[q, min(k, U)]: the token ids of :meth:`top_index`."""
+        return self.tokens[self.top_index(k)]
+
+    def count_of(self, ids: torch.Tensor) -> torch.Tensor:
+        """[q, m]: how often each token id of ``ids`` [q, m] followed the row's match (0 for a token
+        the sequence never had)."""
+        width = self.counts.shape[1]
+        if self.dense:
+            return torch.where(ids < width, self.counts.gather(1, ids.clamp(max=width - 1)), 0.0)
+        same = ids[:, :, None] == self.tokens[None, None, :]  # [q, m, U]: m and U are small here
+        return (same * self.counts[:, None, :]).sum(-1)
+
+
+def lookup_matches(seq: torch.Tensor, contexts: torch.Tensor, source: PromptLookup, vocab: "int | CompactVocab",
+                   limit: torch.Tensor | None = None) -> LookupMatches:
+    """The counting behind :func:`lookup_topk` (same arguments), for every token of ``vocab``."""
     q, width = contexts.shape
     length = seq.shape[0]
-    counts = torch.zeros((q, vocab), dtype=torch.float32, device=seq.device)
-    recency = torch.zeros((q, vocab), dtype=torch.float32, device=seq.device)
-    found = torch.zeros(q, dtype=torch.bool, device=seq.device)
-    for n in range(min(source.max_ngram, length - 1), source.min_ngram - 1, -1):
-        windows = seq.unfold(0, n, 1)[:-1]  # [L - n, n]: every n-gram that has a next token
-        nxt = seq[n:]  # the token after each
-        hit = (windows[None] == contexts[:, None, width - n:]).all(-1) & ~found[:, None]
-        if limit is not None:  # an occurrence counts if the token after it was known then
-            hit &= torch.arange(n, length, device=seq.device)[None, :] <= limit[:, None]
-        counts.scatter_add_(1, nxt.expand(q, -1), hit.float())
-        # the most recent occurrence of each token breaks count ties (positions scaled into (0, 1))
-        pos = (torch.arange(1, length - n + 1, device=seq.device, dtype=torch.float32) / (length + 1))
-        recency.scatter_reduce_(1, nxt.expand(q, -1), hit * pos, reduce="amax")
-        found |= hit.any(1)
-    kk = min(k, vocab)
-    # counts are whole numbers, recency < 1; a row that found nothing proposes tokens 0, 1, ... (at
-    # log-probability -inf) rather than whatever order top-k gives equal scores
-    score = torch.where(found[:, None], counts + recency,
-                        -torch.arange(vocab, device=seq.device, dtype=torch.float32))
-    top = torch.topk(score, kk, dim=-1)
-    chosen = counts.gather(1, top.indices)
-    total = counts.sum(1, keepdim=True)
-    lps = torch.log(chosen / (total + 1.0))  # 0 occurrences: -inf
-    return top.indices, lps
+    if isinstance(vocab, CompactVocab):
+        tokens, index, dense = vocab.tokens, vocab.seq_index, False
+    else:
+        tokens, index, dense = torch.arange(vocab, device=seq.device), seq, True
+    size, dev, big = tokens.shape[0], seq.device, source.max_ngram
+    if length < 2:  # no token has one before it: nothing can match
+        zeros = torch.zeros((q, size), dtype=torch.float32, device=dev)
+        return LookupMatches(zeros, zeros.clone(), torch.zeros(q, dtype=torch.long, device=dev), tokens, dense)
+    if width < big:  # a context shorter than the longest n-gram: pad it on the left as the start is
+        contexts = torch.nn.functional.pad(contexts, (big - width, 0), value=-1)
+        width = big
+    # All n-gram lengths at once (a handful of ops per level, not a handful per n): for the token at
+    # each position j >= 1, how many of the tokens before it equal the context's last ones (up to
+    # max_ngram; -2 pads the start and equals nothing, not even the contexts' -1 padding)
+    padded = torch.cat([torch.full((big,), -2, dtype=seq.dtype, device=dev), seq])
+    before = padded.unfold(0, big, 1)[1:length]  # [L - 1, big]: the big tokens before position j
+    same = before[None] == contexts[:, None, width - big:]  # [q, L - 1, big]
+    run = same.flip(-1).to(torch.int8).cumprod(-1).sum(-1)  # the matched suffix's length at each j
+    run = torch.where(run >= source.min_ngram, run, 0)
+    if limit is not None:  # an occurrence counts if the token after it was known then
+        run = torch.where(torch.arange(1, length, device=dev)[None, :] <= limit[:, None], run, 0)
+    ngram = run.amax(1)
+    hit = (run == ngram[:, None]) & (ngram[:, None] > 0)  # the occurrences of the longest match
+    nxt = index[1:].expand(q, -1)  # the token at each j (as a column of counts)
+    counts = torch.zeros((q, size), dtype=torch.float32, device=dev)
+    counts.scatter_add_(1, nxt, hit.float())
+    # the most recent occurrence of each token breaks count ties (positions scaled into (0, 1))
+    recency = torch.zeros((q, size), dtype=torch.float32, device=dev)
+    pos = torch.arange(1, length, device=dev, dtype=torch.float32) / (length + 1)
+    recency.scatter_reduce_(1, nxt, hit * pos, reduce="amax")
+    return LookupMatches(counts, recency, ngram.long(), tokens, dense)
 
 
-def drafter_kind(draft: Any) -> str | None:
-    """The drafter kind a ``ModelPair.draft`` object gives (None for no draft)."""
+@dataclass(frozen=True)
+class LookupMix:
+    """Prompt lookup mixed into a model draft's distributions (``ModelPair(..., lookup=LookupMix())``).
+
+    After each node the model draft gives q_D and the lookup its followers' shares r(t) = c(t) / C
+    (``lookup``: counts c of the tokens that followed the longest matched n-gram, C in all). The
+    node's distribution is the mixture
+
+        q(t) = λ r(t) + (1 - λ) q_D(t),   λ = C / (C + κ_n)
+
+    with κ_n (``prior[n - 1]``; the last entry for longer n-grams) a pseudo-count for a match of n
+    tokens: a long n-gram seen many times outweighs the draft, a unigram match barely moves it, and
+    no match leaves q_D as it is. The tree policy reads q as it reads any draft's: confidence
+    c(u) = max q, path probability p(u) the product along the path. Candidates are the draft's
+    top-k and the lookup's top-k (a token outside the draft's top-k counts q_D = 0). Costs a few
+    tensor ops per level, no forward.
+
+    The defaults (n-grams up to 5, κ = 256, 16, 2, 2, 0.5) maximise the likelihood of the target's
+    greedy tokens under the mixture with the embedded feature draft, on continuations of *training*
+    text (``scripts/fit_lookup_mix.py``, ``docs/bench/2026-11-27-lookup-mix/fit.json``; never the
+    evaluation text): unigram matches are all but ignored, 5-gram matches trusted.
+    """
+
+    lookup: PromptLookup = PromptLookup(max_ngram=5)
+    #: κ_n for n = 1, 2, ... (pseudo-counts > 0; larger: trust the lookup less); the last entry
+    #: serves every longer n-gram
+    prior: tuple[float, ...] = (256.0, 16.0, 2.0, 2.0, 0.5)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.lookup, PromptLookup):
+            raise TypeError(f"LookupMix lookup must be a PromptLookup, got {type(self.lookup).__name__}")
+        prior = tuple(self.prior)
+        if not prior:
+            raise ValueError("LookupMix prior needs at least one pseudo-count (κ_1)")
+        for n, kappa in enumerate(prior, start=1):
+            if not isinstance(kappa, (int, float)) or isinstance(kappa, bool) or not kappa > 0:
+                raise ValueError(f"LookupMix prior[{n - 1}] (κ_{n}) must be a number > 0, got {kappa!r}")
+        object.__setattr__(self, "prior", tuple(float(k) for k in prior))
+
+    def kappa(self, n: int) -> float:
+        """κ_n, the pseudo-count of an n-gram match (n >= 1)."""
+        return self.prior[min(n, len(self.prior)) - 1]
+
+    def weights(self, m: LookupMatches) -> torch.Tensor:
+        """λ per row of ``m``: C / (C + κ_n) for its match of n tokens seen C times (0: no match)."""
+        total = m.total
+        return total / (total + _kappa_table(self, total.device)[m.ngram])
+
+    def settings(self) -> dict[str, Any]:
+        return {"max_ngram": self.lookup.max_ngram, "min_ngram": self.lookup.min_ngram, "prior": list(self.prior)}
+
+
+def mix_topk(draft: TopKTensors, m: LookupMatches, mix: LookupMix, k: int) -> TopKTensors:
+    """The top-k of :class:`LookupMix`'s mixture for q rows: the draft's top-k ``draft`` ([q, k] ids
+    and log-probs) and the lookup's ``m``. Device ops only."""
+    ids_d, lps_d = draft
+    total = m.total
+    lam = mix.weights(m)[:, None]
+    ids_l = m.top(ids_d.shape[1])
+    cand = torch.cat([ids_d, ids_l], 1)  # [q, 2k]: a lookup candidate the draft lists is dropped below
+    p_d = torch.cat([lps_d.exp(), torch.zeros(ids_l.shape, dtype=lps_d.dtype, device=lps_d.device)], 1)
+    r = m.count_of(cand) / total.clamp(min=1.0)[:, None]
+    mixed = lam * r + (1 - lam) * p_d
+    dup = torch.cat([torch.zeros_like(ids_d, dtype=torch.bool),
+                     (ids_l[:, :, None] == ids_d[:, None, :]).any(-1)], 1)
+    top = mixed.masked_fill(dup, -1.0).topk(min(k, ids_d.shape[1]), dim=-1)
+    return cand.gather(1, top.indices), top.values.log()
+
+
+@functools.lru_cache(maxsize=32)
+def _kappa_table(mix: LookupMix, device: torch.device) -> torch.Tensor:
+    """κ_n indexed by the matched n-gram length (index 0, no match, has C = 0: any value does), made
+    once per device (a host-to-device copy per level would be a needless transfer)."""
+    return to_device([1.0] + [mix.kappa(n) for n in range(1, mix.lookup.max_ngram + 1)], device,
+                     dtype=torch.float32)
+
+
+class MixDrafter(Drafter):
+    """A model drafter (independent or feature) with prompt lookup mixed in (:class:`LookupMix`).
+
+    The model drafter runs as it would alone (its forwards, caches, chain view); the lookup reads
+    the same tree level's contexts; :func:`mix_topk` merges the two. Kind: ``"<draft kind>+lookup"``.
+    """
+
+    def __init__(self, base: Drafter, mix: LookupMix):
+        if isinstance(base, (LookupDrafter, MixDrafter)):
+            raise TypeError("LookupMix mixes prompt lookup into a model draft: the draft must be a model "
+                            "(an independent draft LM or a feature draft)")
+        self.base, self.mix = base, mix
+        self.lookup = LookupDrafter(mix.lookup, base.top_k)
+        self._keep = False
+        super().__init__(base.top_k)
+        self.kind = f"{base.kind}+lookup"  # type: ignore[misc]
+        self.needs_target_hidden = base.needs_target_hidden  # type: ignore[misc]
+
+    # the loop sets and reads these on the drafter; they belong to the model drafter it wraps
+    @property  # type: ignore[override]
+    def forwards(self) -> int:
+        return self.base.forwards
+
+    @forwards.setter
+    def forwards(self, value: int) -> None:
+        self.base.forwards = value
+
+    @property  # type: ignore[override]
+    def clock(self) -> pl.ForwardClock | None:
+        return self.base.clock
+
+    @clock.setter
+    def clock(self, value: pl.ForwardClock | None) -> None:
+        self.base.clock = value
+
+    @property  # type: ignore[override]
+    def keep_chain(self) -> bool:
+        return self._keep
+
+    @keep_chain.setter
+    def keep_chain(self, value: bool) -> None:
+        self._keep = self.base.keep_chain = bool(value)
+
+    def start(self, prompt: Sequence[int], target_hidden: torch.Tensor | None = None) -> None:
+        self.base.start(prompt, target_hidden)
+        self.lookup.start(prompt)
+
+    def prefill(self) -> None:
+        self.base.prefill()
+
+    def fork(self) -> "MixDrafter":
+        new = copy.copy(self)
+        new.base, new.lookup = self.base.fork(), self.lookup.fork()
+        return new
+
+    def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> TopKTensors:
+        top = mix_topk(self.base.propose(tree, ids, level), self.lookup.matches(tree, ids, level), self.mix,
+                       self.top_k)
+        if level == 0:  # the chain view: the model's rows, each mixed with the lookup as it stood then
+            chain, self.base.chain_topk = self.base.chain_topk, None
+            self.chain_topk = None if chain is None else mix_topk(
+                chain, self.lookup.chain_matches(chain[0].shape[0]), self.mix, self.top_k)
+        return top
+
+    def commit(self, path: list[int], committed: list[int], target_hidden: torch.Tensor | None = None,
+               fed: int = 0) -> None:
+        self.base.commit(path, committed, target_hidden, fed)
+        self.lookup.commit(path, committed)
+
+    def settings(self) -> dict[str, Any]:
+        return {**self.base.settings(), "kind": self.kind, "lookup": self.mix.settings()}
+
+
+def drafter_kind(draft: Any, lookup: LookupMix | None = None) -> str | None:
+    """The drafter kind a ``ModelPair.draft`` object gives (None for no draft), with ``+lookup``
+    when prompt lookup is mixed in (``ModelPair.lookup``)."""
     if draft is None:
         return None
     if isinstance(draft, PromptLookup):
         return "lookup"
-    return "feature" if isinstance(draft, FeatureDraftModel) else "model"
+    kind = "feature" if isinstance(draft, FeatureDraftModel) else "model"
+    return kind + ("+lookup" if lookup is not None else "")
 
 
-def make_drafter(draft: Any, top_k: int) -> Drafter:
+def make_drafter(draft: Any, top_k: int, lookup: LookupMix | None = None) -> Drafter:
     """The drafter for a ``ModelPair.draft``: a feature draft, a :class:`PromptLookup` or an
-    independent causal LM."""
+    independent causal LM; with ``lookup`` (a :class:`LookupMix`), prompt lookup mixed into the
+    model draft's distributions."""
     if isinstance(draft, Drafter):
         raise TypeError("pass the draft model, not a Drafter instance, as ModelPair.draft")
     if isinstance(draft, FeatureDraftModel):
-        return FeatureDrafter(draft, top_k)
-    if isinstance(draft, PromptLookup):
-        return LookupDrafter(draft, top_k)
-    return ModelDrafter(draft, top_k)
+        base: Drafter = FeatureDrafter(draft, top_k)
+    elif isinstance(draft, PromptLookup):
+        base = LookupDrafter(draft, top_k)
+    else:
+        base = ModelDrafter(draft, top_k)
+    return base if lookup is None else MixDrafter(base, lookup)

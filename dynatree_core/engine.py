@@ -198,7 +198,7 @@ class DecodingRun:
         top_k = self.config.trace_top_k if self.tracing else self.config.growth_rule().max_breadth
         if getattr(self.config, "cost_aware", False):  # the final fill draws from the candidates past B(u)
             top_k = self.config.trace_top_k
-        return make_drafter(self.pair.draft, max(top_k, self.record_top_k or 0))
+        return make_drafter(self.pair.draft, max(top_k, self.record_top_k or 0), self.pair.lookup)
 
     def _prefill(self, cache: DynamicCache, drafter: Drafter | None, need_hidden: bool, col: RunCollector) -> None:
         """Both models read the prompt; the last prompt token stays out of the caches: it is the

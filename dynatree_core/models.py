@@ -143,6 +143,9 @@ class ModelPair:
     target_name: str = "target"
     draft_name: str | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+    #: a :class:`~dynatree_core.drafters.LookupMix` to mix prompt lookup into the model draft's
+    #: distributions, or None (the draft alone)
+    lookup: Any = None
 
     def __post_init__(self) -> None:
         if self.draft is not None and self.draft_name is None:
@@ -151,9 +154,16 @@ class ModelPair:
 
     def validate(self) -> None:
         """Raise a clear error if the two models cannot be paired."""
-        from .drafters import PromptLookup
+        from .drafters import LookupMix, PromptLookup
 
         model_free = isinstance(self.draft, PromptLookup)  # reads the committed tokens only: nothing to pair
+        if self.lookup is not None:
+            if not isinstance(self.lookup, LookupMix):
+                raise TypeError(f"lookup must be a LookupMix (or None), got {type(self.lookup).__name__}")
+            if self.draft is None or model_free:
+                raise ValueError("lookup (a LookupMix) mixes prompt lookup into a model draft; draft is "
+                                 f"{'None' if self.draft is None else 'already a PromptLookup'}: pass a draft model, "
+                                 "or drop lookup")
         for role, m in (("target", self.target), ("draft", None if model_free else self.draft)):
             if m is None:
                 continue
@@ -183,10 +193,11 @@ class ModelPair:
     @property
     def drafter_kind(self) -> str | None:
         """``"model"`` (an independent draft LM), ``"feature"`` (a feature draft reading the
-        target's hidden states), ``"lookup"`` (model-free prompt lookup) or None (no draft: AR only)."""
+        target's hidden states), ``"lookup"`` (model-free prompt lookup), ``"model+lookup"`` /
+        ``"feature+lookup"`` (:attr:`lookup` mixed in) or None (no draft: AR only)."""
         from .drafters import drafter_kind
 
-        return drafter_kind(self.draft)
+        return drafter_kind(self.draft, self.lookup)
 
     @property
     def device(self) -> torch.device:
@@ -281,15 +292,18 @@ class ModelPair:
 
         ``draft``: ``"feature"`` (a small head reading the target's hidden states),
         ``"model"`` (the independent 2-layer distilled draft, the paper's setting), ``"lookup"``
-        (model-free prompt lookup, :class:`~dynatree_core.drafters.PromptLookup`) or ``"auto"``
-        (:data:`~dynatree_core.default_pair.DEFAULT_DRAFT_KIND`, the faster of the two on this
-        project's CPU benchmark; the README gives the measurement)."""
-        from .default_pair import DRAFT_CHOICES, DEFAULT_TARGET_NAME, draft_name, load_default_pair, resolve_draft_kind
+        (model-free prompt lookup, :class:`~dynatree_core.drafters.PromptLookup`),
+        ``"feature+lookup"`` / ``"model+lookup"`` (that draft with prompt lookup mixed in,
+        :class:`~dynatree_core.drafters.LookupMix`) or ``"auto"``
+        (:data:`~dynatree_core.default_pair.DEFAULT_DRAFT_KIND`, the fastest on this project's CPU
+        benchmark; the README gives the measurement)."""
+        from .bench.pairs import PAIR_DRAFTS
+        from .default_pair import DEFAULT_TARGET_NAME, draft_name, load_default_pair, resolve_draft_kind
 
         from .loading import quiet_loading
 
-        if draft not in (*DRAFT_CHOICES, "lookup"):
-            raise ValueError(f"draft must be one of {(*DRAFT_CHOICES, 'lookup')}, got {draft!r}")
+        if draft not in PAIR_DRAFTS:
+            raise ValueError(f"draft must be one of {PAIR_DRAFTS}, got {draft!r}")
         dev, dt = resolve_device(device), resolve_dtype(dtype)
         check_dtype_on_device(dt, dev)
         if draft == "lookup":  # model-free: the target alone
@@ -300,9 +314,11 @@ class ModelPair:
                 target, tok = load_target(device=dev, dtype=dt, attn_implementation=attn_implementation)
             return cls(target=target, draft=PromptLookup(), tokenizer=tok, target_name=DEFAULT_TARGET_NAME,
                        draft_name=LOOKUP_DRAFT_NAME)
-        kind = resolve_draft_kind(draft)
+        kind, _, mixed = resolve_draft_kind(draft).partition("+")
+        from .drafters import LookupMix
+
         with quiet_loading():  # local files only: transformers' two progress bars per load say nothing here
             target, draft_model, tok = load_default_pair(device=dev, dtype=dt,
                                                          attn_implementation=attn_implementation, draft=kind)
         return cls(target=target, draft=draft_model, tokenizer=tok, target_name=DEFAULT_TARGET_NAME,
-                   draft_name=draft_name(kind))
+                   draft_name=draft_name(kind), lookup=LookupMix() if mixed else None)

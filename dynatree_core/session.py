@@ -41,7 +41,7 @@ class TreeSession:
         self.root = self.prompt[-1]
         device = pair.device
         self._target_cache = DynamicCache()
-        self._drafter = make_drafter(pair.draft, top_k)
+        self._drafter = make_drafter(pair.draft, top_k, pair.lookup)
         hidden = None
         if len(self.prompt) > 1:
             hidden = pl.prefill(pair.target, to_device(self.prompt[:-1], device)[None], self._target_cache,

@@ -53,8 +53,10 @@ pd.set_option("display.precision", 3)
 # as the **target** (the model whose output we want) and a small **draft** distilled for it that
 # shares its vocabulary. Two drafts ship, and every method runs with either: `draft="model"` (an
 # independent 2-layer model, the paper's setting) and `draft="feature"` (a small head that also reads
-# the target's own hidden states, the EAGLE idea); `ModelPair.default()` takes the one that was faster in
-# this project's CPU benchmark (the README gives the numbers). Nothing is downloaded.
+# the target's own hidden states, the EAGLE idea). Either can have *prompt lookup* mixed in
+# (`"feature+lookup"`): where the text so far repeats an earlier n-gram, the tokens that followed it gain
+# probability. `ModelPair.default()` takes the fastest in this project's CPU benchmark, the feature draft
+# with prompt lookup (the README gives the numbers). Nothing is downloaded.
 
 # %% tags=["nbval-ignore-output"]
 if PAIR == "tiny":  # development only: random weights, nonsense text, every check still holds
@@ -62,7 +64,7 @@ if PAIR == "tiny":  # development only: random weights, nonsense text, every che
     pair = tiny_pair("llama")
 else:
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    pair = ModelPair.default(device=device)   # or draft="model" / draft="feature"
+    pair = ModelPair.default(device=device)   # or draft="model" / "feature" / "feature+lookup"
 print(f"target: {pair.target_name}\ndraft:  {pair.draft_name} ({pair.drafter_kind} drafter)\n"
       f"device: {pair.device}")
 
@@ -172,21 +174,33 @@ pd.DataFrame([summary("AR", ar)] + [summary(k, r) for k, r in others.items()]
 # A draft need not be a model. `PromptLookup()` proposes the tokens that followed earlier occurrences of
 # the context's last n-gram (prompt lookup): no weights, no draft forward, and every method runs with it.
 # It pays where the output repeats its context, as a small model's greedy text often does over long
-# continuations (in this project's CPU benchmark it was as fast as the trained drafts; the README has the
-# table). Where nothing repeats it proposes nothing (probability 0), and DynaTree's ρ_stop ends the branch.
-# This prompt is short, so compare L̄ below: here the model draft proposes far more.
+# continuations. Where nothing repeats it proposes nothing (probability 0), and DynaTree's ρ_stop ends the
+# branch. The default pair *mixes* it into the feature draft (`pair.lookup`, a `LookupMix`): a node's
+# distribution is λ·(the lookup's shares) + (1 − λ)·(the draft's), with λ growing with the length of the
+# matched n-gram and how often it was seen, so a long repeat makes a confident, deep branch. Below: the
+# default pair, the same draft without the lookup, and prompt lookup alone, on the same prompt. This prompt
+# is short and its 64 tokens hardly repeat, so the mixture drafts what the draft alone drafts and lookup
+# alone proposes almost nothing; on the benchmark's long passages the mixture adds 0.3-1 token per
+# iteration (the README has the table).
 
 # %%
+import dataclasses
+
 from dynatree_core import PromptLookup
 
-lookup = ModelPair(target=pair.target, draft=PromptLookup(max_ngram=3), tokenizer=pair.tokenizer,
-                   target_name=pair.target_name, draft_name="prompt-lookup")
-lk = generate(lookup, prompt, "dynatree", config, max_new_tokens=N, ignore_eos=True)
-print("same tokens:", lk.tokens == ar.tokens, "| drafter:", lookup.drafter_kind,
-      "| draft model forwards:", lk.metrics.draft_forwards)
+draft_alone = dataclasses.replace(pair, lookup=None)
+lookup_alone = ModelPair(target=pair.target, draft=PromptLookup(), tokenizer=pair.tokenizer,
+                         target_name=pair.target_name, draft_name="prompt-lookup")
+runs = {f"DynaTree, {other.drafter_kind}": generate(other, prompt, "dynatree", config, max_new_tokens=N,
+                                                   ignore_eos=True)
+        for other in (draft_alone, lookup_alone)}
+print("same tokens:", all(r.tokens == ar.tokens for r in runs.values()))
+print("drafters:", pair.drafter_kind, "/", draft_alone.drafter_kind, "/", lookup_alone.drafter_kind)
+print("draft model forwards with prompt lookup alone:", runs["DynaTree, lookup"].metrics.draft_forwards)
 
 # %% tags=["nbval-ignore-output"]
-pd.DataFrame([summary("DynaTree, the model draft", dt), summary("DynaTree, prompt lookup", lk)]).set_index("method")
+pd.DataFrame([summary(f"DynaTree, {pair.drafter_kind} (the default)", dt)]
+             + [summary(k, r) for k, r in runs.items()]).set_index("method")
 
 # %% [markdown]
 # ## Look inside: the trace
@@ -227,8 +241,8 @@ print(again.tokens == dt.tokens, len(again) == len(trace))
 # ## What to try next
 #
 # * Change `prompt` and `N`, or try `DynaTreeConfig.paper()` (bigger trees) on a GPU.
-# * Compare the drafters: `ModelPair.default(draft="model")`, `ModelPair.default(draft="feature")` and
-#   `ModelPair.default(draft="lookup")`; the tokens stay the same, L̄ and the speed change
+# * Compare the drafters: `ModelPair.default(draft=...)` with `"model"`, `"feature"`, `"lookup"`,
+#   `"model+lookup"` or `"feature+lookup"` (the default); the tokens stay the same, L̄ and the speed change
 #   (`dt.trace.drafter` records which one ran).
 # * `dv.report(trace, "report.html")` writes a self-contained HTML report of the run.
 # * Iterate instead of generating: `for rec in iterate(pair, prompt, "dynatree", config, trace=True): ...`

@@ -64,8 +64,10 @@ pd.set_option("display.precision", 3)
 # as the **target** (the model whose output we want) and a small **draft** distilled for it that
 # shares its vocabulary. Two drafts ship, and every method runs with either: `draft="model"` (an
 # independent 2-layer model, the paper's setting) and `draft="feature"` (a small head that also reads
-# the target's own hidden states, the EAGLE idea); `ModelPair.default()` takes the one that was faster in
-# this project's CPU benchmark (the README gives the numbers). Nothing is downloaded.
+# the target's own hidden states, the EAGLE idea). Either can have *prompt lookup* mixed in
+# (`"feature+lookup"`): where the text so far repeats an earlier n-gram, the tokens that followed it gain
+# probability. `ModelPair.default()` takes the fastest in this project's CPU benchmark, the feature draft
+# with prompt lookup (the README gives the numbers). Nothing is downloaded.
 
 # %% tags=["nbval-ignore-output"]
 if PAIR == "tiny":  # development only: random weights, nonsense text, every check still holds
@@ -73,7 +75,7 @@ if PAIR == "tiny":  # development only: random weights, nonsense text, every che
     pair = tiny_pair("llama")
 else:
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    pair = ModelPair.default(device=device)   # or draft="model" / draft="feature"
+    pair = ModelPair.default(device=device)   # or draft="model" / "feature" / "feature+lookup"
 print(f"target: {pair.target_name}\ndraft:  {pair.draft_name} ({pair.drafter_kind} drafter)\n"
       f"device: {pair.device}")
 

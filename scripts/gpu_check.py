@@ -44,6 +44,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run from anywhere, package not installed (the GPU machine)
     sys.path.insert(0, str(ROOT))
 
+from dynatree_core.bench.pairs import PAIR_DRAFTS  # noqa: E402  (torch-free: the argument parser needs it)
+
 SCHEMA_VERSION = 1
 SECTIONS = ("exactness", "precision", "bench")
 DTYPES = ("float32", "float16", "bfloat16")
@@ -726,7 +728,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="CPU-sized: 1 prompt, T=32, fewer linear K")
     p.add_argument("--target", choices=("default", "tiny-llama", "tiny-gpt_neox"), default="default",
                    help="pair of (b) and (c): the embedded default pair or a tiny random pair (no weights needed)")
-    p.add_argument("--drafter", choices=("auto", "feature", "model"), default="auto", help="default pair's draft")
+    p.add_argument("--drafter", choices=PAIR_DRAFTS, default="auto", help="default pair's drafter")
     p.add_argument("--sections", default=",".join(SECTIONS), help=f"which of {','.join(SECTIONS)} (default all)")
     p.add_argument("--tests", default=",".join(DEFAULT_TESTS), help="test files of (a), comma-separated")
     p.add_argument("--pytest-k", default=None, help="pytest -k expression for (a) (default: all tests)")

@@ -2,7 +2,7 @@
 
 Runs AR, linear (several K), fixed trees and DynaTree variants on a few validation passages with
 the default pair and prints throughput ratios against AR measured in the same run, L-bar and
-forward counts. Usage: python scripts/tune_cpu_preset.py [--prompts 2] [--tokens 96] [--drafter feature|model]
+forward counts. Usage: python scripts/tune_cpu_preset.py [--prompts 2] [--tokens 96] [--drafter auto|feature|model|feature+lookup|...]
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from dynatree_core import DynaTreeConfig, FixedTreeConfig, LinearConfig, ModelPair, generate
+from dynatree_core.bench.pairs import PAIR_DRAFTS
 from dynatree_core.config import ARConfig
 
 
@@ -30,7 +31,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--prompt-len", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--drafter", choices=("auto", "feature", "model"), default="auto")
+    ap.add_argument("--drafter", choices=PAIR_DRAFTS, default="auto")
     ap.add_argument("--n-max", default="8,12,16,24,32,48", help="DynaTree N_max values to try")
     ap.add_argument("--b-max", default="2,3", help="DynaTree B_max values to try")
     args = ap.parse_args()

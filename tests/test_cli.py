@@ -173,6 +173,25 @@ def test_drafter_lookup_runs_any_target_without_a_draft_model(data_dir, tmp_path
     assert "drop --draft" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("target, kind", [("tiny-llama", "model"), ("tiny-llama-feature", "feature")])
+def test_drafter_plus_lookup_mixes_prompt_lookup_into_the_named_draft(data_dir, tmp_path, capsys, target, kind):
+    out = tmp_path / "run.json"
+    args = bench_args(data_dir, out, "--drafter", f"{kind}+lookup", methods="ar,linear,dynatree")
+    args[args.index("tiny-llama")] = target
+    assert main(args) == 0
+    d = json.loads(out.read_text())
+    assert d["models"]["drafter"]["kind"] == f"{kind}+lookup"
+    assert d["models"]["drafter"]["lookup"]["max_ngram"] == 5 and d["models"]["draft_params"] > 0
+    assert d["checks"]["outputs_identical_across_methods"]
+    assert f"(drafter: {kind}+lookup)" in capsys.readouterr().err
+    # the kind named must be the draft's kind
+    other = "feature" if kind == "model" else "model"
+    args = bench_args(data_dir, tmp_path / "r.json", "--drafter", f"{other}+lookup", methods="ar,linear")
+    args[args.index("tiny-llama")] = target
+    assert main(args) != 0
+    assert f"use {kind}+lookup" in capsys.readouterr().err
+
+
 def test_generate_refuses_zero_new_tokens_before_loading_any_model(capsys, monkeypatch):
     import dynatree_core.cli as cli
 

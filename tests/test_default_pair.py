@@ -547,19 +547,23 @@ def test_default_draft_choice_names_the_drafter():
         default_pair.resolve_draft_kind("medusa")
 
 
-def test_every_decoder_with_the_shipped_feature_draft_equals_ar(pair, feature_draft):
-    from dynatree_core import DynaTreeConfig, FixedTreeConfig, LinearConfig, ModelPair, generate
+@pytest.mark.parametrize("mixed", [False, True], ids=["feature", "feature+lookup"])
+def test_every_decoder_with_the_shipped_feature_draft_equals_ar(pair, feature_draft, mixed):
+    """The shipped feature draft, alone and with prompt lookup mixed in (the default drafter)."""
+    from dynatree_core import DynaTreeConfig, FixedTreeConfig, LinearConfig, LookupMix, ModelPair, generate
 
     target, _, tok = pair
-    mp = ModelPair(target=target, draft=feature_draft, tokenizer=tok)
-    assert mp.drafter_kind == "feature"
-    prompt = "The history of the printing press begins"
-    ar = generate(mp, prompt, "ar", max_new_tokens=24, ignore_eos=True)
+    mp = ModelPair(target=target, draft=feature_draft, tokenizer=tok, lookup=LookupMix() if mixed else None)
+    kind = "feature+lookup" if mixed else "feature"
+    assert mp.drafter_kind == kind
+    # a prompt that repeats itself, so that the lookup has matches to mix in
+    prompt = "The cat sat on the mat. The dog sat on the log. The cat sat on the"
+    ar = generate(mp, prompt, "ar", max_new_tokens=32, ignore_eos=True)
     for method, cfg in (("linear", LinearConfig(k=3)), ("fixed_tree", FixedTreeConfig(d=3, b=2)),
                         ("dynatree", DynaTreeConfig.cpu()), ("dynatree", DynaTreeConfig.paper())):
-        res = generate(mp, prompt, method, cfg, max_new_tokens=24, ignore_eos=True, trace=True)
+        res = generate(mp, prompt, method, cfg, max_new_tokens=32, ignore_eos=True, trace=True)
         assert res.tokens == ar.tokens, (method, cfg)
-        assert res.trace.drafter["kind"] == "feature"
+        assert res.trace.drafter["kind"] == kind
         assert res.metrics.target_forwards < ar.metrics.target_forwards  # the draft helps at all
 
 
@@ -582,6 +586,27 @@ def test_evaluate_feature_draft_reports_agreement_by_depth(tmp_path, monkeypatch
     assert 0.0 <= lo <= r["agree_heldout_prompts"] <= hi <= 1.0
     assert len(r["agree_passages_by_depth"]) == 3 and r["agree_passages_by_depth"][0] == r["agree_passages"]
     assert set(r["agree_passages_by_file"]) == {"wiki.test.raw", "book.txt"}
+    assert "with_lookup" not in r
+
+
+def test_evaluate_feature_draft_with_lookup_reports_the_mixture_and_its_parts(tmp_path, monkeypatch):
+    from dynatree_core.distill import feature as distill_feature
+    from dynatree_core.drafters import LookupMix
+
+    _small_eval(tmp_path, monkeypatch)
+    monkeypatch.setattr(distill_feature, "feature_step_cost", lambda model, target, ctx, steps: 0.5)
+    r = distill_feature.evaluate_feature_draft(data_dir=tmp_path, n_passages=2, passage_len=24, new_tokens=4,
+                                               prompt_new_tokens=6, verbose=False, lookup=LookupMix())
+    m = r["with_lookup"]
+    assert m["kind"] == "feature+lookup" and m["prior"] == list(LookupMix().prior)
+    lo, hi = m["agree_heldout_prompts_ci95"]
+    assert 0.0 <= lo <= m["agree_heldout_prompts"] <= hi <= 1.0
+    # the draft part is the depth-1 agreement measured the other way; either >= each part
+    assert m["parts"]["draft"]["passages"] == pytest.approx(r["agree_passages"], abs=1e-3)
+    assert m["parts"]["draft"]["heldout_prompts"] == pytest.approx(r["agree_heldout_prompts"], abs=1e-3)
+    for where in ("passages", "heldout_prompts"):
+        either = m["parts"]["either"][where]
+        assert either >= max(m["parts"]["draft"][where], m["parts"]["lookup"][where])
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -589,6 +614,7 @@ def test_evaluate_feature_draft_reports_agreement_by_depth(tmp_path, monkeypatch
      "--generator draft"),
     (["--kind", "feature", "--unroll", "0"], "--unroll"),
     (["--kind", "feature", "--warm-lr-frac", "0"], "--warm-lr-frac"),
+    (["--with-lookup"], "--with-lookup measures a feature draft"),
 ])
 def test_distill_feature_rejects_bad_arguments(tmp_path, extra, message):
     from dynatree_core import distill

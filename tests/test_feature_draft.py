@@ -349,14 +349,18 @@ def test_default_pair_draft_choice_is_checked_before_loading():
 
 
 def test_feature_session_regrow_matches_the_first_iteration_of_generate():
+    check_session_regrow(feature_pair("sdpa", 1), [7, 3, 9, 12], "feature")
+
+
+def check_session_regrow(pair: ModelPair, prompt: list[int], kind: str) -> None:
+    """A TreeSession's regrown tree (twice: the drafter is forked each time) equals the first
+    iteration of ``generate``: tokens, parents and the target's choices."""
     from dynatree_core.session import TreeSession
 
-    pair = feature_pair("sdpa", 1)
-    prompt = [7, 3, 9, 12]
     cfg = FixedTreeConfig(d=3, b=2, tau=0.0)
     run = generate(pair, prompt, "fixed_tree", cfg, max_new_tokens=10, ignore_eos=True, trace=True)
     session = TreeSession(pair, prompt)
-    assert session.drafter_kind == "feature"
+    assert session.drafter_kind == kind
     for _ in range(2):
         tree, argmax = session.regrow(cfg.growth_rule())
         first = run.trace[0]

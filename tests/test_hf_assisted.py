@@ -112,6 +112,16 @@ def test_a_feature_draft_is_refused_naming_the_method():
         generate_hf_assisted(tiny_feature_pair(), "the river", 8, ignore_eos=True)
 
 
+def test_a_draft_with_prompt_lookup_mixed_in_is_refused_naming_the_method():
+    import dataclasses
+
+    from dynatree_core.drafters import LookupMix
+
+    mixed = dataclasses.replace(tiny_pair("llama"), lookup=LookupMix())
+    with pytest.raises(ValueError, match="hf_assisted.*mixes prompt lookup"):
+        generate_hf_assisted(mixed, "the river", 8, ignore_eos=True)
+
+
 @pytest.fixture(scope="module")
 def result(pair, tmp_path_factory):
     data = make_data_dir(tmp_path_factory.mktemp("data"))

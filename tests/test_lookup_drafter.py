@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from dynatree_core import ModelPair, generate, iterate
 from dynatree_core.config import DynaTreeConfig, GrowthRule, LinearConfig
 from dynatree_core.device_tree import DeviceTree, HostSyncs, host_tree
-from dynatree_core.drafters import LookupDrafter, PromptLookup, lookup_topk, make_drafter
+from dynatree_core.drafters import CompactVocab, LookupDrafter, PromptLookup, lookup_topk, make_drafter
 
 from conftest import cached_target, reference_greedy
 from test_exactness import ARCHS, EDGE_CONFIGS, method_configs
@@ -45,16 +45,19 @@ small_seqs = st.lists(st.integers(0, 6), min_size=0, max_size=40)  # a small alp
 
 @settings(max_examples=300, deadline=None)
 @given(seq=small_seqs, tails=st.lists(st.lists(st.integers(0, 7), max_size=3), min_size=1, max_size=4),
-       lo=st.integers(1, 3), extra=st.integers(0, 2), k=st.integers(1, 5))
-def test_lookup_topk_matches_the_reference(seq, tails, lo, extra, k):
+       lo=st.integers(1, 3), extra=st.integers(0, 2), k=st.integers(1, 5), compact=st.booleans())
+def test_lookup_topk_matches_the_reference(seq, tails, lo, extra, k, compact):
+    """Counting over every id below a bound (dense) or over the sequence's distinct tokens
+    (:class:`CompactVocab`, what the drafter uses) gives the reference's proposals."""
     source = PromptLookup(max_ngram=lo + extra, min_ngram=lo)
     width = source.max_ngram + 3
     rows = []
     for t in tails:  # a context: the committed tokens, then a drafted path (left-padded with -1)
         ctx = (seq + t)[-width:]
         rows.append([-1] * (width - len(ctx)) + ctx)
+    vocab = CompactVocab.of(seq) if compact else max(seq, default=0) + 1
     ids, lps = lookup_topk(torch.tensor(seq, dtype=torch.long), torch.tensor(rows, dtype=torch.long), source, k,
-                           vocab=max(seq, default=0) + 1)
+                           vocab=vocab)
     for r, t in enumerate(tails):
         toks, ref_lps = reference_lookup(seq, seq + t, source, k)
         got_lps = lps[r].tolist()
@@ -137,10 +140,16 @@ def test_every_decoder_with_prompt_lookup_equals_target_greedy(arch, mc, prompt,
 @settings(max_examples=30, deadline=None)
 @given(arch=st.sampled_from(ARCHS), mc=method_configs, prompt=lookup_prompts, cut=st.integers(0, 15))
 def test_prompt_lookup_stops_at_the_first_eos_even_inside_an_accepted_path(arch, mc, prompt, cut):
+    check_eos_stop(lookup_pair(arch), arch, mc, prompt, cut)
+
+
+def check_eos_stop(pair: ModelPair, arch: str, mc, prompt: tuple[int, ...], cut: int) -> None:
+    """The run stops at the first EOS of the target's greedy output (token ``cut``), even when it
+    lies inside an accepted path."""
     method, config = mc
     ref = reference_greedy(arch, "sdpa", prompt, 16)
     eos = ref[cut]
-    res = generate(lookup_pair(arch), list(prompt), method, config, max_new_tokens=16, eos_token_id=eos)
+    res = generate(pair, list(prompt), method, config, max_new_tokens=16, eos_token_id=eos)
     assert res.tokens == ref[: ref.index(eos) + 1] and res.metrics.stopped_by == "eos"
 
 
@@ -175,3 +184,26 @@ def test_bad_lookup_settings_name_the_parameter():
     with pytest.raises(ValueError, match=r"min_ngram \(3\) must be <= max_ngram \(2\)"):
         PromptLookup(max_ngram=2, min_ngram=3)
     assert isinstance(make_drafter(PromptLookup(), top_k=2), LookupDrafter)
+
+
+@settings(max_examples=60, deadline=None)
+@given(prompt=st.lists(st.integers(0, 30), min_size=1, max_size=12),
+       commits=st.lists(st.lists(st.integers(0, 40), max_size=5), max_size=6))
+def test_the_compact_vocabulary_follows_the_commits(prompt, commits):
+    """The drafter's device copy of the committed tokens and of their distinct tokens, extended at
+    each commit, equals one built from scratch (and a fork keeps its own)."""
+    d = LookupDrafter(PromptLookup(), top_k=2)
+    d.start(prompt)
+    tree = DeviceTree(prompt[-1], GrowthRule.chain(1), 2, CPU)
+    d.propose(tree, torch.tensor([0]), level=0)
+    seq = list(prompt)
+    for c in commits:
+        fork = d.fork()
+        d.commit([], c)
+        seq += c
+        seq_t, vocab = d._on(CPU)
+        want = CompactVocab.of(seq)
+        assert seq_t.tolist() == seq
+        assert vocab.tokens.tolist() == want.tokens.tolist()
+        assert vocab.seq_index.tolist() == want.seq_index.tolist()
+        assert fork.seq == seq[:len(seq) - len(c)]  # the fork did not see this commit

@@ -99,6 +99,10 @@ def check_draft(pair: Any) -> None:
                          f"causal LM; this pair's draft is a {type(draft).__name__} (a feature draft reads the "
                          f"target's hidden states and cannot be an assistant_model); drop {METHOD} from --methods "
                          f"or use an independent draft (--drafter model)")
+    if getattr(pair, "lookup", None) is not None:
+        raise ValueError(f"{METHOD} runs Hugging Face assisted generation with the draft model alone; this pair mixes "
+                         f"prompt lookup into it ({pair.drafter_kind}), which HF's assistant would not do, so the rows "
+                         f"would not compare like with like; drop {METHOD} from --methods or use --drafter model")
 
 
 class _ForwardTimer:

@@ -13,6 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+#: what ``ModelPair.default(draft=...)``, ``--drafter`` and :attr:`PairSpec.drafter` take: a shipped
+#: draft of the embedded pair (``auto``: the fastest measured), model-free prompt lookup, or a draft
+#: with prompt lookup mixed in (:class:`~dynatree_core.drafters.LookupMix`)
+PAIR_DRAFTS = ("auto", "feature", "model", "lookup", "feature+lookup", "model+lookup")
 #: test-only pairs (:mod:`dynatree_core.testing`): random tiny models, built in milliseconds
 TINY_TARGETS = ("tiny-llama", "tiny-gpt_neox", "tiny-llama-feature")
 
@@ -24,9 +28,11 @@ class PairUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class PairSpec:
     """A model pair by name. ``target`` None: the embedded SmolLM2-135M pair with ``drafter``
-    (auto, feature or model); ``drafter="lookup"``: the embedded or the named target with
-    model-free prompt lookup. ``device_map`` (e.g. ``"auto"``) splits a large target across the
-    GPUs of one machine (:meth:`~dynatree_core.models.ModelPair.from_pretrained`)."""
+    (one of :data:`PAIR_DRAFTS`); ``drafter="lookup"``: the embedded or the named target with
+    model-free prompt lookup; ``"model+lookup"`` / ``"feature+lookup"`` with a named target: its
+    ``draft`` (of that kind) with prompt lookup mixed in. ``device_map`` (e.g. ``"auto"``)
+    splits a large target across the GPUs of one machine
+    (:meth:`~dynatree_core.models.ModelPair.from_pretrained`)."""
 
     target: str | None = None
     draft: str | None = None
@@ -41,7 +47,8 @@ class PairSpec:
             return f"the embedded pair (SmolLM2-135M-Instruct, drafter {self.drafter})"
         if self.drafter == "lookup":
             return f"{self.target} + prompt lookup"
-        return self.target + (f" + {self.draft}" if self.draft else "")
+        mixed = " with prompt lookup" if self.drafter.endswith("+lookup") else ""
+        return self.target + (f" + {self.draft}" if self.draft else "") + mixed
 
     def load(self) -> Any:
         from ..models import ModelPair
@@ -53,6 +60,14 @@ class PairSpec:
             pair = replace(self, drafter="auto").load()
             return ModelPair(target=pair.target, draft=PromptLookup(), tokenizer=pair.tokenizer,
                              target_name=pair.target_name, draft_name=LOOKUP_DRAFT_NAME)
+        if self.drafter.endswith("+lookup") and self.target is not None:  # the named draft, lookup mixed in
+            from ..drafters import LookupMix
+
+            pair = replace(self, drafter="auto").load()
+            if f"{pair.drafter_kind}+lookup" != self.drafter:
+                raise ValueError(f"drafter {self.drafter!r} names a {self.drafter.split('+')[0]} draft, but the "
+                                 f"draft loaded is a {pair.drafter_kind} draft; use {pair.drafter_kind}+lookup")
+            return replace(pair, lookup=LookupMix())
 
         if self.target is None:
             try:
@@ -137,6 +152,6 @@ def _drafter_settings(pair: Any) -> dict[str, Any] | None:
         return None
     from ..drafters import make_drafter
 
-    d = make_drafter(pair.draft, top_k=1).settings()
+    d = make_drafter(pair.draft, top_k=1, lookup=pair.lookup).settings()
     d.pop("top_k", None)  # set per method by the engine
     return d

@@ -48,6 +48,8 @@ class DistillConfig:
     evaluate: bool = option(False, "evaluate the draft in --out-dir (after training if any)")
     eval_only: bool = option(False, "only evaluate, do not build data or train")
     eval_passages: int = option(10)
+    with_lookup: bool = option(False, "--kind feature: also measure the draft with prompt lookup mixed in (LookupMix "
+                                      "defaults), on the same continuations")
     seed: int = option(0)
     device: str = option("auto", "auto (CUDA if available), cpu, cuda, cuda:1, ...")
     threads: int = option(1, "torch CPU threads (default 1)")
@@ -171,6 +173,7 @@ def _check_model(c: DistillConfig) -> None:
     _need(c.feature_text_tokens >= 0, f"--feature-text-tokens must be >= 0 (got {c.feature_text_tokens})")
     _need(c.feature_batch_tokens >= 1, f"--feature-batch-tokens must be >= 1 (got {c.feature_batch_tokens})")
     _need(c.kind != "feature" or c.generator != "draft", "--kind feature does not support --generator draft")
+    _need(c.kind == "feature" or not c.with_lookup, "--with-lookup measures a feature draft: add --kind feature")
 
 
 def _check_choices(c: DistillConfig) -> None:

@@ -461,9 +461,14 @@ def feature_step_cost(model: FeatureDraftModel, target, ctx: list[int], steps: i
 
 def evaluate_feature_draft(draft_dir=None, data_dir=None, n_passages: int = 10, passage_len: int = 256,
                            new_tokens: int = 64, prompt_new_tokens: int = 48, threads_gen: int = 1,
-                           threads_timing: int = 2, seed: int = 0, verbose: bool = True) -> dict:
+                           threads_timing: int = 2, seed: int = 0, verbose: bool = True, lookup=None) -> dict:
     """The independent draft's evaluation (:func:`dynatree_core.distill.evaluate_draft`) for a feature
-    draft: same prompts, passages, continuations and bootstrap; agreement reported per depth."""
+    draft: same prompts, passages, continuations and bootstrap; agreement reported per depth.
+
+    ``lookup`` (a :class:`~dynatree_core.drafters.LookupMix`): also the top-1 agreement of the draft
+    with prompt lookup mixed in, on the same continuations (``res["with_lookup"]``)."""
+    from .lookup_fit import hit_counts, position_records
+
     from ..default_pair import FEATURE_DRAFT_ASSET_DIR, load_target
 
     res: dict = {}
@@ -478,11 +483,20 @@ def evaluate_feature_draft(draft_dir=None, data_dir=None, n_passages: int = 10, 
     set_threads(threads_gen)
     log = ev._logger(verbose)
 
+    mixed: list[dict] = []  # per item, in call order: (hits, tokens) of the draft, lookup, either, mixture
+
     def counts(items, n_new):
-        return [agreement_by_depth(model, target, p, ev._greedy_continue(target, p, n_new, eos)) for p in items]
+        out = []
+        for p in items:
+            cont = ev._greedy_continue(target, p, n_new, eos)
+            out.append(agreement_by_depth(model, target, p, cont))
+            if lookup is not None:
+                mixed.append(hit_counts(position_records(model, target, p, cont, lookup.lookup), lookup))
+        return out
 
     raw, chat = ev.heldout_counts(counts, tok, prompt_new_tokens)
     _heldout_by_depth(res, raw, chat, seed, log)
+    heldout_mixed, mixed[:] = mixed[:], []
     rng = random.Random(seed)
     srcs = ev.eval_sources(data_dir)
     per, allp = {}, []
@@ -494,6 +508,8 @@ def evaluate_feature_draft(draft_dir=None, data_dir=None, n_passages: int = 10, 
     res["agree_passages"] = round(ev.pooled_rate([u[0] for u in allp]), 4)
     res["agree_passages_by_depth"] = [round(ev.pooled_rate([u[d] for u in allp]), 4) for d in range(len(allp[0]))]
     res["agree_wikitext_test"] = per.get("wiki.test.raw")
+    if lookup is not None:
+        res["with_lookup"] = _mixed_summary(lookup, heldout_mixed, mixed, seed, log)
     set_threads(threads_timing)
     ctx = ev._passages(tok, srcs[0], 1, 128, rng)[0]
     ct = min(ev._step_cost(target, ctx, 40), ev._step_cost(target, ctx, 40))
@@ -520,3 +536,27 @@ def _heldout_by_depth(res: dict, raw: list, chat: list, seed: int, log) -> None:
     lo, hi = res["agree_heldout_prompts_ci95"]
     log(f"[eval] held-out prompts: {res['agree_heldout_prompts']:.3f} (95% CI {lo:.3f}-{hi:.3f}); by depth "
         f"{res['agree_heldout_prompts_by_depth']}")
+
+
+def _mixed_summary(lookup, heldout: list[dict], passages: list[dict], seed: int, log) -> dict:
+    """Agreement of the draft, the lookup, either of them, and the mixture: held-out prompts (raw then
+    chat per prompt, pooled per prompt; the mixture with its bootstrap interval) and passages."""
+    n = len(heldout) // 2
+
+    def units(items: list[dict], key: str) -> list[tuple[int, int]]:
+        return [u[key] for u in items]
+
+    per_prompt = {k: [(a[0] + b[0], a[1] + b[1]) for a, b in zip(units(heldout[:n], k), units(heldout[n:], k))]
+                  for k in ("draft", "lookup", "either", "mix")}
+    out = {"kind": "feature+lookup", **lookup.settings(),
+           "agree_heldout_prompts": round(ev.pooled_rate(per_prompt["mix"]), 4),
+           "agree_heldout_prompts_ci95": [round(x, 4) for x in ev.bootstrap_ci(per_prompt["mix"], seed=seed)],
+           "agree_passages": round(ev.pooled_rate(units(passages, "mix")), 4),
+           # the parts: the draft alone, the lookup alone (no match = miss), either one right
+           "parts": {k: {"heldout_prompts": round(ev.pooled_rate(per_prompt[k]), 4),
+                         "passages": round(ev.pooled_rate(units(passages, k)), 4)}
+                     for k in ("draft", "lookup", "either")}}
+    log(f"[eval] with prompt lookup mixed in: held-out prompts {out['agree_heldout_prompts']:.3f} "
+        f"(95% CI {out['agree_heldout_prompts_ci95'][0]:.3f}-{out['agree_heldout_prompts_ci95'][1]:.3f}), "
+        f"passages {out['agree_passages']:.3f}; parts {json.dumps(out['parts'])}")
+    return out

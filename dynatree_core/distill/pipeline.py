@@ -73,8 +73,12 @@ def _run_feature(args: DistillConfig, target=None, tok=None) -> int:
         if args.stage == "export":
             raise ValueError("--stage export is for --kind model; a feature draft is exported when training ends")
     if args.evaluate or args.eval_only:
-        res = evaluate_feature_draft(args.out_dir, args.data_dir, n_passages=args.eval_passages, seed=args.seed)
-        _write_eval(args, res, {"kind": "feature"})
+        from ..drafters import LookupMix
+
+        mix = LookupMix() if args.with_lookup else None
+        res = evaluate_feature_draft(args.out_dir, args.data_dir, n_passages=args.eval_passages, seed=args.seed,
+                                     lookup=mix)
+        _write_eval(args, res, {"kind": "feature", "with_lookup": args.with_lookup})
     return 0
 
 
