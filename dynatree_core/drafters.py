@@ -402,7 +402,7 @@ class LookupDrafter(Drafter):
         # the distinct tokens (first-occurrence order) and each position's index among them, kept
         # on the host as tokens are committed: counting runs over them, not the whole vocabulary
         self._index: dict[int, int] = {}
-        self._seq_index = [self._index.setdefault(t, len(self._index)) for t in self.seq]
+        self._seq_index = compact_ids(self._index, self.seq)
         self._dev: tuple[torch.Tensor, CompactVocab] | None = None  # seq and vocab on the tree's device
         self._fresh = len(self.seq)  # tokens committed since the last level 0 (the chain it reports)
 
@@ -412,10 +412,10 @@ class LookupDrafter(Drafter):
         return new
 
     def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> TopKTensors:
-        seq, vocab = self._on(tree.device)
         if level == 0:
+            self._on(tree.device)
             self._chain()
-        return lookup_topk(seq, self._contexts(tree, ids, level), self.source, self.top_k, vocab)
+        return self.matches(tree, ids, level).topk(self.top_k)
 
     def matches(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> LookupMatches:
         """The lookup's counts for tree level ``ids`` (what :class:`MixDrafter` mixes in)."""
@@ -428,8 +428,10 @@ class LookupDrafter(Drafter):
         """The counts after each of the last ``rows`` committed tokens before the root, each from
         the tokens known then (the oracle's chain view; call after level 0)."""
         assert self._dev is not None, "chain_matches: level 0 comes first"
-        ctx, ends = self._chain_contexts(rows)
-        return lookup_matches(self._dev[0], ctx, self.source, self._dev[1], limit=ends)
+        seq, vocab = self._dev
+        ends = torch.arange(seq.shape[0] - 1 - rows, seq.shape[0] - 1, device=seq.device)  # positions p
+        return lookup_matches(seq, contexts_ending_at(seq, ends, self.source.max_ngram), self.source, vocab,
+                              limit=ends)
 
     def _on(self, device: torch.device) -> tuple[torch.Tensor, CompactVocab]:
         """The committed tokens and their compact vocabulary on ``device`` (copied when first needed
@@ -445,20 +447,7 @@ class LookupDrafter(Drafter):
         oracle's view, as a model drafter gives it from the committed tokens it feeds."""
         c = min(self._fresh, CHAIN_ROWS + 1) - 1
         self._fresh = 0
-        if not self.keep_chain:
-            self.chain_topk = None
-            return
-        assert self._dev is not None
-        ctx, ends = self._chain_contexts(max(c, 0))
-        self.chain_topk = lookup_topk(self._dev[0], ctx, self.source, self.top_k, self._dev[1], limit=ends)
-
-    def _chain_contexts(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """[rows, max_ngram] contexts ending at each of the last ``rows`` positions before the root,
-        and those positions."""
-        seq, n = self._dev[0], self.source.max_ngram  # type: ignore[index]
-        ends = torch.arange(seq.shape[0] - 1 - rows, seq.shape[0] - 1, device=seq.device)  # positions p
-        idx = ends[:, None] + torch.arange(1 - n, 1, device=seq.device)[None, :]
-        return torch.where(idx >= 0, seq[idx.clamp(min=0)], -1), ends
+        self.chain_topk = self.chain_matches(max(c, 0)).topk(self.top_k) if self.keep_chain else None
 
     def _contexts(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> torch.Tensor:
         """[q, max_ngram + level]: the last max_ngram committed tokens (-1 before the start), then
@@ -480,7 +469,7 @@ class LookupDrafter(Drafter):
         self.seq.extend(committed)
         self._fresh += len(committed)
         known = len(self._index)
-        new_index = [self._index.setdefault(t, len(self._index)) for t in committed]
+        new_index = compact_ids(self._index, committed)
         self._seq_index.extend(new_index)
         if self._dev is not None:  # extend the device copies (host-to-device only: no sync)
             seq, vocab = self._dev
@@ -502,10 +491,20 @@ def lookup_topk(seq: torch.Tensor, contexts: torch.Tensor, source: PromptLookup,
     :class:`CompactVocab` (the distinct tokens of ``seq``: the counting then runs over a few
     hundred tokens rather than the whole vocabulary); ``limit`` [q] (default: none) the last
     position of ``seq`` each row may see, for rows that stand at an earlier point of the sequence."""
-    m = lookup_matches(seq, contexts, source, vocab, limit)
-    idx = m.top_index(k)
-    chosen = m.counts.gather(1, idx)
-    return m.tokens[idx], torch.log(chosen / (m.total[:, None] + 1.0))  # 0 occurrences: -inf
+    return lookup_matches(seq, contexts, source, vocab, limit).topk(k)
+
+
+def contexts_ending_at(seq: torch.Tensor, ends: torch.Tensor, n: int) -> torch.Tensor:
+    """[len(ends), n]: the n tokens of ``seq`` ending at each position of ``ends`` (-1 before the
+    start), the context a lookup at that point reads."""
+    idx = ends[:, None] + torch.arange(1 - n, 1, device=seq.device)[None, :]
+    return torch.where(idx >= 0, seq[idx.clamp(min=0)], -1)
+
+
+def compact_ids(index: dict[int, int], tokens: Sequence[int]) -> list[int]:
+    """Each token's index among the distinct tokens seen so far, adding new ones to ``index`` (token
+    -> index, in order of first occurrence)."""
+    return [index.setdefault(t, len(index)) for t in tokens]
 
 
 @dataclass
@@ -520,7 +519,7 @@ class CompactVocab:
     @staticmethod
     def of(seq: Sequence[int], device: torch.device | str = "cpu") -> "CompactVocab":
         index: dict[int, int] = {}
-        pos = [index.setdefault(t, len(index)) for t in seq]
+        pos = compact_ids(index, seq)
         dev = torch.device(device)
         return CompactVocab(to_device(list(index), dev), to_device(pos, dev))
 
@@ -538,10 +537,16 @@ class LookupMatches:
     tokens: torch.Tensor
     dense: bool = False
 
-    @property
+    @functools.cached_property
     def total(self) -> torch.Tensor:
         """[q]: the matched n-gram's occurrences (0: no match)."""
         return self.counts.sum(1)
+
+    def topk(self, k: int) -> TopKTensors:
+        """The lookup's proposals: the top-k followers (:meth:`top_index`) and their log-probabilities
+        count / (occurrences + 1) (-inf for a token that never followed)."""
+        idx = self.top_index(k)
+        return self.tokens[idx], torch.log(self.counts.gather(1, idx) / (self.total[:, None] + 1.0))
 
     def top_index(self, k: int) -> torch.Tensor:
         """[q, min(k, U)]: indices into ``tokens`` of the k followers by count, ties to the most

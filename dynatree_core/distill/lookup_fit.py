@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..drafters import LookupMatches, LookupMix, PromptLookup, lookup_matches, mix_topk
+from ..drafters import LookupMatches, LookupMix, PromptLookup, contexts_ending_at, lookup_matches, mix_topk
 from ..feature_draft import FeatureDraftModel
 
 #: the candidates per position the agreement merges (the drafter's top-k in a tree is about this)
@@ -84,9 +84,7 @@ def position_records(draft, target, prompt: list[int], cont: list[int], source: 
     lp = lp[rows]
     top = lp.topk(min(k, lp.shape[1]), dim=-1)
     seq = torch.tensor(ids)
-    n = source.max_ngram
-    idx = rows[:, None] + torch.arange(1 - n, 1)[None, :]
-    ctx = torch.where(idx >= 0, seq[idx.clamp(min=0)], -1)
+    ctx = contexts_ending_at(seq, rows, source.max_ngram)
     m = lookup_matches(seq, ctx, source, vocab=max(ids) + 1, limit=rows)  # dense: records of many texts concatenate
     p_y = torch.where(y < lp.shape[1], lp.gather(1, y.clamp(max=lp.shape[1] - 1)[:, None])[:, 0].exp(), 0.0)
     return PositionRecords(y, p_y, top.indices, top.values, m)
@@ -124,20 +122,18 @@ def agreement(rec: PositionRecords, mix: LookupMix | None) -> float:
     return _rate(_top1(rec, mix) == rec.y)
 
 
-def lookup_agreement(rec: PositionRecords) -> tuple[float, float]:
-    """(the lookup's own top-1 agreement, counting no match as a miss; the share of positions where
-    the draft's top-1 or the lookup's is the target's token): what a mixture could reach at best."""
-    look = (rec.matches.top(1)[:, 0] == rec.y) & (rec.matches.ngram > 0)
-    return _rate(look), _rate(look | (rec.top_ids[:, 0] == rec.y))
-
-
 def hit_counts(rec: PositionRecords, mix: LookupMix) -> dict[str, tuple[int, int]]:
     """(hits, positions) for the draft, the lookup, either and the mixture, for pooling and
     bootstrap intervals."""
-    n = len(rec)
-    look, either = lookup_agreement(rec)
-    rates = {"draft": agreement(rec, None), "lookup": look, "either": either, "mix": agreement(rec, mix)}
-    return {k: (round(v * n) if n else 0, n) for k, v in rates.items()}
+    return {k: (int(h.sum()), len(rec)) for k, h in _hits(rec, mix).items()}
+
+
+def _hits(rec: PositionRecords, mix: LookupMix) -> dict[str, torch.Tensor]:
+    """Per position, whether the target's token is the top-1 of the draft, of the lookup (a match
+    needed; no match is a miss), of either (what a mixture could reach at best), and of the mixture."""
+    draft = _top1(rec, None) == rec.y
+    look = (rec.matches.top(1)[:, 0] == rec.y) & (rec.matches.ngram > 0)
+    return {"draft": draft, "lookup": look, "either": draft | look, "mix": _top1(rec, mix) == rec.y}
 
 
 def _top1(rec: PositionRecords, mix: LookupMix | None) -> torch.Tensor:
