@@ -69,14 +69,15 @@ def device_label(device: torch.device) -> str:
 
 def pair_key(pair: Any) -> dict[str, str]:
     """What a calibration is valid for: device, models (and the drafter kind: a draft level with
-    prompt lookup mixed in costs more than without), dtype."""
+    prompt lookup mixed in costs more than without), dtype and the linear kernel (it changes the
+    shape of the verify cost curve, not only its scale)."""
     device = device_label(pair.device)
     split = getattr(pair.target, "hf_device_map", None)
     if split:  # a target split across devices (device_map) costs what its split costs
         device += f" split over {','.join(sorted({str(d) for d in split.values()}))}"
     return {"device": device, "target": str(pair.target_name),
             "draft": f"{pair.draft_name}[{pair.drafter_kind}]",
-            "dtype": str(pair.dtype).replace("torch.", "")}
+            "dtype": str(pair.dtype).replace("torch.", ""), "linear_kernel": pair.linear_kernel}
 
 
 def _cache_path(key: dict[str, str]) -> Path:
@@ -218,7 +219,7 @@ def cost_model(pair: Any, recalibrate: bool = False, sizes: Sequence[int] | None
         cached = _read(path).get("cost")
         if cached:
             model = CostModel.from_dict(cached)
-            if model.matches(key["device"], key["target"], key["draft"], key["dtype"]):
+            if model.matches(**key):
                 return model
             warnings.warn(f"the cached cost curve in {path} was measured for {model.device} / {model.target} "
                           f"/ {model.draft} / {model.dtype}, not for this device and pair: recalibrating",

@@ -37,7 +37,7 @@ from .bench.methods import (ABLATION_LABELS, DYNATREE_FIELD_TYPES, DYNATREE_FIEL
 from .config import (EAGLE2_HELP, FIXED_TREE_HELP, PARAMETER_HELP, SEQUOIA_HELP, Eagle2Config, FixedTreeConfig,
                      SequoiaConfig)
 from .bench.execution import ShardFailed
-from .bench.pairs import PAIR_DRAFTS, TINY_TARGETS
+from .bench.pairs import LINEAR_KERNELS, PAIR_DRAFTS, TINY_TARGETS
 from .bench.protocol import LengthError, RunPoint
 from .bench.results import ResultError
 
@@ -105,6 +105,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device-map", default=None, metavar="MAP",
                    help="split a large --target across this machine's GPUs with accelerate (auto, balanced, "
                         "balanced_low_0, sequential; leave --device at auto); the draft sits on the first device")
+    g.add_argument("--linear-kernel", choices=LINEAR_KERNELS, default="auto",
+                   help="what the models' linear layers run on: onednn (weights prepacked once; on a CPU in float32 "
+                        "a verify forward of 2-16 tokens then costs about what one token does), torch (its default "
+                        "kernels) or auto (onednn where it applies, default)")
     g.add_argument("--draft-noise", type=float, default=0.05, help=argparse.SUPPRESS)  # tiny test pair
 
 
@@ -322,7 +326,7 @@ def pair_spec(args: argparse.Namespace) -> Any:
                            "across")
     return PairSpec(target=args.target, draft=args.draft, drafter=getattr(args, "drafter", "auto"),
                     device=args.device, dtype=args.dtype, draft_noise=getattr(args, "draft_noise", 0.05),
-                    device_map=device_map)
+                    device_map=device_map, linear_kernel=getattr(args, "linear_kernel", "auto"))
 
 
 def load_pair(args: argparse.Namespace) -> Any:
@@ -425,6 +429,7 @@ def _execute(args: argparse.Namespace, exp: Any, stem: str, print_tables: Sequen
         note = _protocol_note(exp.num_prompts, exp.warmup, max(p.max_new_tokens for p in exp.points),
                               {d: max(exp.l_max_values(d)) for d in exp.datasets})
         where = f"{len(backend.workers())} Ray workers at {args.ray}" if args.ray else str(info.device)
+        where += f" | linear kernel: {info.linear_kernel}"
         print(f"target: {info.target_name} | draft: {info.draft_name} (drafter: {info.drafter_kind}) | {where}",
               file=sys.stderr)
         if ck.done:

@@ -64,7 +64,8 @@ class RunCollector:
                                eos_token_id=min(run.eos) if run.eos else None,
                                max_new_tokens=run.max_new_tokens, device=str(self.device),
                                dtype=str(pair.dtype).replace("torch.", ""), versions=versions(),
-                               drafter=drafter.settings() if drafter is not None else None)
+                               drafter=drafter.settings() if drafter is not None else None,
+                               linear_kernel=getattr(pair, "linear_kernel", None))
         if drafter is not None:  # the chain's top-k only where records are read (a trace, the oracle)
             drafter.keep_chain = trace or bool(run.record_top_k)
         if self.device.type == "cuda":

@@ -41,6 +41,8 @@ class CostModel:
     target: str = ""
     draft: str = ""
     dtype: str = ""
+    #: the linear kernel the curve was measured on (:mod:`~dynatree_core.linear_kernels`)
+    linear_kernel: str = ""
     prefix_len: int = 0
     sizes: tuple[int, ...] = ()
     created: str = ""
@@ -77,9 +79,11 @@ class CostModel:
         an iteration besides its draft levels (what the cost-aware rule is given)."""
         return tuple(c + self.iteration_s for c in self.verify_s)
 
-    def matches(self, device: str, target: str, draft: str, dtype: str) -> bool:
-        """Whether this curve was measured for this device, pair and dtype (else recalibrate)."""
-        return (self.device, self.target, self.draft, self.dtype) == (device, target, draft, dtype)
+    def matches(self, device: str, target: str, draft: str, dtype: str, linear_kernel: str = "") -> bool:
+        """Whether this curve was measured for this device, pair, dtype and linear kernel (else
+        recalibrate)."""
+        return ((self.device, self.target, self.draft, self.dtype, self.linear_kernel)
+                == (device, target, draft, dtype, linear_kernel))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -88,7 +92,7 @@ class CostModel:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CostModel":
-        known = {k: d[k] for k in ("verify_s", "draft_s", "iteration_s", "device", "target", "draft", "dtype", "prefix_len",
+        known = {k: d[k] for k in ("verify_s", "draft_s", "iteration_s", "device", "target", "draft", "dtype", "linear_kernel", "prefix_len",
                                    "sizes", "created", "meta") if k in d}
         return cls(**known)
 

@@ -26,6 +26,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .linear_kernels import WeightPack, linear
+
 __all__ = [
     "SparseLMHead",
     "build_draft_from_target",
@@ -64,6 +66,18 @@ class SparseLMHead(nn.Module):
         if weight is None:
             weight = torch.zeros(vocab_ids.numel(), hidden_size)
         self.weight = nn.Parameter(weight.detach().clone())
+        self.pack: WeightPack | None = None  # oneDNN's packed copy of weight (linear_kernels)
+
+    @property
+    def linear_kernel(self) -> str:
+        return "torch" if self.pack is None else "onednn"
+
+    def use_linear_kernel(self, kernel: str) -> bool:
+        """Compute the head on ``kernel`` (``"onednn"`` or ``"torch"``); whether that changed it."""
+        if kernel == self.linear_kernel:
+            return False
+        self.pack = WeightPack() if kernel == "onednn" else None
+        return True
 
     @property
     def num_head_ids(self) -> int:
@@ -71,7 +85,7 @@ class SparseLMHead(nn.Module):
 
     def forward_compact(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """Logits over the head ids only: ``[..., H]``."""
-        return nn.functional.linear(hidden_states, self.weight)
+        return linear(hidden_states, self.weight, None, self.pack)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         compact = self.forward_compact(hidden_states)

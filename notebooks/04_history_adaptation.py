@@ -68,7 +68,7 @@ else:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     pair = ModelPair.default(device=device)   # or draft="model" / "feature" / "feature+lookup"
 print(f"target: {pair.target_name}\ndraft:  {pair.draft_name} ({pair.drafter_kind} drafter)\n"
-      f"device: {pair.device}")
+      f"device: {pair.device} (linear kernel: {pair.linear_kernel})")
 
 # %%
 prompt = "Write a short story about a lighthouse keeper who finds a message in a bottle."

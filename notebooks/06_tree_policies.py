@@ -75,7 +75,7 @@ else:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     pair = ModelPair.default(device=device)   # or draft="model" / "feature" / "feature+lookup"
 print(f"target: {pair.target_name}\ndraft:  {pair.draft_name} ({pair.drafter_kind} drafter)\n"
-      f"device: {pair.device}")
+      f"device: {pair.device} (linear kernel: {pair.linear_kernel})")
 
 # %% [markdown]
 # ## 1 · Calibrate: what does verifying n tokens cost on this machine?
@@ -99,13 +99,28 @@ print(calibrate.describe(cost))
 # %% tags=["nbval-ignore-output"]
 dv.cost_figure(cost)
 
+# %% tags=["nbval-ignore-output"]
+kernel = pair.linear_kernel                                          # "onednn" on a CPU
+torch_cost = calibrate.cost_model(pair.use_linear_kernel("torch"))  # the same models on torch's kernels ...
+pair.use_linear_kernel(kernel)                                      # ... and back
+for name, cm in (("torch", torch_cost), (kernel, cost)):
+    ratios = ", ".join(f"{cm.verify(n) / cm.verify(1):.2f}" for n in (2, 3, 4, 8, 16))
+    print(f"{name:>7}: c(1) = {1e3 * cm.verify(1):.0f} ms, c(n)/c(1) for n = 2, 3, 4, 8, 16: {ratios}; "
+          f"one draft level {1e3 * cm.draft_s:.1f} ms")
+
 # %% [markdown]
-# **A curve that need not be monotone.** One would expect c(n) to grow with n. On this project's
-# 2-core CPU it did not when the calibration was developed: the target's fp32 matrix products go
-# through MKL, whose small-batch kernels made verifying 2-3 tokens slower than 4-8 (the library picks
-# a different kernel by shape). The calibration keeps the curve as measured — a kernel that is faster
-# for 6 rows than for 3 is a fact about the machine, not noise — and the cell below reads off what the
-# curve measured here says.
+# The calibration keeps whatever curve it measures, monotone or not — a kernel that is faster for 6
+# rows than for 3 is a fact about the machine, not noise — and the cell below reads off what the curve
+# measured here says.
+
+# %% [markdown]
+# **The curve is a fact about the machine, kernels included.** Most of a small model's verify forward
+# on a CPU is its fp32 matrix products. With torch's default kernels (MKL GEMM on the plain weight)
+# this project's 2-core CPU verified 2-3 tokens *slower* than 4-8: the library picks a different
+# kernel by shape. The pair here runs its linear layers on oneDNN with weights reordered once
+# (`pair.linear_kernel`, the default on a CPU in float32; `dynatree_core/linear_kernels.py`), which
+# reads each weight once for all rows: the curve is lower and much flatter. The next cell measures
+# the same pair on both kernels.
 #
 # **What the cost-aware rule does with it** (`GrowthRule` in `dynatree_core/config.py`,
 # `grow_tree` and `_fill` in `dynatree_core/tree.py`). With v(u) = min(1, s_d · p(u)) the calibrated

@@ -17,6 +17,10 @@ from typing import Any
 #: draft of the embedded pair (``auto``: the fastest measured), model-free prompt lookup, or a draft
 #: with prompt lookup mixed in (:class:`~dynatree_core.drafters.LookupMix`)
 PAIR_DRAFTS = ("auto", "feature", "model", "lookup", "feature+lookup", "model+lookup")
+#: what the models' linear layers may run on (:mod:`dynatree_core.linear_kernels`; torch-free here
+#: so the CLI lists them without importing torch): ``auto`` (oneDNN where it applies: a CPU model in
+#: float32, not split across devices), ``onednn`` (weights prepacked for oneDNN), ``torch``
+LINEAR_KERNELS = ("auto", "onednn", "torch")
 #: test-only pairs (:mod:`dynatree_core.testing`): random tiny models, built in milliseconds
 TINY_TARGETS = ("tiny-llama", "tiny-gpt_neox", "tiny-llama-feature")
 
@@ -32,7 +36,8 @@ class PairSpec:
     model-free prompt lookup; ``"model+lookup"`` / ``"feature+lookup"`` with a named target: its
     ``draft`` (of that kind) with prompt lookup mixed in. ``device_map`` (e.g. ``"auto"``)
     splits a large target across the GPUs of one machine
-    (:meth:`~dynatree_core.models.ModelPair.from_pretrained`)."""
+    (:meth:`~dynatree_core.models.ModelPair.from_pretrained`). ``linear_kernel`` puts the loaded
+    pair's linear layers on a kernel (:meth:`~dynatree_core.models.ModelPair.use_linear_kernel`)."""
 
     target: str | None = None
     draft: str | None = None
@@ -41,6 +46,7 @@ class PairSpec:
     dtype: str | None = None
     draft_noise: float = 0.05
     device_map: str | None = None
+    linear_kernel: str = "auto"
 
     def describe(self) -> str:
         if self.target is None:
@@ -51,19 +57,22 @@ class PairSpec:
         return self.target + (f" + {self.draft}" if self.draft else "") + mixed
 
     def load(self) -> Any:
+        return self._load().use_linear_kernel(self.linear_kernel)
+
+    def _load(self) -> Any:
         from ..models import ModelPair
 
         if self.drafter == "lookup" and self.target is not None:  # the named target, drafting by lookup
             from ..drafters import PromptLookup
             from ..models import LOOKUP_DRAFT_NAME
 
-            pair = replace(self, drafter="auto").load()
+            pair = replace(self, drafter="auto")._load()
             return ModelPair(target=pair.target, draft=PromptLookup(), tokenizer=pair.tokenizer,
                              target_name=pair.target_name, draft_name=LOOKUP_DRAFT_NAME)
         if self.drafter.endswith("+lookup") and self.target is not None:  # the named draft, lookup mixed in
             from ..drafters import LookupMix
 
-            pair = replace(self, drafter="auto").load()
+            pair = replace(self, drafter="auto")._load()
             if f"{pair.drafter_kind}+lookup" != self.drafter:
                 raise ValueError(f"drafter {self.drafter!r} names a {self.drafter.split('+')[0]} draft, but the "
                                  f"draft loaded is a {pair.drafter_kind} draft; use {pair.drafter_kind}+lookup")
@@ -71,7 +80,8 @@ class PairSpec:
 
         if self.target is None:
             try:
-                return ModelPair.default(device=self.device, dtype=self.dtype, draft=self.drafter)
+                return ModelPair.default(device=self.device, dtype=self.dtype, draft=self.drafter,
+                                         linear_kernel=self.linear_kernel)
             except (ImportError, FileNotFoundError) as e:
                 raise PairUnavailable(f"the embedded default pair is unavailable ({e}); pass --target and "
                                       f"--draft") from e
@@ -87,7 +97,8 @@ class PairSpec:
                 pair.draft.to(self.device)
             return pair
         kwargs: dict[str, Any] = {"device_map": self.device_map} if self.device_map is not None else {}
-        return ModelPair.from_pretrained(self.target, self.draft, device=self.device, dtype=self.dtype, **kwargs)
+        return ModelPair.from_pretrained(self.target, self.draft, device=self.device, dtype=self.dtype,
+                                         linear_kernel=self.linear_kernel, **kwargs)
 
 
 @dataclass
@@ -103,6 +114,8 @@ class PairInfo:
     draft_params: int | None
     device: str
     dtype: str
+    #: what the linear layers run on: "onednn" (prepacked) or "torch" (ModelPair.linear_kernel)
+    linear_kernel: str
     #: role -> context window (None: the config states none)
     windows: dict[str, int | None]
     tokenizer: Any = field(default=None, repr=False)
@@ -116,7 +129,8 @@ class PairInfo:
     def models(self) -> dict[str, Any]:
         """The result's ``models`` block."""
         return {"target": self.target_name, "draft": self.draft_name, "drafter": self.drafter,
-                "target_params": self.target_params, "draft_params": self.draft_params}
+                "target_params": self.target_params, "draft_params": self.draft_params,
+                "linear_kernel": self.linear_kernel}
 
 
 def pair_info(pair: Any) -> PairInfo:
@@ -135,7 +149,8 @@ def pair_info(pair: Any) -> PairInfo:
     return PairInfo(target_name=pair.target_name, draft_name=pair.draft_name, drafter_kind=pair.drafter_kind,
                     drafter=_drafter_settings(pair), target_params=sum(p.numel() for p in pair.target.parameters()),
                     draft_params=_draft_params(pair.draft),
-                    device=str(pair.device), dtype=str(pair.dtype).replace("torch.", ""), windows=windows,
+                    device=str(pair.device), dtype=str(pair.dtype).replace("torch.", ""),
+                    linear_kernel=pair.linear_kernel, windows=windows,
                     tokenizer=pair.tokenizer, assistant_error=assistant_error)
 
 
