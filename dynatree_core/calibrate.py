@@ -106,16 +106,12 @@ def _write(path: Path, key: dict[str, str], field: str, value: Any) -> None:
 
 
 # --- the verify-cost curve -------------------------------------------------------------------
-def _median_time(fn, repeats: int, device: torch.device) -> float:
-    times = []
-    for i in range(repeats + 2):  # two warm-up calls: allocator, kernels, caches
-        pl.synchronize(device)
-        t0 = time.perf_counter()
-        fn()
-        pl.synchronize(device)
-        if i >= 2:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def _timed(fn, device: torch.device) -> float:
+    pl.synchronize(device)
+    t0 = time.perf_counter()
+    fn()
+    pl.synchronize(device)
+    return time.perf_counter() - t0
 
 
 @torch.inference_mode()
@@ -125,10 +121,14 @@ def measure_costs(pair: Any, sizes: Sequence[int] | None = None, prefix_len: int
     ``sizes``, and one draft level, and return the curve.
 
     The forward is the verification's (tree mask as a 4D float mask, explicit positions); a
-    chain of n tokens costs what any tree of n nodes does. Sizes that run out of memory end the
-    curve there; if not even 2 tokens can be verified, :class:`CalibrationError` is raised. The
-    curve is kept as measured (median of ``repeats``), not forced to be monotone: a kernel that is
-    faster for 6 rows than for 3 is a fact about the machine, not noise.
+    chain of n tokens costs what any tree of n nodes does. The sizes are timed round-robin, one
+    forward per size per round (two warm-up rounds, then ``repeats``), and each size keeps its
+    median: a burst of load from elsewhere on a shared machine then lands on one round of every
+    size, where the median drops it, instead of on all repeats of one size, where it would make
+    that size look expensive and bend the tree policy around a spike. Sizes that run out of memory
+    end the curve there; if not even 2 tokens can be verified, :class:`CalibrationError` is
+    raised. The curve is kept as measured, not forced to be monotone: a kernel that is faster for
+    6 rows than for 3 is a fact about the machine, not noise.
     """
     device = pair.device
     sizes = sorted(set(sizes or (GPU_SIZES if device.type == "cuda" else DEFAULT_SIZES)))
@@ -139,25 +139,32 @@ def measure_costs(pair: Any, sizes: Sequence[int] | None = None, prefix_len: int
     prefix = torch.randint(0, vocab, (prefix_len + max(sizes),), generator=gen)
     cache = DynamicCache()
     pl.forward(pair.target, prefix[:prefix_len].to(device)[None], cache)
-    points: dict[int, float] = {}
-    for n in sizes:
-        ids = to_device(prefix[prefix_len:prefix_len + n].tolist(), device)[None]
+    inputs = {n: to_device(prefix[prefix_len:prefix_len + n].tolist(), device)[None] for n in sizes}
+    times: dict[int, list[float]] = {}
 
-        def verify() -> None:
-            pl.forward(pair.target, ids, cache)
-            pl.crop(cache, prefix_len)
+    def verify(n: int) -> None:
+        pl.forward(pair.target, inputs[n], cache)
+        pl.crop(cache, prefix_len)
 
+    for n in sizes:  # the first round (a warm-up) also finds the largest size that fits
         try:
-            points[n] = _median_time(verify, repeats, device)
+            _timed(lambda: verify(n), device)
         except (torch.OutOfMemoryError, RuntimeError) as e:  # the largest trees do not fit: stop there
             pl.crop(cache, prefix_len)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-            if len(points) < 2:
+            if len(times) < 2:
                 raise CalibrationError(f"could not time a verify forward over {n} tokens: {e}") from e
             warnings.warn(f"calibration: a verify forward over {n} tokens failed ({type(e).__name__}); "
-                          f"the cost curve ends at {max(points)} tokens", stacklevel=2)
+                          f"the cost curve ends at {max(times)} tokens", stacklevel=2)
             break
+        times[n] = []
+    for r in range(repeats + 1):  # one more warm-up round, then the measured ones
+        for n in times:
+            t = _timed(lambda: verify(n), device)
+            if r:
+                times[n].append(t)
+    points = {n: statistics.median(ts) for n, ts in times.items()}
     draft_s = measure_draft_level(pair)
     return CostModel.from_points(points, draft_s, iteration_s=measure_iteration_overhead(pair), created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                  prefix_len=prefix_len, meta={"torch": torch.__version__, "repeats": repeats,
@@ -190,14 +197,16 @@ def _calibration_run(pair: Any, config: DecoderConfig, tokens: int) -> list[Any]
 
 def measure_draft_level(pair: Any, tokens: int = 32) -> float:
     """Seconds per draft level as the decode loop spends them (forward, top-k and the level's
-    host sync): the draft phase's time over its levels in a short fixed-tree run."""
+    host sync): the median over iterations of a short fixed-tree run of the draft phase's time
+    per level."""
     recs = _calibration_run(pair, FixedTreeConfig(d=3, b=2, tau=0.0, n_max=6), tokens)
     levels = sum(r.draft_forwards for r in recs)
     if not levels:
         raise CalibrationError("the calibration run drafted nothing: no draft level to time")
-    # the first iteration of each prompt also feeds the prompt to the draft: leave it out
-    steady = [r for r in recs if r.index > 0] or recs
-    return sum(r.timings.get("draft", 0.0) for r in steady) / max(1, sum(r.draft_forwards for r in steady))
+    # the first iteration of each prompt also feeds the prompt to the draft: leave it out; the
+    # median over iterations, so that a burst of load elsewhere does not price every level
+    steady = [r for r in recs if r.index > 0 and r.draft_forwards] or [r for r in recs if r.draft_forwards]
+    return statistics.median(r.timings.get("draft", 0.0) / r.draft_forwards for r in steady)
 
 
 def measure_iteration_overhead(pair: Any, tokens: int = 32) -> float:
@@ -222,7 +231,8 @@ def cost_model(pair: Any, recalibrate: bool = False, sizes: Sequence[int] | None
             if model.matches(**key):
                 return model
             warnings.warn(f"the cached cost curve in {path} was measured for {model.device} / {model.target} "
-                          f"/ {model.draft} / {model.dtype}, not for this device and pair: recalibrating",
+                          f"/ {model.draft} / {model.dtype} / {model.linear_kernel or 'torch'} kernels, not for this device "
+                          "and pair: recalibrating",
                           stacklevel=2)
     model = measure_costs(pair, sizes)
     _write(path, key, "cost", model.to_dict())

@@ -8,7 +8,7 @@ one row, 28-40 ms for two or three and 21 ms for four. A whole target forward th
 for one token, 103-123 ms for two or three and 94 ms for four, so a linear K=2 chain pays more per
 verified token than K=4. oneDNN's inner-product primitive on a weight reordered once into its
 blocked layout reads the weight once for all rows: the same forward costs 44 ms for one token and
-48-53 ms for two to six (``docs/bench/2026-11-27-linear-kernels/``). Forwards stay memory bound
+48-53 ms for two to six (``docs/bench/2026-11-27-linear-kernels/forward_curve.txt``). Forwards stay memory bound
 up to a few dozen rows, which is what a tree of drafted tokens needs.
 
 The packed kernel is also *batch invariant*: each row's output is bitwise the same whatever the
@@ -30,7 +30,6 @@ import torch
 import torch.nn.functional as F
 
 from .bench.pairs import LINEAR_KERNELS
-
 
 
 def onednn_unavailable(device: torch.device | str, dtype: torch.dtype, dispatched: bool = False) -> str | None:

@@ -86,7 +86,8 @@ print(f"target: {pair.target_name}\ndraft:  {pair.draft_name} ({pair.drafter_kin
 # 2 or 60 tokens. On a CPU it does not, and *how* it grows is a fact about the machine.
 # `dynatree_core.calibrate.cost_model(pair)` measures it once per device, pair and dtype (seconds on
 # a CPU) and caches it under `~/.cache/dynatree`: c(n), the median time of one verify forward over
-# n = 1..32 tokens after a 256-token prefix, plus the time of one draft level and the loop's own
+# n = 1..32 tokens after a 256-token prefix (the sizes timed round-robin, so that a burst of load
+# elsewhere on the machine cannot price one size high), plus the time of one draft level and the loop's own
 # overhead per iteration. (`dynatree calibrate` on the command line does the same; pass
 # `recalibrate=True` to measure again.)
 

@@ -3,6 +3,7 @@
 Runs AR, linear (several K), fixed trees and DynaTree variants on a few validation passages with
 the default pair and prints throughput ratios against AR measured in the same run, L-bar and
 forward counts. Usage: python scripts/tune_cpu_preset.py [--prompts 2] [--tokens 96] [--drafter auto|feature|model|feature+lookup|...]
+       [--n-max 8,12] [--b-max 2,3] [--b-min 1,2]
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def main() -> None:
     ap.add_argument("--drafter", choices=PAIR_DRAFTS, default="auto")
     ap.add_argument("--n-max", default="8,12,16,24,32,48", help="DynaTree N_max values to try")
     ap.add_argument("--b-max", default="2,3", help="DynaTree B_max values to try")
+    ap.add_argument("--b-min", default="1", help="DynaTree B_min values to try (B_mid is max(2, B_min))")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     pair = ModelPair.default(draft=args.drafter)
@@ -45,7 +47,10 @@ def main() -> None:
     cells += [("dynatree", DynaTreeConfig.paper())]
     for n_max in (int(x) for x in args.n_max.split(",")):
         for b_max in (int(x) for x in args.b_max.split(",")):
-            cells.append(("dynatree", DynaTreeConfig.cpu(n_max=n_max, b_max=b_max)))
+            for b_min in (int(x) for x in args.b_min.split(",")):
+                if b_min <= b_max:
+                    cells.append(("dynatree", DynaTreeConfig.cpu(n_max=n_max, b_min=b_min, b_mid=max(2, b_min),
+                                                                 b_max=b_max)))
     generate(pair, prompts[0], "ar", max_new_tokens=8, ignore_eos=True)  # warm up
     base = None
     ar_tokens = {}

@@ -9,6 +9,7 @@ import math
 import warnings
 
 import pytest
+import torch
 
 from dynatree_core import calibrate, generate
 from dynatree_core.bench.methods import POLICY_LABELS, method_specs, parse_methods
@@ -157,6 +158,56 @@ def test_calibration_is_cached_and_another_devices_cache_is_not_used(monkeypatch
     monkeypatch.setattr(calibrate, "measure_costs", lambda p, sizes=None: first)
     with pytest.warns(UserWarning, match="recalibrating"):
         assert calibrate.cost_model(pair) == first
+
+
+def _scripted_forwards(monkeypatch, fail_from: int | None = None, burst: range = range(0)):
+    """Verify forwards that take 10 ms per token, except the calls in ``burst`` (counted over all
+    sizes, in call order), which take a second: load from elsewhere on a shared machine. Sizes
+    from ``fail_from`` run out of memory."""
+    real_forward, last, calls, timing = calibrate.pl.forward, [0], [], [False]
+
+    def forward(model, ids, *a, **k):  # the draft-level and overhead runs pass through untouched
+        if timing[0]:
+            last[0] = ids.shape[1]
+            if fail_from is not None and ids.shape[1] >= fail_from:
+                raise torch.OutOfMemoryError("scripted")
+        return real_forward(model, ids, *a, **k)
+
+    def timed(fn, device):
+        timing[0] = True
+        try:
+            fn()
+        finally:
+            timing[0] = False
+        calls.append(last[0])
+        return 1.0 if len(calls) - 1 in burst else 0.01 * last[0]
+
+    monkeypatch.setattr(calibrate.pl, "forward", forward)
+    monkeypatch.setattr(calibrate, "_timed", timed)
+    return calls
+
+
+def test_the_cost_curve_is_timed_round_robin_so_a_burst_of_load_does_not_bend_it(monkeypatch):
+    pair = cached_pair("llama", "sdpa", 0.02)
+    sizes = (1, 2, 3)
+    # a burst over 6 consecutive measured forwards: timed size by size it would take 6 of one
+    # size's 7 repeats; round-robin it takes 2 of each size's, and the medians drop it
+    first_measured = 2 * len(sizes)  # after the two warm-up rounds
+    calls = _scripted_forwards(monkeypatch, burst=range(first_measured + 4, first_measured + 10))
+    cost = calibrate.measure_costs(pair, sizes=sizes, prefix_len=16, repeats=7)
+    assert calls[:len(sizes) * 9] == list(sizes) * 9  # one forward per size per round
+    assert cost.verify_s == pytest.approx((0.01, 0.02, 0.03))
+
+
+def test_a_size_that_runs_out_of_memory_ends_the_curve(monkeypatch):
+    pair = cached_pair("llama", "sdpa", 0.02)
+    _scripted_forwards(monkeypatch, fail_from=4)
+    with pytest.warns(UserWarning, match="the cost curve ends at 3 tokens"):
+        cost = calibrate.measure_costs(pair, sizes=(1, 2, 3, 4, 6), prefix_len=16, repeats=3)
+    assert cost.sizes == (1, 2, 3) and cost.verify_s == pytest.approx((0.01, 0.02, 0.03))
+    _scripted_forwards(monkeypatch, fail_from=2)
+    with pytest.raises(calibrate.CalibrationError, match="over 2 tokens"):
+        calibrate.measure_costs(pair, sizes=(1, 2, 4), prefix_len=16, repeats=3)
 
 
 def test_a_calibration_that_cannot_run_falls_back_to_the_preset_budget(monkeypatch):
