@@ -300,6 +300,8 @@ def prepare_config(config: DecoderConfig, pair: Any) -> DecoderConfig:
 def describe(model: CostModel) -> str:
     """One line about a cost model (CLI and notebooks)."""
     ms = [f"{model.verify(n) * 1e3:.0f}" for n in model.sizes if math.isfinite(model.verify(n))]
-    return (f"verify c(n) on {model.device} ({model.target}, {model.dtype}), n = {', '.join(map(str, model.sizes))}: "
+    kernel = f", {model.linear_kernel} linear kernels" if model.linear_kernel else ""
+    return (f"verify c(n) on {model.device} ({model.target}, {model.dtype}{kernel}), "
+            f"n = {', '.join(map(str, model.sizes))}: "
             f"{', '.join(ms)} ms; draft level {model.draft_s * 1e3:.1f} ms; "
             f"per iteration besides forwards {model.iteration_s * 1e3:.1f} ms")

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from dynatree_core import calibrate, generate
 from dynatree_core.config import DynaTreeConfig, LinearConfig
+from dynatree_core.cost_model import CostModel
 from dynatree_core.draft_model import SparseLMHead
 from dynatree_core.linear_kernels import (PackedLinear, linear_kernel_of, onednn_unavailable, resolve_linear_kernel,
                                           set_linear_kernel)
@@ -175,6 +176,9 @@ def test_the_kernel_is_recorded_in_the_trace_and_keys_its_own_calibration():
     assert plain.linear_kernel == "torch"  # a pair built by hand is left as given
     assert calibrate.pair_key(pair)["linear_kernel"] == "onednn"
     assert calibrate.pair_key(plain)["linear_kernel"] == "torch"
+    curve = CostModel(verify_s=(0.01, 0.012), draft_s=0.001, sizes=(1, 2), **calibrate.pair_key(pair))
+    assert curve.matches(**calibrate.pair_key(pair)) and not curve.matches(**calibrate.pair_key(plain))
+    assert "onednn linear kernels" in calibrate.describe(curve)
 
 
 def test_the_cli_records_the_kernel_it_ran_on(tmp_path):
