@@ -96,6 +96,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, pac
 class PackedLinear(torch.nn.Module):
     """``nn.Linear`` computed by oneDNN on a weight reordered once into its blocked layout."""
 
+    linear_kernel = "onednn"
+
     def __init__(self, lin: torch.nn.Linear) -> None:
         super().__init__()
         self.in_features, self.out_features = lin.in_features, lin.out_features
@@ -128,7 +130,7 @@ def set_linear_kernel(model: torch.nn.Module, kernel: str) -> int:
     changed = 0
     for module in list(model.modules()):
         # a module computing its own linear (a sparse LM head) takes the kernel itself
-        if hasattr(module, "use_linear_kernel") and not isinstance(module, torch.nn.Linear):
+        if hasattr(module, "use_linear_kernel"):
             changed += bool(module.use_linear_kernel(kernel))
         for name, child in list(module.named_children()):
             if kernel == "onednn" and type(child) is torch.nn.Linear:
@@ -146,6 +148,5 @@ def linear_kernel_of(model: Any) -> str | None:
     something that is not a module (a model-free draft)."""
     if not isinstance(model, torch.nn.Module):
         return None
-    packed = any(isinstance(m, PackedLinear) or getattr(m, "linear_kernel", None) == "onednn"
-                 for m in model.modules())
+    packed = any(getattr(m, "linear_kernel", None) == "onednn" for m in model.modules())
     return "onednn" if packed else "torch"

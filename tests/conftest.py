@@ -33,25 +33,37 @@ def _cpu_target(arch: str, attn: str) -> torch.nn.Module:
 
 
 @functools.lru_cache(maxsize=None)
-def cached_target(arch: str, attn: str) -> torch.nn.Module:
+def cached_target(arch: str, attn: str, kernel: str = "torch") -> torch.nn.Module:
+    """The tiny target; ``kernel="onednn"``: a copy with its linear layers packed for oneDNN
+    (:mod:`dynatree_core.linear_kernels`), a model of its own to decode exactly like."""
     model = _cpu_target(arch, attn)
+    if kernel != "torch":
+        model = set_kernel(copy.deepcopy(model), kernel)
     return model if DEVICE.type == "cpu" else copy.deepcopy(model).to(DEVICE)
 
 
+def set_kernel(model: torch.nn.Module, kernel: str) -> torch.nn.Module:
+    from dynatree_core.linear_kernels import set_linear_kernel
+
+    set_linear_kernel(model, kernel)
+    return model
+
+
 @functools.lru_cache(maxsize=None)
-def cached_pair(arch: str, attn: str, noise: float) -> ModelPair:
-    target = cached_target(arch, attn)
-    draft = noisy_copy(_cpu_target(arch, attn), noise, seed=1)  # the noise is drawn on the CPU
+def cached_pair(arch: str, attn: str, noise: float, kernel: str = "torch") -> ModelPair:
+    target = cached_target(arch, attn, kernel)
+    draft = set_kernel(noisy_copy(_cpu_target(arch, attn), noise, seed=1), kernel)  # noise drawn on the CPU
     return ModelPair(target=target, draft=draft if DEVICE.type == "cpu" else draft.to(DEVICE),
                      target_name=f"tiny-{arch}", draft_name=f"tiny-{arch}-noise{noise}")
 
 
 @functools.lru_cache(maxsize=None)
-def reference_greedy(arch: str, attn: str, prompt: tuple[int, ...], n: int) -> list[int]:
-    """The target's own greedy decoding via ``model.generate`` (EOS never stops it here)."""
+def reference_greedy(arch: str, attn: str, prompt: tuple[int, ...], n: int, kernel: str = "torch") -> list[int]:
+    """The target's own greedy decoding via ``model.generate`` (EOS never stops it here), on the
+    linear ``kernel`` its pair runs on."""
     if n == 0:
         return []
-    model = cached_target(arch, attn)
+    model = cached_target(arch, attn, kernel)
     with torch.inference_mode():
         out = model.generate(torch.tensor([list(prompt)], device=DEVICE), do_sample=False, max_new_tokens=n,
                              min_new_tokens=n, eos_token_id=None, pad_token_id=0)

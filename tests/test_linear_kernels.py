@@ -9,7 +9,6 @@ never changes what the model the user runs would say.
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import pickle
 
@@ -28,7 +27,9 @@ from dynatree_core.models import ModelPair
 from dynatree_core.testing import noisy_copy, tiny_feature_pair, tiny_model
 from dynatree_core.trace import Trace
 
+from conftest import cached_pair, reference_greedy
 from test_exactness import ARCHS, ATTNS, EDGE_CONFIGS, method_configs, prompts
+from test_feature_draft import greedy
 
 pytestmark = pytest.mark.skipif(onednn_unavailable("cpu", torch.float32) is not None,
                                 reason="this torch build has no oneDNN linear kernels")
@@ -168,7 +169,7 @@ def test_from_pretrained_refuses_a_bad_kernel_before_loading_anything(tmp_path):
 
 
 def test_the_kernel_is_recorded_in_the_trace_and_keys_its_own_calibration():
-    pair = _pair("llama", "sdpa", 0.02)
+    pair = cached_pair("llama", "sdpa", 0.02, "onednn")
     res = generate(pair, [5, 9, 2], "dynatree", DynaTreeConfig(), max_new_tokens=6, trace=True)
     assert res.trace.linear_kernel == "onednn"
     assert Trace.from_json(res.trace.to_json()).linear_kernel == "onednn"
@@ -197,43 +198,25 @@ def test_the_cli_records_the_kernel_it_ran_on(tmp_path):
 
 # --------------------------------------------------------------------------- exactness, packed
 
-@functools.lru_cache(maxsize=None)
-def _pair(arch: str, attn: str, noise: float) -> ModelPair:
-    target = tiny_model(arch, seed=0, attn=attn)
-    draft = noisy_copy(target, noise, seed=1)
-    return ModelPair(target=target, draft=draft, target_name=f"tiny-{arch}").use_linear_kernel("onednn")
-
-
-@functools.lru_cache(maxsize=None)
-def _greedy(arch: str, attn: str, prompt: tuple[int, ...], n: int) -> list[int]:
-    """The packed target's own sequential greedy decoding."""
-    if n == 0:
-        return []
-    model = _pair(arch, attn, 0.0).target
-    with torch.inference_mode():
-        out = model.generate(torch.tensor([list(prompt)]), do_sample=False, max_new_tokens=n, min_new_tokens=n,
-                             eos_token_id=None, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
-
-
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(arch=st.sampled_from(ARCHS), attn=st.sampled_from(ATTNS), noise=st.sampled_from((0.0, 0.02, 1.0)),
        mc=method_configs, prompt=prompts, n=st.integers(0, 20))
 def test_every_decoder_on_packed_models_equals_their_greedy_decoding(arch, attn, noise, mc, prompt, n):
     method, config = mc
-    pair = _pair(arch, attn, noise)
+    pair = cached_pair(arch, attn, noise, "onednn")
     assert pair.linear_kernel == "onednn"
     res = generate(pair, list(prompt), method, config, max_new_tokens=n, ignore_eos=True)
-    assert res.tokens == _greedy(arch, attn, prompt, n)
+    assert res.tokens == reference_greedy(arch, attn, prompt, n, "onednn")
 
 
 @settings(max_examples=20, deadline=None)
 @given(mc=method_configs, prompt=prompts, cut=st.integers(0, 11))
 def test_packed_decoders_stop_at_the_first_eos_inside_an_accepted_path(mc, prompt, cut):
     method, config = mc
-    ref = _greedy("llama", "sdpa", prompt, 12)
+    ref = reference_greedy("llama", "sdpa", prompt, 12, "onednn")
     eos = ref[cut]
-    res = generate(_pair("llama", "sdpa", 0.0), list(prompt), method, config, max_new_tokens=12, eos_token_id=eos)
+    res = generate(cached_pair("llama", "sdpa", 0.0, "onednn"), list(prompt), method, config, max_new_tokens=12,
+                   eos_token_id=eos)
     assert res.tokens == ref[: ref.index(eos) + 1] and res.metrics.stopped_by == "eos"
 
 
@@ -242,8 +225,5 @@ def test_packed_decoders_stop_at_the_first_eos_inside_an_accepted_path(mc, promp
 def test_a_packed_feature_pair_is_exact(method, config):
     pair = tiny_feature_pair().use_linear_kernel("onednn")
     prompt = [5, 9, 2, 33, 7]
-    with torch.inference_mode():
-        ref = pair.target.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=16, min_new_tokens=16,
-                                   eos_token_id=None, pad_token_id=0)[0, len(prompt):].tolist()
     res = generate(pair, prompt, method, config, max_new_tokens=16, ignore_eos=True)
-    assert res.tokens == ref
+    assert res.tokens == greedy(pair.target, prompt, 16)

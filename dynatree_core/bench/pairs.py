@@ -57,22 +57,19 @@ class PairSpec:
         return self.target + (f" + {self.draft}" if self.draft else "") + mixed
 
     def load(self) -> Any:
-        return self._load().use_linear_kernel(self.linear_kernel)
-
-    def _load(self) -> Any:
         from ..models import ModelPair
 
         if self.drafter == "lookup" and self.target is not None:  # the named target, drafting by lookup
             from ..drafters import PromptLookup
             from ..models import LOOKUP_DRAFT_NAME
 
-            pair = replace(self, drafter="auto")._load()
+            pair = replace(self, drafter="auto").load()
             return ModelPair(target=pair.target, draft=PromptLookup(), tokenizer=pair.tokenizer,
                              target_name=pair.target_name, draft_name=LOOKUP_DRAFT_NAME)
         if self.drafter.endswith("+lookup") and self.target is not None:  # the named draft, lookup mixed in
             from ..drafters import LookupMix
 
-            pair = replace(self, drafter="auto")._load()
+            pair = replace(self, drafter="auto").load()
             if f"{pair.drafter_kind}+lookup" != self.drafter:
                 raise ValueError(f"drafter {self.drafter!r} names a {self.drafter.split('+')[0]} draft, but the "
                                  f"draft loaded is a {pair.drafter_kind} draft; use {pair.drafter_kind}+lookup")
@@ -95,7 +92,7 @@ class PairSpec:
             if self.device not in ("auto", "cpu"):
                 pair.target.to(self.device)
                 pair.draft.to(self.device)
-            return pair
+            return pair.use_linear_kernel(self.linear_kernel)  # the loaders above apply it themselves
         kwargs: dict[str, Any] = {"device_map": self.device_map} if self.device_map is not None else {}
         return ModelPair.from_pretrained(self.target, self.draft, device=self.device, dtype=self.dtype,
                                          linear_kernel=self.linear_kernel, **kwargs)
