@@ -136,9 +136,12 @@ def _breadth_table(device: torch.device, tau_l: float, tau_h: float, b_min: int,
                    k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``bucketize`` edges and the B(u) they index: c < tau_l -> b_max, tau_l <= c < tau_h -> b_mid,
     c >= tau_h -> b_min (c >= tau_h wins should tau_l exceed tau_h, as in GrowthRule.branching)."""
+    # built on the host and queued with to_device: a torch.tensor(..., device="cuda") copies from
+    # pageable memory and waits for the device, and the history adapter moves tau_h every
+    # iteration, so a new table is made mid-loop (the GPU's sync audit caught it)
     with torch.inference_mode(False):
-        edges = torch.tensor([min(tau_l, tau_h), tau_h], dtype=torch.float64, device=device)
-        table = torch.tensor([min(b, k) for b in (b_max, b_mid, b_min)], dtype=torch.long, device=device)
+        edges = to_device([min(tau_l, tau_h), tau_h], device, torch.float64)
+        table = to_device([min(b, k) for b in (b_max, b_mid, b_min)], device)
     return edges, table
 
 
@@ -146,7 +149,7 @@ def _breadth_table(device: torch.device, tau_l: float, tau_h: float, b_min: int,
 def _status_row(device: torch.device, k: int, b: int) -> torch.Tensor:
     """Candidate status of a node whose first b ranks were all kept: kept, then beyond B(u)."""
     with torch.inference_mode(False):
-        return torch.tensor([_KEPT] * b + [_BEYOND_B] * (k - b), dtype=torch.int8, device=device)
+        return to_device([_KEPT] * b + [_BEYOND_B] * (k - b), device, torch.int8)
 
 
 @functools.lru_cache(maxsize=16)
@@ -156,9 +159,8 @@ def _stop_tables(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     strongest weight names the code (kept: 0, still expanded; else "cost", "n_max" or "tau")."""
     with torch.inference_mode(False):
         rank = {_BEYOND_B: 0, _PRUNED_TAU: 1, _PRUNED_NMAX: 2, _PRUNED_COST: 3, _KEPT: 4}
-        weight = torch.tensor([rank[s] for s in range(len(rank))], dtype=torch.long, device=device)  # by status
-        code = torch.tensor([_CODE["tau"], _CODE["tau"], _CODE["n_max"], _CODE["cost"], 0], dtype=torch.int8,
-                            device=device)  # by weight
+        weight = to_device([rank[s] for s in range(len(rank))], device)  # by status
+        code = to_device([_CODE["tau"], _CODE["tau"], _CODE["n_max"], _CODE["cost"], 0], device, torch.int8)  # by weight
     return weight, code
 
 
@@ -248,8 +250,9 @@ class DeviceTree:
                     codes = torch.zeros(hi - lo, dtype=torch.int8, device=self.device)
                 key = self.cum_logps[lo:hi].masked_fill(codes != 0, -math.inf)
                 top = torch.argsort(key, descending=True, stable=True)[:rule.expand_top]
-                chosen = torch.zeros(hi - lo, dtype=torch.bool, device=self.device)
-                chosen[top] = True
+                # index_fill_, not chosen[top] = True: a host scalar written through an index
+                # tensor is copied to the device and waits for it (the GPU's sync audit)
+                chosen = torch.zeros(hi - lo, dtype=torch.bool, device=self.device).index_fill_(0, top, True)
                 codes = codes + ((codes == 0) & ~chosen) * _CODE["top_k"]
                 codes = codes.to(torch.int8)
                 n_expand = rule.expand_top
@@ -509,9 +512,11 @@ class DeviceTree:
         lp = self.topk_logps[rows, ranks].double()
         self._ints[:3, lo:hi] = torch.stack([self.topk_tokens[rows, ranks], rows, self.depths[rows] + 1])
         self._floats[:, lo:hi] = torch.stack([lp, self.cum_logps[rows] + lp])
-        self.stop[lo:hi] = _CODE["cost"]
-        self.stop[rows] = 0  # a parent whose children the cost had cut has one now
-        self.cand_status[rows, ranks] = _KEPT
+        # fill_ / index_fill_ rather than t[idx] = scalar: the latter copies the host scalar to
+        # the device and waits for it (two uncounted syncs per iteration on the GPU's audit)
+        self.stop[lo:hi].fill_(_CODE["cost"])
+        self.stop.index_fill_(0, rows, 0)  # a parent whose children the cost had cut has one now
+        self.cand_status.view(-1).index_fill_(0, rows * self.cand_status.shape[1] + ranks, _KEPT)
         anc = self.ancestors[rows]
         anc[:, lo:hi] |= torch.eye(f, dtype=torch.bool, device=self.device)
         self.ancestors[lo:hi] = anc
@@ -531,10 +536,16 @@ class DeviceTree:
         dropped = ~kept_mask & (new_id[parents.clamp(min=0)] >= 0)
         dropped[:1].fill_(False)
         rank = (self.topk_tokens[parents.clamp(min=0)] == self.tokens[:n, None]).to(torch.int8).argmax(1)
-        rows, cols = parents.clamp(min=0)[dropped], rank[dropped]
-        self.cand_status[rows, cols] = _PRUNED_RERANK
-        has_child = torch.zeros(self.capacity, dtype=torch.bool, device=dev)
-        has_child[parents[kept_mask][1:]] = True
+        # no boolean-mask indexing (its size is data: a device read) and no scalar writes through
+        # an index: the nodes that do not take part write to one spare slot past the end
+        width = self.cand_status.shape[1]
+        spare = self.capacity * width
+        hit = torch.zeros(spare + 1, dtype=torch.bool, device=dev)
+        hit.index_fill_(0, torch.where(dropped, parents.clamp(min=0) * width + rank, spare), True)
+        self.cand_status.masked_fill_(hit[:spare].view(self.capacity, width), _PRUNED_RERANK)
+        has_child = torch.zeros(self.capacity + 1, dtype=torch.bool, device=dev)
+        kept_child = kept_mask & (self._ar[:n] > 0)
+        has_child.index_fill_(0, torch.where(kept_child, parents.clamp(min=0), self.capacity), True)
         lost = (self.stop[:n] == 0) & self.fed[:n] & ~has_child[:n] & kept_mask
         self.stop[:n] = self.stop[:n] + lost * _CODE["rerank"]
         m = keep + 1

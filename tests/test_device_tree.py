@@ -8,6 +8,7 @@ the trees, the masks, positions, pruned candidates and the selected paths must b
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -16,7 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dynatree_core import generate, iterate
-from dynatree_core.config import DynaTreeConfig, FixedTreeConfig, GrowthRule, LinearConfig
+from dynatree_core.config import (DynaTreeConfig, Eagle2Config, FixedTreeConfig, GrowthRule, HistoryConfig,
+                                  LinearConfig, SequoiaConfig)
+from dynatree_core.cost_model import CostModel
 from dynatree_core.device_tree import DeviceTree, HostSyncs, host_tree, to_device
 from dynatree_core.tree import DraftTree, grow_tree
 
@@ -235,6 +238,96 @@ def test_untraced_records_build_their_trees_lazily_and_alike():
     for a, b in zip(fast, traced):
         assert a.tree.tokens == b.tree.tokens and a.tree.parents == b.tree.parents
         assert a.accepted_path == b.accepted_path and a.committed == b.committed
+
+
+class SyncLint:
+    """Catches, on any device, the calls of this package that read the device or wait for it
+    outside :meth:`HostSyncs.fetch` (the one counted read): on a GPU each is an uncounted
+    synchronisation, on a CPU nothing at all, so only a lint like this finds them here.
+
+    * ``torch.tensor(data, device=...)``: a copy from pageable host memory (waits for the device);
+    * ``t[index_tensor] = scalar``: the host scalar is copied to the device first (waits);
+    * ``t[bool_mask]``: the result's size is data on the device (a read);
+    * ``.item()``, ``.tolist()``, ``int(t)``, ``float(t)``, ``bool(t)``: reads.
+
+    Only calls made directly from ``dynatree_core`` count (the models' own code is not ours), and
+    none from inside ``HostSyncs.fetch``. CUDA's sync debug mode (``sync_audit``) is the ground
+    truth on a GPU; its run of 2026-11-27 found the cases this lint now covers (a breadth table
+    rebuilt with ``torch.tensor`` when the history adapter moved tau_h, scalar writes in the
+    cost-aware fill, boolean masks in EAGLE-2's rerank)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch):
+        self.calls: list[str] = []
+        self.active = False
+        t = torch.Tensor
+        for name in ("item", "tolist", "__int__", "__float__", "__bool__"):
+            monkeypatch.setattr(t, name, self._wrap(getattr(t, name), f".{name}()", lambda *a, **k: True))
+        monkeypatch.setattr(t, "__getitem__", self._wrap(t.__getitem__, "t[bool mask]", self._bool_index))
+        monkeypatch.setattr(t, "__setitem__", self._wrap(t.__setitem__, "t[index] = scalar", self._scalar_write))
+        monkeypatch.setattr(torch, "tensor", self._wrap(torch.tensor, "torch.tensor(device=...)",
+                                                        lambda *a, **k: k.get("device") is not None))
+
+    @staticmethod
+    def _indices(index) -> tuple:
+        return index if isinstance(index, tuple) else (index,)
+
+    def _bool_index(self, _t, index, *rest) -> bool:
+        return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in self._indices(index))
+
+    def _scalar_write(self, _t, index, value, *rest) -> bool:
+        return (not isinstance(value, torch.Tensor)
+                and any(isinstance(i, torch.Tensor) for i in self._indices(index)))
+
+    def _wrap(self, real, what: str, flagged):
+        lint = self
+
+        def spy(*args, **kwargs):
+            if lint.active:
+                caller = sys._getframe(1)
+                code = caller.f_code
+                if ("dynatree_core" in code.co_filename and code.co_name not in ("fetch", "_host_array")
+                        and flagged(*args, **kwargs)):
+                    lint.calls.append(f"{what} at {code.co_filename.rsplit('/', 1)[-1]}:{caller.f_lineno} "
+                                      f"in {code.co_name}")
+            return real(*args, **kwargs)
+
+        return spy
+
+
+@pytest.mark.parametrize("method,config", [
+    ("ar", None), ("linear", LinearConfig(k=3)), ("fixed_tree", FixedTreeConfig(d=3, b=2, tau=0.01, n_max=8)),
+    ("dynatree", DynaTreeConfig(history=HistoryConfig(window=2, eta_h=0.2))),  # tau_h moves every iteration
+    ("dynatree", DynaTreeConfig(cost_aware=True, cost=CostModel(verify_s=(0.01,) * 12, draft_s=0.002))),
+    ("eagle2", Eagle2Config(k=3, depth=3, n_total=6)),
+    ("sequoia", SequoiaConfig(n_max=8, d_max=4, acceptance=(0.5, 0.2, 0.1)))])
+def test_the_loop_reads_the_device_only_where_it_counts(method, config, monkeypatch):
+    pair = cached_pair("llama", "sdpa", 0.02)
+    run = iterate(pair, [5, 9, 14, 3], method, config, max_new_tokens=24, ignore_eos=True)
+    next(run)  # the first iteration may build cached constants
+    lint = SyncLint(monkeypatch)
+    lint.active = True
+    recs = list(run)
+    lint.active = False
+    assert recs and not lint.calls, sorted(set(lint.calls))
+
+
+@pytest.mark.parametrize("method,config", [("linear", LinearConfig(k=4)), ("dynatree", None)])
+def test_the_feature_and_lookup_drafters_read_the_device_only_where_it_counts(method, config, monkeypatch):
+    """The default pair's drafter kind (a feature draft with prompt lookup mixed in), on a prompt
+    that repeats itself so that lookup proposes continuations."""
+    from dynatree_core.drafters import LookupMix
+    from dynatree_core.models import ModelPair
+    from dynatree_core.testing import tiny_feature_pair
+
+    base = tiny_feature_pair()
+    pair = ModelPair(target=base.target, draft=base.draft, tokenizer=base.tokenizer, lookup=LookupMix())
+    run = iterate(pair, [5, 9, 14, 3, 7, 5, 9, 14, 3, 7, 5, 9], method, config, max_new_tokens=24, ignore_eos=True)
+    next(run)
+    lint = SyncLint(monkeypatch)
+    lint.active = True
+    recs = list(run)
+    lint.active = False
+    assert recs and not lint.calls, sorted(set(lint.calls))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run by scripts/gpu_check.sh)")
