@@ -54,10 +54,13 @@ DEFAULT_TESTS = ("tests/test_exactness.py", "tests/test_device_tree.py", "tests/
 #: test files that cannot run on a GPU, with the reason (none at present: test_tree_attention.py now
 #: builds its inputs on the model's device; it has not been run on a GPU yet)
 NOT_ON_GPU: dict[str, str] = {}
-FULL = dict(budget_s=450.0, limit_exactness=150.0, limit_precision=120.0, limit_bench=180.0,
-            precision_prompts=6, precision_tokens=128, precision_prompt_len=128,
-            bench_prompts=2, bench_warmup=1, bench_tokens=256, bench_prompt_len=256,
-            linear_k="2,3,5,8", presets="paper,cpu", policies="dynatree:cost,eagle2,sequoia", audit_tokens=32)
+#: sized from the H100 runs (2026-11-26/27: a 135M-target forward took ~25 ms there, launch-bound):
+#: exactness ~60 s, precision ~35 s per prompt plus ~35 s of loading, bench ~70 s per dataset at
+#: T=192 with these 11 methods, so every section fits its limit and the whole run ~6 minutes
+FULL = dict(budget_s=450.0, limit_exactness=150.0, limit_precision=110.0, limit_bench=240.0,
+            precision_prompts=2, precision_tokens=96, precision_prompt_len=128,
+            bench_prompts=2, bench_warmup=1, bench_tokens=192, bench_prompt_len=256,
+            linear_k="2,3,4,5", presets="paper,cpu", policies="dynatree:cost,eagle2,sequoia", audit_tokens=32)
 QUICK = dict(budget_s=420.0, limit_exactness=120.0, limit_precision=150.0, limit_bench=150.0,
              precision_prompts=1, precision_tokens=32, precision_prompt_len=64,
              bench_prompts=1, bench_warmup=0, bench_tokens=32, bench_prompt_len=64,
@@ -571,14 +574,22 @@ def bench_table(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 def sync_audit(pair: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Counted host syncs against CUDA's sync debug mode (dynatree_core.sync_audit), per method."""
+    from dynatree_core.bench.methods import method_specs
+    from dynatree_core.calibrate import prepare_config
     from dynatree_core.config import DynaTreeConfig, LinearConfig
     from dynatree_core.sync_audit import audit_host_syncs
 
     prompt = bench_prompts(pair, 1, 64)[0].token_ids
     out: dict[str, Any] = {"status": "ok", "max_new_tokens": args.audit_tokens, "methods": {}}
-    for label, method, cfg in (("ar", "ar", None), ("linear:k=3", "linear", LinearConfig(k=3)),
-                               ("dynatree:preset=paper", "dynatree", DynaTreeConfig.paper())):
+    # every way the loop touches the device: static chains, confidence-driven levels with the
+    # history adapter, the cost-aware fill, EAGLE-2's rerank, Sequoia's shape (the policies'
+    # calibrations are cached by the bench that ran before)
+    audited = [("ar", "ar", None), ("linear:k=3", "linear", LinearConfig(k=3)),
+               ("dynatree:preset=paper", "dynatree", DynaTreeConfig.paper())]
+    audited += [(s.label, s.method, s.config) for s in method_specs(["fixed_tree"] + list(args.policies))]
+    for label, method, cfg in audited:
         try:
+            cfg = prepare_config(cfg, pair) if cfg is not None else None
             rows = audit_host_syncs(pair, list(prompt), method, cfg, max_new_tokens=args.audit_tokens)
         except Exception as e:
             out["methods"][label] = {"error": error_summary(e)}

@@ -98,3 +98,27 @@ def test_parse_pytest_reads_the_summary_or_the_progress_of_a_killed_run():
     killed = gc.parse_pytest("........................................  [ 76%]\n......sF")
     assert (killed["passed"], killed["failed"], killed["skipped"], killed["duration_s"]) == (46, 1, 1, None)
     assert gc.parse_pytest("1 error in 0.3s")["errors"] == 1
+
+
+def test_the_sync_audit_covers_every_way_the_loop_touches_the_device(monkeypatch):
+    """The audit needs CUDA's sync debug mode; here its per-iteration rows come from the loop's own
+    counts, which checks what the section runs: every policy (calibrated first) next to AR,
+    linear and the paper's DynaTree, each without an error."""
+    import dynatree_core.sync_audit as sa
+    from dynatree_core.engine import iterate
+    from dynatree_core.testing import tiny_pair
+
+    def counted_only(pair, prompt, method, config=None, max_new_tokens=32):
+        recs = list(iterate(pair, prompt, method, config, max_new_tokens=max_new_tokens, ignore_eos=True))[1:]
+        return [{"iteration": r.index, "counted": r.host_syncs, "observed": r.host_syncs,
+                 "draft_levels": r.draft_forwards, "sources": []} for r in recs]
+
+    monkeypatch.setattr(sa, "audit_host_syncs", counted_only)
+    mod = _module()
+    args = mod.parse_args(["--audit-tokens", "6"])
+    out = mod.sync_audit(tiny_pair("llama", noise=0.05), args)
+    assert set(out["methods"]) == {"ar", "linear:k=3", "dynatree:preset=paper", "fixed_tree", "dynatree:cost",
+                                   "eagle2", "sequoia"}
+    for label, m in out["methods"].items():
+        assert "error" not in m, (label, m)
+        assert m["iterations"] > 0 and m["iterations_observed_gt_counted"] == 0
