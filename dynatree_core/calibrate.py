@@ -165,11 +165,32 @@ def measure_costs(pair: Any, sizes: Sequence[int] | None = None, prefix_len: int
             if r:
                 times[n].append(t)
     points = {n: statistics.median(ts) for n, ts in times.items()}
-    draft_s = measure_draft_level(pair)
-    return CostModel.from_points(points, draft_s, iteration_s=measure_iteration_overhead(pair), created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                                 prefix_len=prefix_len, meta={"torch": torch.__version__, "repeats": repeats,
-                                                              "threads": torch.get_num_threads()},
-                                 **pair_key(pair))
+    meta = {"torch": torch.__version__, "repeats": repeats, "threads": torch.get_num_threads()}
+    first = CostModel.from_points(points, measure_draft_level(pair), iteration_s=measure_iteration_overhead(pair),
+                                  created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                  prefix_len=prefix_len, meta=meta, **pair_key(pair))
+    return price_cost_aware_levels(pair, first)
+
+
+def price_cost_aware_levels(pair: Any, first: CostModel) -> CostModel:
+    """``first`` with its draft level priced as the cost-aware rule builds it.
+
+    A small fixed tree's level (``first.draft_s``) is a draft forward, its top-k and one read. A
+    cost-aware level also does the rule's own arithmetic (the rate of every prefix, the budget,
+    the final fill), and where every dispatched op costs time that is no small part: on the H100 of
+    ``docs/gpu/2026-11-27-h100`` (launch-bound, ~14 us per op) a cost-aware level took 9.5 ms where
+    a fixed tree's took 4.8, so the rule, priced at 4.8, grew 20-node trees and was the slowest
+    DynaTree there. So the rule runs once under ``first`` and its own levels are timed (one step
+    of a fixed point: a dearer level makes shallower trees, whose levels cost about the same). If
+    that run drafts nothing, ``first`` is kept. ``meta["draft_s_fixed_tree"]`` keeps the first price.
+    """
+    config = DynaTreeConfig.paper(cost_aware=True, cost=first)
+    try:
+        draft_s = measure_draft_level(pair, config=config)
+    except CalibrationError:
+        return first
+    return dataclasses.replace(first, draft_s=draft_s,
+                               meta=dict(first.meta, draft_s_fixed_tree=first.draft_s, draft_s_from="cost-aware run"))
 
 
 def calibration_prompts(pair: Any, count: int = 3) -> list[Any]:
@@ -195,11 +216,11 @@ def _calibration_run(pair: Any, config: DecoderConfig, tokens: int) -> list[Any]
     return recs
 
 
-def measure_draft_level(pair: Any, tokens: int = 32) -> float:
-    """Seconds per draft level as the decode loop spends them (forward, top-k and the level's
-    host sync): the median over iterations of a short fixed-tree run of the draft phase's time
-    per level."""
-    recs = _calibration_run(pair, FixedTreeConfig(d=3, b=2, tau=0.0, n_max=6), tokens)
+def measure_draft_level(pair: Any, tokens: int = 32, config: DecoderConfig | None = None) -> float:
+    """Seconds per draft level as the decode loop spends them (forward, top-k, the level's
+    bookkeeping and host sync): the median over iterations of a short run of ``config`` (default:
+    a small fixed tree) of the draft phase's time per level."""
+    recs = _calibration_run(pair, config or FixedTreeConfig(d=3, b=2, tau=0.0, n_max=6), tokens)
     levels = sum(r.draft_forwards for r in recs)
     if not levels:
         raise CalibrationError("the calibration run drafted nothing: no draft level to time")

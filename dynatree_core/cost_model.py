@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 #: version of the on-disk cost cache format (:mod:`dynatree_core.calibrate`)
-COST_SCHEMA_VERSION = "1"
+COST_SCHEMA_VERSION = "2"  # 2: draft_s priced by a cost-aware run (calibrate.price_cost_aware_levels)
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,9 @@ class CostModel:
     ``verify_s[n - 1]`` is c(n): seconds of one target forward over n tokens (the root and n - 1
     drafted nodes) under a tree mask; the largest tree the curve covers is therefore
     ``len(verify_s) - 1`` drafted nodes (:attr:`n_max`). ``draft_s`` is the seconds of one draft
-    forward over one tree level (a batched call; its width barely matters next to the target's).
+    level as the cost-aware rule builds it: the batched draft forward (its width barely matters
+    next to the target's), the top-k and the rule's own bookkeeping
+    (:func:`~dynatree_core.calibrate.price_cost_aware_levels`).
     ``sizes`` are the token counts actually timed (the others are interpolated linearly).
     ``iteration_s`` is what every iteration costs besides its model forwards (selection, cache
     commit, bookkeeping: the engine's overhead per AR step); a tree policy adds it to c(n).

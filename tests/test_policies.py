@@ -160,6 +160,41 @@ def test_calibration_is_cached_and_another_devices_cache_is_not_used(monkeypatch
         assert calibrate.cost_model(pair) == first
 
 
+def test_the_draft_level_is_priced_as_the_cost_aware_rule_builds_it(monkeypatch):
+    """A fixed tree's level gives a first price; the cost-aware rule then runs under that curve and
+    its own levels (with the rule's arithmetic) set draft_s. Both prices are kept."""
+    pair = cached_pair("llama", "sdpa", 0.02)
+    seen = []
+
+    def level(p, tokens=32, config=None):
+        seen.append(config)
+        return 0.004 if config is None else 0.009
+
+    monkeypatch.setattr(calibrate, "measure_draft_level", level)
+    model = calibrate.measure_costs(pair, sizes=(1, 2, 4), repeats=1)
+    assert seen[0] is None  # the fixed tree first
+    assert isinstance(seen[1], DynaTreeConfig) and seen[1].cost_aware and seen[1].cost.draft_s == 0.004
+    assert seen[1].cost.verify_s == model.verify_s  # priced under the curve just measured
+    assert model.draft_s == 0.009 and model.meta["draft_s_fixed_tree"] == 0.004
+    # a rule that drafts nothing under the first price keeps it
+    def nothing(p, tokens=32, config=None):
+        if config is not None:
+            raise calibrate.CalibrationError("the calibration run drafted nothing")
+        return 0.004
+
+    monkeypatch.setattr(calibrate, "measure_draft_level", nothing)
+    assert calibrate.measure_costs(pair, sizes=(1, 2), repeats=1).draft_s == 0.004
+
+
+def test_a_cost_aware_level_is_timed_from_a_real_run():
+    """Without stubs: the cost-aware run on the tiny pair drafts and gives a positive price."""
+    pair = cached_pair("llama", "sdpa", 0.02)
+    first = CostModel(verify_s=(0.01,) * 12, draft_s=0.0005)
+    priced = calibrate.price_cost_aware_levels(pair, first)
+    assert priced.draft_s > 0 and priced.meta["draft_s_fixed_tree"] == 0.0005
+    assert priced.verify_s == first.verify_s and priced.iteration_s == first.iteration_s
+
+
 def _scripted_forwards(monkeypatch, fail_from: int | None = None, burst: range = range(0)):
     """Verify forwards that take 10 ms per token, except the calls in ``burst`` (counted over all
     sizes, in call order), which take a second: load from elsewhere on a shared machine. Sizes
