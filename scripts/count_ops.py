@@ -1,0 +1,119 @@
+"""Count the tensor ops each decoding loop dispatches per iteration and per draft level.
+
+Where every op costs its dispatch (a launch-bound GPU host: ~14 us per op on the H100 of
+docs/gpu/2026-11-27-h100, where a 135M target forward of ~1,700 ops took ~25 ms), the number of ops
+is the cost, whatever the device does with them. Counting needs no GPU: the same code dispatches
+the same ops on a CPU. Each op is charged to the model (the target's or the draft's forward:
+transformers, torch.nn modules, the draft modules) or to the engine function of this package that
+issued it (the tree bookkeeping, the cache restore, the lookup).
+
+  python scripts/count_ops.py                                  # the embedded pair, five loops
+  python scripts/count_ops.py --target tiny-llama --methods ar,linear,dynatree --tokens 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+#: files whose ops are a model's forward (anything else under dynatree_core is the engine's)
+MODEL_FILES = ("/transformers/", "/torch/nn/modules/", "feature_draft.py", "draft_model.py", "linear_kernels.py")
+
+
+def classify(frame) -> tuple[str, str | None]:
+    """("model", None) or ("engine", "file.py:function") for the Python frame that dispatched an op."""
+    where = None
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if any(m in name for m in MODEL_FILES):
+            return "model", None
+        if where is None and "dynatree_core" in name:
+            where = f"{name.rsplit('/', 1)[-1]}:{frame.f_code.co_name}"
+        frame = frame.f_back
+    return "engine", where
+
+
+def count(pair, prompt, method: str, config, tokens: int, top: int) -> dict:
+    import torch  # noqa: F401  (the dispatch mode below)
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from dynatree_core import iterate
+
+    class Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.kinds: collections.Counter = collections.Counter()
+            self.where: collections.Counter = collections.Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kind, where = classify(sys._getframe(1))
+            self.kinds[kind] += 1
+            if where:
+                self.where[where] += 1
+            return func(*args, **(kwargs or {}))
+
+    run = iterate(pair, prompt, method, config, max_new_tokens=tokens, ignore_eos=True)
+    next(run)  # the first iteration reads the prompt: not a steady-state iteration
+    iterations = levels = 0
+    with Count() as c:
+        for rec in run:
+            iterations += 1
+            levels += rec.draft_forwards
+    if not iterations:
+        raise SystemExit(f"{method}: no iteration after the first (raise --tokens)")
+    return {"iterations": iterations, "levels_per_iteration": levels / iterations,
+            "model_ops_per_iteration": c.kinds["model"] / iterations,
+            "engine_ops_per_iteration": c.kinds["engine"] / iterations,
+            "top_engine": [(w, n / iterations) for w, n in c.where.most_common(top)]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", choices=("default", "tiny-llama"), default="default")
+    p.add_argument("--methods", default="ar,linear,fixed_tree,dynatree,dynatree:cost",
+                   help="bench method names (default: ar,linear,fixed_tree,dynatree,dynatree:cost)")
+    p.add_argument("--linear-k", type=int, default=3, help="linear's K (default 3)")
+    p.add_argument("--tokens", type=int, default=48, help="new tokens per loop (default 48)")
+    p.add_argument("--top", type=int, default=6, help="engine functions listed per loop (default 6)")
+    args = p.parse_args(argv)
+
+    from dynatree_core.bench.methods import method_specs, parse_methods
+    from dynatree_core.calibrate import prepare_config
+    from dynatree_core.models import ModelPair
+
+    if args.target == "default":
+        pair = ModelPair.default()
+        prompt = ("The history of the city begins in the twelfth century, when a small market town grew "
+                  "around the bridge. The market town grew around the bridge, and")
+    else:
+        from dynatree_core.testing import tiny_pair
+
+        pair, prompt = tiny_pair("llama", noise=0.05), [5, 9, 14, 3, 7, 5, 9, 14]
+    print(f"{pair.target_name} / {pair.draft_name}; T={args.tokens}; ops per steady-state iteration")
+    print(f"{'method':18s} {'levels/it':>9s} {'model ops/it':>12s} {'engine ops/it':>13s} {'engine ops/level':>16s}")
+    ar_engine = None
+    for spec in method_specs(parse_methods(args.methods), k=[args.linear_k]):
+        cfg = prepare_config(spec.config, pair) if spec.config is not None else None
+        r = count(pair, prompt, spec.method, cfg, args.tokens, args.top)
+        if spec.method == "ar":
+            ar_engine = r["engine_ops_per_iteration"]
+        per_level = ((r["engine_ops_per_iteration"] - (ar_engine or 0.0)) / r["levels_per_iteration"]
+                     if r["levels_per_iteration"] else None)
+        print(f"{spec.label:18s} {r['levels_per_iteration']:9.2f} {r['model_ops_per_iteration']:12.0f} "
+              f"{r['engine_ops_per_iteration']:13.0f} {'-' if per_level is None else f'{per_level:16.0f}':>16s}")
+        print("    " + ", ".join(f"{w} {n:.0f}" for w, n in r["top_engine"]))
+    if ar_engine is None:
+        print("(engine ops/level counts all engine ops; include ar to subtract the per-iteration base)")
+    else:
+        print("(engine ops/level: the engine's ops per iteration beyond AR's, per draft level)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
