@@ -322,7 +322,10 @@ def describe(model: CostModel) -> str:
     """One line about a cost model (CLI and notebooks)."""
     ms = [f"{model.verify(n) * 1e3:.0f}" for n in model.sizes if math.isfinite(model.verify(n))]
     kernel = f", {model.linear_kernel} linear kernels" if model.linear_kernel else ""
+    fixed = model.meta.get("draft_s_fixed_tree")
+    level = f"draft level {model.draft_s * 1e3:.1f} ms" + (
+        f" (as the cost-aware rule builds it; a fixed tree's {fixed * 1e3:.1f} ms)" if fixed is not None else "")
     return (f"verify c(n) on {model.device} ({model.target}, {model.dtype}{kernel}), "
             f"n = {', '.join(map(str, model.sizes))}: "
-            f"{', '.join(ms)} ms; draft level {model.draft_s * 1e3:.1f} ms; "
+            f"{', '.join(ms)} ms; {level}; "
             f"per iteration besides forwards {model.iteration_s * 1e3:.1f} ms")

@@ -176,6 +176,7 @@ def test_the_draft_level_is_priced_as_the_cost_aware_rule_builds_it(monkeypatch)
     assert isinstance(seen[1], DynaTreeConfig) and seen[1].cost_aware and seen[1].cost.draft_s == 0.004
     assert seen[1].cost.verify_s == model.verify_s  # priced under the curve just measured
     assert model.draft_s == 0.009 and model.meta["draft_s_fixed_tree"] == 0.004
+    assert "draft level 9.0 ms (as the cost-aware rule builds it; a fixed tree's 4.0 ms)" in calibrate.describe(model)
     # a rule that drafts nothing under the first price keeps it
     def nothing(p, tokens=32, config=None):
         if config is not None:
