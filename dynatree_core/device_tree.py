@@ -132,17 +132,22 @@ def _arange(device: torch.device, n: int) -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=256)
-def _breadth_table(device: torch.device, tau_l: float, tau_h: float, b_min: int, b_mid: int, b_max: int,
-                   k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``bucketize`` edges and the B(u) they index: c < tau_l -> b_max, tau_l <= c < tau_h -> b_mid,
-    c >= tau_h -> b_min (c >= tau_h wins should tau_l exceed tau_h, as in GrowthRule.branching)."""
-    # built on the host and queued with to_device: a torch.tensor(..., device="cuda") copies from
-    # pageable memory and waits for the device, and the history adapter moves tau_h every
-    # iteration, so a new table is made mid-loop (the GPU's sync audit caught it)
+def _breadth_edges(device: torch.device, tau_l: float, tau_h: float) -> torch.Tensor:
+    """``bucketize`` edges over the confidence c(u): c < tau_l -> bucket 0, tau_l <= c < tau_h -> 1,
+    c >= tau_h -> 2 (c >= tau_h wins should tau_l exceed tau_h, as in GrowthRule.branching).
+
+    Apart from :func:`_breadth_table`: the history adapter moves tau_h every iteration, so these
+    are made mid-loop, on the host and queued with to_device (a ``torch.tensor(..., device="cuda")``
+    copies from pageable memory and waits for the device: the GPU's sync audit caught it)."""
     with torch.inference_mode(False):
-        edges = to_device([min(tau_l, tau_h), tau_h], device, torch.float64)
-        table = to_device([min(b, k) for b in (b_max, b_mid, b_min)], device)
-    return edges, table
+        return to_device([min(tau_l, tau_h), tau_h], device, torch.float64)
+
+
+@functools.lru_cache(maxsize=64)
+def _breadth_table(device: torch.device, b_min: int, b_mid: int, b_max: int, k: int) -> torch.Tensor:
+    """B(u) by :func:`_breadth_edges` bucket: b_max, b_mid, b_min (at most k)."""
+    with torch.inference_mode(False):
+        return to_device([min(b, k) for b in (b_max, b_mid, b_min)], device)
 
 
 @functools.lru_cache(maxsize=64)
@@ -340,7 +345,8 @@ class DeviceTree:
             return self._shape[ids].clamp(max=k)
         if rule.b_min == rule.b_mid == rule.b_max:
             return min(rule.b_mid, k)
-        edges, table = _breadth_table(self.device, rule.tau_l, rule.tau_h, rule.b_min, rule.b_mid, rule.b_max, k)
+        edges = _breadth_edges(self.device, rule.tau_l, rule.tau_h)
+        table = _breadth_table(self.device, rule.b_min, rule.b_mid, rule.b_max, k)
         return table[torch.bucketize(torch.exp(lp[:, 0]), edges, right=True)]
 
     def _add_children(self, ids: torch.Tensor, top_ids: torch.Tensor, top_lps: torch.Tensor, budget: int,

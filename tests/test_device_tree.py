@@ -279,19 +279,30 @@ class SyncLint:
                 and any(isinstance(i, torch.Tensor) for i in self._indices(index)))
 
     def _wrap(self, real, what: str, flagged):
-        lint = self
-
         def spy(*args, **kwargs):
-            if lint.active:
+            if self.active:
                 caller = sys._getframe(1)
                 code = caller.f_code
                 if ("dynatree_core" in code.co_filename and code.co_name not in ("fetch", "_host_array")
                         and flagged(*args, **kwargs)):
-                    lint.calls.append(f"{what} at {code.co_filename.rsplit('/', 1)[-1]}:{caller.f_lineno} "
+                    self.calls.append(f"{what} at {code.co_filename.rsplit('/', 1)[-1]}:{caller.f_lineno} "
                                       f"in {code.co_name}")
             return real(*args, **kwargs)
 
         return spy
+
+    def steady_calls(self, pair, prompt, method: str, config) -> list[str]:
+        """The flagged calls of a loop's iterations after its first (which may build cached
+        constants), sorted and without repeats; fails if there was no such iteration."""
+        run = iterate(pair, prompt, method, config, max_new_tokens=24, ignore_eos=True)
+        next(run)
+        self.active = True
+        try:
+            recs = list(run)
+        finally:
+            self.active = False
+        assert recs, "no iteration after the first"
+        return sorted(set(self.calls))
 
 
 #: every method's loop, with what makes each one touch the device differently: a history adapter
@@ -307,13 +318,7 @@ LOOP_CONFIGS = [
 @pytest.mark.parametrize("method,config", LOOP_CONFIGS)
 def test_the_loop_reads_the_device_only_where_it_counts(method, config, monkeypatch):
     pair = cached_pair("llama", "sdpa", 0.02)
-    run = iterate(pair, [5, 9, 14, 3], method, config, max_new_tokens=24, ignore_eos=True)
-    next(run)  # the first iteration may build cached constants
-    lint = SyncLint(monkeypatch)
-    lint.active = True
-    recs = list(run)
-    lint.active = False
-    assert recs and not lint.calls, sorted(set(lint.calls))
+    assert SyncLint(monkeypatch).steady_calls(pair, [5, 9, 14, 3], method, config) == []
 
 
 @pytest.mark.parametrize("method,config", [("linear", LinearConfig(k=4)), ("dynatree", None)])
@@ -326,13 +331,7 @@ def test_the_feature_and_lookup_drafters_read_the_device_only_where_it_counts(me
 
     base = tiny_feature_pair()
     pair = ModelPair(target=base.target, draft=base.draft, tokenizer=base.tokenizer, lookup=LookupMix())
-    run = iterate(pair, [5, 9, 14, 3, 7, 5, 9, 14, 3, 7, 5, 9], method, config, max_new_tokens=24, ignore_eos=True)
-    next(run)
-    lint = SyncLint(monkeypatch)
-    lint.active = True
-    recs = list(run)
-    lint.active = False
-    assert recs and not lint.calls, sorted(set(lint.calls))
+    assert SyncLint(monkeypatch).steady_calls(pair, [5, 9, 14, 3, 7, 5, 9, 14, 3, 7, 5, 9], method, config) == []
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run by scripts/gpu_check.sh)")
