@@ -160,7 +160,7 @@ def add_method_args(p: argparse.ArgumentParser, linear: bool = True, fixed: bool
                               if grid else ""))
     g = p.add_argument_group("DynaTree")
     g.add_argument("--dynatree-preset", dest="preset", choices=("auto",) + PRESETS, default="auto",
-                   help="paper, cpu (a smaller node budget), or auto (default: cpu on CPU, paper on GPU or with --paper)")
+                   help="paper, cpu (a smaller node budget), gpu (wider, shallower: for a launch-bound GPU host) or auto (default: cpu on CPU, gpu on GPU, paper with --paper)")
     for f in DYNATREE_FIELDS:
         g.add_argument("--dynatree-" + f.replace("_", "-"), dest=f"dt_{f}", type=DYNATREE_FIELD_TYPES[f],
                        default=None, metavar=f.upper(), help=f"{PARAMETER_HELP[f]} (default: from the preset)")

@@ -469,6 +469,19 @@ class DynaTreeConfig(DecoderConfig):
         return cls(**base)
 
     @classmethod
+    def gpu(cls, **overrides: Any) -> "DynaTreeConfig":
+        """GPU-sized preset: where the host is launch-bound (a small or mid-size target on a fast
+        GPU) a verify forward and a draft level cost the ops they dispatch, whatever the tree's
+        width, so wider levels are nearly free and depth is what costs. Chosen with
+        ``scripts/tune_gpu_preset.py`` (ops per generated token, counted on this CPU, on WikiText-2
+        validation and gutenberg-train passages with the default pair; 2026-11-27): B 2/3/4,
+        tau 0.02, N_max 32 dispatched the fewest ops per token, 1.12x fewer than linear at its best
+        K and 1.04x fewer than the paper's preset (docs/bench/2026-11-27-gpu-preset)."""
+        base = dict(b_min=2, b_mid=3, b_max=4, tau=0.02, n_max=32)
+        base.update(overrides)
+        return cls(**base)
+
+    @classmethod
     def ablation(cls, variant: str, **overrides: Any) -> "DynaTreeConfig":
         """The paper's progressive ablation (Table 4).
 

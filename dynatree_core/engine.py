@@ -22,7 +22,6 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
-from transformers import DynamicCache
 
 from . import calibrate
 from . import plumbing as pl
@@ -33,6 +32,7 @@ from .drafters import Drafter, make_drafter
 from .history import HistoryAdapter, HistoryState
 from .metrics import Metrics
 from .models import ModelPair, context_window, eos_token_ids
+from .target_cache import TargetCache
 from .trace import IterationRecord, Trace
 
 
@@ -153,7 +153,8 @@ class DecodingRun:
         col = RunCollector(self, drafter, self.tracing)
         if drafter is not None:
             drafter.clock = col.clock
-        cache, out, root = DynamicCache(), [], self.prompt[-1]
+        # the target's cache: a verified tree's rejected entries are masked, not moved (target_cache)
+        cache, out, root = TargetCache(), [], self.prompt[-1]
         top_k = drafter.top_k if drafter is not None else 1
         self._prefill(cache, drafter, need_hidden, col)
         while len(out) < self.max_new_tokens:
@@ -175,7 +176,7 @@ class DecodingRun:
             out.extend(new)
             forwards = 1
             if stop is None:
-                forwards += self._restore(cache, v.prefix_len, root, path, new, col)
+                forwards += self._restore(cache, v.start, root, path, new, col)
                 if drafter is not None:
                     hidden = v.hidden[to_device([0] + path, self.pair.device)] if need_hidden else None
                     # the drafter's cache slots refer to the tree as grown (an EAGLE-2 rerank compacts it)
@@ -200,13 +201,14 @@ class DecodingRun:
             top_k = self.config.trace_top_k
         return make_drafter(self.pair.draft, max(top_k, self.record_top_k or 0), self.pair.lookup)
 
-    def _prefill(self, cache: DynamicCache, drafter: Drafter | None, need_hidden: bool, col: RunCollector) -> None:
+    def _prefill(self, cache: TargetCache, drafter: Drafter | None, need_hidden: bool, col: RunCollector) -> None:
         """Both models read the prompt; the last prompt token stays out of the caches: it is the
         first iteration's root."""
         hidden = None
         if len(self.prompt) > 1 and self.max_new_tokens > 0:
             ids = to_device(self.prompt[:-1], self.pair.device)[None]
-            hidden = pl.prefill(self.pair.target, ids, cache, need_hidden, col.clock)
+            hidden = pl.prefill(self.pair.target, ids, cache.cache, need_hidden, col.clock)
+            cache.commit_written()
             col.target_forwards += 1
         if drafter is not None and self.max_new_tokens > 0:
             drafter.start(self.prompt, hidden)
@@ -223,14 +225,15 @@ class DecodingRun:
             new, stop = new[:remaining], stop or "max_new_tokens"
         return new, stop
 
-    def _restore(self, cache: DynamicCache, prefix_len: int, root: int, path: list[int], new: list[int],
+    def _restore(self, cache: TargetCache, start: int, root: int, path: list[int], new: list[int],
                  col: RunCollector) -> int:
-        """Cut the target cache back to root + accepted path; returns the extra target forwards."""
-        if self.config.kv_mode == "gather":  # keep the verified entries of root + path, in place
-            pl.keep_selected(cache, prefix_len, [0] + path)
+        """Bring the target cache back to root + accepted path; returns the extra target forwards."""
+        if self.config.kv_mode == "gather":  # keep the verified entries of root + path where they are
+            cache.keep(start, [0] + path)
             return 0
-        pl.crop(cache, prefix_len)  # the paper's mode: crop to the prefix and re-run the committed tokens
-        pl.forward(self.pair.target, to_device([root] + new[:-1], self.pair.device)[None], cache, clock=col.clock)
+        cache.drop_written()  # the paper's mode: crop to the prefix and re-run the committed tokens
+        pl.forward(self.pair.target, to_device([root] + new[:-1], self.pair.device)[None], cache.cache, clock=col.clock)
+        cache.commit_written()
         return 1
 
     def _history_state(self) -> dict | None:

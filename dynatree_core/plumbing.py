@@ -24,6 +24,7 @@ from transformers import DynamicCache
 from .compat import cache_kwargs
 from .device_tree import to_device
 from .masks import causal_visibility, with_prefix  # noqa: F401 (part of the plumbing API)
+from .target_cache import TargetCache
 
 
 def additive_mask(allowed: np.ndarray | torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -185,8 +186,8 @@ def forward(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache
             clock: ForwardClock | None = None) -> torch.Tensor:
     """One cached forward of new tokens ``input_ids`` [1, q]; returns logits [q, vocab].
 
-    ``allowed`` (bool [q, past + q]) says which cache entries and new tokens each new token
-    may attend to; ``position_ids`` (int [q]) are absolute positions. Both default to a causal
+    ``allowed`` (bool [q, past + q], or the float additive mask [1, 1, q, past + q] itself) says
+    which cache entries and new tokens each new token may attend to; ``position_ids`` (int [q]) are absolute positions. Both default to a causal
     chain continuing the cache. ``clock`` times the forward.
     """
     inputs = _inputs(model, input_ids, cache, allowed, position_ids)
@@ -226,31 +227,46 @@ class Verified:
 
 
 @torch.inference_mode()
-def verify_tree(model: torch.nn.Module, tree: Any, cache: DynamicCache, want_hidden: bool = False) -> Verified:
+def verify_tree(model: torch.nn.Module, tree: Any, cache: DynamicCache | TargetCache, want_hidden: bool = False
+                ) -> Verified:
     """The target reads the root and every node of ``tree`` (a :class:`~dynatree_core.tree.DraftTree`)
     in ONE forward: each node sees the cached prefix, its ancestors and itself (tree mask), at
     position prefix + depth. The cache is extended by all nodes (the commit phase cuts it back)."""
     dev = model_device(model)
-    logits, hidden, prefix_len = _tree_forward(model, to_device(tree.tokens, dev),
-                                               to_device(tree.ancestor_mask(), dev, torch.bool),
-                                               to_device(tree.position_offsets(), dev), cache, want_hidden, None)
+    logits, hidden, prefix_len, _ = _tree_forward(model, to_device(tree.tokens, dev),
+                                                  to_device(tree.ancestor_mask(), dev, torch.bool),
+                                                  to_device(tree.position_offsets(), dev), cache, want_hidden, None)
     return Verified(logits, hidden, prefix_len, prefix_len + tree.position_offsets(), logits.argmax(dim=-1).tolist())
 
 
 def _tree_forward(model: torch.nn.Module, tokens: torch.Tensor, tree_visible: torch.Tensor, offsets: torch.Tensor,
-                  cache: DynamicCache, want_hidden: bool, clock: ForwardClock | None
-                  ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
-    """The verify forward both tree kinds share: ``tokens`` [n] see the whole cache plus
+                  cache: DynamicCache | TargetCache, want_hidden: bool, clock: ForwardClock | None
+                  ) -> tuple[torch.Tensor, torch.Tensor | None, int, int]:
+    """The verify forward both tree kinds share: ``tokens`` [n] see the committed cache plus
     ``tree_visible`` [n, n] among themselves, at positions prefix + ``offsets`` (depths).
-    Returns (logits, hidden states or None, prefix length)."""
-    prefix_len = cache_length(cache)
+    Returns (logits, hidden states or None, prefix length, the root's cache slot): the prefix
+    length counts committed entries (a :class:`TargetCache` may still hold dead ones, which the
+    mask hides), the slot is where the forward's first entry landed."""
+    if isinstance(cache, TargetCache):
+        dyn, prefix_len, dead = cache.cache, cache.committed, cache.dead_mask(tokens.device)
+    else:
+        dyn, dead = cache, None
+        prefix_len = cache_length(cache)
+    start = cache_length(dyn)
     n = tokens.shape[0]
-    allowed = torch.cat([torch.ones((n, prefix_len), dtype=torch.bool, device=tokens.device), tree_visible], 1)
+    dtype = model_dtype(model)
+    # the additive mask written directly (no bool [n, past + n] first): the fewer ops, the
+    # cheaper on a launch-bound GPU host
+    mask = torch.zeros((1, 1, n, start + n), dtype=dtype, device=tokens.device)
+    lowest = torch.finfo(dtype).min
+    if dead is not None:
+        mask[0, 0, :, :start].masked_fill_(dead, lowest)
+    mask[0, 0, :, start:].masked_fill_(~tree_visible, lowest)
     pos = prefix_len + offsets
     if want_hidden:
-        logits, hidden = forward_with_hidden(model, tokens[None], cache, allowed, pos, clock)
-        return logits, hidden, prefix_len
-    return forward(model, tokens[None], cache, allowed, pos, clock), None, prefix_len
+        logits, hidden = forward_with_hidden(model, tokens[None], dyn, mask, pos, clock)
+        return logits, hidden, prefix_len, start
+    return forward(model, tokens[None], dyn, mask, pos, clock), None, prefix_len, start
 
 
 @dataclass
@@ -260,18 +276,19 @@ class DeviceVerified:
 
     logits: torch.Tensor  # [n, vocab]
     hidden: torch.Tensor | None  # [n, hidden] final hidden states, or None
-    prefix_len: int  # cache length before the forward
+    prefix_len: int  # committed tokens before the root (the root's position)
     argmax: torch.Tensor  # [n] the target's greedy choice after every node
+    start: int = -1  # the cache slot the root's entry landed in (entries [start, start + n) are the tree's)
 
 
 @torch.inference_mode()
-def verify_device(model: torch.nn.Module, tree: Any, cache: DynamicCache, want_hidden: bool = False,
+def verify_device(model: torch.nn.Module, tree: Any, cache: DynamicCache | TargetCache, want_hidden: bool = False,
                   clock: ForwardClock | None = None) -> DeviceVerified:
     """:func:`verify_tree` for a device tree: tokens, tree mask and positions (prefix + depth) are
     taken from its tensors, and the argmax stays on the device for the tree's vectorised selection."""
-    logits, hidden, prefix_len = _tree_forward(model, tree.tokens[:tree.n], tree.tree_mask(), tree.position_offsets(),
-                                               cache, want_hidden, clock)
-    return DeviceVerified(logits, hidden, prefix_len, logits.argmax(dim=-1))
+    logits, hidden, prefix_len, start = _tree_forward(model, tree.tokens[:tree.n], tree.tree_mask(),
+                                                      tree.position_offsets(), cache, want_hidden, clock)
+    return DeviceVerified(logits, hidden, prefix_len, logits.argmax(dim=-1), start)
 
 
 @torch.inference_mode()
@@ -301,6 +318,10 @@ def _inputs(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache
         pos = position_ids.to(device).reshape(1, q)
     else:
         pos = to_device(np.asarray(position_ids, dtype=np.int64), device)[None]
-    assert tuple(allowed.shape) == (q, past + q), (tuple(allowed.shape), q, past)
-    mask = additive_mask(allowed, model_dtype(model), device)
+    if isinstance(allowed, torch.Tensor) and allowed.is_floating_point():  # already the additive [1, 1, q, kv]
+        assert tuple(allowed.shape) == (1, 1, q, past + q), (tuple(allowed.shape), q, past)
+        mask = allowed
+    else:
+        assert tuple(allowed.shape) == (q, past + q), (tuple(allowed.shape), q, past)
+        mask = additive_mask(allowed, model_dtype(model), device)
     return dict(input_ids=input_ids, attention_mask=mask, position_ids=pos, **cache_kwargs(model, cache), use_cache=True)

@@ -76,16 +76,18 @@ METHOD_COLORS: dict[str, str] = {
     # colour within that set (the ablation variants are never in it)
     "dynatree:paper": OKABE_ITO["blue"],
     "dynatree:cpu": OKABE_ITO["bluish_green"],
+    "dynatree:gpu": OKABE_ITO["bluish_green"],  # drawn with the GPU's set, where dynatree:cpu is not
     "dynatree:cost": OKABE_ITO["vermillion"],
     "eagle2": OKABE_ITO["reddish_purple"],
     "sequoia": OKABE_ITO["yellow"],
 }
 #: the label sets drawn together (a bench with the ablation; a bench of the tree policies): the
-#: eight Okabe-Ito colours cannot give twelve labels their own, but every set gets distinct ones
+#: eight Okabe-Ito colours cannot give thirteen labels their own, but every set gets distinct ones
 COLOR_GROUPS: tuple[tuple[str, ...], ...] = (
     ("ar", "linear", "fixed_tree", "dynatree", "dynatree:fixed_backbone", "dynatree:breadth_depth",
      "dynatree:full"),
     ("ar", "linear", "fixed_tree", "dynatree:paper", "dynatree:cpu", "dynatree:cost", "eagle2", "sequoia"),
+    ("ar", "linear", "fixed_tree", "dynatree:paper", "dynatree:gpu", "dynatree:cost", "eagle2", "sequoia"),
 )
 #: line dashes / bar patterns that tell apart variants of one method family (``linear:k=3``)
 VARIANT_DASHES: tuple[str, ...] = ("dash", "dot", "dashdot", "longdash", "longdashdot")

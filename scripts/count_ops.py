@@ -39,29 +39,46 @@ def classify(frame) -> tuple[str, str | None]:
     return "engine", where
 
 
+class OpCounter:
+    """Counts every tensor op dispatched while active (a ``TorchDispatchMode``), charged to the
+    model or to the engine function that issued it (:func:`classify`)."""
+
+    def __init__(self) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counter = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kind, where = classify(sys._getframe(1))
+                counter.kinds[kind] += 1
+                if where:
+                    counter.where[where] += 1
+                return func(*args, **(kwargs or {}))
+
+        self.kinds: collections.Counter = collections.Counter()
+        self.where: collections.Counter = collections.Counter()
+        self._mode = _Mode()
+
+    @property
+    def total(self) -> int:
+        return sum(self.kinds.values())
+
+    def __enter__(self) -> "OpCounter":
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._mode.__exit__(*exc)
+
+
 def count(pair, prompt, method: str, config, tokens: int, top: int) -> dict:
-    import torch  # noqa: F401  (the dispatch mode below)
-    from torch.utils._python_dispatch import TorchDispatchMode
-
     from dynatree_core import iterate
-
-    class Count(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.kinds: collections.Counter = collections.Counter()
-            self.where: collections.Counter = collections.Counter()
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            kind, where = classify(sys._getframe(1))
-            self.kinds[kind] += 1
-            if where:
-                self.where[where] += 1
-            return func(*args, **(kwargs or {}))
 
     run = iterate(pair, prompt, method, config, max_new_tokens=tokens, ignore_eos=True)
     next(run)  # the first iteration reads the prompt: not a steady-state iteration
     iterations = levels = 0
-    with Count() as c:
+    with OpCounter() as c:
         for rec in run:
             iterations += 1
             levels += rec.draft_forwards

@@ -9,7 +9,7 @@ recorded with a traceback summary and the script goes on):
   precision    the default pair in fp32, fp16 and bf16: greedy AR tokens against fp32 AR, the top-2
                logit margins where they first differ (near-ties explain mismatches), and whether
                DynaTree equals AR within each dtype
-  bench        the benchmark (AR, linear K, fixed tree, DynaTree with the paper and cpu presets, and the
+  bench        the benchmark (AR, linear K, fixed tree, DynaTree with its presets (--presets), and the
                other tree policies: cost-aware DynaTree, EAGLE-2, Sequoia) on
                the default pair in fp32, both datasets, and on CUDA the host-sync audit
 
@@ -50,7 +50,7 @@ SCHEMA_VERSION = 1
 SECTIONS = ("exactness", "precision", "bench")
 DTYPES = ("float32", "float16", "bfloat16")
 DEFAULT_TESTS = ("tests/test_exactness.py", "tests/test_device_tree.py", "tests/test_tree_attention.py",
-                 "tests/test_device_map.py")  # the last: a target split across two GPUs, where there are two
+                 "tests/test_target_cache.py", "tests/test_device_map.py")  # the last: a target split across two GPUs, where there are two
 #: test files that cannot run on a GPU, with the reason (none at present: test_tree_attention.py now
 #: builds its inputs on the model's device; it has not been run on a GPU yet)
 NOT_ON_GPU: dict[str, str] = {}
@@ -60,11 +60,11 @@ NOT_ON_GPU: dict[str, str] = {}
 FULL = dict(budget_s=450.0, limit_exactness=150.0, limit_precision=110.0, limit_bench=240.0,
             precision_prompts=2, precision_tokens=96, precision_prompt_len=128,
             bench_prompts=2, bench_warmup=1, bench_tokens=192, bench_prompt_len=256,
-            linear_k="2,3,4,5", presets="paper,cpu", policies="dynatree:cost,eagle2,sequoia", audit_tokens=32)
+            linear_k="2,3,4,5", presets="gpu,paper", policies="dynatree:cost,eagle2,sequoia", audit_tokens=32)
 QUICK = dict(budget_s=420.0, limit_exactness=120.0, limit_precision=150.0, limit_bench=150.0,
              precision_prompts=1, precision_tokens=32, precision_prompt_len=64,
              bench_prompts=1, bench_warmup=0, bench_tokens=32, bench_prompt_len=64,
-             linear_k="2,5", presets="paper,cpu", policies="dynatree:cost,eagle2,sequoia", audit_tokens=16)
+             linear_k="2,5", presets="paper,cpu,gpu", policies="dynatree:cost,eagle2,sequoia", audit_tokens=16)
 #: a section is skipped when less than this is left of the budget
 MIN_SECTION_S = 20.0
 

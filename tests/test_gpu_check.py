@@ -55,7 +55,7 @@ def test_tiny_cpu_run_has_every_section(tmp_path):
     b = s["bench"]
     assert b["outputs_identical_across_methods"] is True
     labels = {r["label"] for r in b["table"]}
-    assert labels == {"ar", "linear", "fixed_tree", "dynatree:preset=paper", "dynatree:preset=cpu",
+    assert labels == {"ar", "linear", "fixed_tree", "dynatree:preset=paper", "dynatree:preset=cpu", "dynatree:preset=gpu",
                       "dynatree:cost", "eagle2", "sequoia"}  # the tree policies ride along (--policies)
     assert {r["dataset"] for r in b["table"]} == {"wikitext2", "pg19"}
     for r in b["table"]:

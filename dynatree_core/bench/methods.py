@@ -5,7 +5,7 @@ Names accepted by :func:`method_specs`: ``ar``, ``linear`` (K), ``fixed_tree`` (
 ``dynatree:breadth_depth``, ``dynatree:full`` (``ablation`` expands to all three), and
 ``hf_assisted``: Hugging Face's assisted generation on the same pair, for comparison
 (:mod:`.hf_assisted`; not an engine method). The tree policies side by side:
-``dynatree:paper`` and ``dynatree:cpu`` (both presets in one run), ``dynatree:cost`` (cost-aware
+``dynatree:paper``, ``dynatree:cpu`` and ``dynatree:gpu`` (the presets side by side), ``dynatree:cost`` (cost-aware
 DynaTree: the paper preset's breadth rule, its size from the measured cost curve, no hand-set
 N_max), ``eagle2`` (EAGLE-2's dynamic tree) and ``sequoia`` (Sequoia's static tree);
 ``policies`` expands to linear, the fixed tree and all five.
@@ -21,12 +21,13 @@ from ..config import (ABLATION_VARIANTS, PARAMETER_HELP, ARConfig, DecoderConfig
                       FixedTreeConfig, GrowthRule, HistoryConfig, LinearConfig, SequoiaConfig)
 from .hf_assisted import HFAssistedConfig
 
-PRESETS: tuple[str, ...] = ("paper", "cpu")
+PRESETS: tuple[str, ...] = ("paper", "cpu", "gpu")
 ABLATION_LABELS: tuple[str, ...] = tuple(f"dynatree:{v}" for v in ABLATION_VARIANTS)
-PRESET_LABELS: tuple[str, ...] = ("dynatree:paper", "dynatree:cpu")
+PRESET_LABELS: tuple[str, ...] = ("dynatree:paper", "dynatree:cpu", "dynatree:gpu")
 COST_LABEL = "dynatree:cost"
 #: the tree policies compared in one run (``policies``)
-POLICY_LABELS: tuple[str, ...] = ("linear", "fixed_tree", *PRESET_LABELS, COST_LABEL, "eagle2", "sequoia")
+POLICY_LABELS: tuple[str, ...] = ("linear", "fixed_tree", "dynatree:paper", "dynatree:cpu", COST_LABEL, "eagle2",
+                                   "sequoia")
 METHOD_NAMES: tuple[str, ...] = ("ar", "linear", "fixed_tree", "dynatree", *ABLATION_LABELS, "ablation",
                                   *PRESET_LABELS, COST_LABEL, "eagle2", "sequoia", "policies", "hf_assisted")
 #: group names and what they expand to
@@ -67,16 +68,16 @@ def parse_methods(spec: str) -> list[str]:
 
 
 def auto_preset(device: str) -> str:
-    """The preset ``auto`` picks: ``paper`` on a GPU, ``cpu`` on a CPU (where a verify forward grows
-    with the tree, so the paper's large trees lose)."""
-    return "paper" if str(device).startswith("cuda") else "cpu"
+    """The preset ``auto`` picks: ``gpu`` on a GPU (launch-bound: width is nearly free, depth
+    costs), ``cpu`` on a CPU (where a verify forward grows with the tree, so large trees lose)."""
+    return "gpu" if str(device).startswith("cuda") else "cpu"
 
 
 def dynatree_config(preset: str = "paper", history: bool = True, **overrides: Any) -> DynaTreeConfig:
-    """The DynaTree config of ``preset`` (``paper`` or ``cpu``) with field overrides."""
+    """The DynaTree config of ``preset`` (``paper``, ``cpu`` or ``gpu``) with field overrides."""
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {PRESETS}, got {preset!r}")
-    make = DynaTreeConfig.paper if preset == "paper" else DynaTreeConfig.cpu
+    make = {"paper": DynaTreeConfig.paper, "cpu": DynaTreeConfig.cpu, "gpu": DynaTreeConfig.gpu}[preset]
     cfg = make(**overrides)
     if not history:
         cfg = cfg.replace(history=HistoryConfig(enabled=False))
