@@ -7,6 +7,8 @@ the trees, the masks, positions, pruned candidates and the selected paths must b
 
 from __future__ import annotations
 
+import copy
+
 import math
 import sys
 
@@ -340,12 +342,12 @@ def test_cuda_reports_no_synchronisation_the_loop_did_not_count(method, config):
     from dynatree_core.models import ModelPair
     from dynatree_core.sync_audit import audit_host_syncs
 
-    cpu = cached_pair("llama", "sdpa", 0.02)
-    pair = ModelPair(target=cpu.target.to("cuda"), draft=cpu.draft.to("cuda"), target_name="tiny", draft_name="tiny")
-    try:
-        rows = audit_host_syncs(pair, [5, 9, 14, 3], method, config, max_new_tokens=16)
-    finally:
-        cpu.target.to("cpu"), cpu.draft.to("cpu")
+    # copies: the cached models are shared with every other test (moving them, even back, would
+    # strand the pairs that share their target on whatever device the move left it)
+    cached = cached_pair("llama", "sdpa", 0.02)
+    pair = ModelPair(target=copy.deepcopy(cached.target).to("cuda"), draft=copy.deepcopy(cached.draft).to("cuda"),
+                     target_name="tiny", draft_name="tiny")
+    rows = audit_host_syncs(pair, [5, 9, 14, 3], method, config, max_new_tokens=16)
     assert rows
     static = config is None or config.growth_rule().static_counts  # AR, linear, EAGLE-2 at tau = 0
     for row in rows:
