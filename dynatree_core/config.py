@@ -475,8 +475,9 @@ class DynaTreeConfig(DecoderConfig):
         width, so wider levels are nearly free and depth is what costs. Chosen with
         ``scripts/tune_gpu_preset.py`` (ops per generated token, counted on this CPU, on WikiText-2
         validation and gutenberg-train passages with the default pair; 2026-11-27): B 2/3/4,
-        tau 0.02, N_max 32 dispatched the fewest ops per token, 1.12x fewer than linear at its best
-        K and 1.04x fewer than the paper's preset (docs/bench/2026-11-27-gpu-preset)."""
+        tau 0.02, N_max 32 dispatched the fewest ops per token, 1.17x fewer than linear at its best
+        K and 1.05x fewer than the paper's preset (docs/bench/2026-11-27-gpu-preset). On the H100
+        it ran at 1.24x / 1.09x linear's best K (WikiText-2 / PG-19; docs/gpu/2026-11-27b-h100)."""
         base = dict(b_min=2, b_mid=3, b_max=4, tau=0.02, n_max=32)
         base.update(overrides)
         return cls(**base)

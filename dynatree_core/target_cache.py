@@ -113,22 +113,17 @@ class TargetCache:
         """Drop every entry written since the last resolve (the recompute mode's crop)."""
         self._crop(len(self._alive))
 
-    @torch.inference_mode()  # the cache's tensors are inference tensors: edited in place only in that mode
     def compact(self) -> None:
         """Move the committed entries down over the dead ones: one gather per key/value tensor."""
         if not self.dead:
             return
         if len(self._alive) != self.physical:
             raise RuntimeError("compact: resolve the last forward's entries first")
-        src = None
-        m = self._committed
-        for layer in self.cache.layers:
-            if src is None or src.device != layer.keys.device:
-                src = to_device(np.flatnonzero(self._alive), layer.keys.device)
-            layer.keys[:, :, :m] = layer.keys.index_select(2, src)
-            layer.values[:, :, :m] = layer.values.index_select(2, src)
-        self._crop(m)
-        self._alive = np.ones(m, dtype=bool)
+        from .plumbing import keep_selected  # plumbing builds on this module (its verify reads a TargetCache)
+
+        first = self.cache.layers[0].keys.device
+        keep_selected(self.cache, 0, to_device(np.flatnonzero(self._alive), first))
+        self._alive = np.ones(self._committed, dtype=bool)
         self._dead_dev = None
         self.compactions += 1
 

@@ -56,7 +56,8 @@ DEFAULT_TESTS = ("tests/test_exactness.py", "tests/test_device_tree.py", "tests/
 NOT_ON_GPU: dict[str, str] = {}
 #: sized from the H100 runs (2026-11-26/27: a 135M-target forward took ~25 ms there, launch-bound):
 #: exactness ~60 s, precision ~35 s per prompt plus ~35 s of loading, bench ~70 s per dataset at
-#: T=192 with these 11 methods, so every section fits its limit and the whole run ~6 minutes
+#: T=192 with these 11 methods (N=4 with 9 methods: ~125 s per dataset), so every section fits its
+#: limit and the whole run ~6 minutes
 FULL = dict(budget_s=450.0, limit_exactness=150.0, limit_precision=110.0, limit_bench=240.0,
             precision_prompts=2, precision_tokens=96, precision_prompt_len=128,
             bench_prompts=2, bench_warmup=1, bench_tokens=192, bench_prompt_len=256,

@@ -41,3 +41,54 @@ def test_the_command_line_prints_one_row_per_method(capsys):
     out = capsys.readouterr().out
     assert [ln.split()[0] for ln in out.splitlines() if ln.startswith(("ar ", "linear", "dynatree"))] == [
         "ar", "linear", "dynatree"]
+
+
+def _script(name: str):
+    path = SCRIPT.parent / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_op_counter_counts_only_inside_its_block():
+    import torch
+
+    counter = _module().OpCounter()
+    x = torch.ones(3)
+    x + 1  # before: not counted
+    with counter:
+        y = x * 2
+        y.sum()
+    x - 1  # after: not counted
+    assert counter.total == 2 == counter.kinds["engine"]  # issued from this test file, not a model
+
+
+def test_gpu_profile_writes_its_rows_on_a_cpu(tmp_path):
+    import json
+
+    prof = _script("gpu_profile")
+    assert prof.main(["--target", "tiny-llama", "--device", "cpu", "--tokens", "8", "--methods",
+                      "ar,linear:k=2,dynatree:gpu", "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "profile.json").read_text())
+    assert doc["schema_version"] == 1 and doc["kind"] == "gpu_profile" and doc["device"] == "cpu"
+    rows = {r["label"]: r for r in doc["rows"]}
+    assert list(rows) == ["ar", "linear:k=2", "dynatree:gpu"]
+    assert all(r["tokens"] == 8 and r["aten_ops"] > 0 and r["wall_s"] > 0 for r in rows.values())
+    assert all(r["kernel_s"] is None and r["launches"] is None for r in rows.values())  # no CUDA here
+    assert rows["ar"]["tokens_per_iteration"] == 1.0 and rows["linear:k=2"]["draft_forwards_per_iteration"] > 0
+
+
+def test_tune_gpu_preset_grid_overrides_the_paper_preset():
+    import argparse
+
+    from dynatree_core import DynaTreeConfig
+
+    tune = _script("tune_gpu_preset")
+    cells = tune.cells(argparse.Namespace(grid="b_min=2,b_mid=3,b_max=4,n_max=32,tau=0.02;d0=4"))
+    methods = [m for m, _ in cells]
+    assert methods[0] == "ar" and methods.count("linear") == 4 and methods[-2:] == ["dynatree", "dynatree"]
+    wide, shallow = cells[-2][1], cells[-1][1]
+    assert wide == DynaTreeConfig.paper(b_min=2, b_mid=3, b_max=4, n_max=32, tau=0.02) == DynaTreeConfig.gpu()
+    assert isinstance(wide.tau, float) and isinstance(wide.n_max, int) and shallow.d0 == 4
+    assert len(tune.cells(argparse.Namespace(grid=tune.DEFAULT_GRID))) == 10 + len(tune.DEFAULT_GRID.split(";"))

@@ -3,8 +3,6 @@ are masked, not moved, and the result is the same as a cache holding only the co
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 from transformers import DynamicCache
@@ -17,14 +15,7 @@ from dynatree_core.target_cache import TargetCache
 from dynatree_core.tree import grow_tree
 
 from conftest import cached_pair, cached_target, reference_greedy
-
-
-def _propose(tree, ids):
-    out = []
-    for i in ids:
-        toks = [(7 * i + 3 * r + 5) % 60 + 2 for r in range(4)]
-        out.append((toks, [math.log(p) for p in (0.5, 0.3, 0.15, 0.05)]))
-    return out
+from test_tree_attention import _fake_propose as _propose
 
 
 def _tree(root: int, d: int = 3, b: int = 2):
