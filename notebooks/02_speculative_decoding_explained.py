@@ -368,9 +368,13 @@ print("accepted nodes:", path5, "->", [session.token_text(tree5.tokens[i]) for i
 # Verification appended the keys/values of **all** tree nodes to the target's cache, but only the
 # root and the accepted path belong to the text. Two ways back:
 #
-# * **gather** (this library's default): move the accepted nodes' entries into place and cut the rest.
-#   No extra forward. It is exact because each node's keys/values were computed with exactly its
-#   real context (the mask) and its real position (the depth).
+# * **gather** (this library's default): keep the accepted nodes' entries and drop the rest, as the
+#   cell below does by moving them into place (`pl.keep_selected`). No extra forward. It is exact
+#   because each node's keys/values were computed with exactly its real context (the mask) and its
+#   real position (the depth). The engine goes one step further (`dynatree_core.target_cache`): it
+#   leaves the accepted entries where they are and hides the rejected ones between them in every
+#   later forward's mask, and moves them only once 64 have piled up: moving costs two ops per layer
+#   and tensor, which a launch-bound GPU pays one by one.
 # * **recompute** (the paper's description): crop the cache to the prefix and run the committed tokens
 #   through the target again — one extra target forward per iteration.
 
