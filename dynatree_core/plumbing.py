@@ -187,8 +187,9 @@ def forward(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache
     """One cached forward of new tokens ``input_ids`` [1, q]; returns logits [q, vocab].
 
     ``allowed`` (bool [q, past + q], or the float additive mask [1, 1, q, past + q] itself) says
-    which cache entries and new tokens each new token may attend to; ``position_ids`` (int [q]) are absolute positions. Both default to a causal
-    chain continuing the cache. ``clock`` times the forward.
+    which cache entries and new tokens each new token may attend to; ``position_ids`` (int [q])
+    are absolute positions. Both default to a causal chain continuing the cache. ``clock`` times
+    the forward.
     """
     inputs = _inputs(model, input_ids, cache, allowed, position_ids)
     with timed(clock):
