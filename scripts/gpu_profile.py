@@ -94,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="auto", help="cuda, cpu or auto (default)")
     p.add_argument("--methods", default="ar,linear:k=3,linear:k=4,fixed_tree,dynatree:gpu,dynatree:paper",
                    help="bench labels; linear:k=K picks K")
-    p.add_argument("--tokens", type=int, default=96)
+    p.add_argument("--tokens", type=int, default=32,
+                   help="new tokens per run (default 32: CUDA tracing slows a launch-bound host several times "
+                        "over; 96 did not fit 100 s with the default pair on the H100)")
     p.add_argument("--out", required=True, help="output directory (profile.json)")
     args = p.parse_args(argv)
 
