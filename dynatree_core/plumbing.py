@@ -1,4 +1,5 @@
-"""Model plumbing: attention masks, position ids and KV-cache surgery (no tree policy here).
+"""Model plumbing: attention masks, position ids and forwards (no tree policy here); the KV-cache
+surgery of :mod:`dynatree_core.target_cache` is re-exported.
 
 Everything the engine feeds a model goes through these helpers:
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -24,7 +25,8 @@ from transformers import DynamicCache
 from .compat import cache_kwargs
 from .device_tree import to_device
 from .masks import causal_visibility, with_prefix  # noqa: F401 (part of the plumbing API)
-from .target_cache import TargetCache
+# the per-layer cache surgery lives with the target cache that builds on it (part of the plumbing API)
+from .target_cache import TargetCache, cache_length, crop, keep_selected  # noqa: F401
 
 
 def additive_mask(allowed: np.ndarray | torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -95,42 +97,6 @@ class ForwardClock:
 def timed(clock: ForwardClock | None) -> contextlib.AbstractContextManager:
     """``clock.measure()``, or nothing when no clock is given."""
     return clock.measure() if clock is not None else contextlib.nullcontext()
-
-
-def cache_length(cache: DynamicCache) -> int:
-    return cache.get_seq_length()
-
-
-def crop(cache: DynamicCache, length: int) -> None:
-    """Keep the first ``length`` entries of every layer."""
-    drop = cache_length(cache) - length
-    if drop > 0:
-        cache.crop(-drop)
-
-
-@torch.inference_mode()
-def keep_selected(cache: DynamicCache, start: int, selected: Sequence[int] | torch.Tensor) -> None:
-    """Keep entries [0, start) plus ``start + i`` for i in ``selected`` (ascending), drop the rest.
-
-    Used to keep the accepted path of a verified tree: its entries are moved down to
-    [start, start + len(selected)) and the cache is cut there. Nothing is recomputed.
-    ``selected`` may be a device tensor (no host round trip) or host ints.
-    """
-    if isinstance(selected, torch.Tensor):
-        count, move, src = int(selected.shape[0]), True, selected + start
-    else:
-        selected = list(selected)
-        count = len(selected)
-        move = selected != list(range(count))  # already contiguous at the front: no move needed
-        src = None
-    if move and count:
-        for layer in cache.layers:
-            if src is None:
-                src = to_device([start + i for i in selected], layer.keys.device)
-            idx = src.to(layer.keys.device)
-            layer.keys[:, :, start:start + count] = layer.keys.index_select(2, idx)
-            layer.values[:, :, start:start + count] = layer.values.index_select(2, idx)
-    crop(cache, start + count)
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
@@ -248,12 +214,10 @@ def _tree_forward(model: torch.nn.Module, tokens: torch.Tensor, tree_visible: to
     Returns (logits, hidden states or None, prefix length, the root's cache slot): the prefix
     length counts committed entries (a :class:`TargetCache` may still hold dead ones, which the
     mask hides), the slot is where the forward's first entry landed."""
-    if isinstance(cache, TargetCache):
-        dyn, prefix_len, dead = cache.cache, cache.committed, cache.dead_mask(tokens.device)
-    else:
-        dyn, dead = cache, None
-        prefix_len = cache_length(cache)
+    kv = cache if isinstance(cache, TargetCache) else None
+    dyn = kv.cache if kv is not None else cache
     start = cache_length(dyn)
+    prefix_len, dead = (kv.committed, kv.dead_mask(tokens.device)) if kv is not None else (start, None)
     n = tokens.shape[0]
     dtype = model_dtype(model)
     # the additive mask written directly (no bool [n, past + n] first): the fewer ops, the
@@ -279,7 +243,7 @@ class DeviceVerified:
     hidden: torch.Tensor | None  # [n, hidden] final hidden states, or None
     prefix_len: int  # committed tokens before the root (the root's position)
     argmax: torch.Tensor  # [n] the target's greedy choice after every node
-    start: int = -1  # the cache slot the root's entry landed in (entries [start, start + n) are the tree's)
+    start: int  # the cache slot the root's entry landed in (entries [start, start + n) are the tree's)
 
 
 @torch.inference_mode()

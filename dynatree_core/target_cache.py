@@ -1,7 +1,7 @@
 """The target's KV cache across iterations: a verified tree's rejected entries are hidden, not moved.
 
 A verification forward writes one cache entry per tree node; only the root and the accepted
-path are committed. Moving those into place (gathering them down, as ``plumbing.keep_selected``
+path are committed. Moving those into place (gathering them down, as :func:`keep_selected`
 does) costs two ops per key/value tensor per layer *every iteration*: ~120 ops for a 30-layer
 target, ~1.7 ms on the launch-bound H100 host of docs/gpu/2026-11-27-h100. Instead:
 
@@ -10,6 +10,9 @@ target, ~1.7 ms on the launch-bound H100 host of docs/gpu/2026-11-27-h100. Inste
   attention mask hides them (:meth:`TargetCache.dead_mask`, one bool per entry on the device);
 * once :attr:`TargetCache.compact_after` such dead entries have piled up, one gather per layer
   compacts the cache (amortised over many iterations).
+
+The per-layer cache surgery both use (:func:`cache_length`, :func:`crop`, :func:`keep_selected`)
+is here too; :mod:`dynatree_core.plumbing` re-exports it.
 
 Positions are *logical*: a new token's position is the number of committed entries before it
 (:attr:`TargetCache.committed`), never its physical index. Keys were rotated at their logical
@@ -32,6 +35,42 @@ from .device_tree import to_device
 #: attention work is negligible next to a gather's launches; on a CPU 64 entries against a
 #: prefix of hundreds cost little as well
 COMPACT_AFTER = 64
+
+
+def cache_length(cache: DynamicCache) -> int:
+    return cache.get_seq_length()
+
+
+def crop(cache: DynamicCache, length: int) -> None:
+    """Keep the first ``length`` entries of every layer."""
+    drop = cache_length(cache) - length
+    if drop > 0:
+        cache.crop(-drop)
+
+
+@torch.inference_mode()
+def keep_selected(cache: DynamicCache, start: int, selected: Sequence[int] | torch.Tensor) -> None:
+    """Keep entries [0, start) plus ``start + i`` for i in ``selected`` (ascending), drop the rest.
+
+    Used to keep the accepted path of a verified tree: its entries are moved down to
+    [start, start + len(selected)) and the cache is cut there. Nothing is recomputed.
+    ``selected`` may be a device tensor (no host round trip) or host ints.
+    """
+    if isinstance(selected, torch.Tensor):
+        count, move, src = int(selected.shape[0]), True, selected + start
+    else:
+        selected = list(selected)
+        count = len(selected)
+        move = selected != list(range(count))  # already contiguous at the front: no move needed
+        src = None
+    if move and count:
+        for layer in cache.layers:
+            if src is None:
+                src = to_device([start + i for i in selected], layer.keys.device)
+            idx = src.to(layer.keys.device)
+            layer.keys[:, :, start:start + count] = layer.keys.index_select(2, idx)
+            layer.values[:, :, start:start + count] = layer.values.index_select(2, idx)
+    crop(cache, start + count)
 
 
 class TargetCache:
@@ -58,7 +97,7 @@ class TargetCache:
     @property
     def physical(self) -> int:
         """Entries in the cache, dead ones included."""
-        return self.cache.get_seq_length()
+        return cache_length(self.cache)
 
     @property
     def committed(self) -> int:
@@ -100,7 +139,7 @@ class TargetCache:
         if sel.size and (np.any(np.diff(sel) <= 0) or sel[0] < 0 or start + sel[-1] >= self.physical):
             raise ValueError(f"keep: selected must be ascending offsets below {self.physical - start}, got {sel.tolist()}")
         end = start + (int(sel[-1]) + 1 if sel.size else 0)
-        self._crop(end)  # the rejected entries after the last kept one: a slice, nothing moves
+        crop(self.cache, end)  # the rejected entries after the last kept one: a slice, nothing moves
         flags = np.zeros(end - start, dtype=bool)
         flags[sel] = True
         self._alive = np.concatenate([self._alive, flags])
@@ -111,7 +150,7 @@ class TargetCache:
 
     def drop_written(self) -> None:
         """Drop every entry written since the last resolve (the recompute mode's crop)."""
-        self._crop(len(self._alive))
+        crop(self.cache, len(self._alive))
 
     def compact(self) -> None:
         """Move the committed entries down over the dead ones: one gather per key/value tensor."""
@@ -119,15 +158,8 @@ class TargetCache:
             return
         if len(self._alive) != self.physical:
             raise RuntimeError("compact: resolve the last forward's entries first")
-        from .plumbing import keep_selected  # plumbing builds on this module (its verify reads a TargetCache)
-
         first = self.cache.layers[0].keys.device
         keep_selected(self.cache, 0, to_device(np.flatnonzero(self._alive), first))
         self._alive = np.ones(self._committed, dtype=bool)
         self._dead_dev = None
         self.compactions += 1
-
-    def _crop(self, length: int) -> None:
-        drop = self.physical - length
-        if drop > 0:
-            self.cache.crop(-drop)
