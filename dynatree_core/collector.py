@@ -125,11 +125,13 @@ class RunCollector:
         syncs = self.syncs.count - self._syncs_before
         self._syncs_before = self.syncs.count
         self.iteration_syncs.append(syncs)
-        self.draft_levels.append(tree.draft_calls)
+        self.draft_levels.append(tree.draft_calls + tree.tail_reads)  # a lookup tail's read is budgeted like a level
         self.target_forwards += target_forwards
         self.accepted.append(len(path))
         self.committed.append(len(new))
-        self.depths.append(tree.depth)
+        # the verified tree's depth: a lookup tail can reach below the drafted levels, and its
+        # nodes count as proposed (acceptance = accepted / depth stays in [0, 1])
+        self.depths.append(int(a["depths"].max()) if tree.tail_nodes else tree.depth)
         self.sizes.append(tree.n - 1)
         calls = tree.draft_calls
         if self.trace is not None:

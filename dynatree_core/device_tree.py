@@ -23,6 +23,7 @@ this module and :mod:`dynatree_core.tree` build identical trees, masks and paths
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -32,10 +33,10 @@ import numpy as np
 import torch
 
 from .config import GrowthRule
-from .tree import STOP_REASONS, CostState, DraftTree, PrunedCandidate
+from .tree import LOOKUP_TAIL, STOP_REASONS, CostState, DraftTree, PrunedCandidate
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .drafters import Drafter
+    from .drafters import Drafter, LookupDrafter, PromptLookup
 
 #: stop reasons by code, as stored on the device (code 0 = "expanded")
 _CODE = {r: i for i, r in enumerate(STOP_REASONS)}
@@ -169,6 +170,18 @@ def _stop_tables(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     return weight, code
 
 
+#: the shortest n-gram a lookup tail follows: a one-token match is mostly chance (the fitted
+#: :class:`~dynatree_core.drafters.LookupMix` gives it a weight of about 1/257)
+TAIL_MIN_NGRAM = 2
+
+
+@functools.lru_cache(maxsize=8)
+def _tail_source(source: "PromptLookup") -> "PromptLookup":
+    """``source`` with n-grams of at least :data:`TAIL_MIN_NGRAM` tokens."""
+    return dataclasses.replace(source, min_ngram=max(source.min_ngram, TAIL_MIN_NGRAM),
+                               max_ngram=max(source.max_ngram, TAIL_MIN_NGRAM))
+
+
 @dataclass
 class Selection:
     """What one verification decided, on the host: the accepted node ids (root excluded), the
@@ -190,6 +203,8 @@ class DeviceTree:
     def __init__(self, root_token: int, rule: GrowthRule, top_k: int, device: torch.device):
         self.rule, self.top_k, self.device = rule, max(1, int(top_k)), device
         cap = max(0, rule.n_max) + 1
+        if rule.lookup_tail:  # room for the prompt-lookup tail below the drafted tree
+            cap += rule.tail_n_max
         self.capacity = cap
         long = dict(dtype=torch.long, device=device)
         # One buffer per dtype, the fields are views of it: a level writes a new node's integer
@@ -213,8 +228,10 @@ class DeviceTree:
         self.ancestors[:1, :1].fill_(True)
         self.n = 1
         self.k_used = self.top_k  # top-k columns the drafter filled (fewer only for a tiny vocabulary)
-        self.depth = 0  # deepest level (host)
+        self.depth = 0  # deepest drafted level (host; the lookup tail may reach deeper)
         self.draft_calls = 0
+        self.tail_nodes = 0  # prompt-lookup tail nodes (host)
+        self.tail_reads = 0  # host reads the tail took (one when it ran)
         #: after an EAGLE-2 rerank: each node's index in the tree as grown (what the drafter's
         #: cache slots refer to); None while the two are the same
         self.orig: torch.Tensor | None = None
@@ -564,6 +581,90 @@ class DeviceTree:
         self.ancestors[:m, :m] = self.ancestors[keep_ids][:, keep_ids]
         self.orig = keep_ids
         self.n = m
+
+    # --- the prompt-lookup tail ----------------------------------------------------------------
+    def add_tail(self, lookup: "LookupDrafter", syncs: HostSyncs, max_depth: int) -> "DeviceTree":
+        """Below the drafted tree's leaves, the spans prompt lookup copies (:attr:`GrowthRule.lookup_tail`
+        tokens each: what followed the latest earlier occurrence of the longest n-gram, of at least
+        :data:`TAIL_MIN_NGRAM` tokens, ending the leaf's context), most probable leaves first,
+        :attr:`GrowthRule.tail_n_max` nodes in all, none deeper than ``max_depth``. One lookup for
+        all leaves and one host read (the spans' lengths); no draft forward. Tail nodes are
+        appended after the drafted ones, each span in path order, so a path still has increasing
+        indices (what :meth:`select` reads) though the array is no longer in BFS order; the draft
+        never reads them (an accepted one reaches it as a committed token)."""
+        rule, dev = self.rule, self.device
+        n = self.n
+        budget = min(rule.tail_n_max, self.capacity - n)
+        if not rule.lookup_tail or budget <= 0:
+            return self
+        from .drafters import lookup_spans  # drafters builds on this module
+
+        seq, _ = lookup._on(dev)
+        source = _tail_source(lookup.source)
+        # the leaves (no child), most probable first (ties: BFS order); at most `budget` of them
+        has_child = torch.zeros(n, dtype=torch.bool, device=dev)
+        has_child.index_fill_(0, self.parents[1:n], True)
+        key = self.cum_logps[:n].masked_fill(has_child, -math.inf)
+        ids = torch.argsort(key, descending=True, stable=True)[:budget]
+        depth = self.depths.index_select(0, ids)
+        span, lps, length = lookup_spans(seq, self._tail_contexts(seq, ids, depth, self.depth, source.max_ngram),
+                                         source, rule.lookup_tail)
+        room = (max_depth - depth).clamp(min=0)
+        length = torch.minimum(length, room).masked_fill(has_child.index_select(0, ids), 0)
+        got = syncs.fetch(length=length)["length"]
+        self.tail_reads = 1
+        # the budget, leaf by leaf in order of probability: a span cut short keeps its first tokens
+        take = np.minimum(got, np.maximum(0, budget - (np.cumsum(got) - got)))
+        c = int(take.sum())
+        if c == 0:
+            return self
+        row = np.repeat(np.arange(len(take)), take)  # each tail node's leaf (its row in ids)
+        step = np.arange(c) - np.repeat(np.cumsum(take) - take, take)  # its place in the span
+        lo, hi = self.n, self.n + c
+        # parent: the leaf for a span's first node, else the node before it
+        par_tail = np.where(step == 0, -1, lo + np.arange(c) - 1)
+        r, st, pt = to_device(row, dev), to_device(step, dev), to_device(par_tail, dev)
+        parent = torch.where(pt >= 0, pt, ids.index_select(0, r))
+        lp = lps[r, st].double()
+        self.tokens[lo:hi] = span[r, st]
+        self.parents[lo:hi] = parent
+        self.depths[lo:hi] = depth.index_select(0, r) + st + 1
+        # p(u) along a span: the leaf's times the span's share per token (cum = leaf + (step + 1) lp,
+        # the reference's arithmetic, so both trees agree to the bit)
+        self._floats[:, lo:hi] = torch.stack([lp, self.cum_logps.index_select(0, ids.index_select(0, r))
+                                              + (st + 1).double() * lp])
+        self.stop[lo:hi].fill_(_CODE[LOOKUP_TAIL])
+        # slots past an EAGLE-2 rerank still hold the grown tree's nodes: clear what a tail node lacks
+        self.branching[lo:hi].fill_(0)
+        self.fed[lo:hi].fill_(False)
+        for buf in (self.topk_tokens, self.topk_logps, self.cand_status):
+            buf[lo:hi].fill_(0)
+        # ancestors: the leaf's row, then every earlier node of the same span, then itself
+        self.ancestors[lo:hi] = self.ancestors.index_select(0, ids.index_select(0, r))
+        same = (r[:, None] == r[None, :]) & (st[None, :] <= st[:, None])
+        self.ancestors[lo:hi, lo:hi] = same
+        if self.orig is not None:  # after an EAGLE-2 rerank: tail nodes were never in the grown tree
+            self.orig = torch.cat([self.orig, self._ar[lo:hi]])
+        self.n, self.tail_nodes = hi, c
+        return self
+
+    def _tail_contexts(self, seq: torch.Tensor, ids: torch.Tensor, depth: torch.Tensor, deepest: int,
+                       width: int) -> torch.Tensor:
+        """[q, width]: the last ``width`` tokens of each node's context (the committed tokens, the
+        root last, then the node's path), right-aligned whatever the node's depth (-1 before the
+        start); ``deepest`` bounds the nodes' depths."""
+        q, n = ids.shape[0], self.n
+        # the path's tokens by depth (column 0 unused: the root is the last committed token)
+        anc = self.ancestors.index_select(0, ids)[:, :n]
+        col = torch.where(anc, self.depths[None, :n], deepest + 1)
+        path = torch.full((q, deepest + 2), -1, dtype=torch.long, device=self.device)
+        path.scatter_(1, col, self.tokens[None, :n].expand(q, n))
+        # the token `back` places before the row's last one sits at depth depth - back
+        back = torch.arange(width - 1, -1, -1, device=self.device)[None, :]
+        d = depth[:, None] - back
+        in_seq = seq.shape[0] - 1 + d  # at or above the root: a committed token
+        from_seq = torch.where(in_seq >= 0, seq[in_seq.clamp(min=0, max=seq.shape[0] - 1)], -1)
+        return torch.where(d >= 1, path.gather(1, d.clamp(min=0, max=deepest + 1)), from_seq)
 
     # --- verification inputs -----------------------------------------------------------------
     def position_offsets(self) -> torch.Tensor:

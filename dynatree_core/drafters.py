@@ -494,6 +494,40 @@ def lookup_topk(seq: torch.Tensor, contexts: torch.Tensor, source: PromptLookup,
     return lookup_matches(seq, contexts, source, vocab, limit).topk(k)
 
 
+def lookup_spans(seq: torch.Tensor, contexts: torch.Tensor, source: PromptLookup, m: int
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Prompt lookup as a copy (what prompt-lookup decoding drafts): for each row of ``contexts``
+    [q, width], the longest n-gram (``max_ngram`` down to ``min_ngram``) ending it that occurs
+    earlier in ``seq`` [L], and the ``m`` tokens that followed its latest occurrence with ``m``
+    tokens after it (else its latest). Returns the spans [q, m], their log-probabilities [q, m]
+    (each token log(C / (C + 1)) for an n-gram seen C times, as :class:`PromptLookup` scores a
+    single follower) and how many of each span's tokens are real [q] (0: no match). Device ops only."""
+    q, length, dev, big = contexts.shape[0], seq.shape[0], seq.device, source.max_ngram
+    if length < 2:
+        zeros = torch.zeros((q, m), dtype=torch.long, device=dev)
+        return zeros, zeros.double(), torch.zeros(q, dtype=torch.long, device=dev)
+    if contexts.shape[1] < big:
+        contexts = torch.nn.functional.pad(contexts, (big - contexts.shape[1], 0), value=-1)
+    padded = torch.cat([torch.full((big,), -2, dtype=seq.dtype, device=dev), seq])
+    before = padded.unfold(0, big, 1)[1:length]  # [L - 1, big]: the big tokens before position j
+    run = (before[None] == contexts[:, None, -big:]).flip(-1).to(torch.int8).cumprod(-1).sum(-1)
+    run = torch.where(run >= source.min_ngram, run, 0)  # [q, L - 1]: the match ending before j = 1..L-1
+    ngram = run.amax(1)
+    hit = (run == ngram[:, None]) & (ngram[:, None] > 0)
+    follow = torch.arange(1, length, device=dev)  # the position after each occurrence
+    # the latest occurrence with m tokens after it outranks every shorter one; then the latest
+    score = torch.where(hit, follow + (follow + m <= length) * length, 0)
+    start = score.argmax(1)
+    first = follow.index_select(0, start)  # [q]
+    count = hit.sum(1)
+    idx = first[:, None] + torch.arange(m, device=dev)[None, :]
+    span = seq[idx.clamp(max=length - 1)]
+    real = torch.where(ngram > 0, (length - first).clamp(max=m), 0)
+    c = count.double()  # float64, as the reference scores it
+    lp = torch.log(c / (c + 1.0))[:, None].expand(q, m)
+    return span, lp, real
+
+
 def contexts_ending_at(seq: torch.Tensor, ends: torch.Tensor, n: int) -> torch.Tensor:
     """[len(ends), n]: the n tokens of ``seq`` ending at each position of ``ends`` (-1 before the
     start), the context a lookup at that point reads."""

@@ -28,12 +28,25 @@ from . import plumbing as pl
 from .collector import RunCollector
 from .config import DecoderConfig, DynaTreeConfig, GrowthRule, resolve_config
 from .device_tree import DeviceTree, to_device
-from .drafters import Drafter, make_drafter
+from .drafters import Drafter, LookupDrafter, LookupMix, MixDrafter, make_drafter
 from .history import HistoryAdapter, HistoryState
 from .metrics import Metrics
 from .models import ModelPair, context_window, eos_token_ids
 from .target_cache import TargetCache
 from .trace import IterationRecord, Trace
+from .tree import LOOKUP_TAIL, STOP_REASONS
+
+_TAIL_CODE = STOP_REASONS.index(LOOKUP_TAIL)
+
+
+def tail_lookup(drafter: Drafter) -> tuple[LookupDrafter, bool]:
+    """The prompt lookup a lookup tail reads, and whether the loop must keep it up to date itself:
+    the drafter's own (prompt lookup, or the lookup of a mixture), else a new one."""
+    if isinstance(drafter, LookupDrafter):
+        return drafter, False
+    if isinstance(drafter, MixDrafter):
+        return drafter.lookup, False
+    return LookupDrafter(LookupMix().lookup, 1), True
 
 
 @dataclass
@@ -140,7 +153,7 @@ class DecodingRun:
     def _rule(self, remaining: int) -> GrowthRule:
         rule = self.adapter.rule() if self.adapter is not None else self.config.growth_rule()
         # Never draft deeper than the tokens still wanted (the bonus supplies one of them).
-        return dataclasses.replace(rule, d_max=min(rule.d_max, remaining - 1))
+        return dataclasses.replace(self.config.tail_rule(rule), d_max=min(rule.d_max, remaining - 1))
 
     @torch.inference_mode()
     def _run(self) -> Iterator[IterationRecord]:
@@ -149,6 +162,7 @@ class DecodingRun:
         The tree lives on the model's device (:mod:`dynatree_core.device_tree`): the loop reads
         the device once per draft level and once per verification, nowhere else."""
         drafter = self._drafter()
+        tail, own_tail = tail_lookup(drafter) if drafter is not None and self.config.lookup_tail else (None, False)
         need_hidden = drafter is not None and drafter.needs_target_hidden  # a feature drafter reads them
         col = RunCollector(self, drafter, self.tracing)
         if drafter is not None:
@@ -157,6 +171,8 @@ class DecodingRun:
         cache, out, root = TargetCache(), [], self.prompt[-1]
         top_k = drafter.top_k if drafter is not None else 1
         self._prefill(cache, drafter, need_hidden, col)
+        if own_tail:
+            tail.start(self.prompt)  # a lookup of the loop's own: it follows the committed tokens
         while len(out) < self.max_new_tokens:
             remaining = self.max_new_tokens - len(out)
             rule, before = self._rule(remaining), self._history_state()
@@ -164,6 +180,8 @@ class DecodingRun:
             tree = DeviceTree(root, rule, top_k, self.pair.device)
             if drafter is not None:
                 tree.grow(drafter, col.syncs)
+                if tail is not None:
+                    tree.add_tail(tail, col.syncs, remaining - 1)
             col.lap("draft")
             # 2. verify: root + every node in ONE target forward under the tree mask
             v = pl.verify_device(self.pair.target, tree, cache, need_hidden, col.clock)
@@ -182,8 +200,12 @@ class DecodingRun:
                     # the drafter's cache slots refer to the tree as grown (an EAGLE-2 rerank compacts it)
                     grown = sel.arrays["orig"][path].tolist() if "orig" in sel.arrays else path
                     drafter.commit(grown, new, hidden, fed=int(sel.arrays["fed"][path].sum()))
+                    if own_tail:
+                        tail.commit(path, new)
                 root = new[-1]
-            after = self._adapt(len(path), tree.depth, sel.arrays)
+            # the history reads the draft's acceptance: lookup-tail nodes on the path do not count
+            after = self._adapt(int((sel.arrays["stop"][path] != _TAIL_CODE).sum()) if tree.tail_nodes else len(path),
+                                tree.depth, sel.arrays)
             col.lap("commit")
             yield col.iteration(tree, sel, v.prefix_len, new, (before, after), forwards)
             if stop == "eos":
@@ -244,10 +266,11 @@ class DecodingRun:
         a cost-aware config also gets Σ p(u) per depth, the evidence for its calibration."""
         if self.adapter is None:
             return None
+        drafted = arrays["stop"][1:] != _TAIL_CODE  # a lookup tail is not the draft's doing
         mass = None
         if self.config.cost_aware and depth > 0:
-            mass = np.bincount(arrays["depths"][1:], weights=np.exp(arrays["cum_logps"][1:]),
-                               minlength=depth + 1)[1:].tolist()
+            mass = np.bincount(arrays["depths"][1:][drafted], weights=np.exp(arrays["cum_logps"][1:][drafted]),
+                               minlength=depth + 1)[1:depth + 1].tolist()
         return self.adapter.update(accepted / depth if depth > 0 else None, accepted, mass).to_dict()
 
 

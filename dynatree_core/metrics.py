@@ -12,7 +12,8 @@ class Metrics:
     """What one ``generate`` call cost and achieved.
 
     ``acceptance_rate`` (a): accepted draft tokens / depth of the drafted trees, summed over
-    iterations (for a chain of K this is the usual accepted/K; it lies in [0, 1]).
+    iterations (for a chain of K this is the usual accepted/K; it lies in [0, 1]; a prompt-lookup
+    tail's nodes count as drafted).
     ``tokens_per_iteration`` (L̄): committed tokens per verification round (bonus included).
     ``mean_accepted_length`` (ℓ̄): committed path length before the bonus token.
     """
@@ -45,7 +46,8 @@ class Metrics:
     #: device -> host synchronisations in the decode loop (see :mod:`dynatree_core.device_tree`)
     host_syncs: int = 0
     host_syncs_per_iteration: float | None = None
-    #: max over iterations of host syncs - (draft levels + 1); <= 0 means the budget always held
+    #: max over iterations of host syncs - (draft levels + 1), a lookup tail's read counted as a
+    #: level; <= 0 means the budget always held
     host_sync_excess: int = 0
 
     def to_dict(self) -> dict:

@@ -18,7 +18,7 @@ from . import plumbing as pl
 from .config import GrowthRule
 from .device_tree import DeviceTree, HostSyncs, host_tree, to_device
 from .drafters import make_drafter
-from .engine import encode_prompt
+from .engine import encode_prompt, tail_lookup
 from .models import ModelPair
 from .tree import DraftTree
 
@@ -60,6 +60,11 @@ class TreeSession:
         drafter = self._drafter.fork()
         drafter.top_k = max(self.top_k, rule.max_breadth)
         grown = DeviceTree(self.root, rule, drafter.top_k, self.pair.device).grow(drafter, HostSyncs())
+        if rule.lookup_tail:  # the prompt-lookup tail reads the prompt as the committed text
+            tail, own = tail_lookup(drafter)
+            if own:
+                tail.start(self.prompt)
+            grown.add_tail(tail, HostSyncs(), rule.d_max + rule.lookup_tail)
         v = pl.verify_device(self.pair.target, grown, copy.deepcopy(self._target_cache))
         arrays = grown.fetch(HostSyncs())
         return host_tree(arrays, grown.draft_calls), v.argmax.tolist()

@@ -22,10 +22,17 @@ from .config import GrowthRule
 
 #: why a node did not grow children (``"expanded"`` if it did)
 STOP_REASONS: tuple[str, ...] = ("expanded", "tau", "rho_stop", "depth_gate", "d_max", "n_max",
-                                 "static", "top_k", "cost", "rerank")
+                                 "static", "top_k", "cost", "rerank", "lookup_tail")
+#: stop reason of a prompt-lookup tail node (:attr:`GrowthRule.lookup_tail`): proposed by lookup
+#: below a drafted leaf, never fed to the draft
+LOOKUP_TAIL = "lookup_tail"
 #: stop reason of a node the growth rule wanted to expand but whose draft top-k is unknown
 #: (``propose`` answered None: a replay reached a node the recording never fed to the draft)
 UNRECORDED = "unrecorded"
+
+#: ``tail(tree, leaves)`` -> the prompt-lookup span below each of those leaves, as (token, log-prob)
+#: pairs (empty: none), at most ``GrowthRule.lookup_tail`` long (:attr:`GrowthRule.lookup_tail`)
+Tail = Callable[["DraftTree", list[int]], "list[list[tuple[int, float]]]"]
 
 #: draft top-k per node: (token ids, log-probs), sorted by decreasing probability
 TopK = tuple[Sequence[int], Sequence[float]]
@@ -250,7 +257,8 @@ _ARRAY_FIELDS = ("tokens", "parents", "depths", "logps", "cum_logps", "confidenc
                  "stop_reasons", "topk_tokens", "topk_logps")
 
 
-def grow_tree(root_token: int, rule: GrowthRule, propose: Propose) -> DraftTree:
+def grow_tree(root_token: int, rule: GrowthRule, propose: Propose, tail: "Tail | None" = None,
+              tail_max_depth: int | None = None) -> DraftTree:
     """Grow a draft tree level by level under ``rule`` (one ``propose`` call per level).
 
     Per level: every frontier node that passes the depth gate (:meth:`GrowthRule.stop_reason`)
@@ -260,8 +268,10 @@ def grow_tree(root_token: int, rule: GrowthRule, propose: Propose) -> DraftTree:
     draft is most confident rather than to whichever parent happened to come first.
     A node ``propose`` answers None for (unknown distribution, replays only) grows nothing and
     gets the stop reason :data:`UNRECORDED`; a level where every answer is None costs no call.
-    The Sequoia, EAGLE-2 and cost-aware variants of the rule are described on
+    The Sequoia, EAGLE-2, cost-aware and lookup-tail variants of the rule are described on
     :class:`~dynatree_core.config.GrowthRule`; this function is their reference implementation.
+    ``tail`` gives the lookup spans (:func:`add_tail`; none without it), no tail node deeper than
+    ``tail_max_depth``.
     """
     tree = DraftTree.with_root(root_token)
     budget = rule.n_max
@@ -318,7 +328,54 @@ def grow_tree(root_token: int, rule: GrowthRule, propose: Propose) -> DraftTree:
         _fill(tree, cost, budget)
     if rule.rerank and tree.num_drafted > rule.rerank:
         tree = rerank_tree(tree, rule.rerank)
+    if rule.lookup_tail and tail is not None:
+        add_tail(tree, rule, tail, tail_max_depth)
     return tree
+
+
+def tail_leaves(tree: DraftTree, n: int) -> list[int]:
+    """The ``n`` most probable leaves (nodes without children; ties: lower index first): where a
+    lookup tail goes."""
+    parents = set(tree.parents[1:])
+    leaves = [i for i in range(len(tree)) if i not in parents]
+    return sorted(leaves, key=lambda i: (-tree.cum_logps[i], i))[:n]
+
+
+def add_tail(tree: DraftTree, rule: GrowthRule, tail: "Tail", max_depth: int | None = None) -> None:
+    """Append the prompt-lookup tail (:attr:`GrowthRule.lookup_tail`) below the grown tree's leaves,
+    most probable leaf first, each span in path order, at most ``tail_n_max`` nodes; a span token
+    of log-probability lp at step k below a leaf u has p = p(u) exp((k + 1) lp) (the spans of
+    :func:`lookup_span` repeat one lp)."""
+    budget = rule.tail_n_max
+    leaves = tail_leaves(tree, budget)
+    for leaf, span in zip(leaves, tail(tree, leaves)):
+        room = rule.lookup_tail if max_depth is None else max(0, max_depth - tree.depths[leaf])
+        parent = leaf
+        for k, (tok, lp) in enumerate(span[:min(room, rule.lookup_tail, budget)]):
+            parent = tree._append(tok, parent, tree.depths[parent] + 1, lp, tree.cum_logps[leaf] + (k + 1) * lp)
+            tree.stop_reasons[parent] = LOOKUP_TAIL
+            budget -= 1
+        if budget <= 0:
+            break
+
+
+def lookup_span(seq: Sequence[int], context: Sequence[int], m: int, max_ngram: int = 5, min_ngram: int = 2
+                ) -> list[tuple[int, float]]:
+    """Prompt lookup as a copy, in plain Python (the reference of the device's
+    :func:`~dynatree_core.drafters.lookup_spans`): the longest n-gram (``max_ngram`` down to
+    ``min_ngram`` tokens) ending ``context`` that occurs earlier in ``seq`` with a token after it;
+    the ``m`` tokens after its latest occurrence that has ``m`` after it (else its latest), each
+    scored log(C / (C + 1)) for C occurrences. Empty when nothing matches."""
+    seq, ctx = list(seq), list(context)
+    for n in range(min(max_ngram, len(ctx)), min_ngram - 1, -1):
+        pat = ctx[len(ctx) - n:]
+        hits = [j for j in range(n, len(seq)) if seq[j - n:j] == pat]  # j: the position after it
+        if hits:
+            full = [j for j in hits if j + m <= len(seq)]
+            j = max(full) if full else max(hits)
+            lp = math.log(len(hits) / (len(hits) + 1))
+            return [(t, lp) for t in seq[j:j + m]]
+    return []
 
 
 def _fill(tree: DraftTree, cost: "CostState", budget: int) -> None:
@@ -488,12 +545,33 @@ def replay_partial(recorded: DraftTree, rule: GrowthRule) -> tuple[DraftTree, li
     return _replay(recorded, rule, strict=False)
 
 
+def recorded_tails(tree: DraftTree) -> dict[tuple[int, ...], list[tuple[int, float]]]:
+    """The prompt-lookup spans a recorded tree holds, by the token path of the leaf they hang from."""
+    spans: dict[tuple[int, ...], list[tuple[int, float]]] = {}
+    for i in range(len(tree)):
+        if tree.stop_reasons[i] == LOOKUP_TAIL and tree.stop_reasons[tree.parents[i]] != LOOKUP_TAIL:
+            span, j = [], i
+            while True:
+                span.append((tree.tokens[j], tree.logps[j]))
+                nxt = [c for c in tree.children(j) if tree.stop_reasons[c] == LOOKUP_TAIL]
+                if not nxt:
+                    break
+                j = nxt[0]
+            spans[tree.token_path(tree.parents[i])] = span
+    return spans
+
+
 def _replay(tree: DraftTree, rule: GrowthRule, strict: bool) -> tuple[DraftTree, list[int]]:
     by_path: dict[tuple[int, ...], TopK] = {}
     for i in range(len(tree)):
         if tree.topk_tokens[i] is not None:
             by_path[tree.token_path(i)] = (tree.topk_tokens[i], tree.topk_logps[i])
     stopped: list[int] = []
+    # a lookup tail is known where the recording placed one (same leaf path): replays have no text
+    spans = recorded_tails(tree)
+
+    def tail(new: DraftTree, leaves: list[int]) -> list[list[tuple[int, float]]]:
+        return [spans.get(new.token_path(i), []) for i in leaves]
 
     def propose(new: DraftTree, ids: list[int]) -> "list[TopK | None]":
         out: "list[TopK | None]" = []
@@ -507,4 +585,4 @@ def _replay(tree: DraftTree, rule: GrowthRule, strict: bool) -> tuple[DraftTree,
             out.append(by_path.get(key))
         return out
 
-    return grow_tree(tree.tokens[0], rule, propose), stopped
+    return grow_tree(tree.tokens[0], rule, propose, tail), stopped

@@ -23,6 +23,7 @@ STOP_SYMBOLS: dict[str, str] = {
     "top_k": "star-triangle-down",
     "cost": "bowtie",
     "rerank": "hourglass",
+    "lookup_tail": "triangle-right",
     "unrecorded": "circle-open-dot",
 }
 
@@ -37,6 +38,7 @@ STOP_DESCRIPTIONS: dict[str, str] = {
     "top_k": "EAGLE-2: not among the level's top-k by p(u)",
     "cost": "cost-aware: a child could not raise expected tokens/s",
     "rerank": "EAGLE-2: children dropped by the final top-N rerank",
+    "lookup_tail": "prompt-lookup tail: copied below a drafted leaf, no draft forward",
     "unrecorded": "replay: draft never ran here",
 }
 

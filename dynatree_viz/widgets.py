@@ -273,7 +273,8 @@ def config_for_record(trace: Trace | None, rec: IterationRecord | None) -> DynaT
         rule = cfg.growth_rule()
         return DynaTreeConfig(d0=rule.d0, d_max=rule.d0 + 1, b_min=rule.b_mid, b_mid=rule.b_mid,
                               b_max=rule.b_mid, tau=rule.tau, n_max=rule.n_max,
-                              dynamic_breadth=False, dynamic_depth=False)
+                              dynamic_breadth=False, dynamic_depth=False,
+                              lookup_tail=cfg.lookup_tail, tail_n_max=cfg.tail_n_max)
     return DynaTreeConfig()
 
 
@@ -387,7 +388,7 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
         try:
             cfg = self.base_config.replace(
                 **v, trace_top_k=max(self.base_config.trace_top_k, v["b_max"]))
-            rule = cfg.growth_rule()
+            rule = cfg.tail_rule(cfg.growth_rule())  # a recorded lookup tail is re-attached
         except (ValueError, TypeError) as e:
             return self._fail(f"invalid setting: {e}")
         try:

@@ -77,7 +77,8 @@ print(f"target: {pair.target_name}\ndraft:  {pair.draft_name} ({pair.drafter_kin
 
 # %% tags=["nbval-ignore-output"]
 # The paper's settings are tuned for a GPU; on a CPU the verify pass grows with the tree,
-# so the CPU preset uses smaller trees (narrower breadth, N_max = 6).
+# so the CPU preset uses smaller trees (narrower breadth, N_max = 6) and lets prompt lookup continue
+# the most probable leaf by up to 6 tokens (a *lookup tail*: no draft forward; ▷ nodes in the tree view).
 config = DynaTreeConfig.paper() if pair.device.type == "cuda" else DynaTreeConfig.cpu()
 config
 

@@ -240,7 +240,7 @@ print("SequoiaConfig builds the same tree:", SequoiaConfig(n_max=N_SEQ, acceptan
 # | `ar` | `ARConfig()` | no tree: one token per target forward |
 # | `linear` | `LinearConfig(k=3)` | a chain of 3 draft tokens |
 # | `dynatree:paper` | `DynaTreeConfig.paper()` | breadth 1/2/3 by confidence, depth gate D0 = 5 / D_max = 8, N_max = 256 (GPU settings) |
-# | `dynatree:cpu` | `DynaTreeConfig.cpu()` | the same rule with the CPU preset: N_max = 6, breadth 1/2/2 |
+# | `dynatree:cpu` | `DynaTreeConfig.cpu()` | the same rule with the CPU preset: N_max = 6, breadth 1/2/2, and a prompt-lookup tail of up to 6 tokens below the most probable leaf (no draft forward) |
 # | `dynatree:cost` | `DynaTreeConfig(cost_aware=True)` | the paper's breadth rule; size and depth from the cost curve |
 # | `eagle2` | `Eagle2Config(k=4, depth=4, n_total=8)` | expand the 4 most probable nodes per level with 4 children each, 4 levels, verify the 8 most probable |
 # | `sequoia` | `SequoiaConfig(n_max=8)` | the static tree of section 2, every iteration |

@@ -151,19 +151,25 @@ def test_device_selection_finds_the_reference_path(rule, root, ties, data):
     ref, dev, _ = _grow_both(rule, root, 0, ties)
     if dev.n > len(ref.tokens):
         raise AssertionError("device tree larger than the reference")
-    # target choices: mostly a drafted child's token (long paths), sometimes anything
-    argmax = []
-    for i in range(len(ref)):
-        kids = ref.children(i)
-        pick = data.draw(st.sampled_from([ref.tokens[j] for j in kids])) if kids and data.draw(st.booleans()) \
-            else data.draw(st.integers(0, VOCAB - 1))
-        argmax.append(pick)
+    argmax = draw_target_choices(ref, data)
     path, bonus = ref.greedy_path(argmax)
     syncs = HostSyncs()
     sel = dev.select(torch.tensor(argmax), syncs)
     assert (sel.path, sel.bonus) == (path, bonus)
     assert syncs.count == 1
     assert sel.arrays["argmax"].tolist() == argmax
+
+
+def draw_target_choices(ref: DraftTree, data) -> list[int]:
+    """The target's choice after each node of ``ref``: mostly a child's token (long accepted
+    paths), sometimes anything."""
+    argmax = []
+    for i in range(len(ref)):
+        kids = ref.children(i)
+        pick = data.draw(st.sampled_from([ref.tokens[j] for j in kids])) if kids and data.draw(st.booleans()) \
+            else data.draw(st.integers(0, VOCAB - 1))
+        argmax.append(pick)
+    return argmax
 
 
 def test_budget_ties_keep_parent_then_rank_order():
