@@ -47,6 +47,7 @@ from typing import Any, Mapping, Sequence
 
 from .checks import int_at_least
 from .trace import IterationRecord, Trace
+from .tree import LOOKUP_TAIL
 
 __all__ = ["OracleIteration", "OracleSummary", "oracle_iterations", "oracle_trace", "summarize_oracle"]
 
@@ -59,7 +60,9 @@ class OracleIteration:
     reach, so that a final iteration cut at EOS or ``max_new_tokens`` is measured on the same
     tokens); ``nodes``: n_r, its drafted nodes; ``reach``: the longest continuation any tree could
     hold (a lower bound if ``truncated``); ``top_k``: the K the reach was searched with (0: no
-    draft distribution was recorded, or unknown).
+    draft distribution was recorded, or unknown). A prompt-lookup tail's nodes are not the draft's
+    candidates, so they count in neither ``accepted`` nor ``nodes``: the oracle bounds what the
+    draft's own tree could accept.
     """
 
     index: int
@@ -117,8 +120,10 @@ def oracle_iterations(records: Sequence[IterationRecord] | Trace,
         reach = min(run[P[r]], room)
         # the walk stopped at an unknown distribution (not at a miss, not at the room limit)
         truncated = reach < room and (P[r] + reach) not in D
-        out.append(OracleIteration(index=int(rec.index), accepted=min(len(rec.accepted_path), room),
-                                   nodes=int(rec.tree.num_drafted), reach=reach, truncated=truncated,
+        tail = {u for u, why in enumerate(rec.tree.stop_reasons) if why == LOOKUP_TAIL}
+        drafted = sum(1 for u in rec.accepted_path if u not in tail)
+        out.append(OracleIteration(index=int(rec.index), accepted=min(drafted, room),
+                                   nodes=int(rec.tree.num_drafted) - len(tail), reach=reach, truncated=truncated,
                                    top_k=K))
     return out
 

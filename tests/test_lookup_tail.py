@@ -241,3 +241,17 @@ def test_a_live_session_grows_the_tail_generate_grows(arch):
     tree, argmax = TreeSession(pair, prompt).regrow(cfg.tail_rule(cfg.growth_rule()))
     assert tree.tokens == first.tree.tokens and tree.stop_reasons == first.tree.stop_reasons
     assert argmax == first.target_argmax
+
+
+def test_the_oracle_bounds_the_drafted_part_of_a_tree_with_a_tail():
+    """The oracle replays the draft's own candidates: tail nodes count in neither the accepted
+    length nor the tree size, so no iteration beats it, though the tail accepts more."""
+    from dynatree_core.oracle import oracle_trace
+
+    cfg = DynaTreeConfig(n_max=4, d0=1, d_max=2, lookup_tail=6, tail_n_max=6)
+    trace = generate(cached_pair("llama", "sdpa", 0.0), [5, 9, 14, 3, 5, 9, 14, 3], "dynatree", cfg,
+                     max_new_tokens=96, ignore_eos=True, trace=True).trace
+    rows = oracle_trace(trace)
+    assert any(LOOKUP_TAIL in r.tree.stop_reasons for r in trace.iterations)
+    assert all(r.accepted <= r.best(r.nodes) for r in rows)
+    assert sum(r.accepted for r in rows) < sum(len(r.accepted_path) for r in trace.iterations)
