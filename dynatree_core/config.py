@@ -269,8 +269,9 @@ class DecoderConfig:
         if self.lookup_tail and self.method == "ar":
             raise ValueError("lookup_tail must be 0 for method 'ar' (it drafts nothing to put a tail under)")
 
-    def tail_rule(self, rule: GrowthRule) -> GrowthRule:
-        """``rule`` with this config's lookup tail (none: ``rule`` itself)."""
+    def _with_tail(self, rule: GrowthRule) -> GrowthRule:
+        """``rule`` with this config's lookup tail (none: ``rule`` itself): every ``growth_rule``
+        returns through it, so whoever builds a tree from a config gets the tail."""
         if not self.lookup_tail:
             return rule
         return dataclasses.replace(rule, lookup_tail=self.lookup_tail, tail_n_max=self.tail_n_max)
@@ -313,7 +314,7 @@ class LinearConfig(DecoderConfig):
         self._resolve_top_k(1)
 
     def growth_rule(self) -> GrowthRule:
-        return GrowthRule.chain(self.k)
+        return self._with_tail(GrowthRule.chain(self.k))
 
 
 @dataclass(frozen=True)
@@ -335,7 +336,7 @@ class FixedTreeConfig(DecoderConfig):
         self._resolve_top_k(self.b)
 
     def growth_rule(self) -> GrowthRule:
-        return GrowthRule.full(self.d, self.b, self.tau, self.n_max)
+        return self._with_tail(GrowthRule.full(self.d, self.b, self.tau, self.n_max))
 
 
 #: each FixedTreeConfig field with its paper symbol (CLI help)
@@ -460,10 +461,10 @@ class DynaTreeConfig(DecoderConfig):
                 raise ValueError("cost_aware=True needs a cost model (cost=CostModel(...)); generate() measures "
                                  "one for the pair, or call dynatree_core.calibrate.cost_model(pair)")
             b = (self.b_min, self.b_mid, self.b_max) if self.dynamic_breadth else (self.b_mid,) * 3
-            return GrowthRule(d0=self.d_max, d_max=self.d_max, b_min=b[0], b_mid=b[1], b_max=b[2], tau_h=tau_h,
-                              tau_l=self.tau_l, rho_stop=0.0, rho_deep=0.0, tau=self.tau,
-                              n_max=min(self.n_max, self.cost.n_max), verify_cost=self.cost.iteration_curve(),
-                              draft_cost=self.cost.draft_s, depth_scale=tuple(depth_scale))
+            return self._with_tail(GrowthRule(
+                d0=self.d_max, d_max=self.d_max, b_min=b[0], b_mid=b[1], b_max=b[2], tau_h=tau_h, tau_l=self.tau_l,
+                rho_stop=0.0, rho_deep=0.0, tau=self.tau, n_max=min(self.n_max, self.cost.n_max),
+                verify_cost=self.cost.iteration_curve(), draft_cost=self.cost.draft_s, depth_scale=tuple(depth_scale)))
         if self.dynamic_breadth:
             b = (self.b_min, self.b_mid, self.b_max)
         else:
@@ -473,9 +474,9 @@ class DynaTreeConfig(DecoderConfig):
         else:
             # Fixed depth: expand everything above D0 (no early stop, no deep expansion).
             d_max, rho_stop, rho_deep = d0, 0.0, 1.0
-        return GrowthRule(d0=d0, d_max=d_max, b_min=b[0], b_mid=b[1], b_max=b[2], tau_h=tau_h,
-                          tau_l=self.tau_l, rho_stop=rho_stop, rho_deep=rho_deep, tau=self.tau,
-                          n_max=self.n_max)
+        return self._with_tail(GrowthRule(d0=d0, d_max=d_max, b_min=b[0], b_mid=b[1], b_max=b[2], tau_h=tau_h,
+                                          tau_l=self.tau_l, rho_stop=rho_stop, rho_deep=rho_deep, tau=self.tau,
+                                          n_max=self.n_max))
 
     # --- named variants (configurations, not copies of code) -------------------------------
     @classmethod
@@ -561,9 +562,9 @@ class Eagle2Config(DecoderConfig):
 
     def growth_rule(self) -> GrowthRule:
         k = self.k
-        return GrowthRule(d0=self.depth, d_max=self.depth, b_min=k, b_mid=k, b_max=k, tau_h=_UNUSED, tau_l=_UNUSED,
-                          rho_stop=0.0, rho_deep=0.0, tau=0.0, n_max=self.drafted_nodes, expand_top=k,
-                          rerank=self.n_total)
+        return self._with_tail(GrowthRule(
+            d0=self.depth, d_max=self.depth, b_min=k, b_mid=k, b_max=k, tau_h=_UNUSED, tau_l=_UNUSED, rho_stop=0.0,
+            rho_deep=0.0, tau=0.0, n_max=self.drafted_nodes, expand_top=k, rerank=self.n_total))
 
 
 #: each Eagle2Config field with its meaning (CLI help)
@@ -608,8 +609,9 @@ class SequoiaConfig(DecoderConfig):
 
     def growth_rule(self) -> GrowthRule:
         shape = self.shape()
-        return GrowthRule(d0=self.d_max, d_max=self.d_max, b_min=1, b_mid=1, b_max=1, tau_h=_UNUSED, tau_l=_UNUSED,
-                          rho_stop=0.0, rho_deep=0.0, tau=0.0, n_max=self.n_max, shape=shape)
+        return self._with_tail(GrowthRule(
+            d0=self.d_max, d_max=self.d_max, b_min=1, b_mid=1, b_max=1, tau_h=_UNUSED, tau_l=_UNUSED, rho_stop=0.0,
+            rho_deep=0.0, tau=0.0, n_max=self.n_max, shape=shape))
 
 
 #: each SequoiaConfig field set from the CLI (the acceptance vector is measured for the pair)

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from .config import GrowthRule
-from .tree import LOOKUP_TAIL, STOP_REASONS, CostState, DraftTree, PrunedCandidate
+from .tree import LOOKUP_TAIL, STOP_REASONS, TAIL_MIN_NGRAM, CostState, DraftTree, PrunedCandidate
 
 if TYPE_CHECKING:  # pragma: no cover
     from .drafters import Drafter, LookupDrafter, PromptLookup
@@ -168,11 +168,6 @@ def _stop_tables(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         weight = to_device([rank[s] for s in range(len(rank))], device)  # by status
         code = to_device([_CODE["tau"], _CODE["tau"], _CODE["n_max"], _CODE["cost"], 0], device, torch.int8)  # by weight
     return weight, code
-
-
-#: the shortest n-gram a lookup tail follows: a one-token match is mostly chance (the fitted
-#: :class:`~dynatree_core.drafters.LookupMix` gives it a weight of about 1/257)
-TAIL_MIN_NGRAM = 2
 
 
 @functools.lru_cache(maxsize=8)

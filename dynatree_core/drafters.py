@@ -502,18 +502,11 @@ def lookup_spans(seq: torch.Tensor, contexts: torch.Tensor, source: PromptLookup
     tokens after it (else its latest). Returns the spans [q, m], their log-probabilities [q, m]
     (each token log(C / (C + 1)) for an n-gram seen C times, as :class:`PromptLookup` scores a
     single follower) and how many of each span's tokens are real [q] (0: no match). Device ops only."""
-    q, length, dev, big = contexts.shape[0], seq.shape[0], seq.device, source.max_ngram
+    q, length, dev = contexts.shape[0], seq.shape[0], seq.device
     if length < 2:
         zeros = torch.zeros((q, m), dtype=torch.long, device=dev)
         return zeros, zeros.double(), torch.zeros(q, dtype=torch.long, device=dev)
-    if contexts.shape[1] < big:
-        contexts = torch.nn.functional.pad(contexts, (big - contexts.shape[1], 0), value=-1)
-    padded = torch.cat([torch.full((big,), -2, dtype=seq.dtype, device=dev), seq])
-    before = padded.unfold(0, big, 1)[1:length]  # [L - 1, big]: the big tokens before position j
-    run = (before[None] == contexts[:, None, -big:]).flip(-1).to(torch.int8).cumprod(-1).sum(-1)
-    run = torch.where(run >= source.min_ngram, run, 0)  # [q, L - 1]: the match ending before j = 1..L-1
-    ngram = run.amax(1)
-    hit = (run == ngram[:, None]) & (ngram[:, None] > 0)
+    ngram, hit = _longest_matches(seq, contexts, source)
     follow = torch.arange(1, length, device=dev)  # the position after each occurrence
     # the latest occurrence with m tokens after it outranks every shorter one; then the latest
     score = torch.where(hit, follow + (follow + m <= length) * length, 0)
@@ -606,19 +599,14 @@ class LookupMatches:
         return (same * self.counts[:, None, :]).sum(-1)
 
 
-def lookup_matches(seq: torch.Tensor, contexts: torch.Tensor, source: PromptLookup, vocab: "int | CompactVocab",
-                   limit: torch.Tensor | None = None) -> LookupMatches:
-    """The counting behind :func:`lookup_topk` (same arguments), for every token of ``vocab``."""
-    q, width = contexts.shape
-    length = seq.shape[0]
-    if isinstance(vocab, CompactVocab):
-        tokens, index, dense = vocab.tokens, vocab.seq_index, False
-    else:
-        tokens, index, dense = torch.arange(vocab, device=seq.device), seq, True
-    size, dev, big = tokens.shape[0], seq.device, source.max_ngram
-    if length < 2:  # no token has one before it: nothing can match
-        zeros = torch.zeros((q, size), dtype=torch.float32, device=dev)
-        return LookupMatches(zeros, zeros.clone(), torch.zeros(q, dtype=torch.long, device=dev), tokens, dense)
+def _longest_matches(seq: torch.Tensor, contexts: torch.Tensor, source: PromptLookup,
+                     limit: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each row of ``contexts`` [q, width] against ``seq`` [L >= 2]: the length of the longest
+    n-gram (``min_ngram``..``max_ngram``) ending the row that occurs earlier in ``seq`` with a token
+    after it ([q], 0: none), and where it occurs (bool [q, L - 1]: column j - 1 is the occurrence
+    followed by position j); ``limit`` [q]: the last position each row may see."""
+    length, dev, big = seq.shape[0], seq.device, source.max_ngram
+    width = contexts.shape[1]
     if width < big:  # a context shorter than the longest n-gram: pad it on the left as the start is
         contexts = torch.nn.functional.pad(contexts, (big - width, 0), value=-1)
         width = big
@@ -633,7 +621,22 @@ def lookup_matches(seq: torch.Tensor, contexts: torch.Tensor, source: PromptLook
     if limit is not None:  # an occurrence counts if the token after it was known then
         run = torch.where(torch.arange(1, length, device=dev)[None, :] <= limit[:, None], run, 0)
     ngram = run.amax(1)
-    hit = (run == ngram[:, None]) & (ngram[:, None] > 0)  # the occurrences of the longest match
+    return ngram, (run == ngram[:, None]) & (ngram[:, None] > 0)  # the occurrences of the longest match
+
+
+def lookup_matches(seq: torch.Tensor, contexts: torch.Tensor, source: PromptLookup, vocab: "int | CompactVocab",
+                   limit: torch.Tensor | None = None) -> LookupMatches:
+    """The counting behind :func:`lookup_topk` (same arguments), for every token of ``vocab``."""
+    q, length = contexts.shape[0], seq.shape[0]
+    if isinstance(vocab, CompactVocab):
+        tokens, index, dense = vocab.tokens, vocab.seq_index, False
+    else:
+        tokens, index, dense = torch.arange(vocab, device=seq.device), seq, True
+    size, dev = tokens.shape[0], seq.device
+    if length < 2:  # no token has one before it: nothing can match
+        zeros = torch.zeros((q, size), dtype=torch.float32, device=dev)
+        return LookupMatches(zeros, zeros.clone(), torch.zeros(q, dtype=torch.long, device=dev), tokens, dense)
+    ngram, hit = _longest_matches(seq, contexts, source, limit)
     nxt = index[1:].expand(q, -1)  # the token at each j (as a column of counts)
     counts = torch.zeros((q, size), dtype=torch.float32, device=dev)
     counts.scatter_add_(1, nxt, hit.float())

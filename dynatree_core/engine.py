@@ -153,7 +153,7 @@ class DecodingRun:
     def _rule(self, remaining: int) -> GrowthRule:
         rule = self.adapter.rule() if self.adapter is not None else self.config.growth_rule()
         # Never draft deeper than the tokens still wanted (the bonus supplies one of them).
-        return dataclasses.replace(self.config.tail_rule(rule), d_max=min(rule.d_max, remaining - 1))
+        return dataclasses.replace(rule, d_max=min(rule.d_max, remaining - 1))
 
     @torch.inference_mode()
     def _run(self) -> Iterator[IterationRecord]:

@@ -30,6 +30,9 @@ LOOKUP_TAIL = "lookup_tail"
 #: (``propose`` answered None: a replay reached a node the recording never fed to the draft)
 UNRECORDED = "unrecorded"
 
+#: the shortest n-gram a lookup tail follows: a one-token match is mostly chance (the fitted
+#: :class:`~dynatree_core.drafters.LookupMix` gives it a weight of about 1/257)
+TAIL_MIN_NGRAM = 2
 #: ``tail(tree, leaves)`` -> the prompt-lookup span below each of those leaves, as (token, log-prob)
 #: pairs (empty: none), at most ``GrowthRule.lookup_tail`` long (:attr:`GrowthRule.lookup_tail`)
 Tail = Callable[["DraftTree", list[int]], "list[list[tuple[int, float]]]"]
@@ -359,8 +362,8 @@ def add_tail(tree: DraftTree, rule: GrowthRule, tail: "Tail", max_depth: int | N
             break
 
 
-def lookup_span(seq: Sequence[int], context: Sequence[int], m: int, max_ngram: int = 5, min_ngram: int = 2
-                ) -> list[tuple[int, float]]:
+def lookup_span(seq: Sequence[int], context: Sequence[int], m: int, max_ngram: int = 5,
+                min_ngram: int = TAIL_MIN_NGRAM) -> list[tuple[int, float]]:
     """Prompt lookup as a copy, in plain Python (the reference of the device's
     :func:`~dynatree_core.drafters.lookup_spans`): the longest n-gram (``max_ngram`` down to
     ``min_ngram`` tokens) ending ``context`` that occurs earlier in ``seq`` with a token after it;

@@ -388,7 +388,7 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
         try:
             cfg = self.base_config.replace(
                 **v, trace_top_k=max(self.base_config.trace_top_k, v["b_max"]))
-            rule = cfg.tail_rule(cfg.growth_rule())  # a recorded lookup tail is re-attached
+            rule = cfg.growth_rule()
         except (ValueError, TypeError) as e:
             return self._fail(f"invalid setting: {e}")
         try:

@@ -173,9 +173,10 @@ def test_tail_nodes_are_verified_accepted_and_counted_apart_from_the_draft():
 
 
 def test_a_replay_reattaches_the_recorded_tails():
-    rule = dataclasses.replace(DynaTreeConfig(n_max=4, d0=1, d_max=2).growth_rule(), lookup_tail=6, tail_n_max=6)
     cfg = DynaTreeConfig(n_max=4, d0=1, d_max=2, lookup_tail=6, tail_n_max=6)
     cfg = cfg.replace(history=dataclasses.replace(cfg.history, enabled=False))
+    rule = cfg.growth_rule()  # the config's rule carries its tail
+    assert (rule.lookup_tail, rule.tail_n_max) == (6, 6)
     recs = _repetitive_run(cfg)
     with_tail = [r for r in recs if LOOKUP_TAIL in r.tree.stop_reasons]
     assert with_tail
@@ -238,7 +239,7 @@ def test_a_live_session_grows_the_tail_generate_grows(arch):
     cfg = FixedTreeConfig(d=2, b=2, tau=0.0, lookup_tail=4, tail_n_max=4)
     first = generate(pair, prompt, "fixed_tree", cfg, max_new_tokens=30, ignore_eos=True, trace=True).trace[0]
     assert LOOKUP_TAIL in first.tree.stop_reasons
-    tree, argmax = TreeSession(pair, prompt).regrow(cfg.tail_rule(cfg.growth_rule()))
+    tree, argmax = TreeSession(pair, prompt).regrow(cfg.growth_rule())
     assert tree.tokens == first.tree.tokens and tree.stop_reasons == first.tree.stop_reasons
     assert argmax == first.target_argmax
 
