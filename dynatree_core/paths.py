@@ -1,5 +1,5 @@
-"""Where the project's local data lives (torch-free): the one search both the benchmark
-(evaluation text) and distillation (training text) use."""
+"""Where the project's files live (torch-free): the package's bundled data, and the one search for
+local text both the benchmark (evaluation text) and distillation (training text) use."""
 
 from __future__ import annotations
 
@@ -8,6 +8,13 @@ from pathlib import Path
 
 #: the repository root (the folder holding dynatree_core/)
 REPO_ROOT = Path(__file__).resolve().parents[1]
+#: data shipped inside the package (prompt sets, text excerpts)
+PACKAGE_DATA = Path(__file__).resolve().parent / "data"
+#: model weights shipped inside the package (the default pair's drafts)
+PACKAGE_ASSETS = Path(__file__).resolve().parent / "assets"
+#: the bundled training prompts: distillation continues them, calibrations run on them (never
+#: evaluation text)
+PROMPTS_FILE = PACKAGE_DATA / "distill_prompts.txt"
 
 
 def data_dir_candidates(cwd: str | os.PathLike | None = None) -> list[Path]:

@@ -22,27 +22,27 @@ a machine without torch; the live explorer imports the engine lazily.
 
 from __future__ import annotations
 
-from ._demo import demo_results, demo_trace
-from .animate import (AnimationStep, animate, animation_steps, export_frames, export_slides,
+from dynatree_viz._demo import demo_results, demo_trace
+from dynatree_viz.animate import (AnimationStep, animate, animation_steps, export_frames, export_slides,
                       frame_figures, slides_html)
-from .compare import compare_figure, load_results
-from .cost import CostModel, expected_accepted
-from .export import (ImageExportUnavailable, figure_html, image_export_available, save_html,
+from dynatree_viz.compare import compare_figure, load_results
+from dynatree_viz.cost import CostModel, expected_accepted
+from dynatree_viz.export import (ImageExportUnavailable, figure_html, image_export_available, save_html,
                      save_image)
-from .layout import draft_tree_graph, layered_layout, tree_graph
-from .mask_view import mask_figure, mask_matrix
-from .policies import calibration_figure, cost_figure, oracle_gap_figure, policy_rows, policy_table
-from .regrow import LiveBackend, RegrowResult, ReplayBackend, replay_partial
-from .race import Lane, RaceData, race, race_data
-from .report import report, report_html
-from .scene import TreeScene, greedy_walk
-from .static import StaticFallback, use_static_fallbacks
-from .text_view import text_html
-from .timeline import timeline_figure
-from .tokens import TokenNamer
-from .tree_view import tree_figure
-from .widgets import ParameterExplorer, Stepper, explore, show
-from .why import WhyPanel, why, why_data
+from dynatree_viz.layout import draft_tree_graph, layered_layout, tree_graph
+from dynatree_viz.mask_view import mask_figure, mask_matrix
+from dynatree_viz.policies import calibration_figure, cost_figure, oracle_gap_figure, policy_rows, policy_table
+from dynatree_viz.regrow import LiveBackend, RegrowResult, ReplayBackend, replay_partial
+from dynatree_viz.race import Lane, RaceData, race, race_data
+from dynatree_viz.report import report, report_html
+from dynatree_viz.scene import TreeScene, greedy_walk
+from dynatree_viz.static import StaticFallback, use_static_fallbacks
+from dynatree_viz.text_view import text_html
+from dynatree_viz.timeline import timeline_figure
+from dynatree_viz.tokens import TokenNamer
+from dynatree_viz.tree_view import tree_figure
+from dynatree_viz.widgets import ParameterExplorer, Stepper, explore, show
+from dynatree_viz.why import WhyPanel, why, why_data
 
 __all__ = [
     "AnimationStep", "Lane", "RaceData", "animate", "animation_steps", "export_frames",

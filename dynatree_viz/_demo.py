@@ -2,8 +2,8 @@
 
 The "target" greedily continues a fixed passage; the "draft" usually ranks the target's next
 word first, sometimes second or third, sometimes not at all, with a confidence that varies from
-node to node. Trees are grown by the real :func:`dynatree_core.tree.grow_tree` under the real
-growth rule and history adapter, so the resulting :class:`~dynatree_core.trace.Trace` has
+node to node. Trees are grown by the real :func:`dynatree_core.policy.tree.grow_tree` under the real
+growth rule and history adapter, so the resulting :class:`~dynatree_core.records.trace.Trace` has
 exactly the shape the engine records (including pruned candidates and every stop reason).
 Everything is seeded: the same arguments always give the same trace.
 """
@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from dynatree_core.config import DecoderConfig, DynaTreeConfig
-from dynatree_core.history import HistoryAdapter
-from dynatree_core.metrics import summarize
-from dynatree_core.trace import IterationRecord, Trace
-from dynatree_core.tree import DraftTree, grow_tree
+from dynatree_core.policy.config import DecoderConfig, DynaTreeConfig
+from dynatree_core.policy.history import HistoryAdapter
+from dynatree_core.records.metrics import summarize
+from dynatree_core.records.trace import IterationRecord, Trace
+from dynatree_core.policy.tree import DraftTree
+from dynatree_core.policy.growth import grow_tree
 
 PASSAGE = (
     "Speculative decoding lets a small draft model propose several tokens that a large target "

@@ -34,13 +34,13 @@ from typing import Any, Sequence
 
 import plotly.graph_objects as go
 
-from dynatree_core.trace import IterationRecord, Trace
+from dynatree_core.records.trace import IterationRecord, Trace
 
-from . import style
-from . import tree_view as tv
-from .export import ImageExportUnavailable, figure_html, require_image_export, save_image
-from .scene import TreeScene
-from .tokens import TokenNamer, resolve_namer
+from dynatree_viz import style
+from dynatree_viz import tree_view as tv
+from dynatree_viz.export import ImageExportUnavailable, figure_html, require_image_export, save_image
+from dynatree_viz.scene import TreeScene
+from dynatree_viz.tokens import TokenNamer, resolve_namer
 
 PHASES: tuple[str, ...] = ("draft", "verify", "select", "commit")
 #: trace / annotation names of the animated tree (the tree view's names plus these)

@@ -40,7 +40,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from . import style
+from dynatree_viz import style
 
 DEFAULT_METRICS: tuple[str, ...] = ("tokens_per_s", "speedup", "tokens_per_iteration",
                                     "acceptance_rate")

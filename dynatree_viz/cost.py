@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dynatree_core.trace import Trace
-from dynatree_core.tree import DraftTree
+from dynatree_core.records.trace import Trace
+from dynatree_core.policy.tree import DraftTree
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import networkx as nx
 
-from dynatree_core.tree import DraftTree
+from dynatree_core.policy.tree import DraftTree
 
 
 def tree_graph(parents: Sequence[int], order: Sequence[float] | None = None) -> nx.DiGraph:

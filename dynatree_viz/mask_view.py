@@ -12,10 +12,10 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from dynatree_core.trace import IterationRecord
+from dynatree_core.records.trace import IterationRecord
 
-from . import style
-from .tokens import TokenNamer, node_texts, resolve_namer
+from dynatree_viz import style
+from dynatree_viz.tokens import TokenNamer, node_texts, resolve_namer
 
 #: cell codes of the heatmap's z
 MASKED, ATTENDS, ATTENDS_ACCEPTED, PREFIX = 0, 1, 2, 3

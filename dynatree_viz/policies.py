@@ -2,12 +2,12 @@
 fixed tree): where each operates on the verify-cost curve, how well the draft's probabilities
 predict acceptance, how far each falls short of the best tree of its size, and a summary table.
 
-* :func:`cost_figure`: the measured verify cost c(n) (:class:`dynatree_core.cost_model.CostModel`)
+* :func:`cost_figure`: the measured verify cost c(n) (:class:`dynatree_core.policy.cost_model.CostModel`)
   with the tree sizes each policy chose drawn on it;
 * :func:`calibration_figure`: a reliability diagram per depth
-  (:class:`dynatree_core.reliability.Calibration`);
+  (:class:`dynatree_core.records.reliability.Calibration`);
 * :func:`oracle_gap_figure`: accepted length against the oracle at the same tree size
-  (:class:`dynatree_core.oracle.OracleSummary` per method);
+  (:class:`dynatree_core.records.oracle.OracleSummary` per method);
 * :func:`policy_rows` / :func:`policy_table`: one row per (dataset, method) of a benchmark
   result (L̄, tokens/s, speedup, oracle gap, mean tree size), the fastest per dataset in bold.
 
@@ -31,13 +31,13 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
-from dynatree_core.cost_model import CostModel
-from dynatree_core.oracle import OracleSummary
-from dynatree_core.reliability import Calibration, DepthCalibration, ReliabilityBin
-from dynatree_core.trace import Trace
+from dynatree_core.policy.cost_model import CostModel
+from dynatree_core.records.oracle import OracleSummary
+from dynatree_core.records.reliability import Calibration, DepthCalibration, ReliabilityBin
+from dynatree_core.records.trace import Trace
 
-from . import style
-from .compare import load_results
+from dynatree_viz import style
+from dynatree_viz.compare import load_results
 
 _OI = style.OKABE_ITO
 CURVE_COLOR = "#4d4d4d"
@@ -142,7 +142,7 @@ def trace_label(trace: Trace) -> str:
 def tree_sizes(sizes: Any) -> dict[str, list[int]]:
     """``sizes`` of :func:`cost_figure` as {label: per-iteration drafted nodes (root excluded)}.
 
-    Accepts a mapping label -> sizes (or label -> Trace), a :class:`~dynatree_core.trace.Trace`
+    Accepts a mapping label -> sizes (or label -> Trace), a :class:`~dynatree_core.records.trace.Trace`
     or a list of traces (labelled by :func:`trace_label`; traces with the same label are pooled)."""
     if isinstance(sizes, Trace):
         sizes = [sizes]

@@ -24,10 +24,10 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dynatree_core.trace import Trace
+from dynatree_core.records.trace import Trace
 
-from . import style
-from .tokens import TokenNamer
+from dynatree_viz import style
+from dynatree_viz.tokens import TokenNamer
 
 X_CHOICES: tuple[str, ...] = ("forwards", "time")
 X_TITLES = {"forwards": "target forwards (prefill + verifications)",

@@ -11,7 +11,7 @@ token after node i of that tree (one verification forward), ``token_texts[i]`` t
 node i (optional). The callable may carry a ``decode(token_id) -> str`` attribute for naming
 tokens (else every token shows as ``⟨id⟩``). An object with a ``.regrow`` method following the
 same protocol is accepted too, with ``decode`` or ``token_text`` for naming:
-``dynatree_core.session.TreeSession`` is one.
+``dynatree_core.engine.session.TreeSession`` is one.
 
 Replay mode needs no model: :class:`ReplayBackend` re-grows a recorded iteration's tree from
 the draft top-k lists the trace saved, and reads the target's choices from the recording.
@@ -22,12 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from dynatree_core.config import GrowthRule
-from dynatree_core.trace import IterationRecord
-from dynatree_core.tree import UNRECORDED, DraftTree, replay_partial  # noqa: F401 (re-exported)
+from dynatree_core.policy.config import GrowthRule
+from dynatree_core.records.trace import IterationRecord
+from dynatree_core.policy.tree import DraftTree
+from dynatree_core.policy.replay import replay_partial
 
-from .scene import TreeScene
-from .tokens import TokenNamer, node_texts
+from dynatree_viz.scene import TreeScene
+from dynatree_viz.tokens import TokenNamer, node_texts
 
 Regrow = Callable[[GrowthRule], tuple]
 

@@ -18,16 +18,16 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from dynatree_core.trace import Trace
+from dynatree_core.records.trace import Trace
 
-from .compare import ResultsLike, compare_figure
-from .export import figure_html
-from .mask_view import mask_figure
-from .text_view import text_html
-from .timeline import timeline_figure
-from .tokens import resolve_namer
-from .tree_view import tree_figure
-from .why import why as why_figure
+from dynatree_viz.compare import ResultsLike, compare_figure
+from dynatree_viz.export import figure_html
+from dynatree_viz.mask_view import mask_figure
+from dynatree_viz.text_view import text_html
+from dynatree_viz.timeline import timeline_figure
+from dynatree_viz.tokens import resolve_namer
+from dynatree_viz.tree_view import tree_figure
+from dynatree_viz.why import why as why_figure
 
 #: below this window width the tree and the mask stack (a phone); above it they sit side by side
 STACK_BELOW_PX = 800

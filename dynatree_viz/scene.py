@@ -1,7 +1,7 @@
 """What one tree picture shows, independent of where the tree came from.
 
 A :class:`TreeScene` is a draft tree plus what the target said about it. It is built from a
-recorded :class:`~dynatree_core.trace.IterationRecord`, or by the parameter explorer from a
+recorded :class:`~dynatree_core.records.trace.IterationRecord`, or by the parameter explorer from a
 re-grown tree, where the target's choice is only known at some nodes (``None`` elsewhere).
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from dynatree_core.trace import IterationRecord
-from dynatree_core.tree import DraftTree
+from dynatree_core.records.trace import IterationRecord
+from dynatree_core.policy.tree import DraftTree
 
-from .tokens import TokenNamer, node_texts
+from dynatree_viz.tokens import TokenNamer, node_texts
 
 #: node status along the verification: how far the target's greedy walk got
 STATUSES: tuple[str, ...] = ("root", "accepted", "rejected", "below_rejection", "unknown")

@@ -28,7 +28,7 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from .export import ImageExportUnavailable, require_image_export
+from dynatree_viz.export import ImageExportUnavailable, require_image_export
 
 _state: dict[str, Any] = {"images": None, "reason": ""}
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dynatree_core.trace import Trace
+from dynatree_core.records.trace import Trace
 
-from . import style
+from dynatree_viz import style
 
 CURRENT_SHAPE = "current iteration"
 _OI = style.OKABE_ITO

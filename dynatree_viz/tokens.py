@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
-from dynatree_core.trace import IterationRecord, Trace
+from dynatree_core.records.trace import IterationRecord, Trace
 
 
 Decoder = Callable[[int], str]

@@ -18,12 +18,12 @@ from typing import Any, Sequence
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
-from dynatree_core.trace import IterationRecord
+from dynatree_core.records.trace import IterationRecord
 
-from . import style
-from .layout import layered_layout, tree_graph
-from .scene import STATUSES, TreeScene
-from .tokens import TokenNamer, resolve_namer
+from dynatree_viz import style
+from dynatree_viz.layout import layered_layout, tree_graph
+from dynatree_viz.scene import STATUSES, TreeScene
+from dynatree_viz.tokens import TokenNamer, resolve_namer
 
 #: trace names (tests and widgets look traces up by name)
 NODES, EDGES, ACCEPTED_EDGES, PRUNED, PRUNED_EDGES, BONUS, COLORBAR = (

@@ -19,11 +19,11 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from dynatree_core.trace import IterationRecord, Trace
+from dynatree_core.records.trace import IterationRecord, Trace
 
-from . import style
-from .scene import TreeScene
-from .tokens import TokenNamer, resolve_namer
+from dynatree_viz import style
+from dynatree_viz.scene import TreeScene
+from dynatree_viz.tokens import TokenNamer, resolve_namer
 
 #: what became of one top-k candidate at the decision point
 FATES: dict[str, str] = {

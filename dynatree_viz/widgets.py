@@ -15,19 +15,19 @@ from typing import Any, Callable
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
-from dynatree_core.config import DynaTreeConfig, GrowthRule, config_from_dict
-from dynatree_core.trace import IterationRecord, Trace
+from dynatree_core.policy.config import DynaTreeConfig, GrowthRule, config_from_dict
+from dynatree_core.records.trace import IterationRecord, Trace
 
-from . import style
-from .cost import CostModel, expected_accepted
-from .mask_view import mask_figure
-from .regrow import LiveBackend, RegrowResult, ReplayBackend
-from .static import StaticFallback, figure_snapshot_html
-from .text_view import text_html
-from .timeline import mark_iteration, timeline_figure
-from .tokens import TokenNamer, resolve_namer
-from .tree_view import NODES, tree_figure, trace_index
-from .why import why
+from dynatree_viz import style
+from dynatree_viz.cost import CostModel, expected_accepted
+from dynatree_viz.mask_view import mask_figure
+from dynatree_viz.regrow import LiveBackend, RegrowResult, ReplayBackend
+from dynatree_viz.static import StaticFallback, figure_snapshot_html
+from dynatree_viz.text_view import text_html
+from dynatree_viz.timeline import mark_iteration, timeline_figure
+from dynatree_viz.tokens import TokenNamer, resolve_namer
+from dynatree_viz.tree_view import NODES, tree_figure, trace_index
+from dynatree_viz.why import why
 
 
 def replace_figure(target: go.FigureWidget, fig: go.Figure) -> None:
@@ -471,7 +471,7 @@ def explore(source: Any, prompt: Any = None, *, iteration: int = 0,
     * a ``regrow(rule)`` callable or an object with ``.regrow`` (live mode; protocol in
       :mod:`dynatree_viz.regrow`),
     * a ``ModelPair`` together with ``prompt`` (live mode): a
-      ``dynatree_core.session.TreeSession(pair, prompt, top_k=...)`` is built (imported lazily,
+      ``dynatree_core.engine.session.TreeSession(pair, prompt, top_k=...)`` is built (imported lazily,
       so this module never needs torch) and re-drafts/verifies the prompt's next tree.
 
     ``config`` sets the starting sliders (default: the rule the recorded iteration used);
@@ -497,7 +497,7 @@ def explore(source: Any, prompt: Any = None, *, iteration: int = 0,
         return ParameterExplorer(LiveBackend(source, namer), config, cost_model=cost_model)
     if prompt is not None:
         # Lazy: live mode is the only path that needs torch and the models.
-        from dynatree_core.session import TreeSession
+        from dynatree_core.engine.session import TreeSession
 
         top_k = model_kwargs.pop("top_k", max(8, config.b_max if config is not None else 8))
         session = TreeSession(source, prompt, top_k=top_k, **model_kwargs)

@@ -64,7 +64,7 @@ pd.set_option("display.precision", 3)
 
 # %% tags=["nbval-ignore-output"]
 if PAIR == "tiny":  # development only: random weights, nonsense text, every check still holds
-    from dynatree_core.testing import tiny_pair
+    from dynatree_core.pairs.tiny import tiny_pair
     pair = tiny_pair("llama")
 else:
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -73,7 +73,7 @@ print(f"target: {pair.target_name}\ndraft:  {pair.draft_name} ({pair.drafter_kin
       f"device: {pair.device} (linear kernel: {pair.linear_kernel})")
 
 # %% tags=["nbval-ignore-output"]
-from dynatree_core import plumbing as pl
+from dynatree_core.runtime import plumbing as pl
 
 tok = pair.tokenizer
 prompt = "The quick brown fox jumps over the lazy dog. The quick brown"
@@ -255,8 +255,8 @@ print("one draft frame per level, then verify, select, commit:",
 
 # %%
 from dynatree_core import IterationRecord
-from dynatree_core.config import GrowthRule
-from dynatree_core.session import TreeSession
+from dynatree_core.policy.config import GrowthRule
+from dynatree_core.engine.session import TreeSession
 
 session = TreeSession(pair, prompt)  # prefills both models on the prompt once
 small = GrowthRule(d0=2, d_max=2, b_min=2, b_mid=2, b_max=2, tau_h=0.5, tau_l=0.4,
@@ -371,7 +371,7 @@ print("accepted nodes:", path5, "->", [session.token_text(tree5.tokens[i]) for i
 # * **gather** (this library's default): keep the accepted nodes' entries and drop the rest, as the
 #   cell below does by moving them into place (`pl.keep_selected`). No extra forward. It is exact
 #   because each node's keys/values were computed with exactly its real context (the mask) and its
-#   real position (the depth). The engine goes one step further (`dynatree_core.target_cache`): it
+#   real position (the depth). The engine goes one step further (`dynatree_core.runtime.target_cache`): it
 #   leaves the accepted entries where they are and hides the rejected ones between them in every
 #   later forward's mask, and moves them only once 64 have piled up: moving costs two ops per layer
 #   and tensor, which a launch-bound GPU pays one by one.

@@ -71,7 +71,7 @@ pd.set_option("display.precision", 3)
 
 # %% tags=["nbval-ignore-output"]
 if PAIR == "tiny":  # development only: random weights, nonsense text, every check still holds
-    from dynatree_core.testing import tiny_pair
+    from dynatree_core.pairs.tiny import tiny_pair
     pair = tiny_pair("llama")
 else:
     device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -69,7 +69,7 @@ pd.set_option("display.precision", 3)
 
 # %% tags=["nbval-ignore-output"]
 if PAIR == "tiny":  # development only: random weights, nonsense text, every check still holds
-    from dynatree_core.testing import tiny_pair
+    from dynatree_core.pairs.tiny import tiny_pair
     pair = tiny_pair("llama")
 else:
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -84,7 +84,7 @@ print(f"target: {pair.target_name}\ndraft:  {pair.draft_name} ({pair.drafter_kin
 # the root and all n − 1 drafted nodes in **one** target forward. The paper's DynaTree sizes its
 # trees with thresholds (D0, ρ, N_max) chosen for a GPU, where that forward costs about the same for
 # 2 or 60 tokens. On a CPU it does not, and *how* it grows is a fact about the machine.
-# `dynatree_core.calibrate.cost_model(pair)` measures it once per device, pair and dtype (seconds on
+# `dynatree_core.engine.calibrate.cost_model(pair)` measures it once per device, pair and dtype (seconds on
 # a CPU) and caches it under `~/.cache/dynatree`: c(n), the median time of one verify forward over
 # n = 1..32 tokens after a 256-token prefix (the sizes timed round-robin, so that a burst of load
 # elsewhere on the machine cannot price one size high), plus the time of one draft level and the loop's own
@@ -92,7 +92,7 @@ print(f"target: {pair.target_name}\ndraft:  {pair.draft_name} ({pair.drafter_kin
 # `recalibrate=True` to measure again.)
 
 # %% tags=["nbval-ignore-output"]
-from dynatree_core import calibrate
+from dynatree_core.engine import calibrate
 
 cost = calibrate.cost_model(pair)   # cached: measured the first time for this device and pair
 print(calibrate.describe(cost))
@@ -185,12 +185,12 @@ print("the cost-aware node budget is the curve's largest tree:", cost_rule.n_max
 # depth (the *positional acceptance assumption*); `calibrate.acceptance_vector(pair)` measures
 # a_0..a_7 on a short run over training prompts (cached like the curve). A node reached through
 # ranks r_1, r_2, ... is then accepted with probability a_{r_1} · a_{r_2} · ..., and Sequoia's dynamic
-# program (`dynatree_core.sequoia.sequoia_shape`) finds the tree of n nodes with the largest expected
+# program (`dynatree_core.policy.sequoia.sequoia_shape`) finds the tree of n nodes with the largest expected
 # accepted length E[ℓ] = Σ_u Π a_rank (`expected_accepted`). The shape is a branching list in BFS
 # order: node i gets the draft's ranks 0..shape[i]−1 as children.
 
 # %% tags=["nbval-ignore-output"]
-from dynatree_core.sequoia import expected_accepted, sequoia_shape, shape_tree
+from dynatree_core.policy.sequoia import expected_accepted, sequoia_shape, shape_tree
 
 acc = calibrate.acceptance_vector(pair)
 N_SEQ = 8
@@ -219,7 +219,7 @@ pd.DataFrame({"parent": parents[1:], "rank": ranks[1:], "depth": depths[1:],
              index=pd.Index(range(1, len(parents)), name="node"))
 
 # %%
-from dynatree_core.config import Eagle2Config, SequoiaConfig
+from dynatree_core.policy.config import Eagle2Config, SequoiaConfig
 
 print("the shape is a tree of N nodes:", len(shape) == N_SEQ + 1 and sum(shape) == N_SEQ)
 print("E[ℓ] is the sum of the nodes' acceptance probabilities:",
@@ -400,7 +400,7 @@ print("Sequoia verified its static shape in every iteration the budget did not c
 # ## 6 · The oracle gap: how close is each policy to the best tree of its size?
 #
 # Under greedy verification the target accepts exactly the tree path that spells its own
-# continuation. Replaying a run (`dynatree_core.oracle.oracle_trace`), iteration r's **reach** is how
+# continuation. Replaying a run (`dynatree_core.records.oracle.oracle_trace`), iteration r's **reach** is how
 # many of the tokens it went on to commit were each among the draft's top-K candidates after the ones
 # before: a tree of n nodes can accept at most min(n, reach), and the chain along the continuation
 # does. `summarize_oracle` pools that into the oracle's mean accepted length at the method's own mean
@@ -409,7 +409,7 @@ print("Sequoia verified its static shape in every iteration the budget did not c
 # use at each node, is the number recorded per node, printed below.)
 
 # %%
-from dynatree_core.oracle import oracle_trace, summarize_oracle
+from dynatree_core.records.oracle import oracle_trace, summarize_oracle
 
 oracle_rows = {label: oracle_trace(tr) for label, tr in tree_runs.items()}
 summaries = {label: summarize_oracle(rows) for label, rows in oracle_rows.items()}
@@ -443,7 +443,7 @@ display(Markdown(
 #
 # Every policy treats a draft probability as a chance of acceptance: DynaTree's breadth thresholds read
 # the confidence c(u) = max q(·|u), EAGLE-2 ranks by the path probability p(u), and the cost-aware rule
-# values a node at v(u) = min(1, s_d · p(u)). `dynatree_core.reliability.calibration` compares each kind of
+# values a node at v(u) = min(1, s_d · p(u)). `dynatree_core.records.reliability.calibration` compares each kind of
 # prediction with what the target did, per depth (a **reliability diagram**: points on the diagonal are
 # calibrated, below it over-confident):
 #
@@ -454,7 +454,7 @@ display(Markdown(
 #   of acceptance at that depth.
 
 # %%
-from dynatree_core.reliability import calibration
+from dynatree_core.records.reliability import calibration
 
 conf = calibration(list(tree_runs.values()), kind="confidence", bins=10)
 path = calibration(traces["dynatree:cost"], kind="path", bins=10)
@@ -480,7 +480,7 @@ dv.calibration_figure(path, title=f"path probability p(u) vs acceptance, cost-aw
 # depth) lowers the value of deep nodes, so the tree stops growing sooner; s_d > 1 pushes it deeper.
 
 # %%
-from dynatree_core.history import HistoryState
+from dynatree_core.policy.history import HistoryState
 
 final = traces["dynatree:cost"].iterations[-1].history_after   # the adapter's state after the run
 

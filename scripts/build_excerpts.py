@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(BUNDLED_DIR))
     args = ap.parse_args(argv)
 
-    from dynatree_core.default_pair import load_target
+    from dynatree_core.pairs.default_pair import load_target
 
     _, tok = load_target()
     tokenize = hf_tokenize(tok)

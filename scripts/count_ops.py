@@ -101,15 +101,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from dynatree_core.bench.methods import method_specs, parse_methods
-    from dynatree_core.calibrate import prepare_config
-    from dynatree_core.models import ModelPair
+    from dynatree_core.engine.calibrate import prepare_config
+    from dynatree_core.pairs.pair import ModelPair
 
     if args.target == "default":
         pair = ModelPair.default()
         prompt = ("The history of the city begins in the twelfth century, when a small market town grew "
                   "around the bridge. The market town grew around the bridge, and")
     else:
-        from dynatree_core.testing import tiny_pair
+        from dynatree_core.pairs.tiny import tiny_pair
 
         pair, prompt = tiny_pair("llama", noise=0.05), [5, 9, 14, 3, 7, 5, 9, 14]
     print(f"{pair.target_name} / {pair.draft_name}; T={args.tokens}; ops per steady-state iteration")

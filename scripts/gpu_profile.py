@@ -71,7 +71,7 @@ def profile_method(pair: Any, method: str, config: Any, prompt: Any, tokens: int
     from torch.profiler import ProfilerActivity, profile
 
     from dynatree_core import generate
-    from dynatree_core.plumbing import synchronize
+    from dynatree_core.runtime.plumbing import synchronize
 
     cuda = pair.device.type == "cuda"
     generate(pair, prompt, method, config, max_new_tokens=tokens, ignore_eos=True)  # warm-up
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from dynatree_core.bench.methods import method_specs, parse_methods
-    from dynatree_core.calibrate import prepare_config
+    from dynatree_core.engine.calibrate import prepare_config
 
     from gpu_check import load_pair  # the same pairs gpu_check loads (the default one or the tiny one)
 

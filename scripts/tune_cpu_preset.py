@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 
 from dynatree_core import DynaTreeConfig, FixedTreeConfig, LinearConfig, ModelPair, generate
-from dynatree_core.bench.pairs import PAIR_DRAFTS
-from dynatree_core.config import ARConfig
+from dynatree_core.pairs.choices import PAIR_DRAFTS
+from dynatree_core.policy.config import ARConfig
 
 
 def passages(tok, n: int, length: int) -> list[list[int]]:

@@ -43,7 +43,7 @@ def passages(tok, n: int, length: int) -> list[tuple[str, list[int]]]:
 
 def cells(args) -> list[tuple[str, object]]:
     from dynatree_core import DynaTreeConfig, FixedTreeConfig, LinearConfig
-    from dynatree_core.config import ARConfig
+    from dynatree_core.policy.config import ARConfig
 
     out: list[tuple[str, object]] = [("ar", ARConfig())]
     out += [("linear", LinearConfig(k=k)) for k in (2, 3, 4, 5)]

@@ -42,11 +42,11 @@ def make_data_dir(root: Path) -> Path:
 def spy_on_history(monkeypatch) -> list:
     """Record, for every DecodingRun the protocol steps to its end, (the history state it was
     given, the history state it ended with); returns the list it appends to."""
-    import dynatree_core.engine as engine
+    import dynatree_core.engine.api as api
 
     seen: list = []
 
-    class Spy(engine.DecodingRun):  # the protocol steps a DecodingRun (its records feed the oracle)
+    class Spy(api.DecodingRun):  # the protocol steps a DecodingRun (its records feed the oracle)
         def __init__(self, *args, history=None, **kwargs):
             super().__init__(*args, history=history, **kwargs)
             self.given = history
@@ -58,5 +58,5 @@ def spy_on_history(monkeypatch) -> list:
                 seen.append((self.given, self.result.history_state))
                 raise
 
-    monkeypatch.setattr(engine, "DecodingRun", Spy)
+    monkeypatch.setattr(api, "DecodingRun", Spy)  # what iterate() constructs
     return seen

@@ -16,8 +16,8 @@ import tempfile
 import pytest
 import torch
 
-from dynatree_core.testing import noisy_copy, tiny_model
-from dynatree_core.models import ModelPair
+from dynatree_core.pairs.tiny import noisy_copy, tiny_model
+from dynatree_core.pairs.pair import ModelPair
 
 torch.set_num_threads(1)  # tiny models: threads only add overhead, and CI has two cores
 # calibrations (cost curves, acceptance vectors) measured by tests stay out of the user's cache
@@ -35,7 +35,7 @@ def _cpu_target(arch: str, attn: str) -> torch.nn.Module:
 @functools.lru_cache(maxsize=None)
 def cached_target(arch: str, attn: str, kernel: str = "torch") -> torch.nn.Module:
     """The tiny target; ``kernel="onednn"``: a copy with its linear layers packed for oneDNN
-    (:mod:`dynatree_core.linear_kernels`), a model of its own to decode exactly like."""
+    (:mod:`dynatree_core.runtime.linear_kernels`), a model of its own to decode exactly like."""
     model = _cpu_target(arch, attn)
     if kernel != "torch":
         model = set_kernel(copy.deepcopy(model), kernel)
@@ -43,7 +43,7 @@ def cached_target(arch: str, attn: str, kernel: str = "torch") -> torch.nn.Modul
 
 
 def set_kernel(model: torch.nn.Module, kernel: str) -> torch.nn.Module:
-    from dynatree_core.linear_kernels import set_linear_kernel
+    from dynatree_core.runtime.linear_kernels import set_linear_kernel
 
     set_linear_kernel(model, kernel)
     return model

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from dynatree_core import ModelPair, generate
-from dynatree_core.config import DynaTreeConfig, FixedTreeConfig, HistoryConfig, LinearConfig
-from dynatree_core.testing import tiny_model
+from dynatree_core.policy.config import DynaTreeConfig, FixedTreeConfig, HistoryConfig, LinearConfig
+from dynatree_core.pairs.tiny import tiny_model
 
 from conftest import cached_pair
 
@@ -153,7 +153,7 @@ def test_allow_long_context_decodes_past_the_window_exactly():
 def test_trace_top_k_follows_the_breadth_unless_given():
     """The recorded top-k defaults to max(8, largest breadth) and follows replace(); an explicit
     value is kept and checked."""
-    from dynatree_core.config import FixedTreeConfig
+    from dynatree_core.policy.config import FixedTreeConfig
 
     assert DynaTreeConfig().trace_top_k == 8
     wide = DynaTreeConfig(b_max=9)
@@ -170,7 +170,7 @@ def test_device_and_dtype_errors_name_the_option(monkeypatch):
     """No GPU, a GPU index that does not exist, a dtype the GPU cannot compute in, a non-float dtype."""
     import torch
 
-    from dynatree_core.models import check_dtype_on_device, resolve_device
+    from dynatree_core.pairs.pair import check_dtype_on_device, resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match=r"device='cuda' requested but CUDA is not available"):

@@ -7,7 +7,7 @@ import pytest
 from bench_fixtures import make_data_dir, wikitext_text
 from dynatree_core.bench.data import (BUNDLED_DIR, DataError, hf_tokenize, load_corpus, parse_datasets,
                                       select_prompts, wikitext_documents)
-from dynatree_core.testing import char_tokenizer
+from dynatree_core.pairs.tiny import char_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from dynatree_core.bench.methods import method_specs, parse_methods
 from dynatree_core.bench.protocol import LengthError, RunPoint, check_lengths
 from dynatree_core.bench.results import SCHEMA_VERSION, aggregate, recompute
 from dynatree_core.bench.runner import Experiment, load_corpora, run_experiment
-from dynatree_core.testing import tiny_pair
+from dynatree_core.pairs.tiny import tiny_pair
 
 T, N, W, L = 6, 3, 1, 24
 TOP_KEYS = {"schema_version", "kind", "run_id", "created", "notes", "protocol", "methods", "models", "device",
@@ -82,7 +82,7 @@ def test_experiment_validates_N_and_W():
 
 def test_dynatree_history_is_carried_through_warmup_and_each_measured_prompt_starts_from_it(pair, monkeypatch):
     from dynatree_core.bench.data import Prompt
-    from dynatree_core.bench.protocol import run_points
+    from dynatree_core.bench.runner import run_points
 
     seen = spy_on_history(monkeypatch)
     prompts = [Prompt("wikitext2", i, "x", 0, "t", 0, 8, 8, 8, [5 + i] * 8, "") for i in range(3)]

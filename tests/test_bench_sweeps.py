@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
 
 from dynatree_core.bench.methods import dynatree_config, method_specs
-from dynatree_core.bench.sweeps import (fixed_tree_points, length_points, prompt_length_points,
-                                        sensitivity_points, sweep_figure, _series_rows)
+from dynatree_core.bench.sweeps import fixed_tree_points, length_points, prompt_length_points, sensitivity_points
+from dynatree_viz.sweeps import _series_rows, sweep_figure
 
 
 def test_fixed_tree_grid_has_ar_plus_every_D_B_tau():
@@ -54,13 +53,3 @@ def test_fixed_tree_figure_draws_one_line_per_B_and_tau_and_drops_ar():
     assert [r["series"] for r in rows] == ["b=1, tau=0.05", "b=2, tau=0.05"] * 2
 
 
-def test_sweep_figure_falls_back_to_plain_plotly_without_dynatree_viz(monkeypatch):
-    import sys
-
-    monkeypatch.setitem(sys.modules, "dynatree_viz", None)
-    aggs = [{"dataset": "wikitext2", "label": "dynatree", "method": "dynatree", "max_prompt_len": n,
-             "speedup": 1.0 + n / 100, "tokens_per_s": 1.0} for n in (64, 32)]
-    fig = sweep_figure("prompt_length", aggs)
-    (line,) = fig.data
-    assert [int(v) for v in line.x] == [32, 64]
-    assert [float(v) for v in line.y] == pytest.approx([1.32, 1.64])

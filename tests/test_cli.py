@@ -251,7 +251,7 @@ def test_dynatree_options_take_their_type_from_the_config_dataclass():
     (["bench", "--draft", "x/y"], "--draft needs --target"),
 ])
 def test_wrong_invocations_fail_before_any_model_loads(monkeypatch, capsys, tmp_path, argv, message):
-    import dynatree_core.models as models
+    import dynatree_core.pairs.pair as models
 
     def no_load(*a, **k):
         raise AssertionError("a model was loaded for a wrong invocation")

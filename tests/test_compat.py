@@ -11,8 +11,8 @@ import pytest
 import torch
 from transformers import DynamicCache, GPTNeoXModel, LlamaModel
 
-from dynatree_core import compat, plumbing as pl
-from dynatree_core.testing import tiny_model
+from dynatree_core.runtime import compat, plumbing as pl
+from dynatree_core.pairs.tiny import tiny_model
 
 
 def installed_keyword() -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from dynatree_core.testing import tiny_pair
+from dynatree_core.pairs.tiny import tiny_pair
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "count_ops.py"
 
@@ -23,7 +23,7 @@ def test_ops_are_charged_to_the_models_or_to_the_engine_and_trees_cost_more_per_
     prompt = [5, 9, 14, 3, 7, 5, 9, 14]
     ar = mod.count(pair, prompt, "ar", None, 16, 4)
     assert ar["levels_per_iteration"] == 0 and ar["model_ops_per_iteration"] > 0 < ar["engine_ops_per_iteration"]
-    from dynatree_core.config import DynaTreeConfig, LinearConfig
+    from dynatree_core.policy.config import DynaTreeConfig, LinearConfig
 
     lin = mod.count(pair, prompt, "linear", LinearConfig(k=3), 24, 4)
     dyn = mod.count(pair, prompt, "dynatree", DynaTreeConfig(), 24, 4)

@@ -15,9 +15,9 @@ import torch
 
 from transformers import DynamicCache  # noqa: E402
 
-from dynatree_core import default_pair  # noqa: E402
-from dynatree_core.compat import cache_kwargs  # noqa: E402
-from dynatree_core.draft_model import SparseLMHead, build_draft_from_target, load_draft, save_draft  # noqa: E402
+from dynatree_core.pairs import default_pair  # noqa: E402
+from dynatree_core.runtime.compat import cache_kwargs  # noqa: E402
+from dynatree_core.drafters.draft_model import SparseLMHead, build_draft_from_target, load_draft, save_draft  # noqa: E402
 
 HAS_ASSET = (default_pair.DRAFT_ASSET_DIR / "model.safetensors").is_file()
 
@@ -221,7 +221,7 @@ def test_distill_tiny_end_to_end(pair, tmp_path):
 def test_extend_head_keeps_old_logits_and_adds_rows(pair):
     import copy
 
-    from dynatree_core.draft_model import extend_head
+    from dynatree_core.drafters.draft_model import extend_head
 
     target, draft, tok = pair
     d = copy.deepcopy(draft)
@@ -319,7 +319,7 @@ def test_training_text_excludes_eval_files(tmp_path):
 
 
 def test_bootstrap_interval_resamples_prompts():
-    from dynatree_core.distill import bootstrap_ci, pooled_rate
+    from dynatree_core.distill.evaluation import bootstrap_ci, pooled_rate
 
     # pooled, not a mean of per-prompt rates: a 1-token prompt weighs 1 token
     assert pooled_rate([(9, 10), (0, 1)]) == 9 / 11
@@ -391,7 +391,7 @@ def test_every_decoder_on_the_default_pair_equals_ar(pair):
 
 def test_distill_on_policy_data_is_written_by_the_draft(pair, tmp_path):
     from dynatree_core import distill
-    from dynatree_core.default_pair import DRAFT_ASSET_DIR
+    from dynatree_core.pairs.default_pair import DRAFT_ASSET_DIR
 
     target, draft, tok = pair
     args = _distill_args(tmp_path, "--generator", "draft", "--init-from", str(DRAFT_ASSET_DIR),
@@ -412,7 +412,7 @@ def test_distill_on_policy_data_is_written_by_the_draft(pair, tmp_path):
 
 def test_equal_length_decode_matches_generate_and_stops():
     from dynatree_core import distill
-    from dynatree_core.testing import tiny_model
+    from dynatree_core.pairs.tiny import tiny_model
 
     m = tiny_model("llama", seed=3)
     g = torch.Generator().manual_seed(0)
@@ -568,7 +568,7 @@ def test_every_decoder_with_the_shipped_feature_draft_equals_ar(pair, feature_dr
 
 
 def test_shipped_feature_draft_is_refused_by_another_target():
-    from dynatree_core.testing import tiny_model
+    from dynatree_core.pairs.tiny import tiny_model
 
     with pytest.raises(ValueError, match="hidden size"):
         default_pair.load_default_feature_draft(tiny_model("llama"))

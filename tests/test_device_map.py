@@ -13,13 +13,13 @@ import types
 import pytest
 import torch
 
-from dynatree_core import calibrate
-from dynatree_core import plumbing as pl
-from dynatree_core.config import DynaTreeConfig
-from dynatree_core.engine import generate
-from dynatree_core.feature_draft import build_feature_draft, save_feature_draft
-from dynatree_core.models import ModelPair, check_device_map, is_dispatched
-from dynatree_core.testing import VOCAB_SIZE, char_tokenizer, noisy_copy, tiny_model
+from dynatree_core.engine import calibrate
+from dynatree_core.runtime import plumbing as pl
+from dynatree_core.policy.config import DynaTreeConfig
+from dynatree_core.engine.api import generate
+from dynatree_core.drafters.feature_draft import build_feature_draft, save_feature_draft
+from dynatree_core.pairs.pair import ModelPair, check_device_map, is_dispatched
+from dynatree_core.pairs.tiny import VOCAB_SIZE, char_tokenizer, noisy_copy, tiny_model
 
 PROMPT = [5, 9, 2, 33, 17]
 N = 16

@@ -1,4 +1,4 @@
-"""The device-side tree (dynatree_core.device_tree) against the torch-free reference (tree.py).
+"""The device-side tree (dynatree_core.runtime.device_tree) against the torch-free reference (tree.py).
 
 Both grow trees from the same draft distributions (a deterministic function of the node's token
 path, so the reference's host ``propose`` and the device ``propose`` answer alike); every field of
@@ -19,11 +19,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dynatree_core import generate, iterate
-from dynatree_core.config import (DynaTreeConfig, Eagle2Config, FixedTreeConfig, GrowthRule, HistoryConfig,
+from dynatree_core.policy.config import (DynaTreeConfig, Eagle2Config, FixedTreeConfig, GrowthRule, HistoryConfig,
                                   LinearConfig, SequoiaConfig)
-from dynatree_core.cost_model import CostModel
-from dynatree_core.device_tree import DeviceTree, HostSyncs, host_tree, to_device
-from dynatree_core.tree import DraftTree, grow_tree
+from dynatree_core.policy.cost_model import CostModel
+from dynatree_core.runtime.device_tree import DeviceTree
+from dynatree_core.runtime.host_syncs import HostSyncs, to_device
+from dynatree_core.runtime.host_tree import host_tree
+from dynatree_core.policy.tree import DraftTree
+from dynatree_core.policy.growth import grow_tree
 
 from conftest import cached_pair
 
@@ -334,8 +337,8 @@ def test_the_feature_and_lookup_drafters_read_the_device_only_where_it_counts(me
     """The default pair's drafter kind (a feature draft with prompt lookup mixed in), on a prompt
     that repeats itself so that lookup proposes continuations."""
     from dynatree_core.drafters import LookupMix
-    from dynatree_core.models import ModelPair
-    from dynatree_core.testing import tiny_feature_pair
+    from dynatree_core.pairs.pair import ModelPair
+    from dynatree_core.pairs.tiny import tiny_feature_pair
 
     base = tiny_feature_pair()
     pair = ModelPair(target=base.target, draft=base.draft, tokenizer=base.tokenizer, lookup=LookupMix())
@@ -345,8 +348,8 @@ def test_the_feature_and_lookup_drafters_read_the_device_only_where_it_counts(me
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run by scripts/gpu_check.sh)")
 @pytest.mark.parametrize("method,config", LOOP_CONFIGS + [("dynatree", DynaTreeConfig())])
 def test_cuda_reports_no_synchronisation_the_loop_did_not_count(method, config):
-    from dynatree_core.models import ModelPair
-    from dynatree_core.sync_audit import audit_host_syncs
+    from dynatree_core.pairs.pair import ModelPair
+    from dynatree_core.engine.sync_audit import audit_host_syncs
 
     # copies: the cached models are shared with every other test (moving them, even back, would
     # strand the pairs that share their target on whatever device the move left it)

@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dynatree_core import generate
-from dynatree_core.config import (ARConfig, DynaTreeConfig, Eagle2Config, FixedTreeConfig, HistoryConfig,
+from dynatree_core.policy.config import (ARConfig, DynaTreeConfig, Eagle2Config, FixedTreeConfig, HistoryConfig,
                                   LinearConfig, SequoiaConfig)
-from dynatree_core.cost_model import CostModel
-from dynatree_core.testing import VOCAB_SIZE
+from dynatree_core.policy.cost_model import CostModel
+from dynatree_core.pairs.tiny import VOCAB_SIZE
 
 from conftest import cached_pair, reference_greedy
 
@@ -163,7 +163,7 @@ def test_history_state_carries_across_prompts():
 
 
 def test_tree_session_regrow_matches_the_first_iteration_of_generate():
-    from dynatree_core.session import TreeSession
+    from dynatree_core.engine.session import TreeSession
 
     pair = cached_pair("llama", "sdpa", 0.02)
     prompt = [7, 3, 9, 12]

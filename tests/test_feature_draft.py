@@ -14,14 +14,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dynatree_core import generate
-from dynatree_core.config import DynaTreeConfig, FixedTreeConfig, GrowthRule
-from dynatree_core.device_tree import DeviceTree
+from dynatree_core.policy.config import DynaTreeConfig, FixedTreeConfig, GrowthRule
+from dynatree_core.runtime.device_tree import DeviceTree
 from dynatree_core.drafters import FeatureDrafter, ModelDrafter, make_drafter
-from dynatree_core.feature_draft import (FEATURE_CONFIG_FILE, FEATURE_WEIGHTS_FILE, FeatureDraftModel,
+from dynatree_core.drafters.feature_draft import (FEATURE_CONFIG_FILE, FEATURE_WEIGHTS_FILE, FeatureDraftModel,
                                          build_feature_draft, load_feature_draft, save_feature_draft,
                                          unrolled_mask)
-from dynatree_core.models import ModelPair
-from dynatree_core.testing import VOCAB_SIZE, char_tokenizer, tiny_model
+from dynatree_core.pairs.pair import ModelPair
+from dynatree_core.pairs.tiny import VOCAB_SIZE, char_tokenizer, tiny_model
 
 from conftest import cached_target, reference_greedy
 from test_exactness import ATTNS, EDGE_CONFIGS, method_configs, prompts
@@ -144,7 +144,7 @@ def test_target_hidden_states_handed_to_the_drafter_match_a_sequential_run(monke
 
 def test_unrolled_training_forward_equals_the_drafter_on_a_tree_path():
     """Step s of the unrolled training forward computes exactly what a depth s-1 tree node gets."""
-    from dynatree_core.distill.feature import unrolled_forward
+    from dynatree_core.drafters.feature_draft import unrolled_forward
 
     pair = feature_pair("sdpa", 3)
     model, target = pair.draft, pair.target
@@ -355,7 +355,7 @@ def test_feature_session_regrow_matches_the_first_iteration_of_generate():
 def check_session_regrow(pair: ModelPair, prompt: list[int], kind: str) -> None:
     """A TreeSession's regrown tree (twice: the drafter is forked each time) equals the first
     iteration of ``generate``: tokens, parents and the target's choices."""
-    from dynatree_core.session import TreeSession
+    from dynatree_core.engine.session import TreeSession
 
     cfg = FixedTreeConfig(d=3, b=2, tau=0.0)
     run = generate(pair, prompt, "fixed_tree", cfg, max_new_tokens=10, ignore_eos=True, trace=True)
@@ -370,8 +370,8 @@ def check_session_regrow(pair: ModelPair, prompt: list[int], kind: str) -> None:
 
 def test_warm_start_from_an_independent_draft_reproduces_it_then_reads_features():
     """A feature draft seeded from a Llama draft predicts exactly what that draft predicts."""
-    from dynatree_core.draft_model import build_draft_from_target
-    from dynatree_core.feature_draft import feature_draft_from_model_draft
+    from dynatree_core.drafters.draft_model import build_draft_from_target
+    from dynatree_core.drafters.feature_draft import feature_draft_from_model_draft
 
     target = cached_target("llama", "sdpa")
     draft = build_draft_from_target(target, torch.arange(VOCAB_SIZE), num_layers=2, device="cpu")

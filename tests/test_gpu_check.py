@@ -104,9 +104,9 @@ def test_the_sync_audit_covers_every_way_the_loop_touches_the_device(monkeypatch
     """The audit needs CUDA's sync debug mode; here its per-iteration rows come from the loop's own
     counts, which checks what the section runs: every policy (calibrated first) next to AR,
     linear and the paper's DynaTree, each without an error."""
-    import dynatree_core.sync_audit as sa
-    from dynatree_core.engine import iterate
-    from dynatree_core.testing import tiny_pair
+    import dynatree_core.engine.sync_audit as sa
+    from dynatree_core.engine.api import iterate
+    from dynatree_core.pairs.tiny import tiny_pair
 
     def counted_only(pair, prompt, method, config=None, max_new_tokens=32):
         recs = list(iterate(pair, prompt, method, config, max_new_tokens=max_new_tokens, ignore_eos=True))[1:]

@@ -16,8 +16,8 @@ from dynatree_core.bench.results import aggregate, recompute
 from dynatree_core.bench.runner import Experiment, load_corpora, run_experiment
 from dynatree_core.bench.tables import make_tables, overhead_notes, render
 from dynatree_core.cli import main
-from dynatree_core.engine import generate
-from dynatree_core.testing import tiny_feature_pair, tiny_pair
+from dynatree_core.engine.api import generate
+from dynatree_core.pairs.tiny import tiny_feature_pair, tiny_pair
 from test_bench_results import row
 
 #: a prompt on which the tiny Llama target's greedy output contains EOS (id 1) at position 15 of 40

@@ -17,15 +17,16 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dynatree_core import calibrate, generate
-from dynatree_core.config import DynaTreeConfig, LinearConfig
-from dynatree_core.cost_model import CostModel
-from dynatree_core.draft_model import SparseLMHead
-from dynatree_core.linear_kernels import (PackedLinear, linear_kernel_of, onednn_unavailable, resolve_linear_kernel,
+from dynatree_core import generate
+from dynatree_core.engine import calibrate
+from dynatree_core.policy.config import DynaTreeConfig, LinearConfig
+from dynatree_core.policy.cost_model import CostModel
+from dynatree_core.drafters.draft_model import SparseLMHead
+from dynatree_core.runtime.linear_kernels import (PackedLinear, linear_kernel_of, onednn_unavailable, resolve_linear_kernel,
                                           set_linear_kernel)
-from dynatree_core.models import ModelPair
-from dynatree_core.testing import noisy_copy, tiny_feature_pair, tiny_model
-from dynatree_core.trace import Trace
+from dynatree_core.pairs.pair import ModelPair
+from dynatree_core.pairs.tiny import noisy_copy, tiny_feature_pair, tiny_model
+from dynatree_core.records.trace import Trace
 
 from conftest import cached_pair, reference_greedy
 from test_exactness import ARCHS, ATTNS, EDGE_CONFIGS, method_configs, prompts

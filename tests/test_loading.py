@@ -1,4 +1,4 @@
-"""Model names that cannot load fail fast and say why; loads print one line (dynatree_core.loading)."""
+"""Model names that cannot load fail fast and say why; loads print one line (dynatree_core.pairs.loading)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import io
 
 import pytest
 
-from dynatree_core import loading
-from dynatree_core.loading import ModelSourceError, announce, check_model_source
+from dynatree_core.pairs import loading
+from dynatree_core.pairs.loading import ModelSourceError, announce, check_model_source
 
 
 def test_local_paths_are_accepted_and_missing_paths_named(tmp_path):
@@ -52,7 +52,7 @@ def test_reachable_hub_reports_a_misspelt_name(monkeypatch):
 
 
 def test_from_pretrained_checks_the_name_before_loading(monkeypatch):
-    from dynatree_core.models import ModelPair
+    from dynatree_core.pairs.pair import ModelPair
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelSourceError, match="no/such-target"):

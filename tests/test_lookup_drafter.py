@@ -12,9 +12,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dynatree_core import ModelPair, generate, iterate
-from dynatree_core.config import DynaTreeConfig, GrowthRule, LinearConfig
-from dynatree_core.device_tree import DeviceTree, HostSyncs, host_tree
-from dynatree_core.drafters import CompactVocab, LookupDrafter, PromptLookup, lookup_topk, make_drafter
+from dynatree_core.policy.config import DynaTreeConfig, GrowthRule, LinearConfig
+from dynatree_core.runtime.device_tree import DeviceTree
+from dynatree_core.runtime.host_syncs import HostSyncs
+from dynatree_core.runtime.host_tree import host_tree
+from dynatree_core.runtime.ngram import CompactVocab, lookup_topk
+from dynatree_core.drafters import LookupDrafter, PromptLookup, make_drafter
 
 from conftest import cached_target, reference_greedy
 from test_exactness import ARCHS, EDGE_CONFIGS, method_configs

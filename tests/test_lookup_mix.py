@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dynatree_core import ModelPair, generate
-from dynatree_core.config import DynaTreeConfig, LinearConfig
-from dynatree_core.drafters import (CompactVocab, LookupMix, MixDrafter, PromptLookup, lookup_matches, make_drafter,
-                                    mix_topk)
+from dynatree_core.policy.config import DynaTreeConfig, LinearConfig
+from dynatree_core.runtime.ngram import CompactVocab, lookup_matches
+from dynatree_core.drafters import LookupMix, MixDrafter, PromptLookup, make_drafter, mix_topk
 
 from conftest import cached_pair, reference_greedy
 from test_exactness import ARCHS, EDGE_CONFIGS, method_configs
@@ -185,8 +185,8 @@ def test_the_chain_view_mixes_the_model_rows_with_the_lookup_as_it_stood():
     assert res.tokens == base.tokens
     drafter = make_drafter(pair.draft, 8, pair.lookup)
     drafter.keep_chain = True
-    from dynatree_core.config import GrowthRule
-    from dynatree_core.device_tree import DeviceTree
+    from dynatree_core.policy.config import GrowthRule
+    from dynatree_core.runtime.device_tree import DeviceTree
 
     drafter.start(prompt)
     tree = DeviceTree(prompt[-1], GrowthRule.chain(1), 8, torch.device("cpu"))
@@ -238,7 +238,7 @@ def test_a_mix_needs_a_model_draft():
 
 def _records(y, p_y, counts_rows, ngram, top_ids, top_p):
     from dynatree_core.distill.lookup_fit import PositionRecords
-    from dynatree_core.drafters import LookupMatches
+    from dynatree_core.runtime.ngram import LookupMatches
 
     counts = torch.tensor(counts_rows, dtype=torch.float32)
     return PositionRecords(torch.tensor(y), torch.tensor(p_y), torch.tensor(top_ids),

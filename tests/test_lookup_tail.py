@@ -13,11 +13,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dynatree_core import generate, iterate
-from dynatree_core.config import (ARConfig, DynaTreeConfig, Eagle2Config, FixedTreeConfig, GrowthRule, LinearConfig,
+from dynatree_core.policy.config import (ARConfig, DynaTreeConfig, Eagle2Config, FixedTreeConfig, GrowthRule, LinearConfig,
                                   SequoiaConfig)
-from dynatree_core.device_tree import DeviceTree, HostSyncs, host_tree
-from dynatree_core.drafters import LookupDrafter, PromptLookup, lookup_spans
-from dynatree_core.tree import LOOKUP_TAIL, grow_tree, lookup_span, replay_partial
+from dynatree_core.runtime.device_tree import DeviceTree
+from dynatree_core.runtime.host_syncs import HostSyncs
+from dynatree_core.runtime.host_tree import host_tree
+from dynatree_core.drafters import LookupDrafter, PromptLookup
+from dynatree_core.runtime.ngram import lookup_spans
+from dynatree_core.policy.tree import LOOKUP_TAIL
+from dynatree_core.policy.growth import grow_tree
+from dynatree_core.policy.tail import lookup_span
+from dynatree_core.policy.replay import replay_partial
 
 from conftest import cached_pair, reference_greedy
 from test_device_tree import VOCAB, FakeDrafter, all_rules, draw_target_choices
@@ -84,7 +90,7 @@ def test_device_tail_builds_the_reference_tree_and_path(rule, seq, m, budget, ro
     ref = grow_tree(root, rule, FakeDrafter(k, ties).host_propose, tail, max_depth)
     dev = DeviceTree(root, rule, k, CPU).grow(FakeDrafter(k, ties), HostSyncs())
     syncs = HostSyncs(pack=ties or None)
-    dev.add_tail(lookup, syncs, max_depth)
+    dev.add_tail(lookup.committed_on(dev.device), lookup.source, syncs, max_depth)
     got = host_tree(dev.fetch(HostSyncs(pack=True)), dev.draft_calls)
     assert got.to_dict() == ref.to_dict()
     assert np.array_equal(dev.tree_mask().numpy(), ref.ancestor_mask())
@@ -229,7 +235,7 @@ def test_the_parameter_explorer_replays_a_recorded_tail():
 @pytest.mark.parametrize("arch", ARCHS)
 def test_a_live_session_grows_the_tail_generate_grows(arch):
     """The explorer's live backend (TreeSession) adds the same tail as the decode loop's first iteration."""
-    from dynatree_core.session import TreeSession
+    from dynatree_core.engine.session import TreeSession
 
     pair = cached_pair(arch, "sdpa", 0.0)
     # a prompt whose last tokens occurred before, followed by what the target writes after them:
@@ -247,7 +253,7 @@ def test_a_live_session_grows_the_tail_generate_grows(arch):
 def test_the_oracle_bounds_the_drafted_part_of_a_tree_with_a_tail():
     """The oracle replays the draft's own candidates: tail nodes count in neither the accepted
     length nor the tree size, so no iteration beats it, though the tail accepts more."""
-    from dynatree_core.oracle import oracle_trace
+    from dynatree_core.records.oracle import oracle_trace
 
     cfg = DynaTreeConfig(n_max=4, d0=1, d_max=2, lookup_tail=6, tail_n_max=6)
     trace = generate(cached_pair("llama", "sdpa", 0.0), [5, 9, 14, 3, 5, 9, 14, 3], "dynatree", cfg,

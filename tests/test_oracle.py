@@ -9,10 +9,10 @@ import random
 
 import pytest
 
-from dynatree_core.oracle import (OracleIteration, OracleSummary, oracle_iterations, oracle_trace,
+from dynatree_core.records.oracle import (OracleIteration, OracleSummary, oracle_iterations, oracle_trace,
                                   summarize_oracle)
-from dynatree_core.trace import IterationRecord, Trace
-from dynatree_core.tree import DraftTree
+from dynatree_core.records.trace import IterationRecord, Trace
+from dynatree_core.policy.tree import DraftTree
 
 VOCAB = 6
 #: the draft's probabilities for its ranks (the oracle reads only tokens; the values look real)

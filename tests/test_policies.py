@@ -11,12 +11,13 @@ import warnings
 import pytest
 import torch
 
-from dynatree_core import calibrate, generate
+from dynatree_core import generate
+from dynatree_core.engine import calibrate
 from dynatree_core.bench.methods import POLICY_LABELS, method_specs, parse_methods
-from dynatree_core.config import DynaTreeConfig, Eagle2Config, GrowthRule, SequoiaConfig, config_from_dict
-from dynatree_core.cost_model import CostModel
-from dynatree_core.history import HistoryAdapter
-from dynatree_core.tree import CostState, grow_tree
+from dynatree_core.policy.config import DynaTreeConfig, Eagle2Config, GrowthRule, SequoiaConfig, config_from_dict
+from dynatree_core.policy.cost_model import CostModel
+from dynatree_core.policy.history import HistoryAdapter
+from dynatree_core.policy.growth import CostState, grow_tree
 
 from conftest import cached_pair, reference_greedy
 

@@ -9,9 +9,9 @@ import random
 
 import pytest
 
-from dynatree_core.reliability import KINDS, Calibration, calibration
-from dynatree_core.trace import IterationRecord, Trace
-from dynatree_core.tree import DraftTree
+from dynatree_core.records.reliability import KINDS, Calibration, calibration
+from dynatree_core.records.trace import IterationRecord, Trace
+from dynatree_core.policy.tree import DraftTree
 
 
 def record(tree: DraftTree, argmax: list, path: list[int], index: int = 0) -> IterationRecord:

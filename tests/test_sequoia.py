@@ -10,9 +10,9 @@ from collections import deque
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from dynatree_core.config import GrowthRule
-from dynatree_core.sequoia import expected_accepted, max_nodes, sequoia_shape, shape_tree
-from dynatree_core.tree import grow_tree
+from dynatree_core.policy.config import GrowthRule
+from dynatree_core.policy.sequoia import expected_accepted, max_nodes, sequoia_shape, shape_tree
+from dynatree_core.policy.growth import grow_tree
 
 # --- brute force -----------------------------------------------------------------------------
 # A tree is a tuple of (rank, subtree) pairs: the children of its root, by increasing rank.

@@ -17,7 +17,7 @@ from dynatree_core.bench.results import aggregate
 from dynatree_core.bench.runner import Experiment, document, load_corpora, prepare, run_prepared
 from dynatree_core.bench.shards import merge_rows, plan_shards
 from dynatree_core.bench.sweeps import length_points
-from dynatree_core.testing import tiny_pair
+from dynatree_core.pairs.tiny import tiny_pair
 
 #: row fields that are measurements of time (or of who ran the row): everything else must match
 TIMING = {"tokens_per_s", "wall_time_s", "ttft_s", "tpot_s", "prefill_time_s", "draft_time_s", "verify_time_s",

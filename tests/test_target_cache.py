@@ -1,4 +1,4 @@
-"""The target's cache across iterations (:mod:`dynatree_core.target_cache`): rejected tree entries
+"""The target's cache across iterations (:mod:`dynatree_core.runtime.target_cache`): rejected tree entries
 are masked, not moved, and the result is the same as a cache holding only the committed tokens."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import torch
 from transformers import DynamicCache
 
 from dynatree_core import generate
-from dynatree_core import plumbing as pl
-from dynatree_core import target_cache
-from dynatree_core.config import DynaTreeConfig, Eagle2Config, FixedTreeConfig, LinearConfig
-from dynatree_core.target_cache import TargetCache
-from dynatree_core.tree import grow_tree
+from dynatree_core.runtime import plumbing as pl
+from dynatree_core.runtime import target_cache
+from dynatree_core.policy.config import DynaTreeConfig, Eagle2Config, FixedTreeConfig, LinearConfig
+from dynatree_core.runtime.target_cache import TargetCache
+from dynatree_core.policy.growth import grow_tree
 
 from conftest import cached_pair, cached_target, reference_greedy
 from test_tree_attention import _fake_propose as _propose

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from dynatree_core import generate
-from dynatree_core.config import DynaTreeConfig, FixedTreeConfig, LinearConfig, config_from_dict
-from dynatree_core.trace import SCHEMA_VERSION, Trace
+from dynatree_core.policy.config import DynaTreeConfig, FixedTreeConfig, LinearConfig, config_from_dict
+from dynatree_core.records.trace import SCHEMA_VERSION, Trace
 
 from conftest import cached_pair
 
@@ -101,7 +101,7 @@ def test_trace_loads_without_torch(traced, tmp_path):
     path = tmp_path / "t.json"
     traced.trace.to_json(path)
     code = ("import sys; sys.modules['torch'] = None\n"
-            "from dynatree_core.trace import Trace\n"
+            "from dynatree_core.records.trace import Trace\n"
             f"t = Trace.from_json({str(path)!r})\n"
             "print(len(t), t.iterations[0].attention_mask().shape)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

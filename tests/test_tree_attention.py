@@ -10,9 +10,9 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from dynatree_core import plumbing as pl
-from dynatree_core.config import FixedTreeConfig
-from dynatree_core.tree import grow_tree
+from dynatree_core.runtime import plumbing as pl
+from dynatree_core.policy.config import FixedTreeConfig
+from dynatree_core.policy.growth import grow_tree
 
 from conftest import cached_target
 

@@ -6,9 +6,11 @@ import math
 
 import pytest
 
-from dynatree_core.config import DynaTreeConfig, FixedTreeConfig, GrowthRule, HistoryConfig, LinearConfig
-from dynatree_core.history import HistoryAdapter
-from dynatree_core.tree import UNRECORDED, DraftTree, grow_tree, replay_partial, replay_tree
+from dynatree_core.policy.config import DynaTreeConfig, FixedTreeConfig, GrowthRule, HistoryConfig, LinearConfig
+from dynatree_core.policy.history import HistoryAdapter
+from dynatree_core.policy.tree import UNRECORDED, DraftTree
+from dynatree_core.policy.growth import grow_tree
+from dynatree_core.policy.replay import replay_partial, replay_tree
 
 
 def propose_with(probs_by_depth):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import dynatree_viz as dv
-from dynatree_core.config import ARConfig
+from dynatree_core.policy.config import ARConfig
 from dynatree_viz import style
 from dynatree_viz import tree_view as tv
 from dynatree_viz.animate import TARGET_CHOICES, TEXT_PANEL
@@ -246,13 +246,13 @@ def test_frame_images_or_a_clear_reason(tmp_path):
 def test_new_views_work_with_torch_blocked(tmp_path):
     code = ("import sys; sys.modules['torch'] = None\n"
             "import dynatree_viz as dv\n"
-            "from dynatree_core.config import ARConfig\n"
+            "from dynatree_core.policy.config import ARConfig\n"
             "d = dv.demo_trace(4, max_new_tokens=10)\n"
             "a = dv.demo_trace(20, config=ARConfig(), max_new_tokens=10)\n"
             "f = dv.animate(d, 1)\n"
             "r = dv.race({'ar': a, 'dynatree': d}, x='time')\n"
             f"dv.export_slides(d, 1, {str(tmp_path / 's.html')!r})\n"
-            "assert not any(m.startswith(('dynatree_core.engine', 'dynatree_core.models'))"
+            "assert not any(m.startswith(('dynatree_core.engine.loop', 'dynatree_core.pairs.pair'))"
             " for m in sys.modules)\n"
             "print('ok', len(f.frames) > 3, len(r.frames) > 3)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,

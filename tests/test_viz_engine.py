@@ -8,8 +8,8 @@ torch = pytest.importorskip("torch")
 
 import dynatree_viz as dv  # noqa: E402
 from dynatree_core import generate  # noqa: E402
-from dynatree_core.config import DynaTreeConfig  # noqa: E402
-from dynatree_core.testing import tiny_pair  # noqa: E402
+from dynatree_core.policy.config import DynaTreeConfig  # noqa: E402
+from dynatree_core.pairs.tiny import tiny_pair  # noqa: E402
 from dynatree_viz.tree_view import NODES, trace_index  # noqa: E402
 
 

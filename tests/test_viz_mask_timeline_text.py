@@ -208,7 +208,7 @@ def test_speedup_axes_start_at_zero_and_show_the_ar_baseline():
 
 
 def test_ar_timeline_has_no_empty_panels_and_no_note_over_the_axes():
-    from dynatree_core.config import ARConfig
+    from dynatree_core.policy.config import ARConfig
 
     fig = timeline_figure(demo_trace(5, config=ARConfig()))
     titles = [a.text for a in fig.layout.annotations]

@@ -12,11 +12,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dynatree_core.cost_model import CostModel
-from dynatree_core.config import LinearConfig
-from dynatree_core.oracle import OracleSummary, oracle_trace, summarize_oracle
-from dynatree_core.reliability import Calibration, DepthCalibration, ReliabilityBin
-from dynatree_core.reliability import calibration as measure_calibration
+from dynatree_core.policy.cost_model import CostModel
+from dynatree_core.policy.config import LinearConfig
+from dynatree_core.records.oracle import OracleSummary, oracle_trace, summarize_oracle
+from dynatree_core.records.reliability import Calibration, DepthCalibration, ReliabilityBin
+from dynatree_core.records.reliability import calibration as measure_calibration
 from dynatree_viz import (calibration_figure, cost_figure, demo_trace, oracle_gap_figure, policy_rows,
                           policy_table)
 from dynatree_viz import CostModel as ExplorerCostModel

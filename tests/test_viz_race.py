@@ -7,9 +7,9 @@ import copy
 import pytest
 
 import dynatree_viz as dv
-from dynatree_core.config import ARConfig
-from dynatree_core.trace import IterationRecord, Trace
-from dynatree_core.tree import DraftTree
+from dynatree_core.policy.config import ARConfig
+from dynatree_core.records.trace import IterationRecord, Trace
+from dynatree_core.policy.tree import DraftTree
 from dynatree_viz import style
 from dynatree_viz.race import CURVE, FINISH, HEAD, TEXT
 from viz_fixtures import VOCAB, tiny_trace

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from dynatree_core.config import FixedTreeConfig
+from dynatree_core.policy.config import FixedTreeConfig
 from dynatree_viz import demo_trace, layered_layout, tree_figure, tree_graph
 from dynatree_viz import style
 from dynatree_viz import tree_view as tv

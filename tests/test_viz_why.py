@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import dynatree_viz as dv
-from dynatree_core.config import DynaTreeConfig
+from dynatree_core.policy.config import DynaTreeConfig
 from dynatree_viz.why import CALLOUT, TARGET_MARK
 from viz_fixtures import FakeTokenizer, record, rule, tiny_trace
 

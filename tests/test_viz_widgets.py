@@ -7,9 +7,11 @@ import math
 import pytest
 
 import dynatree_viz as dv
-from dynatree_core.config import DynaTreeConfig
-from dynatree_core.tree import grow_tree, replay_tree
-from dynatree_viz.regrow import UNRECORDED, replay_partial
+from dynatree_core.policy.config import DynaTreeConfig
+from dynatree_core.policy.growth import grow_tree
+from dynatree_core.policy.replay import replay_tree
+from dynatree_core.policy.tree import UNRECORDED
+from dynatree_viz.regrow import replay_partial
 from dynatree_viz.tree_view import NODES, trace_index
 from viz_fixtures import FakeTokenizer, propose, record, rule, tiny_trace
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import math
 
-from dynatree_core.config import DynaTreeConfig, GrowthRule
-from dynatree_core.history import HistoryAdapter
-from dynatree_core.trace import IterationRecord, Trace
-from dynatree_core.tree import DraftTree, grow_tree
+from dynatree_core.policy.config import DynaTreeConfig, GrowthRule
+from dynatree_core.policy.history import HistoryAdapter
+from dynatree_core.records.trace import IterationRecord, Trace
+from dynatree_core.policy.tree import DraftTree
+from dynatree_core.policy.growth import grow_tree
 
 VOCAB = {0: "<eos>", 1: " the", 2: " cat", 3: " dog", 4: " sat", 5: " ran", 6: " on", 7: " mat",
          8: " a", 9: "\n", 10: " fast"}

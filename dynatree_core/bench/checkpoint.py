@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .execution import ShardResult
-from .results import json_default
+from dynatree_core.bench.execution import ShardResult
+from dynatree_core.bench.results import json_default
 
 CHECKPOINT_SCHEMA = 1
 SUFFIX = ".checkpoint.jsonl"

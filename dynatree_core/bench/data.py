@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..paths import data_dir_candidates
+from dynatree_core.paths import PACKAGE_DATA, data_dir_candidates
 
 DATASETS: tuple[str, ...] = ("wikitext2", "pg19")
 #: the paper's L_max per dataset
@@ -42,7 +42,7 @@ EXCERPTS_FORMAT = "dynatree-excerpts/1"
 
 WIKITEXT_FILE = os.path.join("wikitext-2-raw", "wiki.test.raw")
 PG19_GLOB = os.path.join("pg19", "*.txt")
-BUNDLED_DIR = Path(__file__).resolve().parent.parent / "data" / "excerpts"
+BUNDLED_DIR = PACKAGE_DATA / "excerpts"
 
 _HEADING = re.compile(r"^ = (?!=)(.*?) = *$", re.MULTILINE)
 

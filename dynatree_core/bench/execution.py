@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
-from .data import Prompt
-from .protocol import PromptsFor, RunPoint, make_row, run_prompt
-from .shards import Shard
+from dynatree_core.bench.data import Prompt
+from dynatree_core.bench.protocol import PromptsFor, RunPoint, make_row, run_prompt
+from dynatree_core.bench.shards import Shard
 
 #: tokens of the untimed warm-up decode a worker runs the first time it meets a method
 WARM_UP_TOKENS = 8
@@ -88,7 +88,7 @@ class ShardWorker:
         self._warm: set[str] = set()
 
     def run(self, task: ShardTask) -> ShardResult:
-        from ..history import HistoryState
+        from dynatree_core.policy.history import HistoryState
 
         start = time.perf_counter()
         history = {j: HistoryState.from_dict(d) for j, d in task.history.items()}

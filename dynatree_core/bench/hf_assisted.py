@@ -2,7 +2,7 @@
 
 ``target.generate(input_ids, assistant_model=draft, do_sample=False, ...)`` on the same pair,
 prompt and token count as the engine's methods, measured the same way and returned as the same
-:class:`~dynatree_core.metrics.Metrics` (a :class:`~dynatree_core.engine.GenerationResult`), so a
+:class:`~dynatree_core.records.metrics.Metrics` (a :class:`~dynatree_core.records.result.GenerationResult`), so a
 benchmark row of HF's loop sits next to ours and the exactness check compares its tokens with AR's.
 
 What is measured and how:
@@ -33,7 +33,7 @@ EOS: with ``ignore_eos`` (the benchmark) the call gets ``eos_token_id=[]``, so H
 nor changes a logit and decodes exactly T tokens, the target's greedy choices like our AR with
 ``ignore_eos``. ``min_new_tokens=T`` is *not* used: it masks the EOS logit and would change the
 output wherever EOS is the target's argmax. Otherwise the EOS ids are the engine's
-(:func:`~dynatree_core.models.eos_token_ids`) and the output is cut after the first EOS.
+(:func:`~dynatree_core.pairs.pair.eos_token_ids`) and the output is cut after the first EOS.
 
 Only for a draft that is a Hugging Face causal LM: a feature draft (``FeatureDraftModel``) reads
 the target's hidden states and has no ``generate``; it raises ValueError naming ``hf_assisted``.
@@ -88,7 +88,7 @@ class HFAssistedConfig:
 
 def check_draft(pair: Any) -> None:
     """Raise ValueError unless the pair's draft can be HF's ``assistant_model``."""
-    from ..feature_draft import FeatureDraftModel
+    from dynatree_core.drafters.feature_draft import FeatureDraftModel
 
     draft = pair.draft
     if draft is None:
@@ -107,10 +107,10 @@ def check_draft(pair: Any) -> None:
 
 class _ForwardTimer:
     """Counts one module's forwards from hooks and times them with the engine's
-    :class:`~dynatree_core.plumbing.ForwardClock` (CUDA events on a GPU, no sync)."""
+    :class:`~dynatree_core.runtime.plumbing.ForwardClock` (CUDA events on a GPU, no sync)."""
 
     def __init__(self, module: Any, device: Any) -> None:
-        from ..plumbing import ForwardClock
+        from dynatree_core.runtime.plumbing import ForwardClock
 
         self.clock = ForwardClock(device)
         self.calls, self.inputs = 0, []
@@ -195,15 +195,16 @@ def assistant_settings(draft: Any, config: HFAssistedConfig | None = None) -> di
 def generate_hf_assisted(pair: Any, prompt: Any, max_new_tokens: int, config: HFAssistedConfig | None = None,
                          ignore_eos: bool = False, eos_token_id: int | Sequence[int] | None = None) -> Any:
     """Greedy HF assisted generation of ``max_new_tokens`` tokens; returns a
-    :class:`~dynatree_core.engine.GenerationResult` whose metrics mean what the engine's mean
+    :class:`~dynatree_core.records.result.GenerationResult` whose metrics mean what the engine's mean
     (see the module docstring); :func:`assistant_settings` says which assistant settings it used."""
     import torch
 
-    from ..collector import peak_memory
-    from ..engine import GenerationResult, encode_prompt
-    from ..metrics import summarize
-    from ..models import eos_token_ids
-    from ..plumbing import synchronize
+    from dynatree_core.engine.collector import peak_memory
+    from dynatree_core.engine.loop import encode_prompt
+    from dynatree_core.records.result import GenerationResult
+    from dynatree_core.records.metrics import summarize
+    from dynatree_core.pairs.pair import eos_token_ids
+    from dynatree_core.runtime.plumbing import synchronize
 
     config = config or HFAssistedConfig()
     check_draft(pair)

@@ -17,9 +17,9 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..config import (ABLATION_VARIANTS, PARAMETER_HELP, ARConfig, DecoderConfig, DynaTreeConfig, Eagle2Config,
+from dynatree_core.policy.config import (ABLATION_VARIANTS, PARAMETER_HELP, ARConfig, DecoderConfig, DynaTreeConfig, Eagle2Config,
                       FixedTreeConfig, GrowthRule, HistoryConfig, LinearConfig, SequoiaConfig)
-from .hf_assisted import HFAssistedConfig
+from dynatree_core.bench.hf_assisted import HFAssistedConfig
 
 PRESETS: tuple[str, ...] = ("paper", "cpu", "gpu")
 ABLATION_LABELS: tuple[str, ...] = tuple(f"dynatree:{v}" for v in ABLATION_VARIANTS)

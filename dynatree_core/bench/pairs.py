@@ -13,16 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-#: what ``ModelPair.default(draft=...)``, ``--drafter`` and :attr:`PairSpec.drafter` take: a shipped
-#: draft of the embedded pair (``auto``: the fastest measured), model-free prompt lookup, or a draft
-#: with prompt lookup mixed in (:class:`~dynatree_core.drafters.LookupMix`)
-PAIR_DRAFTS = ("auto", "feature", "model", "lookup", "feature+lookup", "model+lookup")
-#: what the models' linear layers may run on (:mod:`dynatree_core.linear_kernels`; torch-free here
-#: so the CLI lists them without importing torch): ``auto`` (oneDNN where it applies: a CPU model in
-#: float32, not split across devices), ``onednn`` (weights prepacked for oneDNN), ``torch``
-LINEAR_KERNELS = ("auto", "onednn", "torch")
-#: test-only pairs (:mod:`dynatree_core.testing`): random tiny models, built in milliseconds
-TINY_TARGETS = ("tiny-llama", "tiny-gpt_neox", "tiny-llama-feature")
+from dynatree_core.pairs.choices import TINY_TARGETS
 
 
 class PairUnavailable(RuntimeError):
@@ -36,8 +27,8 @@ class PairSpec:
     model-free prompt lookup; ``"model+lookup"`` / ``"feature+lookup"`` with a named target: its
     ``draft`` (of that kind) with prompt lookup mixed in. ``device_map`` (e.g. ``"auto"``)
     splits a large target across the GPUs of one machine
-    (:meth:`~dynatree_core.models.ModelPair.from_pretrained`). ``linear_kernel`` puts the loaded
-    pair's linear layers on a kernel (:meth:`~dynatree_core.models.ModelPair.use_linear_kernel`)."""
+    (:meth:`~dynatree_core.pairs.pair.ModelPair.from_pretrained`). ``linear_kernel`` puts the loaded
+    pair's linear layers on a kernel (:meth:`~dynatree_core.pairs.pair.ModelPair.use_linear_kernel`)."""
 
     target: str | None = None
     draft: str | None = None
@@ -57,17 +48,17 @@ class PairSpec:
         return self.target + (f" + {self.draft}" if self.draft else "") + mixed
 
     def load(self) -> Any:
-        from ..models import ModelPair
+        from dynatree_core.pairs.pair import ModelPair
 
         if self.drafter == "lookup" and self.target is not None:  # the named target, drafting by lookup
-            from ..drafters import PromptLookup
-            from ..models import LOOKUP_DRAFT_NAME
+            from dynatree_core.drafters import PromptLookup
+            from dynatree_core.pairs.pair import LOOKUP_DRAFT_NAME
 
             pair = replace(self, drafter="auto").load()
             return ModelPair(target=pair.target, draft=PromptLookup(), tokenizer=pair.tokenizer,
                              target_name=pair.target_name, draft_name=LOOKUP_DRAFT_NAME)
         if self.drafter.endswith("+lookup") and self.target is not None:  # the named draft, lookup mixed in
-            from ..drafters import LookupMix
+            from dynatree_core.drafters import LookupMix
 
             pair = replace(self, drafter="auto").load()
             if f"{pair.drafter_kind}+lookup" != self.drafter:
@@ -83,7 +74,7 @@ class PairSpec:
                 raise PairUnavailable(f"the embedded default pair is unavailable ({e}); pass --target and "
                                       f"--draft") from e
         if self.target in TINY_TARGETS:
-            from ..testing import tiny_feature_pair, tiny_pair
+            from dynatree_core.pairs.tiny import tiny_feature_pair, tiny_pair
 
             if self.target == "tiny-llama-feature":
                 pair = tiny_feature_pair()
@@ -131,8 +122,8 @@ class PairInfo:
 
 
 def pair_info(pair: Any) -> PairInfo:
-    from ..models import context_window
-    from .hf_assisted import check_draft
+    from dynatree_core.pairs.pair import context_window
+    from dynatree_core.bench.hf_assisted import check_draft
 
     try:
         check_draft(pair)
@@ -162,7 +153,7 @@ def _drafter_settings(pair: Any) -> dict[str, Any] | None:
     """Which drafter the pair's draft gives (kind and settings), as recorded in every result."""
     if pair.draft is None:
         return None
-    from ..drafters import make_drafter
+    from dynatree_core.drafters import make_drafter
 
     d = make_drafter(pair.draft, top_k=1, lookup=pair.lookup).settings()
     d.pop("top_k", None)  # set per method by the engine

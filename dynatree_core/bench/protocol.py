@@ -19,8 +19,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from .data import Prompt
-from .methods import MethodSpec
+from dynatree_core.bench.data import Prompt
+from dynatree_core.bench.methods import MethodSpec
 
 PromptsFor = Callable[[str, int], list[Prompt]]
 
@@ -49,10 +49,10 @@ def check_lengths(pair: Any, points: Sequence[RunPoint], datasets: Sequence[str]
     """Raise :class:`LengthError` if any L_max + T exceeds the target's (or draft's) context
     window (unless ``allow_long_context``): called before any prompt is decoded. ``pair``: a
     loaded pair or its :class:`~.pairs.PairInfo`."""
-    from .pairs import PairInfo
+    from dynatree_core.bench.pairs import PairInfo
 
     if not isinstance(pair, PairInfo):
-        from ..models import context_window
+        from dynatree_core.pairs.pair import context_window
 
         windows = {"target": context_window(pair.target),
                    "draft": context_window(pair.draft) if pair.draft is not None else None}
@@ -101,8 +101,8 @@ ORACLE_TOP_K = 4
 
 def oracle_record(records: Sequence[Any]) -> dict[str, Any]:
     """A row's compact oracle evidence: per iteration the accepted length, the tree size and the
-    reach (the best tree of n nodes accepts min(n, reach), :mod:`dynatree_core.oracle`)."""
-    from ..oracle import oracle_iterations
+    reach (the best tree of n nodes accepts min(n, reach), :mod:`dynatree_core.records.oracle`)."""
+    from dynatree_core.records.oracle import oracle_iterations
 
     rows = oracle_iterations(records, top_k=ORACLE_TOP_K)
     return {"top_k": ORACLE_TOP_K, "accepted": [r.accepted for r in rows], "nodes": [r.nodes for r in rows],
@@ -110,42 +110,20 @@ def oracle_record(records: Sequence[Any]) -> dict[str, Any]:
 
 
 def calibration_record(records: Sequence[Any]) -> dict[str, Any]:
-    """A row's draft calibration (:mod:`dynatree_core.reliability`, kind ``confidence``): over the
+    """A row's draft calibration (:mod:`dynatree_core.records.reliability`, kind ``confidence``): over the
     nodes the draft was fed, its mean confidence c(u), how often its top-1 was the target's token,
     and the expected calibration error (None where nothing was drafted)."""
-    from ..reliability import calibration
+    from dynatree_core.records.reliability import calibration
 
     overall = calibration(list(records), kind="confidence").overall
     return {"confidence_mean": overall.mean_predicted, "confidence_observed": overall.observed_rate,
             "confidence_ece": overall.ece}
 
 
-def run_points(pair: Any, points: Sequence[RunPoint], datasets: Sequence[str], prompts_for: PromptsFor,
-               defaults: dict[str, int], warmup: int, progress: bool = True,
-               allow_long_context: bool = False) -> list[dict[str, Any]]:
-    """Run every point on every dataset's prompts in this process (see the module docstring);
-    return the rows in the serial order. :func:`~.runner.run_experiment` does the same with
-    checkpoints and other executors."""
-    from .execution import SerialBackend, execute
-    from .pairs import pair_info
-    from .shards import merge_rows, plan_shards
-
-    check_assistant(pair_info(pair), points)
-    shards = plan_shards(points, datasets, defaults, _counts(points, datasets, prompts_for, defaults), warmup)
-    run = execute(shards, points, prompts_for, SerialBackend(pair), defaults=defaults,
-                  allow_long_context=allow_long_context, progress=progress)
-    return merge_rows(shards, {k: v.rows for k, v in run.done.items()}, datasets)
-
-
-def _counts(points: Sequence[RunPoint], datasets: Sequence[str], prompts_for: PromptsFor,
-            defaults: dict[str, int]) -> dict[tuple[str, int], int]:
-    return {(ds, p.l_max(ds, defaults)): len(prompts_for(ds, p.l_max(ds, defaults))) for ds in datasets for p in points}
-
-
 def check_assistant(info: Any, points: Sequence[RunPoint]) -> None:
     """``hf_assisted`` needs a draft Hugging Face can use as ``assistant_model`` (a feature draft
     cannot be one): say so before anything runs. ``info``: the pair's :class:`~.pairs.PairInfo`."""
-    from .hf_assisted import METHOD as HF_METHOD
+    from dynatree_core.bench.hf_assisted import METHOD as HF_METHOD
 
     if info.assistant_error and any(p.spec.method == HF_METHOD for p in points):
         raise ValueError(info.assistant_error)
@@ -154,16 +132,16 @@ def check_assistant(info: Any, points: Sequence[RunPoint]) -> None:
 def run_prompt(pair: Any, point: RunPoint, prompt: Prompt, history: Any, allow_long_context: bool,
                max_new_tokens: int | None = None) -> tuple[Any, dict[str, Any]]:
     """Decode one prompt with one point's method: (the engine's result, the row's extra fields).
-    ``history`` is a :class:`~dynatree_core.history.HistoryState` to continue from (or None)."""
-    from ..engine import DecodingRun
-    from .hf_assisted import METHOD as HF_METHOD, assistant_settings, generate_hf_assisted
+    ``history`` is a :class:`~dynatree_core.policy.history.HistoryState` to continue from (or None)."""
+    from dynatree_core.engine.api import iterate
+    from dynatree_core.bench.hf_assisted import METHOD as HF_METHOD, assistant_settings, generate_hf_assisted
 
     t = point.max_new_tokens if max_new_tokens is None else max_new_tokens
     if point.spec.method == HF_METHOD:  # HF's own loop, measured the same way
         res = generate_hf_assisted(pair, prompt.token_ids, t, point.spec.config, ignore_eos=True)
         return res, {"hf_assisted": assistant_settings(pair.draft, point.spec.config)}
-    run = DecodingRun(pair, prompt.token_ids, point.spec.method, point.spec.config, t, ignore_eos=True,
-                      history=history, allow_long_context=allow_long_context, record_top_k=ORACLE_TOP_K)
+    run = iterate(pair, prompt.token_ids, point.spec.method, point.spec.config, t, ignore_eos=True,
+                  history=history, allow_long_context=allow_long_context, record_top_k=ORACLE_TOP_K)
     records = list(run)
     # after the timed run: the best-tree replay reads the records (no model)
     return run.result, {"oracle": oracle_record(records), **calibration_record(records)}

@@ -15,9 +15,9 @@ import socket
 from typing import Any
 from urllib.parse import urlsplit
 
-from .execution import ShardResult, ShardTask, WorkerLost
-from .pairs import PairInfo, PairSpec
-from .shards import Shard
+from dynatree_core.bench.execution import ShardResult, ShardTask, WorkerLost
+from dynatree_core.bench.pairs import PairInfo, PairSpec
+from dynatree_core.bench.shards import Shard
 
 LOCAL = "local"
 
@@ -61,7 +61,7 @@ class _Actor:
         import torch
 
         torch.set_num_threads(max(1, int(threads)))  # the CPUs Ray gave this actor, not the whole node
-        from .execution import ShardWorker
+        from dynatree_core.bench.execution import ShardWorker
 
         self.worker = ShardWorker(spec.load(), f"{worker_id}@{socket.gethostname()}")
         self._crash = crash_once
@@ -70,7 +70,7 @@ class _Actor:
         return self.worker.info
 
     def pair_info(self) -> PairInfo:
-        from .pairs import pair_info
+        from dynatree_core.bench.pairs import pair_info
 
         return pair_info(self.worker.pair)
 

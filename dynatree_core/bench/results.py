@@ -104,7 +104,7 @@ def oracle_aggregate(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     length the best tree of that size reaches, ``oracle_gap`` = oracle_mean − ℓ̄, and
     ``oracle_gap_own`` the same with every iteration at its own size. None without evidence
     (hf_assisted, files written before the oracle existed)."""
-    from ..oracle import OracleIteration, summarize_oracle
+    from dynatree_core.records.oracle import OracleIteration, summarize_oracle
 
     its = [OracleIteration(index=i, accepted=a, nodes=n, reach=r, truncated=False, top_k=row["oracle"]["top_k"])
            for row in rows if row.get("oracle")
@@ -187,7 +187,7 @@ def machine_info() -> dict[str, Any]:
 def versions() -> dict[str, str | None]:
     from importlib import metadata
 
-    from .. import __version__
+    from dynatree_core.version import __version__
 
     out: dict[str, str | None] = {"dynatree": __version__, "python": sys.version.split()[0]}
     for pkg in ("torch", "transformers", "numpy", "pandas", "datasets"):

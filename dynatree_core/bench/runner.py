@@ -13,15 +13,15 @@ the shards: rows in the serial order, each naming the host, device and worker th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-from .checkpoint import Checkpoint
-from .data import Corpus, Prompt, hf_tokenize, load_corpus, select_prompts
-from .execution import Backend, Execution, SerialBackend, ShardResult, execute
-from .pairs import PairInfo, pair_info
-from .protocol import RunPoint, check_assistant, check_lengths
-from .results import EOS_NOTE, build_result, new_run_id
-from .shards import Shard, fingerprint, merge_rows, plan_shards
+from dynatree_core.bench.checkpoint import Checkpoint
+from dynatree_core.bench.data import Corpus, Prompt, hf_tokenize, load_corpus, select_prompts
+from dynatree_core.bench.execution import Backend, Execution, SerialBackend, ShardResult, execute
+from dynatree_core.bench.pairs import PairInfo, pair_info
+from dynatree_core.bench.protocol import PromptsFor, RunPoint, check_assistant, check_lengths
+from dynatree_core.bench.results import EOS_NOTE, build_result, new_run_id
+from dynatree_core.bench.shards import Shard, fingerprint, merge_rows, plan_shards
 
 
 @dataclass
@@ -171,3 +171,21 @@ def document(prep: Prepared, ck: Checkpoint, backend: Backend | None = None, run
 def run_experiment(pair: Any, exp: Experiment, corpora: dict[str, Corpus], progress: bool = True) -> dict[str, Any]:
     """The serial run: select prompts, run every shard in this process, return the document."""
     return run_prepared(prepare(pair_info(pair), exp, corpora), SerialBackend(pair), progress=progress)
+
+
+def run_points(pair: Any, points: Sequence[RunPoint], datasets: Sequence[str], prompts_for: PromptsFor,
+               defaults: dict[str, int], warmup: int, progress: bool = True,
+               allow_long_context: bool = False) -> list[dict[str, Any]]:
+    """Run every point on every dataset's prompts in this process (see :mod:`.protocol`); return
+    the rows in the serial order. :func:`run_experiment` does the same from an :class:`Experiment`
+    (prompt selection, checkpoints, other executors)."""
+    check_assistant(pair_info(pair), points)
+    shards = plan_shards(points, datasets, defaults, _counts(points, datasets, prompts_for, defaults), warmup)
+    run = execute(shards, points, prompts_for, SerialBackend(pair), defaults=defaults,
+                  allow_long_context=allow_long_context, progress=progress)
+    return merge_rows(shards, {k: v.rows for k, v in run.done.items()}, datasets)
+
+
+def _counts(points: Sequence[RunPoint], datasets: Sequence[str], prompts_for: PromptsFor,
+            defaults: dict[str, int]) -> dict[tuple[str, int], int]:
+    return {(ds, p.l_max(ds, defaults)): len(prompts_for(ds, p.l_max(ds, defaults))) for ds in datasets for p in points}

@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .protocol import RunPoint
+from dynatree_core.bench.protocol import RunPoint
 
 WARMUP = "warmup"
 

@@ -1,4 +1,4 @@
-"""Sweeps as lists of run points (the runner is shared), plus one figure per sweep.
+"""Sweeps as lists of run points (the runner is shared); :mod:`dynatree_viz.sweeps` draws one figure per sweep.
 
 * ``fixed_tree``: the (D, B, τ) grid of the static tree;
 * ``sensitivity``: DynaTree's (τ_h × τ_l) thresholds, breadth bounds (B_min, B_mid, B_max) and
@@ -12,13 +12,11 @@ Every sweep includes AR at each (T, L_max) so speedup is recomputed from the sam
 from __future__ import annotations
 
 import itertools
-import os
-from pathlib import Path
 from typing import Any, Sequence
 
-from ..config import DynaTreeConfig, FixedTreeConfig
-from .methods import MethodSpec, method_specs
-from .protocol import RunPoint
+from dynatree_core.policy.config import DynaTreeConfig, FixedTreeConfig
+from dynatree_core.bench.methods import MethodSpec, method_specs
+from dynatree_core.bench.protocol import RunPoint
 
 SWEEPS: tuple[str, ...] = ("fixed_tree", "sensitivity", "length", "prompt_length")
 SENSITIVITY_KEYS: tuple[str, ...] = ("group", "tau_h", "tau_l", "b_min", "b_mid", "b_max", "d0", "d_max")
@@ -93,66 +91,3 @@ def _with_ar(specs: Sequence[MethodSpec]) -> list[MethodSpec]:
         kv = getattr(specs[0].config, "kv_mode", "gather") if specs else "gather"  # hf_assisted has none
         specs.insert(0, _ar(kv))
     return specs
-
-
-# --- figures -------------------------------------------------------------------------------
-#: sweep -> (x column, columns naming one line / bar series); x None: grouped bars
-_FIG: dict[str, tuple[str | None, tuple[str, ...]]] = {
-    "fixed_tree": ("d", ("b", "tau")),
-    "length": ("max_new_tokens", ("label",)),
-    "prompt_length": ("max_prompt_len", ("label",)),
-    "sensitivity": (None, ("label",)),
-}
-
-
-def _series_rows(name: str, aggs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Aggregates with a ``series`` column (one line per value; dataset added when several)."""
-    x, keys = _FIG[name]
-    multi = len({a.get("dataset") for a in aggs}) > 1
-    rows = []
-    for a in aggs:
-        if x is not None and a.get(x) is None:  # AR has no D/B/tau: it is the speedup = 1 line
-            continue
-        parts = [f"{k}={a.get(k)}" if k != "label" else str(a.get("label")) for k in keys]
-        if multi:
-            parts.append(str(a.get("dataset")))
-        rows.append({**a, "series": ", ".join(parts)})
-    return rows
-
-
-def sweep_figure(name: str, aggs: Sequence[dict[str, Any]]):
-    """Speedup, throughput, L̄ and acceptance against the swept value (bars for sensitivity).
-
-    Drawn by :func:`dynatree_viz.compare_figure` when that package is importable, else by
-    plain plotly express (speedup only).
-    """
-    x, _ = _FIG[name]
-    rows = _series_rows(name, aggs)
-    title = f"DynaTree sweep: {name}"
-    try:
-        from dynatree_viz import compare_figure
-    except Exception:  # the viz package is optional: fall back to plotly express
-        compare_figure = None
-    if compare_figure is not None:
-        return compare_figure(rows, x=x, color="series", title=title)
-    import pandas as pd
-    import plotly.express as px
-
-    df = pd.DataFrame(rows)
-    y = "speedup" if df["speedup"].notna().any() else "tokens_per_s"
-    if x is None:
-        return px.bar(df, x="series", y=y, color="dataset", barmode="group", title=title)
-    return px.line(df.sort_values(x), x=x, y=y, color="series", markers=True, title=title)
-
-
-def write_figure(fig: Any, path: str | os.PathLike, div_id: str) -> Path:
-    """Write self-contained HTML atomically (fixed ``div_id``: reproducible output)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        fig.write_html(str(tmp), include_plotlyjs=True, full_html=True, div_id=div_id)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path

@@ -12,7 +12,7 @@ token and per iteration.
 * Table 4: ablation: fixed backbone, + dynamic breadth & depth, + history adaptation
 * Table 5: peak memory
 * Table 6: tree policies side by side: L̄, throughput, speedup, tree size and the gap to the best
-  possible tree of the same size (:mod:`dynatree_core.oracle`)
+  possible tree of the same size (:mod:`dynatree_core.records.oracle`)
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from ..metrics import explain_speedup
-from .methods import ABLATION_LABELS, COST_LABEL, PRESET_LABELS
-from .results import HF_ASSISTED, baseline_key
+from dynatree_core.records.metrics import explain_speedup
+from dynatree_core.bench.methods import ABLATION_LABELS, COST_LABEL, PRESET_LABELS
+from dynatree_core.bench.results import HF_ASSISTED, baseline_key
 
 TABLES: tuple[int, ...] = (1, 2, 3, 4, 5, 6)
 TITLES: dict[int, str] = {
@@ -227,7 +227,7 @@ def worker_note(aggs: Sequence[dict[str, Any]]) -> str | None:
 
 def speed_notes(aggs: Sequence[dict[str, Any]], only_slower: bool = True) -> list[str]:
     """One line per method slower than AR in its cell (dataset, T, L_max, run), saying why with
-    the measured draft and verify costs (:func:`dynatree_core.metrics.explain_speedup`)."""
+    the measured draft and verify costs (:func:`dynatree_core.records.metrics.explain_speedup`)."""
     ar = {baseline_key(a): a for a in aggs if a.get("method") == "ar"}
     notes = []
     for a in sorted(aggs, key=_order):

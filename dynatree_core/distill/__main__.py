@@ -2,6 +2,6 @@
 
 import sys
 
-from .cli import main
+from dynatree_core.distill.cli import main
 
 sys.exit(main())

@@ -11,7 +11,7 @@ import shlex
 import sys
 import typing
 
-from .config import DistillConfig
+from dynatree_core.distill.config import DistillConfig
 
 DESCRIPTION = """Build teacher data, train and export a draft for the SmolLM2-135M-Instruct target.
 
@@ -65,7 +65,7 @@ def add_distill_parser(subparsers) -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace, **models) -> int:
     config = DistillConfig.from_namespace(args)  # validated before torch and the models load
-    from .pipeline import run_distill
+    from dynatree_core.distill.pipeline import run_distill
 
     return run_distill(config, **models)
 

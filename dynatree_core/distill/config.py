@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ..paths import REPO_ROOT
+from dynatree_core.paths import REPO_ROOT
 
 DEFAULT_WORK_DIR = REPO_ROOT / ".distill"
 
@@ -192,7 +192,7 @@ def _check_sources(c: DistillConfig) -> None:
 
 
 def _check_device(device: str) -> None:
-    from ..models import resolve_device  # torch: only once a config is built, never for --help
+    from dynatree_core.pairs.pair import resolve_device  # torch: only once a config is built, never for --help
 
     try:
         resolve_device(device)

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import torch
 
-from ..models import resolve_device, resolve_dtype
-from ..paths import data_dir_candidates
-from .decode import _continue, eos_ids, self_prompts
-from .prompts import chat_ids, prompt_bank, raw_ids, read_prompts
-from .runtime import set_threads
+from dynatree_core.pairs.pair import resolve_device, resolve_dtype
+from dynatree_core.paths import data_dir_candidates
+from dynatree_core.distill.decode import _continue, eos_ids, self_prompts
+from dynatree_core.distill.prompts import chat_ids, prompt_bank, raw_ids, read_prompts
+from dynatree_core.distill.runtime import set_threads
 
 FORBIDDEN_TRAIN_NAMES = ("wiki.test.raw", "pg19")
 
@@ -118,7 +118,7 @@ def _data_jobs(args, tok, streams: list[list[int]], own_prompts: list[str] = ())
 
 def build_data(args, target=None, tok=None) -> Path:
     """Stage 1: token sequences for training (the teacher labels them online while training)."""
-    from ..default_pair import load_target
+    from dynatree_core.pairs.default_pair import load_target
 
     work = Path(args.work_dir)
     sdir = work / "seqs"
@@ -145,7 +145,7 @@ def build_data(args, target=None, tok=None) -> Path:
     if args.generator == "draft":
         # on-policy data: the draft writes the text, the target still labels every position while
         # training, so the draft learns from exactly the contexts its own proposals lead into
-        from ..draft_model import load_draft
+        from dynatree_core.drafters.draft_model import load_draft
 
         gen_model = load_draft(args.init_from, target, device=dev, dtype=gen_dtype)
     else:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import torch
 
-from ..compat import cache_kwargs
-from ..models import eos_token_ids
-from .prompts import mentions_held_out_topic, user_turn_prefix
+from dynatree_core.runtime.compat import cache_kwargs
+from dynatree_core.pairs.pair import eos_token_ids
+from dynatree_core.distill.prompts import mentions_held_out_topic, user_turn_prefix
 
 
 def eos_ids(model, tok) -> set[int]:
-    """The ids a continuation stops at: the same as the decoders' (:func:`dynatree_core.models.eos_token_ids`)."""
+    """The ids a continuation stops at: the same as the decoders' (:func:`dynatree_core.pairs.pair.eos_token_ids`)."""
     return set(eos_token_ids(model, tok))
 
 

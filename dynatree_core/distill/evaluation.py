@@ -12,11 +12,11 @@ from pathlib import Path
 
 import torch
 
-from ..compat import cache_kwargs
-from .data import find_data_dir
-from .decode import _decode_equal_length, _first_eos_cut, eos_ids
-from .prompts import EVAL_PROMPTS, N_EVAL_PROMPTS_V1, chat_ids, raw_ids
-from .runtime import dir_size, set_threads
+from dynatree_core.runtime.compat import cache_kwargs
+from dynatree_core.distill.data import find_data_dir
+from dynatree_core.distill.decode import _decode_equal_length, _first_eos_cut, eos_ids
+from dynatree_core.distill.prompts import EVAL_PROMPTS, N_EVAL_PROMPTS_V1, chat_ids, raw_ids
+from dynatree_core.distill.runtime import dir_size, set_threads
 
 # eval.json layout; 2 added the 48-prompt set, its bootstrap interval and the first-24 number
 EVAL_SCHEMA_VERSION = 2
@@ -84,8 +84,8 @@ def evaluate_draft(draft_dir=None, data_dir=None, n_passages: int = 10, passage_
                    new_tokens: int = 64, prompt_new_tokens: int = 48, threads_gen: int = 1,
                    threads_timing: int = 2, seed: int = 0, verbose: bool = True) -> dict:
     """Measure the draft against the fp32 target; returns a dict of numbers."""
-    from ..default_pair import DRAFT_ASSET_DIR, load_default_pair, load_target
-    from ..draft_model import load_draft
+    from dynatree_core.pairs.default_pair import DRAFT_ASSET_DIR, load_default_pair, load_target
+    from dynatree_core.drafters.draft_model import load_draft
 
     res: dict = {}
     draft_dir = Path(draft_dir) if draft_dir else DRAFT_ASSET_DIR

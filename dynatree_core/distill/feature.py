@@ -10,7 +10,7 @@ target continuations of prompts and passages, plus chunks of the training text; 
 2. **train** - the feature draft learns, at every position j, to predict the target's greedy
    token after ``x_j`` from ``(f_{j-1}, x_j)``. Training runs the draft *unrolled* for
    ``--unroll`` steps (training-time test): step s feeds the features step s-1 predicted, under the
-   attention pattern a tree node at depth s-1 sees (:func:`~dynatree_core.feature_draft.unrolled_mask`),
+   attention pattern a tree node at depth s-1 sees (:func:`~dynatree_core.drafters.feature_draft.unrolled_mask`),
    so deeper tree levels are trained on the inputs they get at decode time. Loss per step:
    ``alpha * CE(teacher distribution over the head) + (1-alpha) * CE(greedy token)
    + reg_weight * SmoothL1(predicted feature, target feature)``, steps weighted 0.8^(s-1).
@@ -34,13 +34,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..feature_draft import (FeatureDraftModel, build_feature_draft, feature_draft_from_model_draft,
-                             load_feature_draft, save_feature_draft, unrolled_mask)
-from ..models import resolve_device, resolve_dtype
-from . import evaluation as ev
-from .data import seq_rows
-from .runtime import autocast, device_name, dir_size, head_lut, set_threads
-from .training import _micro_batches, cosine_lr
+from dynatree_core.drafters.feature_draft import (FeatureDraftModel, build_feature_draft, feature_draft_from_model_draft,
+                             load_feature_draft, save_feature_draft, unrolled_forward)
+from dynatree_core.pairs.pair import resolve_device, resolve_dtype
+from dynatree_core.distill import evaluation as ev
+from dynatree_core.distill.data import seq_rows
+from dynatree_core.distill.runtime import autocast, device_name, dir_size, head_lut, set_threads
+from dynatree_core.distill.training import _micro_batches, cosine_lr
 
 STEP_DECAY = 0.8
 
@@ -176,38 +176,6 @@ def collate(rows, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tor
 
 # ----------------------------------------------------------------------------- the unrolled forward
 
-def unrolled_forward(model: FeatureDraftModel, x: torch.Tensor, f: torch.Tensor, steps: int) -> list[torch.Tensor]:
-    """Predicted features of each unrolled step, each [B, T-1, H] for positions j = 1..T-1.
-
-    Step 1 reads the real features ``f_{j-1}``; step s reads what step s-1 predicted at j-1 and
-    attends (in every layer) to step-1 keys up to j-s+1 plus the keys of steps 2..s on its tree
-    path. Position j's output predicts the target's greedy token after x_j (``y[:, 1:]``). Rows of
-    step s at j < s are padding (never seen by valid positions, excluded by :func:`step_valid`).
-    """
-    B, T = x.shape
-    n = T - 1
-    pos = torch.arange(1, T, device=x.device)[None].expand(B, n)
-    tok = x[:, 1:]
-    outs: list[torch.Tensor] = []
-    kvs: list[list[tuple[torch.Tensor, torch.Tensor]]] = []  # per step, per layer
-    prev = f[:, :-1]
-    L = len(model.layers)
-    for s in range(1, steps + 1):
-        if s > 1:  # the feature step s-1 predicted at the previous position
-            prev = torch.cat([torch.zeros_like(outs[-1][:, :1]), outs[-1][:, :-1]], dim=1)
-        inp = model.fuse(tok, prev)
-        vis = unrolled_mask(n, s, device=x.device)
-        mask = torch.zeros(vis.shape, dtype=inp.dtype, device=x.device).masked_fill(~vis, torch.finfo(inp.dtype).min)
-        past = None
-        if kvs:  # [step 1 | ... | step s-1] keys of each layer, the layout unrolled_mask expects
-            past = [(torch.cat([kv[i][0] for kv in kvs], dim=2), torch.cat([kv[i][1] for kv in kvs], dim=2))
-                    for i in range(L)]
-        out, new = model.stack(inp, pos, mask[None, None], past)
-        outs.append(out)
-        kvs.append(new)
-    return outs
-
-
 def step_valid(m: torch.Tensor, s: int) -> torch.Tensor:
     """Positions j = 1..T-1 where step s is defined: x_{j-s+1..j} real (mask [B, T] -> [B, T-1])."""
     v = m[:, 1:] & m[:, :-1]
@@ -310,7 +278,7 @@ def _feature_model(args, target, counts: torch.Tensor, dev) -> tuple[FeatureDraf
     """A fresh feature draft with the ``--head-size`` most frequent greedy tokens, or one warm-started
     from the ``--init-from`` independent draft (its layers, norm and head; the feature input at 0)."""
     if args.init_from:
-        from ..draft_model import load_draft
+        from dynatree_core.drafters.draft_model import load_draft
 
         model = feature_draft_from_model_draft(load_draft(args.init_from, target, device=dev), target).to(dev)
         return model, model.head.vocab_ids.cpu()
@@ -379,7 +347,7 @@ def _feature_meta(args, model, data: FeatureRows, head_ids, cover: float, lut, s
 
 
 def _export_feature(args, model, tok, meta: dict, train_s: float) -> None:
-    from ..default_pair import DEFAULT_TARGET_NAME
+    from dynatree_core.pairs.default_pair import DEFAULT_TARGET_NAME
 
     out = Path(args.out_dir)
     save_feature_draft(model, out, dtype=torch.float16, target_name=DEFAULT_TARGET_NAME, tokenizer=tok, metadata=meta)
@@ -437,9 +405,9 @@ def agreement_by_depth(model: FeatureDraftModel, target, prompt: list[int], cont
 @torch.no_grad()
 def feature_step_cost(model: FeatureDraftModel, target, ctx: list[int], steps: int) -> float:
     """Median seconds of one cached decode step (one token through fusion, layer and head, top-k)."""
-    from ..config import GrowthRule
-    from ..device_tree import DeviceTree
-    from ..drafters import FeatureDrafter
+    from dynatree_core.policy.config import GrowthRule
+    from dynatree_core.runtime.device_tree import DeviceTree
+    from dynatree_core.drafters import FeatureDrafter
 
     dev = next(target.parameters()).device
     h = target.base_model(input_ids=torch.tensor([ctx[:-1]], device=dev)).last_hidden_state[0]
@@ -467,9 +435,9 @@ def evaluate_feature_draft(draft_dir=None, data_dir=None, n_passages: int = 10, 
 
     ``lookup`` (a :class:`~dynatree_core.drafters.LookupMix`): also the top-1 agreement of the draft
     with prompt lookup mixed in, on the same continuations (``res["with_lookup"]``)."""
-    from .lookup_fit import hit_counts, position_records
+    from dynatree_core.distill.lookup_fit import hit_counts, position_records
 
-    from ..default_pair import FEATURE_DRAFT_ASSET_DIR, load_target
+    from dynatree_core.pairs.default_pair import FEATURE_DRAFT_ASSET_DIR, load_target
 
     res: dict = {}
     draft_dir = Path(draft_dir) if draft_dir else FEATURE_DRAFT_ASSET_DIR

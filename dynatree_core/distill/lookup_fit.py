@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..drafters import LookupMatches, LookupMix, PromptLookup, contexts_ending_at, lookup_matches, mix_topk
-from ..feature_draft import FeatureDraftModel
+from dynatree_core.runtime.ngram import LookupMatches, contexts_ending_at, lookup_matches
+from dynatree_core.drafters import LookupMix, PromptLookup, mix_topk
+from dynatree_core.drafters.feature_draft import FeatureDraftModel, unrolled_forward
 
 #: the candidates per position the agreement merges (the drafter's top-k in a tree is about this)
 RECORD_TOP_K = 8
@@ -61,8 +62,6 @@ def draft_logprobs(draft, target, ids: list[int]) -> torch.Tensor:
     predicts ``ids[p + 1]``); a feature draft reads the target's real features (depth 1)."""
     x = torch.tensor([ids])
     if isinstance(draft, FeatureDraftModel):
-        from .feature import unrolled_forward
-
         f = target.base_model(input_ids=x).last_hidden_state.to(draft.fc_emb.weight.dtype)
         out = unrolled_forward(draft, x, f, 1)[0][0]  # row i is position i + 1
         compact = torch.log_softmax(draft.head.forward_compact(out).float(), -1)

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import torch
 
-from ..models import resolve_device
-from .config import DistillConfig
-from .data import build_data
-from .evaluation import EVAL_SCHEMA_VERSION, evaluate_draft
-from .runtime import set_threads
-from .training import export_checkpoint, train
+from dynatree_core.pairs.pair import resolve_device
+from dynatree_core.distill.config import DistillConfig
+from dynatree_core.distill.data import build_data
+from dynatree_core.distill.evaluation import EVAL_SCHEMA_VERSION, evaluate_draft
+from dynatree_core.distill.runtime import set_threads
+from dynatree_core.distill.training import export_checkpoint, train
 
 
 def run_distill(config, target=None, tok=None) -> int:
@@ -31,7 +31,7 @@ def run_distill(config, target=None, tok=None) -> int:
     if not config.command_line:
         changes["command_line"] = "dynatree distill " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if config.out_dir is None:
-        from ..default_pair import DRAFT_ASSET_DIR, FEATURE_DRAFT_ASSET_DIR
+        from dynatree_core.pairs.default_pair import DRAFT_ASSET_DIR, FEATURE_DRAFT_ASSET_DIR
 
         changes["out_dir"] = str(FEATURE_DRAFT_ASSET_DIR if config.kind == "feature" else DRAFT_ASSET_DIR)
     args = dataclasses.replace(config, **changes)
@@ -39,7 +39,7 @@ def run_distill(config, target=None, tok=None) -> int:
         return _run_feature(args, target, tok)
     if not args.eval_only:
         if target is None or (tok is None and args.stage in ("all", "data")):
-            from ..default_pair import load_target
+            from dynatree_core.pairs.default_pair import load_target
 
             target, tok = load_target(dtype=torch.float32)  # once, shared by the stages
         if args.stage in ("all", "data"):
@@ -56,12 +56,12 @@ def run_distill(config, target=None, tok=None) -> int:
 
 def _run_feature(args: DistillConfig, target=None, tok=None) -> int:
     """``--kind feature``: data (shared with the independent draft), features, train + export, evaluate."""
-    from .feature import build_features, evaluate_feature_draft, train_feature
+    from dynatree_core.distill.feature import build_features, evaluate_feature_draft, train_feature
 
     if not args.eval_only:
         set_threads(args.threads)
         if target is None or tok is None:
-            from ..default_pair import load_target
+            from dynatree_core.pairs.default_pair import load_target
 
             target, tok = load_target(dtype=torch.float32)
         target = target.to(resolve_device(args.device))
@@ -73,7 +73,7 @@ def _run_feature(args: DistillConfig, target=None, tok=None) -> int:
         if args.stage == "export":
             raise ValueError("--stage export is for --kind model; a feature draft is exported when training ends")
     if args.evaluate or args.eval_only:
-        from ..drafters import LookupMix
+        from dynatree_core.drafters import LookupMix
 
         mix = LookupMix() if args.with_lookup else None
         res = evaluate_feature_draft(args.out_dir, args.data_dir, n_passages=args.eval_passages, seed=args.seed,

@@ -6,9 +6,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parent.parent / "data"
-
-PROMPTS_FILE = DATA / "distill_prompts.txt"
+from dynatree_core.paths import PACKAGE_DATA as DATA
+from dynatree_core.paths import PROMPTS_FILE
 
 TOPICS_FILE = DATA / "distill_topics.txt"
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import torch
 
-from ..models import resolve_device, resolve_dtype
-from .data import SeqPools
-from .runtime import autocast, device_name, dir_size, head_lut, set_threads
+from dynatree_core.pairs.pair import resolve_device, resolve_dtype
+from dynatree_core.distill.data import SeqPools
+from dynatree_core.distill.runtime import autocast, device_name, dir_size, head_lut, set_threads
 
 
 def _collate(rows: list[torch.Tensor], device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -143,7 +143,7 @@ def _backward_batch(draft, teacher, rows, micro_tokens: int, head_dev, lut, alph
 
 def train(args, target=None):
     """Stage 2: online distillation - each batch is labelled by the target as it is drawn."""
-    from ..default_pair import load_target
+    from dynatree_core.pairs.default_pair import load_target
 
     set_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -183,7 +183,7 @@ def _student(args, work: Path, counts: torch.Tensor, target, dev):
     """The draft to train and its head ids: ``--init-from`` (its head, grown to ``--head-size``), or
     a fresh 2-layer copy of the target with the ``--head-size`` most frequent ids (kept in
     ``head_ids.pt`` for resumed runs)."""
-    from ..draft_model import build_draft_from_target, extend_head, load_draft
+    from dynatree_core.drafters.draft_model import build_draft_from_target, extend_head, load_draft
 
     head_path = work / "head_ids.pt"
     init = None
@@ -336,7 +336,7 @@ def _val_accuracy(draft, target, rows, head_dev, lut, dev, args) -> float:
 
 
 def _export(args, draft, head_ids, stats, step, train_s, partial: bool, stopped_by_time: bool = False):
-    from ..draft_model import save_draft
+    from dynatree_core.drafters.draft_model import save_draft
 
     dev = resolve_device(args.device)
     meta = {
@@ -373,8 +373,8 @@ def _export(args, draft, head_ids, stats, step, train_s, partial: bool, stopped_
 
 def export_checkpoint(args, target=None):
     """Export the draft from ``<work-dir>/ckpt/last.pt`` without further training."""
-    from ..default_pair import load_target
-    from ..draft_model import build_draft_from_target
+    from dynatree_core.pairs.default_pair import load_target
+    from dynatree_core.drafters.draft_model import build_draft_from_target
 
     work = Path(args.work_dir)
     if target is None:

@@ -1,0 +1,154 @@
+"""The feature draft's drafter: a small head reading the target's own hidden states (the EAGLE idea)."""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any, Sequence
+
+import torch
+
+from dynatree_core.drafters.feature_draft import FeatureDraftModel
+from dynatree_core.drafters.protocol import Drafter, level_visibility
+from dynatree_core.runtime import plumbing as pl
+from dynatree_core.runtime.host_syncs import to_device
+from dynatree_core.runtime.ngram import TopKTensors
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dynatree_core.runtime.device_tree import DeviceTree
+
+
+class FeatureDrafter(Drafter):
+    """Drafts with a :class:`~dynatree_core.feature_draft.FeatureDraftModel`.
+
+    Committed token ``x_j`` is fed with the target's hidden state ``f_{j-1}``; a tree node is fed
+    with the feature its parent's draft step predicted. After each iteration the tree's cache
+    entries are dropped (they were computed from predicted features) and the committed tokens
+    are queued with the target's real features, so the next level 0 re-reads them (EAGLE does
+    the same): a few tokens through the small head.
+    """
+
+    kind = "feature"
+    needs_target_hidden = True
+
+    def __init__(self, model: FeatureDraftModel, top_k: int):
+        super().__init__(top_k)
+        self.model = model
+        p = model.fc_emb.weight
+        self.device, self.dtype = p.device, p.dtype
+        self.start([0])
+
+    # --- state -----------------------------------------------------------------------------
+    def start(self, prompt: Sequence[int], target_hidden: torch.Tensor | None = None) -> None:
+        prompt = list(prompt)
+        H = self.model.config.hidden_size
+        self.kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # per layer, [1, kv_heads, n, head_dim]
+        self.slot: torch.Tensor | None = None  # per node: cache index it was fed at (-1: not fed)
+        self.base = 0
+        self.feats: torch.Tensor | None = None  # per node: the feature its draft step predicted [cap, H]
+        if len(prompt) > 1:
+            if target_hidden is None or target_hidden.shape[0] != len(prompt) - 1:
+                raise ValueError("FeatureDrafter.start needs the target's hidden states of prompt[:-1] "
+                                 f"({len(prompt) - 1} rows), got "
+                                 f"{None if target_hidden is None else tuple(target_hidden.shape)}")
+            # x_0 has no previous feature: the draft's sequence starts at x_1 (as in training)
+            self.pending = prompt[1:]
+            self.pending_feats = target_hidden.to(self.device, self.dtype)
+            self.pos0 = 1
+        else:  # a one-token prompt: no feature exists yet, a zero vector stands in once
+            self.pending = prompt
+            self.pending_feats = torch.zeros((len(prompt), H), device=self.device, dtype=self.dtype)
+            self.pos0 = 0
+        self.root_pos = self.pos0 + len(self.pending) - 1
+
+    def fork(self) -> "FeatureDrafter":
+        new = copy.copy(self)
+        new.pending = list(self.pending)
+        new.slot = None if self.slot is None else self.slot.clone()
+        new.feats = None if self.feats is None else self.feats.clone()
+        return new
+
+    def cache_length(self) -> int:
+        return 0 if self.kv is None else int(self.kv[0][0].shape[2])
+
+    def _run(self, tokens: torch.Tensor, feats: torch.Tensor, positions: torch.Tensor,
+             allowed: torch.Tensor | None) -> torch.Tensor:
+        past = self.cache_length()
+        q = tokens.shape[0]
+        if allowed is None:
+            allowed = pl.causal_allowed(q, past, self.device)
+        mask = pl.additive_mask(allowed, self.dtype, self.device)
+        with pl.timed(self.clock):
+            out, new = self.model(tokens[None], feats[None], positions[None], mask, self.kv)
+        self.kv = new if self.kv is None else [(torch.cat([k0, k], dim=2), torch.cat([v0, v], dim=2))
+                                               for (k0, v0), (k, v) in zip(self.kv, new)]
+        self.forwards += 1
+        return out[0]
+
+    def _positions(self, start: int, n: int) -> torch.Tensor:
+        return torch.arange(start, start + n, device=self.device)
+
+    def prefill(self) -> None:
+        if len(self.pending) > 1:
+            n = len(self.pending) - 1
+            self._run(to_device(self.pending[:-1], self.device), self.pending_feats[:-1],
+                      self._positions(self.pos0, n), None)
+            self.pending, self.pending_feats = self.pending[-1:], self.pending_feats[-1:]
+            self.pos0 += n
+
+    # --- the protocol ----------------------------------------------------------------------
+    @torch.inference_mode()
+    def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> TopKTensors:
+        if level == 0:
+            n = len(self.pending)
+            out = self._run(to_device(self.pending, self.device), self.pending_feats,
+                            self._positions(self.pos0, n), None)[self._chain_rows():]
+            self.base = self.cache_length()
+            self.slot = torch.full((tree.capacity,), -1, dtype=torch.long, device=self.device)
+            self.slot[:1].fill_(self.base - 1)
+            self.feats = torch.zeros((tree.capacity, out.shape[-1]), device=self.device, dtype=out.dtype)
+            self.root_pos = self.pos0 + n - 1
+            self.pending, self.pending_feats = [], self.pending_feats[:0]
+            top_ids, top_lps = self._head_topk(out)
+            self.chain_topk = (top_ids[:-1], top_lps[:-1]) if self.keep_chain else None
+            self.feats[ids] = out[-1:]
+            return top_ids[-1:], top_lps[-1:]
+        assert self.slot is not None and self.feats is not None, "propose: level 0 (the root) comes first"
+        past = self.cache_length()
+        if self._chain_level(ids, level):  # causal: the node at depth = level, right after the cache
+            allowed, positions = None, self._positions(self.root_pos + level, 1)
+        else:
+            allowed, depth = level_visibility(tree, ids, self.slot, self.base, past)
+            positions = self.root_pos + depth
+        out = self._run(tree.tokens[ids], self.feats[tree.parents[ids]], positions, allowed)
+        self.slot[ids] = past + torch.arange(ids.shape[0], device=self.device)
+        self.feats[ids] = out
+        return self._head_topk(out)
+
+    def _head_topk(self, out: torch.Tensor) -> TopKTensors:
+        # Top-k over the head ids only: ids outside the head have logit dtype-min (probability 0).
+        with pl.timed(self.clock):  # the head is part of the draft model's forward
+            logits = self.model.head.forward_compact(out)
+        compact = torch.log_softmax(logits.float(), dim=-1)
+        k = min(self.top_k, compact.shape[-1])
+        top = compact.topk(k, dim=-1)
+        return self.model.head.vocab_ids[top.indices], top.values
+
+    def commit(self, path: list[int], committed: list[int], target_hidden: torch.Tensor | None = None,
+               fed: int = 0) -> None:
+        if target_hidden is None or target_hidden.shape[0] < len(committed):
+            raise ValueError("FeatureDrafter.commit needs one target hidden state per committed token")
+        new_feats = target_hidden[: len(committed)].to(self.device, self.dtype)
+        if self.slot is None:  # the root was never fed: queue behind the pending tokens
+            self.pending = self.pending + list(committed)
+            self.pending_feats = torch.cat([self.pending_feats, new_feats])
+            return
+        # Drop the tree's entries (made from predicted features); the root's entry stays.
+        self.kv = [(k[:, :, : self.base], v[:, :, : self.base]) for k, v in self.kv]
+        self.pending, self.pending_feats = list(committed), new_feats
+        self.pos0 = self.root_pos + 1
+        self.slot, self.feats = None, None
+
+    def settings(self) -> dict[str, Any]:
+        return {**super().settings(), **self.model.settings()}
+
+

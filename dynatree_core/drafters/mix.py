@@ -1,0 +1,171 @@
+"""Prompt lookup mixed into a model draft's distributions (:class:`LookupMix`, :class:`MixDrafter`)."""
+
+from __future__ import annotations
+
+import copy
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
+
+import torch
+
+from dynatree_core.drafters.lookup import LookupDrafter
+from dynatree_core.drafters.protocol import Drafter
+from dynatree_core.policy.lookup import PromptLookup
+from dynatree_core.runtime import plumbing as pl
+from dynatree_core.runtime.host_syncs import to_device
+from dynatree_core.runtime.ngram import LookupMatches, TopKTensors
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dynatree_core.runtime.device_tree import DeviceTree
+
+
+@dataclass(frozen=True)
+class LookupMix:
+    """Prompt lookup mixed into a model draft's distributions (``ModelPair(..., lookup=LookupMix())``).
+
+    After each node the model draft gives q_D and the lookup its followers' shares r(t) = c(t) / C
+    (``lookup``: counts c of the tokens that followed the longest matched n-gram, C in all). The
+    node's distribution is the mixture
+
+        q(t) = λ r(t) + (1 - λ) q_D(t),   λ = C / (C + κ_n)
+
+    with κ_n (``prior[n - 1]``; the last entry for longer n-grams) a pseudo-count for a match of n
+    tokens: a long n-gram seen many times outweighs the draft, a unigram match barely moves it, and
+    no match leaves q_D as it is. The tree policy reads q as it reads any draft's: confidence
+    c(u) = max q, path probability p(u) the product along the path. Candidates are the draft's
+    top-k and the lookup's top-k (a token outside the draft's top-k counts q_D = 0). Costs a few
+    tensor ops per level, no forward.
+
+    The defaults (n-grams up to 5, κ = 256, 16, 2, 2, 0.5) maximise the likelihood of the target's
+    greedy tokens under the mixture with the embedded feature draft, on continuations of *training*
+    text (``scripts/fit_lookup_mix.py``, ``docs/bench/2026-11-27-lookup-mix/fit.json``; never the
+    evaluation text): unigram matches are all but ignored, 5-gram matches trusted.
+    """
+
+    lookup: PromptLookup = PromptLookup(max_ngram=5)
+    #: κ_n for n = 1, 2, ... (pseudo-counts > 0; larger: trust the lookup less); the last entry
+    #: serves every longer n-gram
+    prior: tuple[float, ...] = (256.0, 16.0, 2.0, 2.0, 0.5)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.lookup, PromptLookup):
+            raise TypeError(f"LookupMix lookup must be a PromptLookup, got {type(self.lookup).__name__}")
+        prior = tuple(self.prior)
+        if not prior:
+            raise ValueError("LookupMix prior needs at least one pseudo-count (κ_1)")
+        for n, kappa in enumerate(prior, start=1):
+            if not isinstance(kappa, (int, float)) or isinstance(kappa, bool) or not kappa > 0:
+                raise ValueError(f"LookupMix prior[{n - 1}] (κ_{n}) must be a number > 0, got {kappa!r}")
+        object.__setattr__(self, "prior", tuple(float(k) for k in prior))
+
+    def kappa(self, n: int) -> float:
+        """κ_n, the pseudo-count of an n-gram match (n >= 1)."""
+        return self.prior[min(n, len(self.prior)) - 1]
+
+    def weights(self, m: LookupMatches) -> torch.Tensor:
+        """λ per row of ``m``: C / (C + κ_n) for its match of n tokens seen C times (0: no match)."""
+        total = m.total
+        return total / (total + _kappa_table(self, total.device)[m.ngram])
+
+    def settings(self) -> dict[str, Any]:
+        return {"max_ngram": self.lookup.max_ngram, "min_ngram": self.lookup.min_ngram, "prior": list(self.prior)}
+
+
+def mix_topk(draft: TopKTensors, m: LookupMatches, mix: LookupMix, k: int) -> TopKTensors:
+    """The top-k of :class:`LookupMix`'s mixture for q rows: the draft's top-k ``draft`` ([q, k] ids
+    and log-probs) and the lookup's ``m``. Device ops only."""
+    ids_d, lps_d = draft
+    total = m.total
+    lam = mix.weights(m)[:, None]
+    ids_l = m.top(ids_d.shape[1])
+    cand = torch.cat([ids_d, ids_l], 1)  # [q, 2k]: a lookup candidate the draft lists is dropped below
+    p_d = torch.cat([lps_d.exp(), torch.zeros(ids_l.shape, dtype=lps_d.dtype, device=lps_d.device)], 1)
+    r = m.count_of(cand) / total.clamp(min=1.0)[:, None]
+    mixed = lam * r + (1 - lam) * p_d
+    dup = torch.cat([torch.zeros_like(ids_d, dtype=torch.bool),
+                     (ids_l[:, :, None] == ids_d[:, None, :]).any(-1)], 1)
+    top = mixed.masked_fill(dup, -1.0).topk(min(k, ids_d.shape[1]), dim=-1)
+    return cand.gather(1, top.indices), top.values.log()
+
+
+@functools.lru_cache(maxsize=32)
+def _kappa_table(mix: LookupMix, device: torch.device) -> torch.Tensor:
+    """κ_n indexed by the matched n-gram length (index 0, no match, has C = 0: any value does), made
+    once per device (a host-to-device copy per level would be a needless transfer)."""
+    return to_device([1.0] + [mix.kappa(n) for n in range(1, mix.lookup.max_ngram + 1)], device,
+                     dtype=torch.float32)
+
+
+class MixDrafter(Drafter):
+    """A model drafter (independent or feature) with prompt lookup mixed in (:class:`LookupMix`).
+
+    The model drafter runs as it would alone (its forwards, caches, chain view); the lookup reads
+    the same tree level's contexts; :func:`mix_topk` merges the two. Kind: ``"<draft kind>+lookup"``.
+    """
+
+    def __init__(self, base: Drafter, mix: LookupMix):
+        if isinstance(base, (LookupDrafter, MixDrafter)):
+            raise TypeError("LookupMix mixes prompt lookup into a model draft: the draft must be a model "
+                            "(an independent draft LM or a feature draft)")
+        self.base, self.mix = base, mix
+        self.lookup = LookupDrafter(mix.lookup, base.top_k)
+        self._keep = False
+        super().__init__(base.top_k)
+        self.kind = f"{base.kind}+lookup"  # type: ignore[misc]
+        self.needs_target_hidden = base.needs_target_hidden  # type: ignore[misc]
+
+    # the loop sets and reads these on the drafter; they belong to the model drafter it wraps
+    @property  # type: ignore[override]
+    def forwards(self) -> int:
+        return self.base.forwards
+
+    @forwards.setter
+    def forwards(self, value: int) -> None:
+        self.base.forwards = value
+
+    @property  # type: ignore[override]
+    def clock(self) -> pl.ForwardClock | None:
+        return self.base.clock
+
+    @clock.setter
+    def clock(self, value: pl.ForwardClock | None) -> None:
+        self.base.clock = value
+
+    @property  # type: ignore[override]
+    def keep_chain(self) -> bool:
+        return self._keep
+
+    @keep_chain.setter
+    def keep_chain(self, value: bool) -> None:
+        self._keep = self.base.keep_chain = bool(value)
+
+    def start(self, prompt: Sequence[int], target_hidden: torch.Tensor | None = None) -> None:
+        self.base.start(prompt, target_hidden)
+        self.lookup.start(prompt)
+
+    def prefill(self) -> None:
+        self.base.prefill()
+
+    def fork(self) -> "MixDrafter":
+        new = copy.copy(self)
+        new.base, new.lookup = self.base.fork(), self.lookup.fork()
+        return new
+
+    def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> TopKTensors:
+        top = mix_topk(self.base.propose(tree, ids, level), self.lookup.matches(tree, ids, level), self.mix,
+                       self.top_k)
+        if level == 0:  # the chain view: the model's rows, each mixed with the lookup as it stood then
+            chain, self.base.chain_topk = self.base.chain_topk, None
+            self.chain_topk = None if chain is None else mix_topk(
+                chain, self.lookup.chain_matches(chain[0].shape[0]), self.mix, self.top_k)
+        return top
+
+    def commit(self, path: list[int], committed: list[int], target_hidden: torch.Tensor | None = None,
+               fed: int = 0) -> None:
+        self.base.commit(path, committed, target_hidden, fed)
+        self.lookup.commit(path, committed)
+
+    def settings(self) -> dict[str, Any]:
+        return {**self.base.settings(), "kind": self.kind, "lookup": self.mix.settings()}
+

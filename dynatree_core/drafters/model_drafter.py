@@ -1,0 +1,94 @@
+"""The independent draft model's drafter: a small causal LM with its own KV cache (the paper's setting)."""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any, Sequence
+
+import torch
+from transformers import DynamicCache
+
+from dynatree_core.drafters.protocol import Drafter, level_visibility
+from dynatree_core.runtime import plumbing as pl
+from dynatree_core.runtime.host_syncs import to_device
+from dynatree_core.runtime.ngram import TopKTensors
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dynatree_core.runtime.device_tree import DeviceTree
+
+
+class ModelDrafter(Drafter):
+    """An independent draft causal LM (Hugging Face, KV cache + 4D-mask interface) with a KV cache
+    kept across iterations; accepted nodes it already consumed stay in its cache."""
+
+    kind = "model"
+
+    def __init__(self, model: torch.nn.Module, top_k: int):
+        super().__init__(top_k)
+        self.model = model
+        self.device = pl.model_device(model)
+        self.start([])
+
+    def start(self, prompt: Sequence[int], target_hidden: torch.Tensor | None = None) -> None:
+        self.cache = DynamicCache()
+        self.pending: list[int] = list(prompt)  # committed tokens the draft has not consumed
+        self.slot: torch.Tensor | None = None  # per node: cache index it was fed at (-1: not fed)
+        self.base = 0  # cache length once the root is fed (root at base - 1)
+
+    def prefill(self) -> None:
+        if len(self.pending) > 1:
+            pl.forward(self.model, to_device(self.pending[:-1], self.device)[None], self.cache, clock=self.clock)
+            self.forwards += 1
+            self.pending = self.pending[-1:]
+
+    def fork(self) -> "ModelDrafter":
+        new = copy.copy(self)
+        new.cache = copy.deepcopy(self.cache)
+        new.pending = list(self.pending)
+        new.slot = None if self.slot is None else self.slot.clone()
+        return new
+
+    def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> TopKTensors:
+        if level == 0:
+            # Level 0: feed the pending committed tokens, the root last, as a causal chain.
+            inp = to_device(self.pending, self.device)[None]
+            logits = pl.forward(self.model, inp, self.cache, clock=self.clock)[self._chain_rows():]
+            top_ids, top_lps = self._topk(logits)
+            self.chain_topk = (top_ids[:-1], top_lps[:-1]) if self.keep_chain else None
+            self.forwards += 1
+            self.base = pl.cache_length(self.cache)
+            self.slot = torch.full((tree.capacity,), -1, dtype=torch.long, device=self.device)
+            self.slot[:1].fill_(self.base - 1)
+            self.pending = []
+            return top_ids[-1:], top_lps[-1:]
+        assert self.slot is not None, "propose: level 0 (the root) comes first"
+        past = pl.cache_length(self.cache)
+        if self._chain_level(ids, level):  # the default causal mask and next position
+            logits = pl.forward(self.model, tree.tokens[ids][None], self.cache, clock=self.clock)
+        else:
+            allowed, depth = level_visibility(tree, ids, self.slot, self.base, past)
+            logits = pl.forward(self.model, tree.tokens[ids][None], self.cache, allowed, self.base - 1 + depth,
+                                clock=self.clock)
+        self.slot[ids] = past + torch.arange(ids.shape[0], device=self.device)
+        self.forwards += 1
+        return self._topk(logits)
+
+    def commit(self, path: list[int], committed: list[int], target_hidden: torch.Tensor | None = None,
+               fed: int = 0) -> None:
+        """Keep the accepted nodes the draft consumed; queue the rest of ``committed``."""
+        if self.slot is None:  # the root was never fed (nothing drafted this iteration)
+            self.pending.extend(committed)
+            return
+        if fed:  # a prefix of the path: parents are fed before their children
+            pl.keep_selected(self.cache, self.base, self.slot[to_device(path[:fed], self.device)] - self.base)
+        else:
+            pl.crop(self.cache, self.base)
+        self.pending = list(committed[fed:])
+        self.slot = None
+
+    def settings(self) -> dict[str, Any]:
+        cfg = getattr(self.model, "config", None)
+        return {**super().settings(), "layers": getattr(cfg, "num_hidden_layers", None),
+                "model_type": getattr(cfg, "model_type", None)}
+
+

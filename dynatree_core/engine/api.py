@@ -1,0 +1,57 @@
+"""The public decoding API: :func:`generate` and :func:`iterate`.
+
+Both run :class:`~dynatree_core.engine.loop.DecodingRun` with the config's calibrations filled in
+(:func:`~dynatree_core.engine.calibrate.prepare_config`: a cost-aware DynaTree's cost curve,
+Sequoia's acceptance vector, measured once per pair and device and cached on disk). The loop itself
+runs whatever complete config it is given, which is how the calibrations can run it too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from dynatree_core.engine.calibrate import prepare_config
+from dynatree_core.engine.loop import DecodingRun
+from dynatree_core.pairs.pair import ModelPair
+from dynatree_core.policy.config import DecoderConfig
+from dynatree_core.policy.history import HistoryState
+from dynatree_core.records.result import GenerationResult
+
+
+def iterate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method: str = "dynatree",
+            config: DecoderConfig | None = None, max_new_tokens: int = 128, trace: bool = False,
+            **kwargs: Any) -> DecodingRun:
+    """Step through decoding: ``for rec in iterate(...)`` yields one IterationRecord per round
+    (keyword arguments as :func:`generate`'s, plus ``record_top_k``); afterwards ``run.result`` holds
+    the :class:`GenerationResult`."""
+    return DecodingRun(pair, prompt, method, config, max_new_tokens, trace, prepare=prepare_config, **kwargs)
+
+
+def generate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method: str = "dynatree",
+             config: DecoderConfig | None = None, max_new_tokens: int = 128, trace: bool = False,
+             eos_token_id: int | Sequence[int] | None = None, ignore_eos: bool = False,
+             history: HistoryState | None = None, allow_long_context: bool = False) -> GenerationResult:
+    """Greedy-decode ``max_new_tokens`` tokens with ``method`` (exactly the target's greedy output).
+
+    Args:
+        pair: the target/draft :class:`ModelPair`.
+        prompt: text (needs ``pair.tokenizer``) or token ids ([L] or [1, L]).
+        method: ``"ar"``, ``"linear"``, ``"fixed_tree"`` or ``"dynatree"``.
+        config: the method's config (ARConfig, LinearConfig, FixedTreeConfig, DynaTreeConfig);
+            defaults to the paper's settings.
+        max_new_tokens: exact cap on new tokens (never overshot).
+        trace: record every iteration (``result.trace``).
+        eos_token_id: stop after this token (default: the model's / tokenizer's EOS).
+        ignore_eos: never stop early (benchmarks).
+        history: a previous run's ``history_state`` to continue DynaTree's adaptation from.
+        allow_long_context: decode past the models' stated context window (rotary models such
+            as Pythia compute any position; the paper's Pythia runs, L_max + T = 2300-2500 >
+            2048, need this). Exactness is unaffected; quality past the window is the model's.
+    Returns:
+        :class:`GenerationResult` with ``tokens``, ``text``, ``metrics``, ``trace``.
+    """
+    return DecodingRun(pair, prompt, method, config, max_new_tokens, trace, eos_token_id=eos_token_id,
+                       ignore_eos=ignore_eos, history=history, allow_long_context=allow_long_context,
+                       prepare=prepare_config).finish()

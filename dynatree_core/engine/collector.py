@@ -1,0 +1,188 @@
+"""The decode loop's bookkeeping: phase timers, counters, trace records and the result.
+
+Kept out of :mod:`dynatree_core.engine.loop` so that the loop reads as the paper's four phases and
+nothing else (gpt-fast keeps its ``speculative_decode`` the same way). The loop calls
+:meth:`RunCollector.lap` after each phase, :meth:`RunCollector.iteration` once per round and
+:meth:`RunCollector.result` at the end; everything measured or recorded happens here.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from dynatree_core.runtime import plumbing as pl
+from dynatree_core.runtime.device_tree import DeviceTree, Selection
+from dynatree_core.runtime.host_syncs import HostSyncs
+from dynatree_core.runtime.host_tree import host_tree
+from dynatree_core.records.metrics import Metrics, summarize
+from dynatree_core.records.result import GenerationResult
+from dynatree_core.records.trace import IterationRecord, Trace
+from dynatree_core.policy.tree import DraftTree
+
+PHASES = ("draft", "verify", "commit")
+
+
+def peak_memory(device: torch.device) -> tuple[int | None, str]:
+    """Peak memory so far: CUDA max allocated on a GPU, the process's max RSS on a CPU."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device)), "cuda_max_allocated"
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024), "process_max_rss"
+
+
+def versions() -> dict[str, str]:
+    import transformers
+
+    from dynatree_core.version import __version__
+
+    return {"dynatree": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
+            "python": sys.version.split()[0]}
+
+
+class RunCollector:
+    """Times the phases and the model forwards, counts forwards, host synchronisations and
+    accepted/committed tokens, builds :class:`IterationRecord` s and, with ``trace``, the
+    :class:`Trace`; :meth:`result` turns it all into :class:`Metrics`.
+
+    Phase laps never synchronise the device (that would add host syncs to every iteration); they
+    stay honest on a GPU because each phase ends in the loop's own read-back: the draft phase
+    with its last level's sync, the verify phase with the selection's. Model forwards are timed
+    by a :class:`~dynatree_core.runtime.plumbing.ForwardClock` (CUDA events on a GPU)."""
+
+    def __init__(self, run: Any, drafter: Any, trace: bool) -> None:
+        pair = run.pair
+        self.run, self.drafter, self.device = run, drafter, pair.device
+        self.trace: Trace | None = None
+        if trace:
+            self.trace = Trace(method=run.method, config=run.config.to_dict(), target_name=pair.target_name,
+                               draft_name=pair.draft_name if run.method != "ar" else None,
+                               prompt_tokens=list(run.prompt),
+                               prompt_text=pair.tokenizer.decode(run.prompt) if pair.tokenizer else None,
+                               eos_token_id=min(run.eos) if run.eos else None,
+                               max_new_tokens=run.max_new_tokens, device=str(self.device),
+                               dtype=str(pair.dtype).replace("torch.", ""), versions=versions(),
+                               drafter=drafter.settings() if drafter is not None else None,
+                               linear_kernel=getattr(pair, "linear_kernel", None))
+        if drafter is not None:  # the chain's top-k only where records are read (a trace, the oracle)
+            drafter.keep_chain = trace or bool(run.record_top_k)
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self.accepted: list[int] = []
+        self.committed: list[int] = []
+        self.depths: list[int] = []
+        self.sizes: list[int] = []
+        self.target_forwards = 0
+        self.totals = dict.fromkeys(PHASES, 0.0)
+        self.stopped_by = "max_new_tokens"
+        self.clock = pl.ForwardClock(self.device)
+        self.syncs = HostSyncs()
+        self.iteration_syncs: list[int] = []
+        self.draft_levels: list[int] = []
+        self._syncs_before = 0
+        self.ttft: float | None = None
+        self.prefill_s = 0.0
+        pl.synchronize(self.device)
+        self.t_start = self._mark = time.perf_counter()
+        self._laps: dict[str, float] = {}
+
+    def lap(self, phase: str) -> None:
+        """End ``phase`` (``"prefill"`` or one of :data:`PHASES`): its time since the last lap."""
+        if phase == "prefill":  # once per run: the prefill's device work is not left to iteration 1
+            pl.synchronize(self.device)
+        now = time.perf_counter()
+        if phase == "prefill":
+            self.prefill_s = now - self.t_start
+        else:
+            self._laps[phase] = now - self._mark
+            self.totals[phase] += now - self._mark
+        if phase == "commit" and self.ttft is None:
+            self.ttft = now - self.t_start
+        self._mark = now
+
+    def verify_extras(self, tree: DeviceTree, verified: pl.DeviceVerified) -> dict[str, torch.Tensor]:
+        """Device tensors a record needs, fetched with the selection (no extra sync): with a trace,
+        the target's probability of every drafted token given its parent; with a trace or
+        ``record_top_k``, the draft's top-k along the committed tokens level 0 fed (the oracle's)."""
+        out: dict[str, torch.Tensor] = {}
+        chain = self.drafter.chain_topk if self.drafter is not None else None
+        if chain is not None:
+            self.drafter.chain_topk = None  # this iteration's; never read twice
+            if chain[0].shape[0]:
+                out["chain_tokens"], out["chain_logps"] = chain
+        if self.trace is None or tree.n < 2:
+            return out
+        probs = torch.softmax(verified.logits.float(), dim=-1)
+        out["target_prob"] = probs[tree.parents[1:tree.n], tree.tokens[1:tree.n]]
+        return out
+
+    def iteration(self, tree: DeviceTree, sel: Selection, prefix_len: int, new: list[int],
+                  history: tuple[dict | None, dict | None], target_forwards: int) -> IterationRecord:
+        """Count one finished round and return its record (added to the trace when tracing)."""
+        path, bonus, a = sel.path, sel.bonus, sel.arrays
+        syncs = self.syncs.count - self._syncs_before
+        self._syncs_before = self.syncs.count
+        self.iteration_syncs.append(syncs)
+        self.draft_levels.append(tree.draft_calls + tree.tail_reads)  # a lookup tail's read is budgeted like a level
+        self.target_forwards += target_forwards
+        self.accepted.append(len(path))
+        self.committed.append(len(new))
+        # the verified tree's depth: a lookup tail can reach below the drafted levels, and its
+        # nodes count as proposed (acceptance = accepted / depth stays in [0, 1])
+        self.depths.append(int(a["depths"].max()) if tree.tail_nodes else tree.depth)
+        self.sizes.append(tree.n - 1)
+        calls = tree.draft_calls
+        if self.trace is not None:
+            host = host_tree(a, calls)
+        else:  # per-node list building only if someone reads the record's tree
+            host = DraftTree.deferred(lambda: host_tree(a, calls))
+        rec = IterationRecord(
+            index=len(self.accepted) - 1, prefix_len=prefix_len, tree=host,
+            target_argmax=a["argmax"].tolist(), accepted_path=path, committed=new,
+            bonus=bonus if len(new) == len(path) + 1 else None,  # cut at EOS or the budget: no bonus
+            history_before=history[0], history_after=history[1], timings=dict(self._laps),
+            draft_forwards=calls, target_forwards=target_forwards, host_syncs=syncs)
+        if "chain_tokens" in a:
+            rec.chain_topk = [[t, lp] for t, lp in zip(a["chain_tokens"].tolist(),
+                                                        a["chain_logps"].astype(np.float32).tolist())]
+        if self.trace is not None:
+            rec.position_ids = (prefix_len + a["depths"]).tolist()
+            rec.target_prob_drafted = [None] + (a["target_prob"].tolist() if "target_prob" in a else [])
+            rec.token_texts = self._texts(host.tokens)
+            rec.committed_texts = self._texts(rec.committed)
+            self.trace.iterations.append(rec)
+        return rec
+
+    def _texts(self, tokens: Sequence[int]) -> list[str]:
+        tok = self.run.pair.tokenizer
+        return [tok.decode([t]) for t in tokens] if tok is not None else []
+
+    def result(self, out: list[int], history_state: Any) -> Any:
+        """The :class:`~dynatree_core.records.result.GenerationResult` of the run."""
+
+        pl.synchronize(self.device)
+        wall = time.perf_counter() - self.t_start
+        forward_s = self.clock.seconds()
+        peak, kind = peak_memory(self.device)
+        metrics: Metrics = summarize(
+            new_tokens=len(out), wall_time_s=wall, ttft_s=self.ttft, iterations=len(self.accepted),
+            accepted=self.accepted, committed=self.committed, depths=self.depths, tree_sizes=self.sizes,
+            target_forwards=self.target_forwards,
+            draft_forwards=self.drafter.forwards if self.drafter is not None else 0,
+            prefill_time_s=self.prefill_s, draft_time_s=self.totals["draft"], verify_time_s=self.totals["verify"],
+            commit_time_s=self.totals["commit"], peak_memory_bytes=peak, peak_memory_kind=kind,
+            stopped_by=self.stopped_by, speculative=self.run.method != "ar", forward_time_s=forward_s,
+            host_syncs=self.iteration_syncs, draft_levels=self.draft_levels)
+        pair = self.run.pair
+        text = pair.tokenizer.decode(out) if pair.tokenizer is not None else None
+        if self.trace is not None:
+            self.trace.tokens = list(out)
+            self.trace.text = text
+            self.trace.metrics = metrics.to_dict()
+        return GenerationResult(tokens=out, text=text, metrics=metrics, trace=self.trace,
+                                prompt_tokens=list(self.run.prompt), history_state=history_state)

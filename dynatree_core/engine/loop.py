@@ -1,0 +1,262 @@
+"""The decode loop: one loop, four phases (draft, verify, select, commit) plus history.
+
+All four methods run through :class:`DecodingRun`; they differ only in the
+:class:`~dynatree_core.policy.config.GrowthRule` their config lowers to (AR drafts an empty tree).
+
+Cache invariant between iterations: the target cache holds every committed token except the
+last one, the *root*. Each iteration verifies ``[root] + tree`` in one target forward; the
+root's logits give the first next token, so there is no separate "prefix logits" state.
+After selection the cache keeps root + accepted path (``gather``: moved in place, no extra
+forward; ``recompute``: the paper's crop + re-run) and the bonus token becomes the next root.
+
+The draft keeps its own cache the same way: ``pending`` lists committed tokens it has not
+consumed yet; the first tree level feeds them (the root last) and later levels feed one tree
+level per forward under a tree mask. Accepted nodes the draft already consumed are kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from dynatree_core.runtime import plumbing as pl
+from dynatree_core.engine.collector import RunCollector
+from dynatree_core.policy.config import DecoderConfig, DynaTreeConfig, GrowthRule, resolve_config
+from dynatree_core.runtime.device_tree import DeviceTree
+from dynatree_core.runtime.host_syncs import to_device
+from dynatree_core.drafters import Drafter, LookupDrafter, LookupMix, MixDrafter, make_drafter
+from dynatree_core.policy.history import HistoryAdapter, HistoryState
+from dynatree_core.records.result import GenerationResult
+from dynatree_core.pairs.pair import ModelPair, context_window, eos_token_ids
+from dynatree_core.runtime.target_cache import TargetCache
+from dynatree_core.records.trace import IterationRecord
+from dynatree_core.policy.tree import LOOKUP_TAIL, STOP_REASONS
+
+_TAIL_CODE = STOP_REASONS.index(LOOKUP_TAIL)
+
+
+def tail_lookup(drafter: Drafter) -> tuple[LookupDrafter, bool]:
+    """The prompt lookup a lookup tail reads, and whether the loop must keep it up to date itself:
+    the drafter's own (prompt lookup, or the lookup of a mixture), else a new one."""
+    if isinstance(drafter, LookupDrafter):
+        return drafter, False
+    if isinstance(drafter, MixDrafter):
+        return drafter.lookup, False
+    return LookupDrafter(LookupMix().lookup, 1), True
+
+
+def encode_prompt(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor) -> list[int]:
+    """Prompt text or ids -> a non-empty list of token ids."""
+    if isinstance(prompt, str):
+        if pair.tokenizer is None:
+            raise TypeError("prompt is a string but the ModelPair has no tokenizer; pass token ids")
+        ids = list(pair.tokenizer(prompt)["input_ids"])
+    elif isinstance(prompt, torch.Tensor):
+        if prompt.dim() == 2 and prompt.shape[0] == 1:
+            prompt = prompt[0]
+        if prompt.dim() != 1:
+            raise ValueError(f"prompt tensor must have shape [L] or [1, L], got {tuple(prompt.shape)}")
+        ids = [int(t) for t in prompt.tolist()]
+    elif isinstance(prompt, (list, tuple, np.ndarray)):
+        ids = [int(t) for t in prompt]
+    else:
+        raise TypeError(f"prompt must be a str, a list of token ids or a tensor, got {type(prompt).__name__}")
+    if not ids:
+        raise ValueError("prompt must contain at least one token (got an empty prompt)")
+    vocab = int(pair.target.config.vocab_size)
+    bad = [t for t in ids if not 0 <= t < vocab]
+    if bad:
+        raise ValueError(f"prompt token ids must be in [0, {vocab}), got {bad[:5]}")
+    return ids
+
+
+class DecodingRun:
+    """An in-progress decode: iterate it to get one :class:`IterationRecord` per round.
+
+    ``for rec in run: ...`` steps through decoding; afterwards (or via :meth:`finish`)
+    ``run.result`` holds the :class:`GenerationResult`.
+    """
+
+    def __init__(self, pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method: str = "dynatree",
+                 config: DecoderConfig | None = None, max_new_tokens: int = 128, trace: bool = False,
+                 eos_token_id: int | Sequence[int] | None = None, ignore_eos: bool = False,
+                 history: HistoryState | None = None, allow_long_context: bool = False,
+                 record_top_k: int | None = None,
+                 prepare: Callable[[DecoderConfig, ModelPair], DecoderConfig] | None = None):
+        self.method = method
+        #: draft candidates per fed node kept in untraced records too (the benchmark's oracle reads
+        #: them); None: only what the growth rule needs
+        self.record_top_k = record_top_k
+        config = resolve_config(method, config)
+        if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool):
+            raise TypeError(f"max_new_tokens must be an integer >= 0, got {type(max_new_tokens).__name__}")
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        if method != "ar" and pair.draft is None:
+            raise ValueError(f"method={method!r} needs a draft model; the ModelPair has draft=None")
+        self.pair = pair
+        # what a policy measures about the pair (cost curve, per-rank acceptance) is filled in here
+        # by ``prepare`` (the API passes calibrate.prepare_config: cached on disk), after the cheap
+        # checks and before the run, so the config the trace records is the one that ran
+        self.config = prepare(config, pair) if prepare is not None and method != "ar" else config
+        self.prompt = encode_prompt(pair, prompt)
+        for role, m in (("target", pair.target), ("draft", pair.draft if method != "ar" else None)):
+            win = context_window(m) if m is not None else None
+            if win is not None and len(self.prompt) + max_new_tokens > win and not allow_long_context:
+                raise ValueError(
+                    f"prompt length ({len(self.prompt)}) + max_new_tokens ({max_new_tokens}) = "
+                    f"{len(self.prompt) + max_new_tokens} exceeds the {role}'s context window of {win} "
+                    f"positions; shorten the prompt, lower max_new_tokens, or pass allow_long_context=True "
+                    f"to decode past the trained window anyway")
+        self.max_new_tokens = max_new_tokens
+        if ignore_eos:
+            self.eos: set[int] = set()
+        elif eos_token_id is None:
+            self.eos = set(eos_token_ids(pair.target, pair.tokenizer))
+        else:
+            self.eos = {int(t) for t in ([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)}
+        self.tracing = trace
+        self.adapter = (HistoryAdapter(self.config, history)
+                        if isinstance(self.config, DynaTreeConfig) and self.config.adaptive else None)
+        self.result: GenerationResult | None = None
+        self._steps = self._run()
+
+    def __iter__(self) -> Iterator[IterationRecord]:
+        return self
+
+    def __next__(self) -> IterationRecord:
+        return next(self._steps)
+
+    def finish(self) -> GenerationResult:
+        """Run the remaining iterations and return the result."""
+        for _ in self._steps:
+            pass
+        assert self.result is not None
+        return self.result
+
+    # --- the loop ----------------------------------------------------------------------------
+    def _rule(self, remaining: int) -> GrowthRule:
+        rule = self.adapter.rule() if self.adapter is not None else self.config.growth_rule()
+        # Never draft deeper than the tokens still wanted (the bonus supplies one of them).
+        return dataclasses.replace(rule, d_max=min(rule.d_max, remaining - 1))
+
+    @torch.inference_mode()
+    def _run(self) -> Iterator[IterationRecord]:
+        """The algorithm: prefill, then draft -> verify -> select -> commit until done.
+
+        The tree lives on the model's device (:mod:`dynatree_core.runtime.device_tree`): the loop reads
+        the device once per draft level and once per verification, nowhere else."""
+        drafter = self._drafter()
+        tail, own_tail = tail_lookup(drafter) if drafter is not None and self.config.lookup_tail else (None, False)
+        need_hidden = drafter is not None and drafter.needs_target_hidden  # a feature drafter reads them
+        col = RunCollector(self, drafter, self.tracing)
+        if drafter is not None:
+            drafter.clock = col.clock
+        # the target's cache: a verified tree's rejected entries are masked, not moved (target_cache)
+        cache, out, root = TargetCache(), [], self.prompt[-1]
+        top_k = drafter.top_k if drafter is not None else 1
+        self._prefill(cache, drafter, need_hidden, col)
+        if own_tail:
+            tail.start(self.prompt)  # a lookup of the loop's own: it follows the committed tokens
+        while len(out) < self.max_new_tokens:
+            remaining = self.max_new_tokens - len(out)
+            rule, before = self._rule(remaining), self._history_state()
+            # 1. draft: grow the tree, one batched draft forward per level (AR: the root alone)
+            tree = DeviceTree(root, rule, top_k, self.pair.device)
+            if drafter is not None:
+                tree.grow(drafter, col.syncs)
+                if tail is not None:
+                    tree.add_tail(tail.committed_on(tree.device), tail.source, col.syncs, remaining - 1)
+            col.lap("draft")
+            # 2. verify: root + every node in ONE target forward under the tree mask
+            v = pl.verify_device(self.pair.target, tree, cache, need_hidden, col.clock)
+            # 3. select: the longest path the target agrees with, plus its own next token (the bonus)
+            sel = tree.select(v.argmax, col.syncs, col.verify_extras(tree, v))
+            col.lap("verify")
+            path = sel.path
+            # 4. commit: cut at EOS / the budget, bring the caches back to the committed prefix
+            new, stop = self._cut(sel.arrays["tokens"][path].tolist() + [sel.bonus], remaining)
+            out.extend(new)
+            forwards = 1
+            if stop is None:
+                forwards += self._restore(cache, v.start, root, path, new, col)
+                if drafter is not None:
+                    hidden = v.hidden[to_device([0] + path, self.pair.device)] if need_hidden else None
+                    # the drafter's cache slots refer to the tree as grown (an EAGLE-2 rerank compacts it)
+                    grown = sel.arrays["orig"][path].tolist() if "orig" in sel.arrays else path
+                    drafter.commit(grown, new, hidden, fed=int(sel.arrays["fed"][path].sum()))
+                    if own_tail:
+                        tail.commit(path, new)
+                root = new[-1]
+            # the history reads the draft's acceptance: lookup-tail nodes on the path do not count
+            after = self._adapt(int((sel.arrays["stop"][path] != _TAIL_CODE).sum()) if tree.tail_nodes else len(path),
+                                tree.depth, sel.arrays)
+            col.lap("commit")
+            yield col.iteration(tree, sel, v.prefix_len, new, (before, after), forwards)
+            if stop == "eos":
+                col.stopped_by = "eos"
+                break
+        self.result = col.result(out, self.adapter.state if self.adapter is not None else None)
+
+    # --- the phases' details -------------------------------------------------------------------
+    def _drafter(self) -> Drafter | None:
+        if self.pair.draft is None or self.method == "ar":
+            return None
+        # the trace records top_k candidates per expanded node (config.trace_top_k >= the rule's breadth)
+        top_k = self.config.trace_top_k if self.tracing else self.config.growth_rule().max_breadth
+        if getattr(self.config, "cost_aware", False):  # the final fill draws from the candidates past B(u)
+            top_k = self.config.trace_top_k
+        return make_drafter(self.pair.draft, max(top_k, self.record_top_k or 0), self.pair.lookup)
+
+    def _prefill(self, cache: TargetCache, drafter: Drafter | None, need_hidden: bool, col: RunCollector) -> None:
+        """Both models read the prompt; the last prompt token stays out of the caches: it is the
+        first iteration's root."""
+        hidden = None
+        if len(self.prompt) > 1 and self.max_new_tokens > 0:
+            ids = to_device(self.prompt[:-1], self.pair.device)[None]
+            hidden = pl.prefill(self.pair.target, ids, cache.cache, need_hidden, col.clock)
+            cache.commit_written()
+            col.target_forwards += 1
+        if drafter is not None and self.max_new_tokens > 0:
+            drafter.start(self.prompt, hidden)
+        col.lap("prefill")
+
+    def _cut(self, new: list[int], remaining: int) -> tuple[list[int], str | None]:
+        """Stop after the first EOS (even inside the accepted path) and at the token budget."""
+        stop = None
+        for j, t in enumerate(new):
+            if t in self.eos:
+                new, stop = new[: j + 1], "eos"
+                break
+        if len(new) >= remaining:
+            new, stop = new[:remaining], stop or "max_new_tokens"
+        return new, stop
+
+    def _restore(self, cache: TargetCache, start: int, root: int, path: list[int], new: list[int],
+                 col: RunCollector) -> int:
+        """Bring the target cache back to root + accepted path; returns the extra target forwards."""
+        if self.config.kv_mode == "gather":  # keep the verified entries of root + path where they are
+            cache.keep(start, [0] + path)
+            return 0
+        cache.drop_written()  # the paper's mode: crop to the prefix and re-run the committed tokens
+        pl.forward(self.pair.target, to_device([root] + new[:-1], self.pair.device)[None], cache.cache, clock=col.clock)
+        cache.commit_written()
+        return 1
+
+    def _history_state(self) -> dict | None:
+        return self.adapter.state.to_dict() if self.adapter is not None else None
+
+    def _adapt(self, accepted: int, depth: int, arrays: dict[str, np.ndarray]) -> dict | None:
+        """Feed this round's acceptance a_r = accepted / depth to the history adapter (DynaTree);
+        a cost-aware config also gets Σ p(u) per depth, the evidence for its calibration."""
+        if self.adapter is None:
+            return None
+        drafted = arrays["stop"][1:] != _TAIL_CODE  # a lookup tail is not the draft's doing
+        mass = None
+        if self.config.cost_aware and depth > 0:
+            mass = np.bincount(arrays["depths"][1:][drafted], weights=np.exp(arrays["cum_logps"][1:][drafted]),
+                               minlength=depth + 1)[1:depth + 1].tolist()
+        return self.adapter.update(accepted / depth if depth > 0 else None, accepted, mass).to_dict()

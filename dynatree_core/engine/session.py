@@ -1,0 +1,78 @@
+"""One context, many trees: draft and verify a single iteration repeatedly (for explorers).
+
+:class:`TreeSession` prefills both models on a prompt once, then :meth:`TreeSession.regrow`
+drafts a tree under any :class:`~dynatree_core.policy.config.GrowthRule` and verifies it with the
+target, each time from copies of the prefilled caches, so moving a slider never re-reads the
+prompt. ``dynatree_viz.explore`` uses it as its live backend.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Sequence
+
+import torch
+from transformers import DynamicCache
+
+from dynatree_core.runtime import plumbing as pl
+from dynatree_core.policy.config import GrowthRule
+from dynatree_core.runtime.device_tree import DeviceTree
+from dynatree_core.runtime.host_syncs import HostSyncs, to_device
+from dynatree_core.runtime.host_tree import host_tree
+from dynatree_core.drafters import make_drafter
+from dynatree_core.engine.loop import encode_prompt, tail_lookup
+from dynatree_core.pairs.pair import ModelPair
+from dynatree_core.policy.tree import DraftTree
+
+
+class TreeSession:
+    """Draft + verify one tree for a fixed prompt, as often as needed.
+
+    Args:
+        pair: a ModelPair with a draft model.
+        prompt: text or token ids; its last token is the tree's root.
+        top_k: draft candidates recorded per expanded node (>= any B_max you will try).
+    """
+
+    def __init__(self, pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, top_k: int = 8):
+        if pair.draft is None:
+            raise ValueError("TreeSession needs a ModelPair with a draft model")
+        self.pair = pair
+        self.prompt = encode_prompt(pair, prompt)
+        self.top_k = top_k
+        self.root = self.prompt[-1]
+        device = pair.device
+        self._target_cache = DynamicCache()
+        self._drafter = make_drafter(pair.draft, top_k, pair.lookup)
+        hidden = None
+        if len(self.prompt) > 1:
+            hidden = pl.prefill(pair.target, to_device(self.prompt[:-1], device)[None], self._target_cache,
+                                self._drafter.needs_target_hidden)
+        self._drafter.start(self.prompt, hidden)
+        self._drafter.prefill()  # every regrown tree starts from the warm cache
+
+    @property
+    def drafter_kind(self) -> str:
+        """Which drafter grows the trees (the explorer shows it)."""
+        return self._drafter.kind
+
+    @torch.inference_mode()
+    def regrow(self, rule: GrowthRule) -> tuple[DraftTree, list[int]]:
+        """Draft a tree under ``rule`` and verify it: returns (tree, target argmax per node)."""
+        drafter = self._drafter.fork()
+        drafter.top_k = max(self.top_k, rule.max_breadth)
+        grown = DeviceTree(self.root, rule, drafter.top_k, self.pair.device).grow(drafter, HostSyncs())
+        if rule.lookup_tail:  # the prompt-lookup tail reads the prompt as the committed text
+            tail, own = tail_lookup(drafter)
+            if own:
+                tail.start(self.prompt)
+            grown.add_tail(tail.committed_on(grown.device), tail.source, HostSyncs(), rule.d_max + rule.lookup_tail)
+        v = pl.verify_device(self.pair.target, grown, copy.deepcopy(self._target_cache))
+        arrays = grown.fetch(HostSyncs())
+        return host_tree(arrays, grown.draft_calls), v.argmax.tolist()
+
+    __call__ = regrow
+
+    def token_text(self, token: int) -> str:
+        tok = self.pair.tokenizer
+        return tok.decode([token]) if tok is not None else str(token)

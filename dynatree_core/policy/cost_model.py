@@ -1,0 +1,123 @@
+"""What an iteration costs on the machine at hand: the verify-cost curve c(n) (torch-free).
+
+A cost-aware tree policy needs to know what one more verified node costs, and that depends on the
+hardware. On this project's 2-core CPU one morning a target forward over 1/2/3/4/6/8 tokens took
+47/50/64/76/83/94 ms; that evening the same VM measured 70/161/138/103/111/126 ms (2-3 tokens
+slower than 4-16: MKL's fp32 small-batch matmul), so a curve need not be monotone and is
+measured, not assumed. On a GPU the same forwards cost nearly the same up to dozens of tokens. :class:`CostModel` holds
+the measured curve (seconds of one target forward over n tokens, the root included, after a
+prefix of ``prefix_len`` tokens) and the cost of one draft level, with the device and model names
+it was measured for; :mod:`dynatree_core.engine.calibrate` measures and caches it. It lives here, apart
+from torch, because traces record it and :mod:`dynatree_viz` draws it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: version of the on-disk cost cache format (:mod:`dynatree_core.engine.calibrate`)
+COST_SCHEMA_VERSION = "2"  # 2: draft_s priced by a cost-aware run (calibrate.price_cost_aware_levels)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Measured costs of one iteration's forwards on one device for one model pair.
+
+    ``verify_s[n - 1]`` is c(n): seconds of one target forward over n tokens (the root and n - 1
+    drafted nodes) under a tree mask; the largest tree the curve covers is therefore
+    ``len(verify_s) - 1`` drafted nodes (:attr:`n_max`). ``draft_s`` is the seconds of one draft
+    level as the cost-aware rule builds it: the batched draft forward (its width barely matters
+    next to the target's), the top-k and the rule's own bookkeeping
+    (:func:`~dynatree_core.engine.calibrate.price_cost_aware_levels`).
+    ``sizes`` are the token counts actually timed (the others are interpolated linearly).
+    ``iteration_s`` is what every iteration costs besides its model forwards (selection, cache
+    commit, bookkeeping: the engine's overhead per AR step); a tree policy adds it to c(n).
+    """
+
+    verify_s: tuple[float, ...]
+    draft_s: float
+    iteration_s: float = 0.0
+    device: str = ""
+    target: str = ""
+    draft: str = ""
+    dtype: str = ""
+    #: the linear kernel the curve was measured on (:mod:`~dynatree_core.runtime.linear_kernels`)
+    linear_kernel: str = ""
+    prefix_len: int = 0
+    sizes: tuple[int, ...] = ()
+    created: str = ""
+    #: anything else worth keeping about the measurement (torch version, threads, repeats)
+    meta: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    def __post_init__(self) -> None:
+        v = tuple(float(x) for x in self.verify_s)
+        if not v:
+            raise ValueError("verify_s must hold c(1), c(2), ...: at least one positive time in seconds")
+        if any(not math.isfinite(x) or x <= 0 for x in v):
+            raise ValueError(f"verify_s must be positive finite seconds, got {list(v)[:8]}")
+        if not (isinstance(self.draft_s, (int, float)) and math.isfinite(self.draft_s) and self.draft_s >= 0):
+            raise ValueError(f"draft_s must be finite seconds >= 0, got {self.draft_s}")
+        if not (isinstance(self.iteration_s, (int, float)) and math.isfinite(self.iteration_s)
+                and self.iteration_s >= 0):
+            raise ValueError(f"iteration_s must be finite seconds >= 0, got {self.iteration_s}")
+        object.__setattr__(self, "verify_s", v)
+        object.__setattr__(self, "draft_s", float(self.draft_s))
+        object.__setattr__(self, "iteration_s", float(self.iteration_s))
+        object.__setattr__(self, "sizes", tuple(int(s) for s in self.sizes))
+
+    @property
+    def n_max(self) -> int:
+        """The largest tree (drafted nodes, root excluded) the curve covers."""
+        return len(self.verify_s) - 1
+
+    def verify(self, n: int) -> float:
+        """c(n): seconds of verifying n tokens (root included); inf past the measured range."""
+        return self.verify_s[n - 1] if 1 <= n <= len(self.verify_s) else math.inf
+
+    def iteration_curve(self) -> tuple[float, ...]:
+        """c(n) + the fixed per-iteration cost, n = 1, 2, ...: what a tree of n - 1 nodes adds to
+        an iteration besides its draft levels (what the cost-aware rule is given)."""
+        return tuple(c + self.iteration_s for c in self.verify_s)
+
+    def matches(self, device: str, target: str, draft: str, dtype: str, linear_kernel: str = "") -> bool:
+        """Whether this curve was measured for this device, pair, dtype and linear kernel (else
+        recalibrate)."""
+        return ((self.device, self.target, self.draft, self.dtype, self.linear_kernel)
+                == (device, target, draft, dtype, linear_kernel))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["verify_s"], d["sizes"] = list(self.verify_s), list(self.sizes)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CostModel":
+        known = {k: d[k] for k in ("verify_s", "draft_s", "iteration_s", "device", "target", "draft", "dtype", "linear_kernel", "prefix_len",
+                                   "sizes", "created", "meta") if k in d}
+        return cls(**known)
+
+    @classmethod
+    def from_points(cls, points: dict[int, float], draft_s: float, n_tokens: int | None = None,
+                    **info: Any) -> "CostModel":
+        """A curve over 1..``n_tokens`` tokens from timings at some sizes (linear in between).
+
+        ``points`` maps a token count (root included) to seconds; sizes below the smallest take
+        its time, sizes between two points are interpolated, none past the largest is made up."""
+        if not points:
+            raise ValueError("points: give at least one (tokens, seconds) measurement")
+        xs = sorted(points)
+        if xs[0] < 1:
+            raise ValueError(f"points: token counts must be >= 1, got {xs[0]}")
+        top = xs[-1] if n_tokens is None else min(int(n_tokens), xs[-1])
+        curve = []
+        for n in range(1, top + 1):
+            if n <= xs[0]:
+                curve.append(points[xs[0]])
+                continue
+            hi = next(x for x in xs if x >= n)
+            lo = max(x for x in xs if x <= n)
+            t = points[lo] if hi == lo else points[lo] + (points[hi] - points[lo]) * (n - lo) / (hi - lo)
+            curve.append(t)
+        return cls(verify_s=tuple(curve), draft_s=draft_s, sizes=tuple(xs), **info)

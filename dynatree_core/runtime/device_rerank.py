@@ -1,0 +1,53 @@
+"""EAGLE-2's rerank on the device: keep the most probable drafted nodes, compacting every array.
+
+A mixin of :class:`~dynatree_core.runtime.device_tree.DeviceTree`; the torch-free reference is
+:func:`~dynatree_core.policy.growth.rerank_tree`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dynatree_core.runtime.device_tables import CODE, PRUNED_RERANK
+
+
+class Rerank:
+    """EAGLE-2's final step (:meth:`_rerank`), run by :meth:`DeviceTree.grow` when the rule asks."""
+
+    def _rerank(self, keep: int) -> None:
+        """EAGLE-2's final step on the device (:func:`~dynatree_core.tree.rerank_tree`): keep the
+        ``keep`` most probable drafted nodes, compacting every array; ``orig`` maps back."""
+        n, dev = self.n, self.device
+        order = torch.argsort(self.cum_logps[1:n], descending=True, stable=True)[:keep] + 1
+        keep_ids = torch.sort(torch.cat([torch.zeros(1, dtype=torch.long, device=dev), order])).values
+        new_id = torch.full((self.capacity,), -1, dtype=torch.long, device=dev)
+        new_id[keep_ids] = torch.arange(keep + 1, device=dev)
+        kept_mask = new_id[:n] >= 0
+        # a dropped child of a kept parent: its candidate slot at the parent becomes "rerank"
+        parents = self.parents[:n]
+        dropped = ~kept_mask & (new_id[parents.clamp(min=0)] >= 0)
+        dropped[:1].fill_(False)
+        rank = (self.topk_tokens[parents.clamp(min=0)] == self.tokens[:n, None]).to(torch.int8).argmax(1)
+        # no boolean-mask indexing (its size is data: a device read) and no scalar writes through
+        # an index: the nodes that do not take part write to one spare slot past the end
+        width = self.cand_status.shape[1]
+        spare = self.capacity * width
+        hit = torch.zeros(spare + 1, dtype=torch.bool, device=dev)
+        hit.index_fill_(0, torch.where(dropped, parents.clamp(min=0) * width + rank, spare), True)
+        self.cand_status.masked_fill_(hit[:spare].view(self.capacity, width), PRUNED_RERANK)
+        has_child = torch.zeros(self.capacity + 1, dtype=torch.bool, device=dev)
+        kept_child = kept_mask & (self._ar[:n] > 0)
+        has_child.index_fill_(0, torch.where(kept_child, parents.clamp(min=0), self.capacity), True)
+        lost = (self.stop[:n] == 0) & self.fed[:n] & ~has_child[:n] & kept_mask
+        self.stop[:n] = self.stop[:n] + lost * CODE["rerank"]
+        m = keep + 1
+        ints = self._ints[:, keep_ids]
+        ints[1] = torch.where(ints[1] >= 0, new_id[ints[1].clamp(min=0)], ints[1])
+        self._ints[:, :m] = ints
+        self._floats[:, :m] = self._floats[:, keep_ids]
+        for buf in (self.fed, self.stop, self.topk_tokens, self.topk_logps, self.cand_status):
+            buf[:m] = buf[keep_ids]
+        self.ancestors[:m, :m] = self.ancestors[keep_ids][:, keep_ids]
+        self.orig = keep_ids
+        self.n = m
+
