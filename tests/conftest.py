@@ -70,6 +70,15 @@ def reference_greedy(arch: str, attn: str, prompt: tuple[int, ...], n: int, kern
     return out[0, len(prompt):].tolist()
 
 
+def assert_decodes(pair: ModelPair, prompt, method: str, config, n: int, expected: list[int]) -> None:
+    """``method`` on ``pair`` emits exactly ``expected`` (n tokens, EOS ignored)."""
+    from dynatree_core import generate
+
+    res = generate(pair, list(prompt), method, config, max_new_tokens=n, ignore_eos=True)
+    assert res.tokens == expected
+    assert res.metrics.new_tokens == n  # max_new_tokens is exact
+
+
 @pytest.fixture
 def llama_pair() -> ModelPair:
     return cached_pair("llama", "sdpa", 0.02)

@@ -193,12 +193,12 @@ def test_drafter_plus_lookup_mixes_prompt_lookup_into_the_named_draft(data_dir, 
 
 
 def test_generate_refuses_zero_new_tokens_before_loading_any_model(capsys, monkeypatch):
-    import dynatree_core.cli as cli
+    import dynatree_core.cli.commands as commands
 
     def boom(*a, **k):
         raise AssertionError("the model pair must not be loaded for a bad --max-new-tokens")
 
-    monkeypatch.setattr(cli, "load_pair", boom)
+    monkeypatch.setattr(commands, "load_pair", boom)  # what cmd_generate calls
     assert main(["generate", "--prompt", "x", "--max-new-tokens", "0"]) == 2
     assert "--max-new-tokens (T) must be >= 1" in capsys.readouterr().err
 

@@ -16,7 +16,7 @@ from dynatree_core.policy.config import (ARConfig, DynaTreeConfig, Eagle2Config,
 from dynatree_core.policy.cost_model import CostModel
 from dynatree_core.pairs.tiny import VOCAB_SIZE
 
-from conftest import cached_pair, reference_greedy
+from conftest import assert_decodes, cached_pair, reference_greedy
 
 ARCHS = ("llama", "gpt_neox")
 ATTNS = ("eager", "sdpa")
@@ -88,10 +88,7 @@ method_configs = st.one_of(
        mc=method_configs, prompt=prompts, n=st.integers(0, 24))
 def test_every_decoder_equals_target_greedy(arch, attn, noise, mc, prompt, n):
     method, config = mc
-    pair = cached_pair(arch, attn, noise)
-    res = generate(pair, list(prompt), method, config, max_new_tokens=n, ignore_eos=True)
-    assert res.tokens == reference_greedy(arch, attn, prompt, n)
-    assert res.metrics.new_tokens == n  # max_new_tokens is exact
+    assert_decodes(cached_pair(arch, attn, noise), prompt, method, config, n, reference_greedy(arch, attn, prompt, n))
 
 
 @settings(max_examples=40, deadline=None)

@@ -23,7 +23,7 @@ from dynatree_core.drafters.feature_draft import (FEATURE_CONFIG_FILE, FEATURE_W
 from dynatree_core.pairs.pair import ModelPair
 from dynatree_core.pairs.tiny import VOCAB_SIZE, char_tokenizer, tiny_model
 
-from conftest import cached_target, reference_greedy
+from conftest import assert_decodes, cached_target, reference_greedy
 from test_exactness import ATTNS, EDGE_CONFIGS, method_configs, prompts
 
 
@@ -60,10 +60,8 @@ def feature_pair(attn: str, head_seed: int, target_seed: int = 0) -> ModelPair:
        mc=method_configs, prompt=prompts, n=st.integers(0, 24))
 def test_feature_drafter_is_exact_with_every_method(attn, head_seed, target_seed, mc, prompt, n):
     method, config = mc
-    pair = feature_pair(attn, head_seed, target_seed)
-    res = generate(pair, list(prompt), method, config, max_new_tokens=n, ignore_eos=True)
-    assert res.tokens == target_greedy(attn, target_seed, prompt, n)
-    assert res.metrics.new_tokens == n
+    assert_decodes(feature_pair(attn, head_seed, target_seed), prompt, method, config, n,
+                   target_greedy(attn, target_seed, prompt, n))
 
 
 @pytest.mark.parametrize("attn", ATTNS)

@@ -19,12 +19,16 @@ def test_local_paths_are_accepted_and_missing_paths_named(tmp_path):
         check_model_source("  ", "draft")
 
 
+def _source_error(name: str, flag: str) -> str:
+    with pytest.raises(ModelSourceError) as e:
+        check_model_source(name, flag)
+    return str(e.value)
+
+
 def test_offline_by_environment_fails_without_touching_the_network(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(loading, "hub_reachable", lambda timeout=3.0: pytest.fail("the network was probed"))
-    with pytest.raises(ModelSourceError) as e:
-        check_model_source("no/such-model", "--target")
-    msg = str(e.value)
+    msg = _source_error("no/such-model", "--target")
     assert "'no/such-model'" in msg and "HF_HUB_OFFLINE" in msg and "check the name" in msg
 
 
@@ -33,9 +37,7 @@ def test_unreachable_hub_fails_at_once_naming_model_and_hub(monkeypatch):
         monkeypatch.delenv(v, raising=False)
     monkeypatch.setenv("HF_ENDPOINT", "https://hub.invalid")  # .invalid never resolves (RFC 2606)
     assert loading.hub_reachable(timeout=2.0) is False
-    with pytest.raises(ModelSourceError) as e:
-        check_model_source("EleutherAI/pythia-70m-typo", "--draft")
-    msg = str(e.value)
+    msg = _source_error("EleutherAI/pythia-70m-typo", "--draft")
     assert "EleutherAI/pythia-70m-typo" in msg and "hub.invalid" in msg and "unreachable" in msg
 
 

@@ -12,5 +12,9 @@ Modules, one job each:
 * :mod:`.results`  aggregation (mean/std over N − W prompts, speedup = TPS / TPS_AR), provenance,
   atomic no-overwrite JSON files;
 * :mod:`.tables`   Tables 1-5 as DataFrames and Markdown;
-* :mod:`.sweeps`   fixed-tree grid, DynaTree sensitivity, T and L_max scaling, and their figures.
+* :mod:`.sweeps`   fixed-tree grid, DynaTree sensitivity, T and L_max scaling (their figures:
+  :mod:`dynatree_viz.sweeps`).
+
+Imports the engine, pairs, drafters, runtime, records and policy; independent of
+:mod:`dynatree_core.distill` (neither imports the other); the views and the CLI build on it.
 """

@@ -213,14 +213,7 @@ def execute(shards: Sequence[Shard], points: Sequence[RunPoint], prompts_for: Pr
             shard, outcome = backend.wait()
             running -= 1
             if isinstance(outcome, WorkerLost):
-                attempts[shard.id] = attempts.get(shard.id, 0) + 1
-                record = {"shard": shard.id, "attempt": attempts[shard.id], "error": str(outcome)}
-                retries.append(record)
-                if checkpoint is not None:
-                    checkpoint.add_retry(record)
-                if attempts[shard.id] > max_retries:
-                    raise ShardFailed(f"shard {shard.id}: its worker died {attempts[shard.id]} times "
-                                      f"(--max-retries {max_retries}); last: {outcome}")
+                _retry(shard, outcome, attempts, retries, checkpoint, max_retries)
                 queue.insert(0, shard)
                 continue
             outcome.attempt = attempts.get(shard.id, 0) + 1
@@ -236,3 +229,17 @@ def execute(shards: Sequence[Shard], points: Sequence[RunPoint], prompts_for: Pr
         if bar is not None:
             bar.close()
     return Execution(done, resumed, retries, max_retries)
+
+
+def _retry(shard: Shard, lost: WorkerLost, attempts: dict[str, int], retries: list[dict[str, Any]], checkpoint: Any,
+           max_retries: int) -> None:
+    """Record that ``shard``'s worker died (in ``checkpoint`` too); :class:`ShardFailed` once it has
+    died more than ``max_retries`` times."""
+    attempts[shard.id] = attempts.get(shard.id, 0) + 1
+    record = {"shard": shard.id, "attempt": attempts[shard.id], "error": str(lost)}
+    retries.append(record)
+    if checkpoint is not None:
+        checkpoint.add_retry(record)
+    if attempts[shard.id] > max_retries:
+        raise ShardFailed(f"shard {shard.id}: its worker died {attempts[shard.id]} times "
+                          f"(--max-retries {max_retries}); last: {lost}")

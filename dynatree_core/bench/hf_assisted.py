@@ -197,27 +197,56 @@ def generate_hf_assisted(pair: Any, prompt: Any, max_new_tokens: int, config: HF
     """Greedy HF assisted generation of ``max_new_tokens`` tokens; returns a
     :class:`~dynatree_core.records.result.GenerationResult` whose metrics mean what the engine's mean
     (see the module docstring); :func:`assistant_settings` says which assistant settings it used."""
-    import torch
-
-    from dynatree_core.engine.collector import peak_memory
     from dynatree_core.engine.loop import encode_prompt
     from dynatree_core.records.result import GenerationResult
-    from dynatree_core.records.metrics import summarize
-    from dynatree_core.pairs.pair import eos_token_ids
-    from dynatree_core.runtime.plumbing import synchronize
 
     config = config or HFAssistedConfig()
     check_draft(pair)
     if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
         raise ValueError(f"{METHOD}: max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     ids = encode_prompt(pair, prompt)
-    device = pair.device
+    eos = _eos_list(pair, ignore_eos, eos_token_id)
+    run = _timed_generate(pair, ids, config, max_new_tokens, eos)
+    tokens = run.out[0, len(ids):].tolist()
+    stopped_by = "max_new_tokens"
+    for j, t in enumerate(tokens):
+        if t in eos:
+            tokens, stopped_by = tokens[: j + 1], "eos"
+            break
+    metrics = _metrics(pair, run, len(ids), tokens, stopped_by)
+    text = pair.tokenizer.decode(tokens) if pair.tokenizer is not None else None
+    return GenerationResult(tokens=tokens, text=text, metrics=metrics, trace=None, prompt_tokens=list(ids))
+
+
+def _eos_list(pair: Any, ignore_eos: bool, eos_token_id: int | Sequence[int] | None) -> list[int]:
+    from dynatree_core.pairs.pair import eos_token_ids
+
     if ignore_eos:
-        eos: list[int] = []
-    elif eos_token_id is None:
-        eos = eos_token_ids(pair.target, pair.tokenizer)
-    else:
-        eos = [int(t) for t in ([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)]
+        return []
+    if eos_token_id is None:
+        return eos_token_ids(pair.target, pair.tokenizer)
+    return [int(t) for t in ([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)]
+
+
+@dataclasses.dataclass
+class _TimedRun:
+    out: Any
+    wall: float
+    t0: float
+    start_event: Any
+    target_t: _ForwardTimer
+    draft_t: _ForwardTimer
+
+
+def _timed_generate(pair: Any, ids: list[int], config: HFAssistedConfig, max_new_tokens: int,
+                    eos: list[int]) -> _TimedRun:
+    """``target.generate(..., assistant_model=draft)`` with its forwards timed (wall time from the
+    host, the first target forward's end on the device's clock for TTFT)."""
+    import torch
+
+    from dynatree_core.runtime.plumbing import synchronize
+
+    device = pair.device
     pad = getattr(pair.target.generation_config, "pad_token_id", None)
     if pad is None and pair.tokenizer is not None:
         pad = getattr(pair.tokenizer, "pad_token_id", None)
@@ -225,15 +254,14 @@ def generate_hf_assisted(pair: Any, prompt: Any, max_new_tokens: int, config: HF
     if pad is not None:
         kwargs["pad_token_id"] = int(pad)
     x = torch.tensor([ids], dtype=torch.long, device=device)
-    cuda = device.type == "cuda"
-    if cuda:
+    if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     target_t, draft_t = _ForwardTimer(pair.target, device), _ForwardTimer(pair.draft, device)
     try:
         with _assistant_overrides(pair.draft, config), _quiet_transformers(), torch.inference_mode():
             synchronize(device)
             start_event = None
-            if cuda:
+            if device.type == "cuda":
                 start_event = torch.cuda.Event(enable_timing=True)
                 start_event.record()
             t0 = time.perf_counter()
@@ -243,31 +271,32 @@ def generate_hf_assisted(pair: Any, prompt: Any, max_new_tokens: int, config: HF
     finally:
         target_t.remove()
         draft_t.remove()
-    tokens = out[0, len(ids):].tolist()
-    stopped_by = "max_new_tokens"
-    for j, t in enumerate(tokens):
-        if t in eos:
-            tokens, stopped_by = tokens[: j + 1], "eos"
-            break
+    return _TimedRun(out, wall, t0, start_event, target_t, draft_t)
+
+
+def _metrics(pair: Any, run: _TimedRun, prompt_len: int, tokens: list[int], stopped_by: str) -> Any:
+    """The engine's :class:`Metrics` for HF's run (iterations = target forwards)."""
+    from dynatree_core.engine.collector import peak_memory
+    from dynatree_core.records.metrics import summarize
+
+    target_t, draft_t = run.target_t, run.draft_t
     target_s, draft_s = target_t.seconds(), draft_t.seconds()
     if target_t.first_end is None:
         ttft = None
-    elif cuda:
-        ttft = start_event.elapsed_time(target_t.first_end) / 1e3
+    elif run.start_event is not None:
+        ttft = run.start_event.elapsed_time(target_t.first_end) / 1e3
     else:
-        ttft = target_t.first_end - t0
+        ttft = target_t.first_end - run.t0
     its = target_t.calls
     # candidates verified by each target forward: the first reads the prompt too, the others the
     # last committed token first
-    cands = [max(n - (len(ids) if i == 0 else 1), 0) for i, n in enumerate(target_t.inputs)]
-    peak, kind = peak_memory(device)
+    cands = [max(n - (prompt_len if i == 0 else 1), 0) for i, n in enumerate(target_t.inputs)]
+    peak, kind = peak_memory(pair.device)
     metrics = summarize(
-        new_tokens=len(tokens), wall_time_s=wall, ttft_s=ttft, iterations=its,
+        new_tokens=len(tokens), wall_time_s=run.wall, ttft_s=ttft, iterations=its,
         # totals as one-element lists: summarize only sums them; every round commits matches + 1
         accepted=[max(len(tokens) - its, 0)], committed=[len(tokens)], depths=cands, tree_sizes=cands,
         target_forwards=its, draft_forwards=draft_t.calls, prefill_time_s=0.0, draft_time_s=draft_s,
         verify_time_s=target_s, commit_time_s=0.0, peak_memory_bytes=peak, peak_memory_kind=kind,
         stopped_by=stopped_by, speculative=True, forward_time_s=target_s + draft_s)
-    metrics = dataclasses.replace(metrics, host_syncs_per_iteration=None)  # not counted in HF's loop
-    text = pair.tokenizer.decode(tokens) if pair.tokenizer is not None else None
-    return GenerationResult(tokens=tokens, text=text, metrics=metrics, trace=None, prompt_tokens=list(ids))
+    return dataclasses.replace(metrics, host_syncs_per_iteration=None)  # not counted in HF's loop

@@ -44,7 +44,8 @@ evaluation prompts), ``decode`` (sampling loops), ``data`` (the data stage, shar
 ``training`` (train + export of the independent draft), ``evaluation`` (agreement, bootstrap, step
 cost), ``feature`` (the feature draft's stages and evaluation), ``pipeline`` (:func:`run_distill`).
 The names below are re-exported lazily, so importing ``dynatree_core.distill.cli`` or ``.config``
-does not load torch.
+does not load torch. Imports the engine, pairs, drafters, runtime and policy; independent of
+:mod:`dynatree_core.bench`.
 """
 
 from __future__ import annotations

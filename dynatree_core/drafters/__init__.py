@@ -35,6 +35,8 @@ Modules: ``protocol`` (:class:`Drafter`, :func:`level_visibility`), ``model_draf
 ``draft_model`` (the independent 2-layer draft) and ``feature_draft`` (the feature draft). The
 n-gram matching on the device is :mod:`dynatree_core.runtime.ngram`; :class:`PromptLookup`'s settings
 live in :mod:`dynatree_core.policy.lookup` (torch-free) and are re-exported here.
+
+Imports the runtime (device ops, plumbing) and the policy; never a pair or the engine.
 """
 
 from __future__ import annotations

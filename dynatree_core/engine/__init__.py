@@ -5,6 +5,9 @@ records), ``calibrate`` (what cost-aware DynaTree and Sequoia measure about a pa
 (:func:`generate`, :func:`iterate`), ``session`` (one context, many trees: the live explorers),
 ``sync_audit`` (CUDA's count of host syncs against the loop's own). The public names are re-exported
 here (and from :mod:`dynatree_core`).
+
+Imports the pairs, drafters, runtime, records and policy; never the benchmark, distillation, the
+views or the CLI, which build on it.
 """
 
 from __future__ import annotations

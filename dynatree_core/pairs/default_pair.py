@@ -31,7 +31,7 @@ DEFAULT_DRAFT_NAME = "dynatree SmolLM2-135M draft (2-layer Llama, distilled, 8k-
 FEATURE_DRAFT_NAME = "dynatree SmolLM2-135M feature draft (2 Llama layers on token + target features, 8k-token sparse head)"
 FEATURE_DRAFT_ASSET_DIR = PACKAGE_ASSETS / "smollm2-135m-feature-draft"
 #: the drafter ``ModelPair.default()`` takes: the fastest in this project's CPU benchmark (the
-#: feature draft with prompt lookup mixed in; README, docs/bench/2026-11-27-lookup-mix/)
+#: feature draft with prompt lookup mixed in; docs/drafters.md, docs/bench/2026-11-27-lookup-mix/)
 DEFAULT_DRAFT_KIND = "feature+lookup"
 DRAFT_CHOICES = ("auto", "model", "feature")
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -1,4 +1,5 @@
-"""Getting weights onto the machine: name checks that fail fast offline, and quiet loading.
+"""Getting weights onto the machine: name checks that fail fast offline, quiet loading, and loading a
+Hugging Face pair (target, tokenizer, draft) with its checks.
 
 Two things a newcomer meets first and that have nothing to do with decoding:
 
@@ -18,7 +19,7 @@ import os
 import socket
 import sys
 import time
-from typing import Iterator
+from typing import Any, Iterator
 from urllib.parse import urlparse
 
 
@@ -143,3 +144,37 @@ def announce(what: str, stream=None) -> Iterator[None]:
         print(" failed", file=stream, flush=True)
         raise
     print(f" done ({time.perf_counter() - t0:.1f} s)", file=stream, flush=True)
+
+
+def load_hf_target(name: str, device: Any, device_map: Any, split_kwargs: dict[str, Any], **load: Any
+                   ) -> tuple[Any, Any]:
+    """The target causal LM and its tokenizer, on ``device`` or split by ``device_map`` (accelerate
+    places and hooks the modules then; moving the model afterwards is not allowed)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(name)
+    if device_map is None:
+        return AutoModelForCausalLM.from_pretrained(name, **load).to(device).eval(), tok
+    return AutoModelForCausalLM.from_pretrained(name, device_map=device_map, **split_kwargs, **load).eval(), tok
+
+
+def load_hf_draft(name: str, target: Any, tok: Any, device: Any, target_name: str, device_map: Any, **load: Any
+                  ) -> Any:
+    """The draft for ``target``: a feature-draft directory (checked against the target) or a causal
+    LM whose tokenizer must equal the target's."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from dynatree_core.drafters.feature_draft import is_feature_draft_dir, load_feature_draft
+
+    if is_feature_draft_dir(name):
+        if target.get_input_embeddings().weight.device.type == "meta":
+            raise ValueError(f"a feature draft borrows the target's input embeddings, but device_map="
+                             f"{device_map!r} offloads them (to cpu or disk); keep them on a device, e.g. "
+                             "a device_map placing the target's embed_tokens on the first GPU")
+        return load_feature_draft(name, target, tokenizer=tok, device=device, dtype=load["dtype"])
+    dtok = AutoTokenizer.from_pretrained(name)
+    if dtok.get_vocab() != tok.get_vocab():
+        raise ValueError(f"draft and target tokenizers differ ({name!r} vs {target_name!r}); speculative "
+                         "decoding needs one shared vocabulary")
+    return AutoModelForCausalLM.from_pretrained(name, **load).to(device).eval()
+

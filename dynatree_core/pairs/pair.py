@@ -264,8 +264,7 @@ class ModelPair:
 
         ``linear_kernel`` (:data:`~dynatree_core.runtime.linear_kernels.LINEAR_KERNELS`): ``"auto"``
         packs both models' linear layers for oneDNN on a CPU in float32 (:meth:`use_linear_kernel`)."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
+        from dynatree_core.pairs.loading import check_model_source, load_hf_draft, load_hf_target
         from dynatree_core.runtime.linear_kernels import resolve_linear_kernel
 
         if attn_implementation not in SUPPORTED_ATTENTION:
@@ -275,40 +274,16 @@ class ModelPair:
         dev, dt = resolve_device(device), resolve_dtype(dtype)
         check_dtype_on_device(dt, dev)
         resolve_linear_kernel(linear_kernel, dev, dt, device_map is not None)  # fails before minutes of loading
-        from dynatree_core.pairs.loading import check_model_source
-
         # fail in milliseconds on a misspelt name or an offline machine, before any download attempt
         check_model_source(target_name_or_path, "target")
         if draft_name_or_path is not None:
             check_model_source(draft_name_or_path, "draft")
-
-        def load(name: str) -> torch.nn.Module:
-            m = AutoModelForCausalLM.from_pretrained(name, dtype=dt, attn_implementation=attn_implementation, **kwargs)
-            return m.to(dev).eval()
-
-        tok = AutoTokenizer.from_pretrained(target_name_or_path)
-        if device_map is None:
-            target = load(target_name_or_path)
-        else:  # accelerate places (and hooks) the target's modules; moving it afterwards is not allowed
-            target = AutoModelForCausalLM.from_pretrained(target_name_or_path, dtype=dt,
-                                                          attn_implementation=attn_implementation,
-                                                          device_map=device_map, **split_kwargs, **kwargs).eval()
+        load = dict(dtype=dt, attn_implementation=attn_implementation, **kwargs)
+        target, tok = load_hf_target(target_name_or_path, dev, device_map, split_kwargs, **load)
+        if device_map is not None:
             dev = model_device(target)  # the input device: the draft goes there
-        draft = None
-        from dynatree_core.drafters.feature_draft import is_feature_draft_dir, load_feature_draft
-
-        if draft_name_or_path is not None and is_feature_draft_dir(draft_name_or_path):
-            if target.get_input_embeddings().weight.device.type == "meta":
-                raise ValueError(f"a feature draft borrows the target's input embeddings, but device_map="
-                                 f"{device_map!r} offloads them (to cpu or disk); keep them on a device, e.g. "
-                                 "a device_map placing the target's embed_tokens on the first GPU")
-            draft = load_feature_draft(draft_name_or_path, target, tokenizer=tok, device=dev, dtype=dt)
-        elif draft_name_or_path is not None:
-            dtok = AutoTokenizer.from_pretrained(draft_name_or_path)
-            if dtok.get_vocab() != tok.get_vocab():
-                raise ValueError(f"draft and target tokenizers differ ({draft_name_or_path!r} vs "
-                                 f"{target_name_or_path!r}); speculative decoding needs one shared vocabulary")
-            draft = load(draft_name_or_path)
+        draft = None if draft_name_or_path is None else load_hf_draft(draft_name_or_path, target, tok, dev,
+                                                                      target_name_or_path, device_map, **load)
         return cls(target=target, draft=draft, tokenizer=tok, target_name=target_name_or_path,
                    draft_name=draft_name_or_path).use_linear_kernel(linear_kernel)
 
@@ -325,7 +300,7 @@ class ModelPair:
         ``"feature+lookup"`` / ``"model+lookup"`` (that draft with prompt lookup mixed in,
         :class:`~dynatree_core.drafters.LookupMix`) or ``"auto"``
         (:data:`~dynatree_core.pairs.default_pair.DEFAULT_DRAFT_KIND`, the fastest on this project's CPU
-        benchmark; the README gives the measurement).
+        benchmark; docs/drafters.md gives the measurement).
 
         ``linear_kernel``: as in :meth:`from_pretrained` (``"auto"``: oneDNN on the CPU)."""
         from dynatree_core.pairs.choices import PAIR_DRAFTS

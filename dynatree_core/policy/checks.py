@@ -17,6 +17,17 @@ def int_at_least(name: str, value: object, lo: int) -> int:
     return int(value)
 
 
+def check_sequence(name: str, values: Any, what: str, empty: str) -> list:
+    """``values`` as a non-empty list, else an error naming ``name`` (``what`` it must hold, and why
+    it cannot be ``empty``); a string is not a sequence here."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        raise TypeError(f"{name} must be a sequence of {what}, got {type(values).__name__}")
+    vals = list(values)
+    if not vals:
+        raise ValueError(f"{name} must be non-empty ({empty})")
+    return vals
+
+
 def check_open_unit(name: str, value: float) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise TypeError(f"{name} must be a number in (0, 1), got {type(value).__name__}")

@@ -127,10 +127,9 @@ class FixedTreeConfig(DecoderConfig):
 
     def __post_init__(self) -> None:
         self._validate_common()
-        check_int("d", self.d, 1)
-        check_int("b", self.b, 1)
+        for name in ("d", "b", "n_max"):  # D, B, N_max >= 1
+            check_int(name, getattr(self, name), 1)
         check_unit_closed_open("tau", self.tau)
-        check_int("n_max", self.n_max, 1)
         self._resolve_top_k(self.b)
 
     def growth_rule(self) -> GrowthRule:

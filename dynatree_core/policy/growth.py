@@ -47,25 +47,7 @@ def grow_tree(root_token: int, rule: GrowthRule, propose: Propose, tail: "Tail |
     log_tau = math.log(rule.tau) if rule.tau > 0 else -math.inf
     cost = CostState(rule) if rule.cost_aware else None
     while frontier:
-        expand: list[int] = []
-        for i in frontier:
-            reason = rule.stop_reason(tree.depths[i], math.exp(tree.cum_logps[i]))
-            if reason is None and rule.shape and rule.branching(0.0, i) == 0:
-                reason = "static"
-            if reason is None and cost is not None and not cost.worth_expanding(tree.depths[i], tree.cum_logps[i]):
-                reason = "cost"
-            if reason is None and budget <= 0:
-                reason = "n_max"
-            if reason is None:
-                expand.append(i)
-            else:
-                tree.stop_reasons[i] = reason
-        if rule.expand_top and len(expand) > rule.expand_top:
-            chosen = set(sorted(expand, key=lambda i: (-tree.cum_logps[i], i))[:rule.expand_top])
-            for i in expand:
-                if i not in chosen:
-                    tree.stop_reasons[i] = "top_k"
-            expand = [i for i in expand if i in chosen]
+        expand = _expanded(tree, rule, frontier, cost, budget)
         if not expand:
             break
         dists = propose(tree, expand)
@@ -80,18 +62,8 @@ def grow_tree(root_token: int, rule: GrowthRule, propose: Propose, tail: "Tail |
             for cum, i, rank, tok, lp in cands[keep:]:
                 tree.pruned.append(PrunedCandidate(i, tok, lp, cum, rank, "cost"))
             cands = cands[:keep]
-        cands.sort(key=lambda c: (c[1], c[2]))  # BFS order: by parent, then by rank
-        frontier = []
-        kept_parents = set()
-        for cum, i, rank, tok, lp in cands:
-            frontier.append(tree._append(tok, i, tree.depths[i] + 1, lp, cum))
-            kept_parents.add(i)
+        frontier = _append_level(tree, expand, cands)
         budget -= len(cands)
-        for i in expand:
-            if i not in kept_parents and tree.stop_reasons[i] != UNRECORDED:
-                # expanded, but every child was pruned: record which rule stopped the growth
-                reasons = {p.reason for p in tree.pruned if p.parent == i}
-                tree.stop_reasons[i] = next((r for r in ("cost", "n_max") if r in reasons), "tau")
     if cost is not None and budget > 0 and tree.draft_calls:
         _fill(tree, cost, budget)
     if rule.rerank and tree.num_drafted > rule.rerank:
@@ -100,6 +72,49 @@ def grow_tree(root_token: int, rule: GrowthRule, propose: Propose, tail: "Tail |
         add_tail(tree, rule, tail, tail_max_depth)
     return tree
 
+
+
+def _expanded(tree: DraftTree, rule: GrowthRule, frontier: list[int], cost: "CostState | None", budget: int
+              ) -> list[int]:
+    """The frontier nodes the rule expands (the others get their stop reason): the depth gate,
+    Sequoia's static shape, the cost criterion and the budget, then EAGLE-2's top-k by p(u)."""
+    expand: list[int] = []
+    for i in frontier:
+        reason = rule.stop_reason(tree.depths[i], math.exp(tree.cum_logps[i]))
+        if reason is None and rule.shape and rule.branching(0.0, i) == 0:
+            reason = "static"
+        if reason is None and cost is not None and not cost.worth_expanding(tree.depths[i], tree.cum_logps[i]):
+            reason = "cost"
+        if reason is None and budget <= 0:
+            reason = "n_max"
+        if reason is None:
+            expand.append(i)
+        else:
+            tree.stop_reasons[i] = reason
+    if rule.expand_top and len(expand) > rule.expand_top:
+        chosen = set(sorted(expand, key=lambda i: (-tree.cum_logps[i], i))[:rule.expand_top])
+        for i in expand:
+            if i not in chosen:
+                tree.stop_reasons[i] = "top_k"
+        expand = [i for i in expand if i in chosen]
+    return expand
+
+
+def _append_level(tree: DraftTree, expand: list[int], cands: list[tuple]) -> list[int]:
+    """Append the kept candidates in BFS order (by parent, then rank); an expanded node left
+    childless records which rule stopped it. Returns the new frontier."""
+    cands.sort(key=lambda c: (c[1], c[2]))
+    frontier = []
+    kept_parents = set()
+    for cum, i, rank, tok, lp in cands:
+        frontier.append(tree._append(tok, i, tree.depths[i] + 1, lp, cum))
+        kept_parents.add(i)
+    for i in expand:
+        if i not in kept_parents and tree.stop_reasons[i] != UNRECORDED:
+            # expanded, but every child was pruned: record which rule stopped the growth
+            reasons = {p.reason for p in tree.pruned if p.parent == i}
+            tree.stop_reasons[i] = next((r for r in ("cost", "n_max") if r in reasons), "tau")
+    return frontier
 
 
 def _fill(tree: DraftTree, cost: "CostState", budget: int) -> None:

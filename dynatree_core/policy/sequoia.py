@@ -34,7 +34,7 @@ from typing import Sequence
 
 import numpy as np
 
-from dynatree_core.policy.checks import int_at_least
+from dynatree_core.policy.checks import check_sequence, int_at_least
 
 __all__ = ["sequoia_shape", "expected_accepted", "shape_tree", "max_nodes"]
 
@@ -45,11 +45,7 @@ _SUM_SLACK = 1e-9
 # --- validation ---------------------------------------------------------------------------
 def _check_acceptance(acceptance: Sequence[float]) -> np.ndarray:
     """``acceptance`` as a float64 array; raises naming the parameter and its allowed range."""
-    if isinstance(acceptance, (str, bytes)) or not hasattr(acceptance, "__len__"):
-        raise TypeError(f"acceptance must be a sequence of probabilities, got {type(acceptance).__name__}")
-    vals = list(acceptance)
-    if not vals:
-        raise ValueError("acceptance must be non-empty (one probability per draft rank 0..K-1)")
+    vals = check_sequence("acceptance", acceptance, "probabilities", "one probability per draft rank 0..K-1")
     for k, a in enumerate(vals):
         if isinstance(a, bool) or not isinstance(a, Real):
             raise TypeError(f"acceptance[{k}] must be a real number in [0, 1], got {type(a).__name__}")
@@ -177,11 +173,7 @@ def shape_tree(shape: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
     0..shape[u]-1, numbered in BFS order. Raises ValueError unless ``shape`` describes exactly one
     tree: non-negative ints, 1 + Σ shape == len(shape), every listed node reachable from the root.
     """
-    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__len__"):
-        raise TypeError(f"shape must be a sequence of non-negative ints, got {type(shape).__name__}")
-    b = list(shape)
-    if not b:
-        raise ValueError("shape must be non-empty (its first entry is the root's branching)")
+    b = check_sequence("shape", shape, "non-negative ints", "its first entry is the root's branching")
     for u, x in enumerate(b):
         if isinstance(x, bool) or not isinstance(x, Integral):
             raise TypeError(f"shape[{u}] must be a non-negative int, got {type(x).__name__}")
