@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 
 from dynatree_core.bench.data import Prompt
 from dynatree_core.bench.methods import MethodSpec
+from dynatree_core.policy.sampling import GREEDY, SamplingConfig
 
 PromptsFor = Callable[[str, int], list[Prompt]]
 
@@ -35,6 +36,13 @@ class RunPoint:
     max_new_tokens: int
     max_prompt_len: int | None = None
     params: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    #: how the target's tokens are chosen in this cell: greedy (the paper's protocol) or sampled
+    sampling: SamplingConfig = GREEDY
+
+    def sampling_fields(self) -> dict[str, Any]:
+        """The row fields that say how this cell sampled (temperature 0: greedy, verify None)."""
+        s = self.sampling
+        return {"temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k, "verify": s.rule}
 
     def l_max(self, dataset: str, defaults: dict[str, int]) -> int:
         return self.max_prompt_len if self.max_prompt_len is not None else defaults[dataset]
@@ -85,7 +93,7 @@ def make_row(dataset: str, point: RunPoint, prompt: Prompt, metrics: dict[str, A
     new = metrics["new_tokens"]
     row: dict[str, Any] = {
         "dataset": dataset, "label": point.spec.label, "method": point.spec.method,
-        "max_new_tokens": point.max_new_tokens, "max_prompt_len": l_max, **point.params,
+        "max_new_tokens": point.max_new_tokens, "max_prompt_len": l_max, **point.params, **point.sampling_fields(),
         "prompt_index": prompt.index, "prompt_tokens": prompt.n_tokens, "warmup": warmup,
         **metrics,
         "draft_forwards_per_token": metrics["draft_forwards"] / new if new else None,
@@ -127,6 +135,9 @@ def check_assistant(info: Any, points: Sequence[RunPoint]) -> None:
 
     if info.assistant_error and any(p.spec.method == HF_METHOD for p in points):
         raise ValueError(info.assistant_error)
+    if any(p.spec.method == HF_METHOD and not p.sampling.greedy for p in points):
+        raise ValueError("hf_assisted runs Hugging Face's assisted generation greedily here; drop it from "
+                         "--methods or keep --temperature 0")
 
 
 def run_prompt(pair: Any, point: RunPoint, prompt: Prompt, history: Any, allow_long_context: bool,
@@ -137,11 +148,12 @@ def run_prompt(pair: Any, point: RunPoint, prompt: Prompt, history: Any, allow_l
     from dynatree_core.bench.hf_assisted import METHOD as HF_METHOD, assistant_settings, generate_hf_assisted
 
     t = point.max_new_tokens if max_new_tokens is None else max_new_tokens
-    if point.spec.method == HF_METHOD:  # HF's own loop, measured the same way
+    if point.spec.method == HF_METHOD:  # HF's own loop, measured the same way (greedy: check_assistant)
         res = generate_hf_assisted(pair, prompt.token_ids, t, point.spec.config, ignore_eos=True)
         return res, {"hf_assisted": assistant_settings(pair.draft, point.spec.config)}
     run = iterate(pair, prompt.token_ids, point.spec.method, point.spec.config, t, ignore_eos=True,
-                  history=history, allow_long_context=allow_long_context, record_top_k=ORACLE_TOP_K)
+                  history=history, allow_long_context=allow_long_context, record_top_k=ORACLE_TOP_K,
+                  sampling=point.sampling)
     records = list(run)
     # after the timed run: the best-tree replay reads the records (no model)
     return run.result, {"oracle": oracle_record(records), **calibration_record(records)}

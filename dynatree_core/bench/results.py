@@ -35,14 +35,19 @@ AGG_METRICS: tuple[str, ...] = (
 )
 #: the label of Hugging Face's assisted generation (:mod:`.hf_assisted`), the overhead reference
 HF_ASSISTED = "hf_assisted"
-#: row fields that identify a cell (sweep parameters are added to these)
-CELL_KEYS: tuple[str, ...] = ("run_id", "dataset", "max_new_tokens", "max_prompt_len", "label")
+#: row fields that identify a cell (sweep parameters are added to these); the sampling settings
+#: are None in files written before sampling existed
+CELL_KEYS: tuple[str, ...] = ("run_id", "dataset", "max_new_tokens", "max_prompt_len", "temperature", "top_p",
+                              "top_k", "label", "verify")
+#: what a cell's baseline shares with it: everything but the method and the verification rule (AR
+#: at the same temperature is the speed reference of match and rejection rows alike)
+_BASELINE_KEYS = tuple(k for k in CELL_KEYS if k not in ("label", "verify"))
 
 
 def baseline_key(a: dict[str, Any]) -> tuple:
     """The cell without its method: rows with the same key are compared with each other (speedup
     over the AR row, the ablation's delta over the fixed backbone)."""
-    return tuple(a.get(k) for k in CELL_KEYS[:-1])
+    return tuple(a.get(k) for k in _BASELINE_KEYS)
 EOS_NOTE = ("EOS is ignored: every run generates exactly T new tokens (greedy decoding), "
             "as in the paper's protocol.")
 
@@ -203,11 +208,16 @@ def new_run_id() -> str:
 
 
 def output_checks(rows: Sequence[dict[str, Any]], param_keys: Sequence[str] = ()) -> dict[str, Any]:
-    """Exactness check: within a cell's (dataset, T, L_max, prompt) every method must produce the
-    same tokens as AR (the engine is lossless); lists any mismatching labels."""
+    """Exactness check: within a cell's (dataset, T, L_max, sampling settings, prompt) every method
+    must produce the same tokens as AR (greedy, or seeded AR under ``verify="match"``: the engine is
+    lossless); lists any mismatching labels. Rows under ``verify="rejection"`` are exact in
+    distribution, not token for token: they are left out (``tests/test_sampling_stats.py`` tests them)."""
     groups: dict[tuple, dict[str, str]] = {}
     for r in rows:
-        key = (r.get("dataset"), r.get("max_new_tokens"), r.get("max_prompt_len"), r.get("prompt_index"))
+        if r.get("verify") == "rejection":
+            continue
+        key = (r.get("dataset"), r.get("max_new_tokens"), r.get("max_prompt_len"), r.get("temperature"),
+               r.get("top_p"), r.get("top_k"), r.get("prompt_index"))
         groups.setdefault(key, {})[r["label"] + json.dumps({k: r.get(k) for k in param_keys}, default=str)] = \
             r.get("output_sha1")
     bad = sorted({lab for g in groups.values() if len(set(g.values())) > 1 for lab in g})

@@ -105,7 +105,8 @@ def prepare(info: PairInfo, exp: Experiment, corpora: dict[str, Corpus]) -> Prep
                  "max_prompt_len": exp.max_prompt_len, "seed": exp.seed, "data_source": exp.data_source,
                  "allow_long_context": exp.allow_long_context, "sweep": exp.sweep, "models": info.models(),
                  "dtype": info.dtype,
-                 "points": [[p.spec.to_dict(), p.max_new_tokens, p.max_prompt_len, p.params] for p in exp.points],
+                 "points": [[p.spec.to_dict(), p.max_new_tokens, p.max_prompt_len, p.params]
+                            + ([] if p.sampling.greedy else [p.sampling.to_dict()]) for p in exp.points],
                  "prompts": [p.sha1 for key in sorted(prompts) for p in prompts[key]]}
     return Prepared(exp, info, corpora, prompts, shards, warnings, fingerprint(described))
 
@@ -137,7 +138,8 @@ def document(prep: Prepared, ck: Checkpoint, backend: Backend | None = None, run
         "datasets": exp.datasets, "num_prompts": exp.num_prompts, "warmup": exp.warmup,
         "max_new_tokens": sorted({p.max_new_tokens for p in exp.points}),
         "max_prompt_len": {ds: exp.l_max_values(ds) for ds in exp.datasets},
-        "seed": exp.seed, "greedy": True, "ignore_eos": True, "eos_note": EOS_NOTE,
+        "seed": exp.seed, "greedy": all(p.sampling.greedy for p in exp.points), "ignore_eos": True,
+        "eos_note": EOS_NOTE, "sampling": _sampling_settings(exp.points),
         "history": "carried through the W warmup prompts; every measured prompt starts from the state they left",
         "paper_protocol": exp.paper_protocol, "allow_long_context": exp.allow_long_context, **exp.extra,
     }
@@ -166,6 +168,16 @@ def document(prep: Prepared, ck: Checkpoint, backend: Backend | None = None, run
         doc["warnings"].append(f"partial result: {len(missing)} of {len(prep.shards)} shards did not finish; "
                                f"aggregates cover the finished ones only")
     return doc
+
+
+def _sampling_settings(points: Sequence[RunPoint]) -> list[dict[str, Any]]:
+    """The distinct sampling settings of the sampled cells (empty: a greedy run)."""
+    out: list[dict[str, Any]] = []
+    for p in points:
+        d = p.sampling.to_dict()
+        if not p.sampling.greedy and d not in out:
+            out.append(d)
+    return out
 
 
 def run_experiment(pair: Any, exp: Experiment, corpora: dict[str, Corpus], progress: bool = True) -> dict[str, Any]:

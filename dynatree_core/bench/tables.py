@@ -26,7 +26,7 @@ from dynatree_core.records.metrics import explain_speedup
 from dynatree_core.bench.methods import ABLATION_LABELS, COST_LABEL, PRESET_LABELS
 from dynatree_core.bench.results import HF_ASSISTED, baseline_key
 
-TABLES: tuple[int, ...] = (1, 2, 3, 4, 5, 6)
+TABLES: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7)
 TITLES: dict[int, str] = {
     1: "Table 1: throughput and speedup",
     2: "Table 2: latency (TTFT, TPOT)",
@@ -34,6 +34,7 @@ TITLES: dict[int, str] = {
     4: "Table 4: ablation (progressive)",
     5: "Table 5: peak memory",
     6: "Table 6: tree policies and the gap to the best possible tree",
+    7: "Table 7: speculative sampling by temperature",
 }
 COST_COLUMNS: dict[str, str] = {"target_forwards_per_token": "target_fwd/token",
                                 "draft_forwards_per_token": "draft_fwd/token",
@@ -50,6 +51,7 @@ HEADERS: dict[str, str] = {
     "draft_fwd/iter": "draft fwd/iter", "overhead_ms_iter": "overhead ms/iter", "syncs_iter": "syncs/iter",
     "tree_size": "nodes/iter", "oracle_n": "oracle n", "oracle_l": "oracle ℓ at n", "oracle_gap": "oracle gap",
     "conf_mean": "c(u) mean", "conf_observed": "top-1 = target", "conf_ece": "ECE",
+    "temperature": "temperature", "verify": "verify",
 }
 _DATASET_ORDER = ["wikitext2", "pg19"]
 _METHOD_ORDER = ["ar", "linear", "fixed_tree", "dynatree", *ABLATION_LABELS, *PRESET_LABELS, COST_LABEL,
@@ -64,8 +66,8 @@ def _order(a: dict[str, Any]) -> tuple:
     ds = str(a.get("dataset"))
     d = _DATASET_ORDER.index(ds) if ds in _DATASET_ORDER else len(_DATASET_ORDER)
     nums = tuple(int(v.split("=", 1)[1]) for v in params.split(",") if "=" in v)
-    return (str(a.get("run_id")), d, ds, a.get("max_prompt_len") or 0,
-            a.get("max_new_tokens") or 0, i, nums)  # stable: sweep points keep their run order
+    return (str(a.get("run_id")), d, ds, a.get("max_prompt_len") or 0, a.get("max_new_tokens") or 0,
+            a.get("temperature") or 0.0, i, nums, str(a.get("verify")))  # stable: sweep points keep their run order
 
 
 def _scale(v: Any, f: float) -> Any:
@@ -78,7 +80,8 @@ def _id_columns(aggs: Sequence[dict[str, Any]], a: dict[str, Any]) -> dict[str, 
     if len({x.get("run_id") for x in aggs}) > 1:
         cols["run"] = a.get("run_id")
     cols["dataset"] = a.get("dataset")
-    for key, name in (("max_new_tokens", "T"), ("max_prompt_len", "L_max")):
+    for key, name in (("max_new_tokens", "T"), ("max_prompt_len", "L_max"), ("temperature", "temperature"),
+                      ("top_p", "top_p"), ("top_k", "top_k"), ("verify", "verify")):
         if len({x.get(key) for x in aggs}) > 1:
             cols[name] = a.get(key)
     cols["method"] = a.get("label")
@@ -159,7 +162,22 @@ def table6(aggs: Sequence[dict[str, Any]]) -> pd.DataFrame:
                                    "conf_ece": a.get("confidence_ece")})
 
 
-BUILDERS = {1: table1, 2: table2, 3: table3, 4: table4, 5: table5, 6: table6}
+def table7(aggs: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Speculative sampling: for every temperature (0 = greedy) and verification rule, acceptance,
+    L̄ and speedup over AR at the same temperature (only runs with a sampled cell)."""
+    if not any(a.get("temperature") for a in aggs):
+        return pd.DataFrame()
+    rows = [a for a in aggs if a.get("temperature") is not None]
+
+    def body(a: dict[str, Any]) -> dict[str, Any]:
+        return {"temperature": a.get("temperature"), "verify": a.get("verify") or "greedy",
+                "acceptance": a.get("acceptance_rate"), "L_bar": a.get("tokens_per_iteration"),
+                "throughput_tok_s": a.get("tokens_per_s"), "speedup": a.get("speedup")}
+
+    return _frame(rows, body)
+
+
+BUILDERS = {1: table1, 2: table2, 3: table3, 4: table4, 5: table5, 6: table6, 7: table7}
 
 
 def make_tables(aggs: Sequence[dict[str, Any]], which: Sequence[int] = TABLES) -> dict[int, pd.DataFrame]:
@@ -169,7 +187,7 @@ def make_tables(aggs: Sequence[dict[str, Any]], which: Sequence[int] = TABLES) -
         if t not in BUILDERS:
             raise ValueError(f"unknown table {t}; choose from {TABLES}")
         df = BUILDERS[t](aggs)
-        if t in (4, 6) and df.empty:
+        if t in (4, 6, 7) and df.empty:
             continue
         out[t] = df
     return out

@@ -189,6 +189,26 @@ def add_protocol_args(p: argparse.ArgumentParser, default_dataset: str = "wikite
                    help="times a shard is run again after its worker died (default 2)")
 
 
+def add_sampling_args(p: argparse.ArgumentParser, several: bool) -> None:
+    """Speculative sampling: ``several`` (bench, sweep) takes lists of temperatures and rules, one
+    cell each; generate takes one of each and its own --seed."""
+    g = p.add_argument_group("sampling (temperature 0: greedy decoding; docs/engine.md)")
+    g.add_argument("--temperature", type=csv_list(float) if several else float, default=[0.0] if several else 0.0,
+                   help="temperature T >= 0" + (", or several comma-separated (e.g. 0,0.7: one cell each, AR at the "
+                                               "same T the speed reference)" if several else "") + " (default 0: greedy)")
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus: keep the smallest set of tokens with "
+                                                            "probability >= P, in (0, 1] (default 1: off; sampling only)")
+    g.add_argument("--top-k", type=int, default=0, help="keep the K most probable tokens (default 0: off; sampling only)")
+    g.add_argument("--verify", type=csv_list(str) if several else str, default=None,
+                   help="match (default: exactly seeded AR's tokens) or rejection (drafts sampled from q, recursive "
+                        "rejection sampling: exact in distribution)" + (", or both comma-separated" if several else ""))
+    if several:
+        g.add_argument("--sampling-seed", type=int, default=None,
+                       help="seed of the sampled tokens (default: --seed, which also selects the prompts)")
+    else:
+        g.add_argument("--seed", type=int, default=0, help="seed of the sampled tokens (default 0)")
+
+
 def add_T_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help=f"T, new tokens per prompt (default {QUICK['max_new_tokens']}; paper 1500)")

@@ -13,8 +13,8 @@ from dynatree_core.bench.data import parse_datasets
 from dynatree_core.bench.methods import ABLATION_LABELS, parse_methods
 from dynatree_core.bench.protocol import RunPoint
 from dynatree_core.cli.args import CLIError
-from dynatree_core.cli.resolve import (device_name, dynatree_overrides, resolve_preset, protocol_numbers, build_specs,
-                                       check_model_args, load_pair)
+from dynatree_core.cli.resolve import (build_specs, check_model_args, device_name, dynatree_overrides,
+                                       generate_sampling, load_pair, protocol_numbers, resolve_preset, sampled_points)
 from dynatree_core.cli.run import execute_experiment, make_experiment
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -39,6 +39,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
             raise CLIError(f"cannot write the trace to {args.trace!r}: {tdir} is not a writable directory")
     if spec.method == "hf_assisted" and args.trace:
         raise CLIError("--trace records the engine's iterations; hf_assisted runs Hugging Face's own loop")
+    sampling = generate_sampling(args)  # bad settings fail here, before the model loads
+    if spec.method == "hf_assisted" and not sampling.greedy:
+        raise CLIError("hf_assisted runs Hugging Face's assisted generation greedily here; keep --temperature 0")
+    if sampling.rule == "rejection" and spec.method == "ar":
+        raise CLIError("--verify rejection checks drafted tokens; --method ar drafts none (use match)")
     pair = load_pair(args)
     if spec.method == "hf_assisted":
         from dynatree_core.bench.hf_assisted import generate_hf_assisted
@@ -46,7 +51,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         result = generate_hf_assisted(pair, args.prompt, args.max_new_tokens, spec.config, ignore_eos=args.ignore_eos)
     else:
         result = generate(pair, args.prompt, spec.method, spec.config, args.max_new_tokens,
-                          trace=bool(args.trace), ignore_eos=args.ignore_eos)
+                          trace=bool(args.trace), ignore_eos=args.ignore_eos, sampling=sampling)
     print(result.text if result.text is not None else result.tokens)
     print(f"\n--- metrics ({spec.label}, target {pair.target_name}, draft {pair.draft_name}) ---")
     for k, v in result.metrics.to_dict().items():
@@ -63,8 +68,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     names = parse_methods(args.methods)
     specs = build_specs(args, names, device_name(args))
     n, w, t, l_max = protocol_numbers(args, datasets)
-    exp = make_experiment(args, "bench", [RunPoint(s, t) for s in specs], datasets, n, w, l_max)
-    tables = [1, 2, 3] + ([4] if any(s.label in ABLATION_LABELS for s in specs) else []) + [6]
+    points = sampled_points([RunPoint(s, t) for s in specs], args)
+    exp = make_experiment(args, "bench", points, datasets, n, w, l_max)
+    tables = [1, 2, 3] + ([4] if any(s.label in ABLATION_LABELS for s in specs) else []) + [6] + (
+        [7] if any(not p.sampling.greedy for p in points) else [])
     return execute_experiment(args, exp, f"bench-{'+'.join(datasets)}", tables)
 
 
@@ -93,6 +100,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             points, meta = sweeps.prompt_length_points(specs, args.prompt_lengths, t)
     for s in skipped:
         print(f"warning: {s}", file=sys.stderr)
+    points = sampled_points(points, args)
     exp = make_experiment(args, f"sweep:{args.sweep}", points, datasets, n, w, l_max, sweep=meta)
     return execute_experiment(args, exp, f"sweep-{args.sweep}-{'+'.join(datasets)}", [1], figure=args.sweep)
 

@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from dynatree_core.bench.methods import METHOD_NAMES
-from dynatree_core.cli.args import (Parser, csv_list, tuple_list, add_method_args, add_model_args,
-                                    add_protocol_args, add_T_arg)
+from dynatree_core.cli.args import (Parser, add_method_args, add_model_args, add_protocol_args, add_sampling_args,
+                                    add_T_arg, csv_list, tuple_list)
 from dynatree_core.cli.commands import cmd_bench, cmd_calibrate, cmd_generate, cmd_sweep, cmd_table
 #: ``dynatree --help``: examples, the defaults, and where the documentation is
 DESCRIPTION = """Exact, traced tree speculative decoding (DynaTree and its baselines).
@@ -59,6 +59,7 @@ def _add_generate(sub: Any) -> None:
     g.add_argument("--overwrite", action="store_true", help="replace an existing --trace file")
     add_model_args(g)
     add_method_args(g)
+    add_sampling_args(g, several=False)
     g.set_defaults(func=cmd_generate)
 
 
@@ -71,13 +72,15 @@ def _add_bench(sub: Any) -> None:
     add_protocol_args(b, default_dataset="wikitext2,pg19")  # the paper reports both
     add_model_args(b)
     add_method_args(b)
+    add_sampling_args(b, several=True)
     b.set_defaults(func=cmd_bench)
 
 
 def _add_table(sub: Any) -> None:
     t = sub.add_parser("table", help="re-render the paper's tables from result JSON files")
     t.add_argument("files", nargs="+", help="result JSON files")
-    t.add_argument("--tables", type=csv_list(int), default=[1, 2, 3, 4, 5, 6], help="which tables (default 1,2,3,4,5,6)")
+    t.add_argument("--tables", type=csv_list(int), default=[1, 2, 3, 4, 5, 6, 7],
+                   help="which tables (default 1,2,3,4,5,6,7)")
     t.add_argument("--format", choices=("markdown", "csv"), default="markdown")
     t.set_defaults(func=cmd_table)
 
@@ -110,6 +113,7 @@ def _add_sweep(sub: Any) -> None:
         add_protocol_args(sp)
         add_model_args(sp)
         add_method_args(sp, linear=sp in (le, pl), fixed=sp in (le, pl))
+        add_sampling_args(sp, several=True)
         sp.set_defaults(func=cmd_sweep)
 
 

@@ -4,11 +4,15 @@ protocol's numbers. Checks here run before any model loads."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
 from dynatree_core.bench.data import PAPER_MAX_PROMPT_LEN
 from dynatree_core.bench.methods import DYNATREE_FIELDS, MethodSpec, auto_preset, method_specs
+from dynatree_core.bench.protocol import RunPoint
+from dynatree_core.bench.results import HF_ASSISTED
 from dynatree_core.cli.args import PAPER, QUICK, CLIError
+from dynatree_core.policy.sampling import SamplingConfig
 from dynatree_core.pairs.choices import TINY_TARGETS
 from dynatree_core.policy.config import EAGLE2_HELP, SEQUOIA_HELP
 
@@ -146,3 +150,32 @@ def protocol_note(n: int, w: int, t: int, l_max: dict[str, int]) -> str | None:
             f"(N=10, W=2, T=1500, L_max 800 WikiText-2 / 1000 PG-19); pass --paper for the paper's protocol.")
 
 
+def sampled_points(points: list[RunPoint], args: argparse.Namespace) -> list[RunPoint]:
+    """Every point at every ``--temperature`` (and, when sampling, every ``--verify`` rule; AR, the
+    speed reference of each temperature, always draws with the position uniforms: ``match``)."""
+    temps, rules = args.temperature, args.verify or ["match"]
+    sampling = [t for t in temps if t != 0]
+    for flag, given in (("--top-p", args.top_p != 1.0), ("--top-k", args.top_k != 0), ("--verify", args.verify)):
+        if given and not sampling:
+            raise CLIError(f"{flag} applies only when sampling: add a --temperature > 0")
+    seed = args.sampling_seed if args.sampling_seed is not None else args.seed
+    out = []
+    for t in temps:
+        for p in points:
+            if t == 0:
+                out.append(p)
+                continue
+            if p.spec.method == HF_ASSISTED:
+                raise CLIError("hf_assisted runs Hugging Face's assisted generation greedily here; drop it from "
+                               "--methods or keep --temperature 0")
+            for rule in (["match"] if p.spec.method == "ar" else rules):
+                cfg = SamplingConfig(temperature=t, top_p=args.top_p, top_k=args.top_k, seed=seed, verify=rule)
+                out.append(dataclasses.replace(p, sampling=cfg))
+    return out
+
+
+def generate_sampling(args: argparse.Namespace) -> SamplingConfig:
+    """``dynatree generate``'s sampling settings (checked before any model loads)."""
+    return SamplingConfig(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
+                          verify=args.verify) if args.temperature != 0 or args.verify or args.top_p != 1.0 \
+        or args.top_k else SamplingConfig()

@@ -98,6 +98,22 @@ class FeatureDrafter(Drafter):
     # --- the protocol ----------------------------------------------------------------------
     @torch.inference_mode()
     def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> TopKTensors:
+        out = self._forward_level(tree, ids, level)
+        if self.sampler is not None:
+            return self._sampled(tree, ids, level, *self._head_logits(out[-1:] if level == 0 else out))
+        top_ids, top_lps = self._head_topk(out)
+        if level == 0:  # the rows of the pending chain before the root: the oracle's view
+            self.chain_topk = (top_ids[:-1], top_lps[:-1]) if self.keep_chain else None
+            return top_ids[-1:], top_lps[-1:]
+        return top_ids, top_lps
+
+    def level_scores(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self._forward_level(tree, ids, level)
+        return self._head_logits(out[-1:] if level == 0 else out)
+
+    def _forward_level(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> torch.Tensor:
+        """One draft forward for tree level ``ids``: the predicted features (level 0: one row per
+        pending committed token, the root last, after the chain rows kept)."""
         if level == 0:
             n = len(self.pending)
             out = self._run(to_device(self.pending, self.device), self.pending_feats,
@@ -108,10 +124,8 @@ class FeatureDrafter(Drafter):
             self.feats = torch.zeros((tree.capacity, out.shape[-1]), device=self.device, dtype=out.dtype)
             self.root_pos = self.pos0 + n - 1
             self.pending, self.pending_feats = [], self.pending_feats[:0]
-            top_ids, top_lps = self._head_topk(out)
-            self.chain_topk = (top_ids[:-1], top_lps[:-1]) if self.keep_chain else None
             self.feats[ids] = out[-1:]
-            return top_ids[-1:], top_lps[-1:]
+            return out
         assert self.slot is not None and self.feats is not None, "propose: level 0 (the root) comes first"
         past = self.cache_length()
         if self._chain_level(ids, level):  # causal: the node at depth = level, right after the cache
@@ -122,16 +136,20 @@ class FeatureDrafter(Drafter):
         out = self._run(tree.tokens[ids], self.feats[tree.parents[ids]], positions, allowed)
         self.slot[ids] = past + torch.arange(ids.shape[0], device=self.device)
         self.feats[ids] = out
-        return self._head_topk(out)
+        return out
+
+    def _head_logits(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The head's logits over its ids only (compact) and the token id of each column."""
+        with pl.timed(self.clock):  # the head is part of the draft model's forward
+            return self.model.head.forward_compact(out), self.model.head.vocab_ids
 
     def _head_topk(self, out: torch.Tensor) -> TopKTensors:
         # Top-k over the head ids only: ids outside the head have logit dtype-min (probability 0).
-        with pl.timed(self.clock):  # the head is part of the draft model's forward
-            logits = self.model.head.forward_compact(out)
+        logits, vocab_ids = self._head_logits(out)
         compact = torch.log_softmax(logits.float(), dim=-1)
         k = min(self.top_k, compact.shape[-1])
         top = compact.topk(k, dim=-1)
-        return self.model.head.vocab_ids[top.indices], top.values
+        return vocab_ids[top.indices], top.values
 
     def commit(self, path: list[int], committed: list[int], target_hidden: torch.Tensor | None = None,
                fed: int = 0) -> None:

@@ -46,8 +46,12 @@ class LookupDrafter(Drafter):
     def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> TopKTensors:
         if level == 0:
             self._on(tree.device)
-            self._chain()
-        return self.matches(tree, ids, level).topk(self.top_k)
+            if self.sampler is None:
+                self._chain()
+        m = self.matches(tree, ids, level)
+        if self.sampler is not None:  # q: the followers' shares, warped (none where nothing matched)
+            return self._sampled(tree, ids, level, m.log_shares(), m.tokens)
+        return m.topk(self.top_k)
 
     def matches(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> LookupMatches:
         """The lookup's counts for tree level ``ids`` (what :class:`MixDrafter` mixes in)."""

@@ -15,6 +15,7 @@ from dynatree_core.policy.lookup import PromptLookup
 from dynatree_core.runtime import plumbing as pl
 from dynatree_core.runtime.host_syncs import to_device
 from dynatree_core.runtime.ngram import LookupMatches, TopKTensors
+from dynatree_core.runtime.sampling import dense
 
 if TYPE_CHECKING:  # pragma: no cover
     from dynatree_core.runtime.device_tree import DeviceTree
@@ -153,6 +154,8 @@ class MixDrafter(Drafter):
         return new
 
     def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> TopKTensors:
+        if self.sampler is not None:
+            return self._sampled_mix(tree, ids, level)
         top = mix_topk(self.base.propose(tree, ids, level), self.lookup.matches(tree, ids, level), self.mix,
                        self.top_k)
         if level == 0:  # the chain view: the model's rows, each mixed with the lookup as it stood then
@@ -160,6 +163,20 @@ class MixDrafter(Drafter):
             self.chain_topk = None if chain is None else mix_topk(
                 chain, self.lookup.chain_matches(chain[0].shape[0]), self.mix, self.top_k)
         return top
+
+    def _sampled_mix(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> TopKTensors:
+        """Under sampling, the mixture over the whole vocabulary: q = λ r + (1 - λ) q_D with q_D the
+        model draft's warped distribution, r the lookup's (its shares, warped) and λ from the
+        counts as seen (the prior's pseudo-counts weigh occurrences, not warped shares)."""
+        s = self.sampler
+        assert s is not None
+        scores, vocab_ids = self.base.level_scores(tree, ids, level)
+        m = self.lookup.matches(tree, ids, level)
+        q_d = dense(s.log_q(scores).exp(), vocab_ids, s.vocab_size, 0.0)
+        r = dense(s.log_q(m.log_shares()).exp(), m.tokens, s.vocab_size, 0.0)
+        lam = self.mix.weights(m)[:, None]
+        self.base.chain_topk = None
+        return self._sampled(tree, ids, level, torch.log(lam * r + (1 - lam) * q_d), warped=True)
 
     def commit(self, path: list[int], committed: list[int], target_hidden: torch.Tensor | None = None,
                fed: int = 0) -> None:

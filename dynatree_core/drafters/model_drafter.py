@@ -49,18 +49,32 @@ class ModelDrafter(Drafter):
         return new
 
     def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> TopKTensors:
+        logits = self._forward_level(tree, ids, level)
+        if self.sampler is not None:
+            return self._sampled(tree, ids, level, logits[-1:] if level == 0 else logits)
+        top_ids, top_lps = self._topk(logits)
+        if level == 0:  # the rows of the pending chain before the root: the oracle's view
+            self.chain_topk = (top_ids[:-1], top_lps[:-1]) if self.keep_chain else None
+            return top_ids[-1:], top_lps[-1:]
+        return top_ids, top_lps
+
+    def level_scores(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> tuple[torch.Tensor, None]:
+        logits = self._forward_level(tree, ids, level)
+        return (logits[-1:] if level == 0 else logits), None
+
+    def _forward_level(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> torch.Tensor:
+        """One draft forward for tree level ``ids``: its logits (level 0: one row per pending
+        committed token, the root last, after the chain rows kept)."""
         if level == 0:
             # Level 0: feed the pending committed tokens, the root last, as a causal chain.
             inp = to_device(self.pending, self.device)[None]
             logits = pl.forward(self.model, inp, self.cache, clock=self.clock)[self._chain_rows():]
-            top_ids, top_lps = self._topk(logits)
-            self.chain_topk = (top_ids[:-1], top_lps[:-1]) if self.keep_chain else None
             self.forwards += 1
             self.base = pl.cache_length(self.cache)
             self.slot = torch.full((tree.capacity,), -1, dtype=torch.long, device=self.device)
             self.slot[:1].fill_(self.base - 1)
             self.pending = []
-            return top_ids[-1:], top_lps[-1:]
+            return logits
         assert self.slot is not None, "propose: level 0 (the root) comes first"
         past = pl.cache_length(self.cache)
         if self._chain_level(ids, level):  # the default causal mask and next position
@@ -71,7 +85,7 @@ class ModelDrafter(Drafter):
                                 clock=self.clock)
         self.slot[ids] = past + torch.arange(ids.shape[0], device=self.device)
         self.forwards += 1
-        return self._topk(logits)
+        return logits
 
     def commit(self, path: list[int], committed: list[int], target_hidden: torch.Tensor | None = None,
                fed: int = 0) -> None:

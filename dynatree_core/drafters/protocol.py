@@ -17,6 +17,7 @@ from dynatree_core.runtime.ngram import TopKTensors
 
 if TYPE_CHECKING:  # pragma: no cover
     from dynatree_core.runtime.device_tree import DeviceTree
+    from dynatree_core.runtime.sampling import DraftSampler
 
 #: the drafter kinds :func:`make_drafter` builds, by the kind of ``ModelPair.draft``
 DRAFTER_KINDS: tuple[str, ...] = ("model", "feature", "lookup", "model+lookup", "feature+lookup")
@@ -69,6 +70,9 @@ class Drafter(ABC):
         self.chain_topk: TopKTensors | None = None
         self.keep_chain = False
         self._single = True  # every level of the current tree fed one node so far (a chain)
+        #: under sampling (the engine sets it): turns a level's scores into the warped q and its
+        #: candidates (:class:`~dynatree_core.runtime.sampling.DraftSampler`); None: greedy top-k
+        self.sampler: DraftSampler | None = None
 
     @abstractmethod
     def start(self, prompt: Sequence[int], target_hidden: torch.Tensor | None = None) -> None:
@@ -99,6 +103,24 @@ class Drafter(ABC):
     def settings(self) -> dict[str, Any]:
         """What to record about this drafter in traces and results (JSON-safe)."""
         return {"kind": self.kind, "top_k": self.top_k}
+
+    def level_scores(self, tree: "DeviceTree", ids: torch.Tensor, level: int
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The draft's scores after each node of ``ids`` (one row per node; logits, or log counts),
+        and the token id of each column (None: column = token id): what a mixture reads under
+        sampling. Model drafters implement it."""
+        raise NotImplementedError(f"{type(self).__name__} has no level scores")
+
+    def _sampled(self, tree: "DeviceTree", ids: torch.Tensor, level: int, scores: torch.Tensor,
+                 vocab_ids: torch.Tensor | None = None, warped: bool = False) -> TopKTensors:
+        """Under sampling: the candidates of ``ids`` from their scores (``warped``: already the warped
+        log q), by the sampler; no chain view (the oracle reads greedy runs)."""
+        assert self.sampler is not None
+        if level == 0:
+            self.sampler.begin(tree.capacity, tree.device)
+        self.chain_topk = None
+        logq = scores if warped else self.sampler.log_q(scores)
+        return self.sampler.candidates(logq, self.top_k, ids, vocab_ids)
 
     def _chain_level(self, ids: torch.Tensor, level: int) -> bool:
         """Whether level ``level`` continues a chain: it feeds one node and every earlier level fed

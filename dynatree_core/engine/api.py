@@ -17,29 +17,38 @@ from dynatree_core.engine.loop import DecodingRun
 from dynatree_core.pairs.pair import ModelPair
 from dynatree_core.policy.config import DecoderConfig
 from dynatree_core.policy.history import HistoryState
+from dynatree_core.policy.sampling import SamplingConfig, sampling_config
 from dynatree_core.records.result import GenerationResult
 
 
 def iterate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method: str = "dynatree",
-            config: DecoderConfig | None = None, max_new_tokens: int = 128, trace: bool = False,
+            config: DecoderConfig | None = None, max_new_tokens: int = 128, trace: bool = False, *,
+            temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
+            seed: int | None = None, verify: str | None = None, sampling: SamplingConfig | None = None,
             **kwargs: Any) -> DecodingRun:
     """Step through decoding: ``for rec in iterate(...)`` yields one IterationRecord per round
     (keyword arguments as :func:`generate`'s, plus ``record_top_k``); afterwards ``run.result`` holds
     the :class:`GenerationResult`."""
-    return DecodingRun(pair, prompt, method, config, max_new_tokens, trace, prepare=prepare_config, **kwargs)
+    cfg = sampling_config(sampling, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, verify=verify)
+    return DecodingRun(pair, prompt, method, config, max_new_tokens, trace, prepare=prepare_config, sampling=cfg,
+                       **kwargs)
 
 
 def generate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method: str = "dynatree",
              config: DecoderConfig | None = None, max_new_tokens: int = 128, trace: bool = False,
              eos_token_id: int | Sequence[int] | None = None, ignore_eos: bool = False,
-             history: HistoryState | None = None, allow_long_context: bool = False) -> GenerationResult:
-    """Greedy-decode ``max_new_tokens`` tokens with ``method`` (exactly the target's greedy output).
+             history: HistoryState | None = None, allow_long_context: bool = False, *,
+             temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
+             seed: int | None = None, verify: str | None = None,
+             sampling: SamplingConfig | None = None) -> GenerationResult:
+    """Decode ``max_new_tokens`` tokens with ``method``: exactly the target's greedy output, or under
+    sampling exactly its distribution (``docs/engine.md``, :mod:`dynatree_core.policy.sampling`).
 
     Args:
         pair: the target/draft :class:`ModelPair`.
         prompt: text (needs ``pair.tokenizer``) or token ids ([L] or [1, L]).
-        method: ``"ar"``, ``"linear"``, ``"fixed_tree"`` or ``"dynatree"``.
-        config: the method's config (ARConfig, LinearConfig, FixedTreeConfig, DynaTreeConfig);
+        method: ``"ar"``, ``"linear"``, ``"fixed_tree"``, ``"dynatree"``, ``"eagle2"`` or ``"sequoia"``.
+        config: the method's config (ARConfig, LinearConfig, FixedTreeConfig, DynaTreeConfig, ...);
             defaults to the paper's settings.
         max_new_tokens: exact cap on new tokens (never overshot).
         trace: record every iteration (``result.trace``).
@@ -49,9 +58,19 @@ def generate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method
         allow_long_context: decode past the models' stated context window (rotary models such
             as Pythia compute any position; the paper's Pythia runs, L_max + T = 2300-2500 >
             2048, need this). Exactness is unaffected; quality past the window is the model's.
+        temperature: 0 (default) decodes greedily, bit for bit as before; T > 0 samples from the
+            target's distribution warped by temperature, then ``top_k`` (0: off), then ``top_p``
+            (1: off), as Hugging Face's ``generate(do_sample=True)`` orders them.
+        seed: the sampling seed (default 0): seeded AR draws the token at each position with that
+            position's uniform, and ``verify="match"`` emits exactly seeded AR's tokens.
+        verify: ``"match"`` (default when sampling: token for token equal to seeded AR) or
+            ``"rejection"`` (drafts sampled from q, recursive rejection sampling: exact in
+            distribution, the acceptance the papers report).
+        sampling: the same settings as one :class:`SamplingConfig` (instead of the keywords).
     Returns:
         :class:`GenerationResult` with ``tokens``, ``text``, ``metrics``, ``trace``.
     """
+    cfg = sampling_config(sampling, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, verify=verify)
     return DecodingRun(pair, prompt, method, config, max_new_tokens, trace, eos_token_id=eos_token_id,
                        ignore_eos=ignore_eos, history=history, allow_long_context=allow_long_context,
-                       prepare=prepare_config).finish()
+                       prepare=prepare_config, sampling=cfg).finish()

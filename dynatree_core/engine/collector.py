@@ -20,6 +20,7 @@ from dynatree_core.runtime import plumbing as pl
 from dynatree_core.runtime.device_tree import DeviceTree, Selection
 from dynatree_core.runtime.host_syncs import HostSyncs
 from dynatree_core.runtime.host_tree import host_tree
+from dynatree_core.runtime.sampling import TRACE_TOP, TargetChoice
 from dynatree_core.records.metrics import Metrics, summarize
 from dynatree_core.records.result import GenerationResult
 from dynatree_core.records.trace import IterationRecord, Trace
@@ -68,7 +69,8 @@ class RunCollector:
                                max_new_tokens=run.max_new_tokens, device=str(self.device),
                                dtype=str(pair.dtype).replace("torch.", ""), versions=versions(),
                                drafter=drafter.settings() if drafter is not None else None,
-                               linear_kernel=getattr(pair, "linear_kernel", None))
+                               linear_kernel=getattr(pair, "linear_kernel", None),
+                               sampling=None if run.sampling.greedy else run.sampling.to_dict())
         if drafter is not None:  # the chain's top-k only where records are read (a trace, the oracle)
             drafter.keep_chain = trace or bool(run.record_top_k)
         if self.device.type == "cuda":
@@ -105,20 +107,43 @@ class RunCollector:
             self.ttft = now - self.t_start
         self._mark = now
 
-    def verify_extras(self, tree: DeviceTree, verified: pl.DeviceVerified) -> dict[str, torch.Tensor]:
+    def verify_extras(self, tree: DeviceTree, verified: pl.DeviceVerified, choice: TargetChoice | None = None
+                      ) -> dict[str, torch.Tensor]:
         """Device tensors a record needs, fetched with the selection (no extra sync): with a trace,
-        the target's probability of every drafted token given its parent; with a trace or
-        ``record_top_k``, the draft's top-k along the committed tokens level 0 fed (the oracle's)."""
+        the target's probability of every drafted token given its parent (and under sampling what
+        drew each node's token, :meth:`_sampling_extras`); with a trace or ``record_top_k``, the
+        draft's top-k along the committed tokens level 0 fed (the oracle's)."""
         out: dict[str, torch.Tensor] = {}
         chain = self.drafter.chain_topk if self.drafter is not None else None
         if chain is not None:
             self.drafter.chain_topk = None  # this iteration's; never read twice
             if chain[0].shape[0]:
                 out["chain_tokens"], out["chain_logps"] = chain
-        if self.trace is None or tree.n < 2:
+        if self.trace is None:
             return out
-        probs = torch.softmax(verified.logits.float(), dim=-1)
+        if choice is not None:
+            out.update(self._sampling_extras(tree, choice))
+        if tree.n < 2:
+            return out
+        probs = torch.softmax(verified.logits.float(), dim=-1) if choice is None else choice.p
         out["target_prob"] = probs[tree.parents[1:tree.n], tree.tokens[1:tree.n]]
+        return out
+
+    @staticmethod
+    def _sampling_extras(tree: DeviceTree, choice: TargetChoice) -> dict[str, torch.Tensor]:
+        """Per node: the uniform, p of the drawn token, p's largest entries; under rejection the
+        coins, the accepted rank, the residual's and q's largest entries."""
+        m = min(TRACE_TOP, choice.p.shape[-1])
+        top = choice.p.topk(m, dim=-1)
+        out = {"uniform": choice.uniforms, "choice_prob": choice.p.gather(1, choice.tokens[:, None])[:, 0],
+               "p_top_tokens": top.indices, "p_top_probs": top.values}
+        if choice.coins is not None:
+            out["coins"], out["accepted_rank"] = choice.coins, choice.accepted_rank
+            res = choice.residual.topk(m, dim=-1)
+            out["residual_top_tokens"], out["residual_top_probs"] = res.indices, res.values
+            if choice.q is not None:
+                qt = choice.q.topk(m, dim=-1)
+                out["q_top_tokens"], out["q_top_probs"] = qt.indices, qt.values
         return out
 
     def iteration(self, tree: DeviceTree, sel: Selection, prefix_len: int, new: list[int],
@@ -153,6 +178,8 @@ class RunCollector:
         if self.trace is not None:
             rec.position_ids = (prefix_len + a["depths"]).tolist()
             rec.target_prob_drafted = [None] + (a["target_prob"].tolist() if "target_prob" in a else [])
+            if "uniform" in a:
+                rec.sampling = _sampling_record(a)
             rec.token_texts = self._texts(host.tokens)
             rec.committed_texts = self._texts(rec.committed)
             self.trace.iterations.append(rec)
@@ -186,3 +213,18 @@ class RunCollector:
             self.trace.metrics = metrics.to_dict()
         return GenerationResult(tokens=out, text=text, metrics=metrics, trace=self.trace,
                                 prompt_tokens=list(self.run.prompt), history_state=history_state)
+
+
+def _sampling_record(a: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The fetched sampling arrays as a record's ``sampling`` dict (lists per node)."""
+    def pairs(name: str) -> list:
+        return [[t, p] for t, p in zip(a[f"{name}_tokens"].tolist(), a[f"{name}_probs"].tolist())]
+
+    out: dict[str, Any] = {"uniform": a["uniform"].tolist(), "choice_prob": a["choice_prob"].tolist(),
+                           "p_top": pairs("p_top")}
+    if "coins" in a:
+        out.update(coins=a["coins"].tolist(), accepted_rank=a["accepted_rank"].tolist(),
+                   residual_top=pairs("residual_top"))
+        if "q_top_tokens" in a:
+            out["q_top"] = pairs("q_top")
+    return out

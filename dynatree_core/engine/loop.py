@@ -25,12 +25,14 @@ import torch
 from dynatree_core.runtime import plumbing as pl
 from dynatree_core.engine.collector import RunCollector
 from dynatree_core.policy.config import DecoderConfig, DynaTreeConfig, GrowthRule, resolve_config
-from dynatree_core.runtime.device_tree import DeviceTree
+from dynatree_core.runtime.device_tree import DeviceTree, Selection
 from dynatree_core.runtime.host_syncs import to_device
 from dynatree_core.drafters import Drafter, LookupDrafter, LookupMix, MixDrafter, make_drafter
 from dynatree_core.policy.history import HistoryAdapter, HistoryState
+from dynatree_core.policy.sampling import GREEDY, SamplingConfig
 from dynatree_core.records.result import GenerationResult
 from dynatree_core.pairs.pair import ModelPair, context_window, eos_token_ids
+from dynatree_core.runtime.sampling import DraftCandidates, TargetSampler, draft_candidates, make_samplers
 from dynatree_core.runtime.target_cache import TargetCache
 from dynatree_core.records.trace import IterationRecord
 from dynatree_core.policy.tree import LOOKUP_TAIL, STOP_REASONS
@@ -73,6 +75,21 @@ def encode_prompt(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor) -
     return ids
 
 
+def _check_run(pair: ModelPair, method: str, max_new_tokens: int, sampling: SamplingConfig) -> None:
+    """The checks that need no model work (bad input fails before any calibration or forward)."""
+    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool):
+        raise TypeError(f"max_new_tokens must be an integer >= 0, got {type(max_new_tokens).__name__}")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    if method != "ar" and pair.draft is None:
+        raise ValueError(f"method={method!r} needs a draft model; the ModelPair has draft=None")
+    if not isinstance(sampling, SamplingConfig):
+        raise TypeError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
+    if sampling.rule == "rejection" and method == "ar":
+        raise ValueError("verify='rejection' checks drafted tokens; method='ar' drafts none (seeded AR "
+                         "sampling draws each token from p with its position's uniform: use verify='match')")
+
+
 class DecodingRun:
     """An in-progress decode: iterate it to get one :class:`IterationRecord` per round.
 
@@ -85,18 +102,16 @@ class DecodingRun:
                  eos_token_id: int | Sequence[int] | None = None, ignore_eos: bool = False,
                  history: HistoryState | None = None, allow_long_context: bool = False,
                  record_top_k: int | None = None,
-                 prepare: Callable[[DecoderConfig, ModelPair], DecoderConfig] | None = None):
+                 prepare: Callable[[DecoderConfig, ModelPair], DecoderConfig] | None = None,
+                 sampling: SamplingConfig | None = None):
         self.method = method
         #: draft candidates per fed node kept in untraced records too (the benchmark's oracle reads
         #: them); None: only what the growth rule needs
         self.record_top_k = record_top_k
+        #: how the target's token is chosen: greedy, or sampled (verify "match" / "rejection")
+        self.sampling = sampling if sampling is not None else GREEDY
         config = resolve_config(method, config)
-        if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool):
-            raise TypeError(f"max_new_tokens must be an integer >= 0, got {type(max_new_tokens).__name__}")
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-        if method != "ar" and pair.draft is None:
-            raise ValueError(f"method={method!r} needs a draft model; the ModelPair has draft=None")
+        _check_run(pair, method, max_new_tokens, self.sampling)
         self.pair = pair
         # what a policy measures about the pair (cost curve, per-rank acceptance) is filled in here
         # by ``prepare`` (the API passes calibrate.prepare_config: cached on disk), after the cheap
@@ -155,6 +170,7 @@ class DecodingRun:
         col = RunCollector(self, drafter, self.tracing)
         if drafter is not None:
             drafter.clock = col.clock
+        chooser = self._samplers(drafter)
         # the target's cache: a verified tree's rejected entries are masked, not moved (target_cache)
         cache, out, root = TargetCache(), [], self.prompt[-1]
         top_k = drafter.top_k if drafter is not None else 1
@@ -171,10 +187,8 @@ class DecodingRun:
                 if tail is not None:
                     tree.add_tail(tail.committed_on(tree.device), tail.source, col.syncs, remaining - 1)
             col.lap("draft")
-            # 2. verify: root + every node in ONE target forward under the tree mask
-            v = pl.verify_device(self.pair.target, tree, cache, need_hidden, col.clock)
-            # 3. select: the longest path the target agrees with, plus its own next token (the bonus)
-            sel = tree.select(v.argmax, col.syncs, col.verify_extras(tree, v))
+            # 2. verify and 3. select
+            v, sel = self._verify(tree, cache, need_hidden, drafter, chooser, col)
             col.lap("verify")
             path = sel.path
             # 4. commit: cut at EOS / the budget, bring the caches back to the committed prefix
@@ -182,14 +196,7 @@ class DecodingRun:
             out.extend(new)
             forwards = 1
             if stop is None:
-                forwards += self._restore(cache, v.start, root, path, new, col)
-                if drafter is not None:
-                    hidden = v.hidden[to_device([0] + path, self.pair.device)] if need_hidden else None
-                    # the drafter's cache slots refer to the tree as grown (an EAGLE-2 rerank compacts it)
-                    grown = sel.arrays["orig"][path].tolist() if "orig" in sel.arrays else path
-                    drafter.commit(grown, new, hidden, fed=int(sel.arrays["fed"][path].sum()))
-                    if own_tail:
-                        tail.commit(path, new)
+                forwards += self._commit(cache, v, root, sel, new, drafter, tail if own_tail else None, col)
                 root = new[-1]
             # the history reads the draft's acceptance: lookup-tail nodes on the path do not count
             after = self._adapt(int((sel.arrays["stop"][path] != _TAIL_CODE).sum()) if tree.tail_nodes else len(path),
@@ -201,15 +208,61 @@ class DecodingRun:
                 break
         self.result = col.result(out, self.adapter.state if self.adapter is not None else None)
 
+    def _verify(self, tree: DeviceTree, cache: TargetCache, need_hidden: bool, drafter: Drafter | None,
+                chooser: TargetSampler | None, col: RunCollector) -> tuple[pl.DeviceVerified, Selection]:
+        """2. verify: root + every node in ONE target forward under the tree mask. 3. select: the
+        longest path whose every node carries the target's token after its parent (greedy: the
+        argmax; sampling: the token drawn there from p), plus that token after its last node (the
+        bonus)."""
+        v = pl.verify_device(self.pair.target, tree, cache, need_hidden, col.clock)
+        choice = None
+        if chooser is not None:
+            deepest = tree.depth + (tree.rule.lookup_tail if tree.tail_nodes else 0)  # a tail reaches below
+            choice = chooser.choose(v.logits, tree.depths[:tree.n], deepest, v.prefix_len,
+                                    self._candidates(tree, drafter))
+        target = v.argmax if choice is None else choice.tokens
+        return v, tree.select(target, col.syncs, col.verify_extras(tree, v, choice))
+
+    def _commit(self, cache: TargetCache, v: pl.DeviceVerified, root: int, sel: Selection, new: list[int],
+                drafter: Drafter | None, own_tail: LookupDrafter | None, col: RunCollector) -> int:
+        """Bring the caches back to the committed prefix; returns the extra target forwards."""
+        path = sel.path
+        forwards = self._restore(cache, v.start, root, path, new, col)
+        if drafter is not None:
+            hidden = v.hidden[to_device([0] + path, self.pair.device)] if v.hidden is not None else None
+            # the drafter's cache slots refer to the tree as grown (an EAGLE-2 rerank compacts it)
+            grown = sel.arrays["orig"][path].tolist() if "orig" in sel.arrays else path
+            drafter.commit(grown, new, hidden, fed=int(sel.arrays["fed"][path].sum()))
+            if own_tail is not None:
+                own_tail.commit(path, new)
+        return forwards
+
     # --- the phases' details -------------------------------------------------------------------
     def _drafter(self) -> Drafter | None:
         if self.pair.draft is None or self.method == "ar":
             return None
         # the trace records top_k candidates per expanded node (config.trace_top_k >= the rule's breadth)
         top_k = self.config.trace_top_k if self.tracing else self.config.growth_rule().max_breadth
+        if self.sampling.rule == "rejection":  # the candidates are draws: as many, traced or not
+            top_k = self.config.growth_rule().max_breadth
         if getattr(self.config, "cost_aware", False):  # the final fill draws from the candidates past B(u)
             top_k = self.config.trace_top_k
         return make_drafter(self.pair.draft, max(top_k, self.record_top_k or 0), self.pair.lookup)
+
+    def _samplers(self, drafter: Drafter | None) -> TargetSampler | None:
+        """Under sampling: give the drafter its sampler and return the loop's (None: greedy)."""
+        both = make_samplers(self.sampling, self.pair.device, int(self.pair.target.config.vocab_size))
+        if both is None:
+            return None
+        if drafter is not None:
+            drafter.sampler = both[0]
+        return both[1]
+
+    def _candidates(self, tree: DeviceTree, drafter: Drafter | None) -> DraftCandidates | None:
+        """Under rejection: each node's candidates in draw order and its q row (None otherwise)."""
+        if self.sampling.rule != "rejection":
+            return None
+        return draft_candidates(tree, drafter.sampler if drafter is not None else None)
 
     def _prefill(self, cache: TargetCache, drafter: Drafter | None, need_hidden: bool, col: RunCollector) -> None:
         """Both models read the prompt; the last prompt token stays out of the caches: it is the

@@ -22,7 +22,9 @@ from dynatree_core.runtime.host_tree import host_tree
 from dynatree_core.drafters import make_drafter
 from dynatree_core.engine.loop import encode_prompt, tail_lookup
 from dynatree_core.pairs.pair import ModelPair
+from dynatree_core.policy.sampling import GREEDY, SamplingConfig
 from dynatree_core.policy.tree import DraftTree
+from dynatree_core.runtime.sampling import draft_candidates, make_samplers
 
 
 class TreeSession:
@@ -57,10 +59,20 @@ class TreeSession:
         return self._drafter.kind
 
     @torch.inference_mode()
-    def regrow(self, rule: GrowthRule) -> tuple[DraftTree, list[int]]:
-        """Draft a tree under ``rule`` and verify it: returns (tree, target argmax per node)."""
+    def regrow(self, rule: GrowthRule, sampling: SamplingConfig | None = None) -> tuple[DraftTree, list[int]]:
+        """Draft a tree under ``rule`` and verify it: returns (tree, the target's token per node: its
+        argmax, or under ``sampling`` the token drawn there, as the decode loop's first iteration
+        would; a fixed seed draws with the same randomness every time, so moving a slider changes
+        only what it should)."""
+        sampling = sampling if sampling is not None else GREEDY
         drafter = self._drafter.fork()
         drafter.top_k = max(self.top_k, rule.max_breadth)
+        if sampling.rule == "rejection":  # the candidates are draws: as many as the rule's breadth
+            drafter.top_k = rule.max_breadth
+        both = make_samplers(sampling, self.pair.device, int(self.pair.target.config.vocab_size))
+        chooser = None
+        if both is not None:
+            drafter.sampler, chooser = both
         grown = DeviceTree(self.root, rule, drafter.top_k, self.pair.device).grow(drafter, HostSyncs())
         if rule.lookup_tail:  # the prompt-lookup tail reads the prompt as the committed text
             tail, own = tail_lookup(drafter)
@@ -69,7 +81,12 @@ class TreeSession:
             grown.add_tail(tail.committed_on(grown.device), tail.source, HostSyncs(), rule.d_max + rule.lookup_tail)
         v = pl.verify_device(self.pair.target, grown, copy.deepcopy(self._target_cache))
         arrays = grown.fetch(HostSyncs())
-        return host_tree(arrays, grown.draft_calls), v.argmax.tolist()
+        if chooser is None:
+            return host_tree(arrays, grown.draft_calls), v.argmax.tolist()
+        deepest = grown.depth + (rule.lookup_tail if grown.tail_nodes else 0)
+        draft = draft_candidates(grown, drafter.sampler) if sampling.rule == "rejection" else None
+        choice = chooser.choose(v.logits, grown.depths[:grown.n], deepest, v.prefix_len, draft)
+        return host_tree(arrays, grown.draft_calls), choice.tokens.tolist()
 
     __call__ = regrow
 

@@ -28,9 +28,10 @@ class IterationRecord:
 
     ``prefix_len`` is the number of tokens in the target's KV cache before the root, so the root
     sits at position ``prefix_len`` and node u at ``prefix_len + d(u)`` (``position_ids``).
-    ``target_argmax[i]`` is the target's greedy next token after node i;
+    ``target_argmax[i]`` is the target's token after node i: its greedy choice, or under sampling
+    the token drawn there from p (what the selection compares the children with);
     ``target_prob_drafted[i]`` the target's probability of node i's own token given its parent
-    (None for the root). ``committed`` are the tokens this round appended to the output
+    (None for the root; under sampling p is the warped distribution). ``committed`` are the tokens this round appended to the output
     (accepted path tokens, then the bonus, cut at EOS or at ``max_new_tokens``).
     """
 
@@ -56,6 +57,12 @@ class IterationRecord:
     #: this round's root (the last round's accepted leaves it never expanded): with the trees'
     #: own top-k, the draft's view of the whole committed sequence (:mod:`dynatree_core.records.oracle`)
     chain_topk: list | None = None
+    #: under sampling (``Trace.sampling``), per node: ``uniform`` (what drew its token: the position's
+    #: uniform under ``match``, the last residual's under ``rejection``), ``choice_prob`` (p of the
+    #: drawn token), ``p_top`` ([tokens, probs] of p's largest entries); under ``rejection`` also
+    #: ``coins`` (one per candidate, in draw order), ``accepted_rank`` (-1: drawn from the residual,
+    #: -2: no candidates), ``residual_top`` and ``q_top``. None for greedy runs.
+    sampling: dict | None = None
 
     @property
     def accepted_length(self) -> int:
@@ -86,11 +93,13 @@ class IterationRecord:
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in _RECORD_FIELDS}
         d["tree"] = self.tree.to_dict()
+        if self.sampling is not None:  # greedy records stay as they were written before sampling
+            d["sampling"] = self.sampling
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "IterationRecord":
-        kw = {k: d[k] for k in _RECORD_FIELDS if k in d}
+        kw = {k: d[k] for k in (*_RECORD_FIELDS, "sampling") if k in d}
         return cls(tree=DraftTree.from_dict(d["tree"]), **kw)
 
 
@@ -125,6 +134,9 @@ class Trace:
     #: what the models' linear layers ran on (``"onednn"``/``"torch"``; None in older traces):
     #: it shapes the timings, never the tokens' exactness
     linear_kernel: str | None = None
+    #: the sampling settings (:class:`~dynatree_core.policy.sampling.SamplingConfig` as a dict:
+    #: temperature, top_p, top_k, seed, verify); None: greedy decoding
+    sampling: dict[str, Any] | None = None
 
     @property
     def drafter_kind(self) -> str | None:
@@ -146,6 +158,8 @@ class Trace:
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in _TRACE_FIELDS}
+        if self.sampling is not None:
+            d["sampling"] = self.sampling
         d["iterations"] = [r.to_dict() for r in self.iterations]
         return d
 
@@ -154,7 +168,7 @@ class Trace:
         version = d.get("schema_version")
         if version is None or str(version).split(".")[0] != SCHEMA_VERSION.split(".")[0]:
             raise ValueError(f"unsupported trace schema_version {version!r}; this library reads {SCHEMA_VERSION}")
-        kw = {k: d[k] for k in _TRACE_FIELDS if k in d}
+        kw = {k: d[k] for k in (*_TRACE_FIELDS, "sampling") if k in d}
         return cls(iterations=[IterationRecord.from_dict(r) for r in d["iterations"]], **kw)
 
     def to_json(self, path: str | os.PathLike | None = None, indent: int | None = None) -> str:

@@ -45,7 +45,8 @@ class Rerank:
         ints[1] = torch.where(ints[1] >= 0, new_id[ints[1].clamp(min=0)], ints[1])
         self._ints[:, :m] = ints
         self._floats[:, :m] = self._floats[:, keep_ids]
-        for buf in (self.fed, self.stop, self.topk_tokens, self.topk_logps, self.cand_status):
+        for buf in (self.fed, self.stop, self.topk_tokens, self.topk_logps, self.cand_status,
+                    *([self.confidence] if self.confidence is not None else [])):
             buf[:m] = buf[keep_ids]
         self.ancestors[:m, :m] = self.ancestors[keep_ids][:, keep_ids]
         self.orig = keep_ids

@@ -90,6 +90,9 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
         self.topk_tokens = torch.zeros((cap, self.top_k), **long)
         self.topk_logps = torch.zeros((cap, self.top_k), dtype=torch.float32, device=device)
         self.cand_status = torch.zeros((cap, self.top_k), dtype=torch.int8, device=device)
+        #: c(u) of each expanded node when the drafter states it (under rejection sampling its
+        #: candidates are draws, so the first is not the maximum); None: c(u) is the first candidate's
+        self.confidence: torch.Tensor | None = None
         #: ancestor matrix: row u is True at u and at every ancestor of u (root included)
         self.ancestors = torch.zeros((cap, cap), dtype=torch.bool, device=device)
         self.ancestors[:1, :1].fill_(True)
@@ -123,25 +126,17 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
         log_tau = math.log(rule.tau) if rule.tau > 0 else -math.inf
         while n_expand:
             if rule.expand_top and n_expand > rule.expand_top:
-                # EAGLE-2: only the most probable expandable nodes (ties: BFS order), fed in BFS order
-                if codes is None:
-                    codes = torch.zeros(hi - lo, dtype=torch.int8, device=self.device)
-                key = self.cum_logps[lo:hi].masked_fill(codes != 0, -math.inf)
-                top = torch.argsort(key, descending=True, stable=True)[:rule.expand_top]
-                # index_fill_, not chosen[top] = True: a host scalar written through an index
-                # tensor is copied to the device and waits for it (the GPU's sync audit)
-                chosen = torch.zeros(hi - lo, dtype=torch.bool, device=self.device).index_fill_(0, top, True)
-                codes = codes + ((codes == 0) & ~chosen) * CODE["top_k"]
-                codes = codes.to(torch.int8)
-                n_expand = rule.expand_top
+                codes, n_expand = self._expand_top(codes, lo, hi), rule.expand_top
             if codes is None:  # every frontier node is expanded: they are the frontier itself
                 ids = self._ar[lo:lo + n_expand]
             else:
                 self.stop[lo:hi] = codes  # the expanded ones are overwritten by _add_children
                 # expanded frontier nodes, in BFS order (a stable compaction with a size known on the host)
                 ids = lo + torch.argsort((codes != 0).to(torch.int8), stable=True)[:n_expand]
-            top_ids, top_lps = drafter.propose(self, ids, level=self.draft_calls)
+            top_ids, top_lps, *conf = drafter.propose(self, ids, level=self.draft_calls)
             self.draft_calls += 1
+            if conf:  # the drafter states c(u) (sampled candidates): keep it for B(u) and the trace
+                self._confidence().index_copy_(0, ids, conf[0].double())
             kept, expandable, codes = self._add_children(ids, top_ids, top_lps, budget, log_tau)
             counts = {"kept": kept, "expand": expandable}
             if rule.cost_aware:  # should growth end here: how many leaves the final fill would add
@@ -170,6 +165,18 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
         if rule.rerank and self.n - 1 > rule.rerank:
             self._rerank(rule.rerank)
         return self
+
+    def _expand_top(self, codes: torch.Tensor | None, lo: int, hi: int) -> torch.Tensor:
+        """EAGLE-2: only the most probable expandable frontier nodes [lo, hi) (ties: BFS order) stay
+        expandable, the others stop with "top_k"; returns the frontier's new codes."""
+        if codes is None:
+            codes = torch.zeros(hi - lo, dtype=torch.int8, device=self.device)
+        key = self.cum_logps[lo:hi].masked_fill(codes != 0, -math.inf)
+        top = torch.argsort(key, descending=True, stable=True)[:self.rule.expand_top]
+        # index_fill_, not chosen[top] = True: a host scalar written through an index
+        # tensor is copied to the device and waits for it (the GPU's sync audit)
+        chosen = torch.zeros(hi - lo, dtype=torch.bool, device=self.device).index_fill_(0, top, True)
+        return (codes + ((codes == 0) & ~chosen) * CODE["top_k"]).to(torch.int8)
 
     def _root_expands(self) -> bool:
         """Whether the root is expanded (host arithmetic, as in :func:`~dynatree_core.tree.grow_tree`)."""
@@ -210,6 +217,11 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
             codes.masked_fill_((codes == 0) & (self._shape[lo:hi] == 0), CODE["static"])
         return codes
 
+    def _confidence(self) -> torch.Tensor:
+        if self.confidence is None:
+            self.confidence = torch.zeros(self.capacity, dtype=torch.float64, device=self.device)
+        return self.confidence
+
     def _breadth(self, ids: torch.Tensor, lp: torch.Tensor, k: int) -> int | torch.Tensor:
         """B(u) of the expanded nodes ``ids`` (at most k): one int when the rule has one breadth
         everywhere, else per node from the confidence c(u) = max q(.|u) (or the static shape)."""
@@ -220,7 +232,8 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
             return min(rule.b_mid, k)
         edges = breadth_edges(self.device, rule.tau_l, rule.tau_h)
         table = breadth_table(self.device, rule.b_min, rule.b_mid, rule.b_max, k)
-        return table[torch.bucketize(torch.exp(lp[:, 0]), edges, right=True)]
+        conf = torch.exp(lp[:, 0]) if self.confidence is None else self.confidence.index_select(0, ids)
+        return table[torch.bucketize(conf, edges, right=True)]
 
     def _add_children(self, ids: torch.Tensor, top_ids: torch.Tensor, top_lps: torch.Tensor, budget: int,
                       log_tau: float) -> tuple[torch.Tensor | int, torch.Tensor | int, torch.Tensor | None]:
@@ -377,6 +390,8 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
                    cand_status=self.cand_status[:n, :k])
         if self.orig is not None:
             out["orig"] = self.orig
+        if self.confidence is not None:
+            out["confidence"] = self.confidence[:n]
         return out
 
     def fetch(self, syncs: HostSyncs) -> dict[str, np.ndarray]:

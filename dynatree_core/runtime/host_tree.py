@@ -35,7 +35,7 @@ def host_tree(a: dict[str, np.ndarray], draft_calls: int, pruned: bool = True) -
     tree = DraftTree(
         tokens=a["tokens"].tolist(), parents=a["parents"].tolist(), depths=a["depths"].tolist(),
         logps=a["logps"].tolist(), cum_logps=a["cum_logps"].tolist(),
-        confidences=[math.exp(top_l[i][0]) if fed[i] else None for i in range(n)],
+        confidences=_confidences(a, fed, top_l),
         branching=a["branching"].tolist(), stop_reasons=[STOP_REASONS[c] for c in a["stop"].tolist()],
         topk_tokens=[top_t[i] if fed[i] else None for i in range(n)],
         topk_logps=[top_l[i] if fed[i] else None for i in range(n)])
@@ -43,6 +43,13 @@ def host_tree(a: dict[str, np.ndarray], draft_calls: int, pruned: bool = True) -
     if pruned:
         tree.pruned = _pruned(tree, a["cand_status"], fed)
     return tree
+
+
+def _confidences(a: dict[str, np.ndarray], fed: np.ndarray, top_l: list[list[float]]) -> list[float | None]:
+    """c(u) of the expanded nodes: as the drafter stated it, else its first candidate's probability."""
+    if "confidence" in a:
+        return [float(c) if f else None for c, f in zip(a["confidence"].tolist(), fed)]
+    return [math.exp(top_l[i][0]) if fed[i] else None for i in range(len(fed))]
 
 
 def _pruned(tree: DraftTree, status: np.ndarray, fed: np.ndarray) -> list[PrunedCandidate]:

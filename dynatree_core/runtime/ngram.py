@@ -112,6 +112,12 @@ class LookupMatches:
         idx = self.top_index(k)
         return self.tokens[idx], torch.log(self.counts.gather(1, idx) / (self.total[:, None] + 1.0))
 
+    def log_shares(self) -> torch.Tensor:
+        """[q, U]: log of each token's share c(t) / C of the matched n-gram's occurrences (-inf for a
+        token that never followed; a row with no match is -inf everywhere): the lookup's
+        distribution under sampling, before it is warped like any draft's."""
+        return torch.log(self.counts / self.total.clamp(min=1.0)[:, None])
+
     def top_index(self, k: int) -> torch.Tensor:
         """[q, min(k, U)]: indices into ``tokens`` of the k followers by count, ties to the most
         recent; a row that found nothing lists indices 0, 1, ... (count 0) rather than whatever

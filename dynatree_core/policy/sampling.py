@@ -1,0 +1,231 @@
+"""Speculative *sampling*: the settings, the target's warped distribution and the two verification
+rules, as a torch-free reference (numpy) that the device code is tested against.
+
+**The target's distribution.** With ``temperature`` T > 0 every position's distribution p is the
+one Hugging Face's ``generate(do_sample=True, temperature=T, top_k=K, top_p=P)`` samples from, in
+its order (``transformers.generation.utils._get_logits_processor``):
+
+1. temperature: logits / T;
+2. top-k (``top_k`` > 0): logits below the k-th largest become -inf (ties at the k-th are kept);
+3. top-p (``top_p`` < 1): sort ascending, softmax, cumulative sum; tokens whose cumulative
+   probability is <= 1 - P become -inf (the most probable token always stays);
+4. p = softmax of what is left.
+
+``top_k=0`` and ``top_p=1`` switch a step off (HF's generation config defaults ``top_k`` to 50: pass
+it explicitly when comparing). ``temperature=0`` is greedy decoding, today's behaviour bit for bit.
+
+**Seeded AR.** Autoregressive sampling draws the token at absolute position t (its index in prompt
++ output) by inverse CDF from p with one uniform u(seed, t) (:func:`position_uniform`, a counter-based
+stream: SplitMix64 of the seed and the position): the token depends on the seed, the position and p
+alone, whatever ran before it.
+
+**verify="match"** (default). At every verified node the target's token is drawn from that node's p
+with the uniform of the position it fills; the walk follows the child carrying that token, else
+the drawn token is the bonus. Along the accepted path the contexts are AR's, so a seeded run emits
+exactly the tokens of seeded AR (Hypothesis checks it for every policy and drafter). The drafts
+are the deterministic top-B of the draft's warped q; no lossless rule can accept more than
+p(children) at such a node (the target's token must be one of the children), and this accepts
+exactly when it is.
+
+**verify="rejection"**. Drafts are *sampled*: each expanded node's candidate list is a sample
+without replacement from its warped q (Gumbel-top-k), and the token at a node comes from recursive
+rejection sampling over that list (Jeon et al. 2024, "Recursive Speculative Decoding", the
+without-replacement form of SpecInfer's multi-step speculative sampling, Miao et al. 2024):
+candidate x_i is accepted with probability min(1, p_i(x_i) / q_i(x_i)); on rejection
+p_{i+1} = norm((p_i - q_i)+) and q_{i+1} = q_i with x_i removed, renormalised; if every candidate is
+rejected the token is drawn from the last residual. For one candidate this is Leviathan et al.'s
+rule (linear drafting samples one token per step). Each step emits a token distributed as p_i
+whatever q_i is (Leviathan's lemma), and the next candidate is a draw from q_{i+1} given the
+rejected ones, so the node's token is distributed exactly as p. We chose the without-replacement
+form because the tree's siblings must carry distinct tokens (a sample with replacement repeats
+them) and because it accepts more than SpecInfer's with-replacement form for the same number of
+candidates. The walk then follows the verified child with the emitted token, if any (pruning by
+τ, N_max or a rerank decides only how deep the walk can go, never which token a node emits).
+Exact in distribution, not token by token; a seed makes a run reproducible on one device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+#: the verification rules under sampling
+VERIFY_RULES: tuple[str, ...] = ("match", "rejection")
+_MASK64 = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How the target's tokens are chosen: greedy (``temperature=0``) or sampled from the warped
+    distribution p (temperature T, then top-k K, then top-p P, as Hugging Face orders them), with a
+    ``seed`` and a ``verify`` rule (``"match"`` or ``"rejection"``; see the module docstring)."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+    #: None: ``"match"`` when sampling; must stay None at temperature 0, where it means nothing
+    verify: str | None = None
+
+    def __post_init__(self) -> None:
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+            raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {t!r}")
+        p = self.top_p
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1] (1: off), got {p!r}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k must be an integer >= 0 (0: off), got {self.top_k!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2 ** 63:
+            raise ValueError(f"seed must be an integer in [0, 2**63), got {self.seed!r}")
+        if self.verify is not None and self.verify not in VERIFY_RULES:
+            raise ValueError(f"verify must be one of {VERIFY_RULES}, got {self.verify!r}")
+        if t == 0 and self.verify is not None:
+            raise ValueError(f"verify={self.verify!r} applies only when sampling (temperature > 0); at "
+                             "temperature 0 every decoder is greedy and emits the target's tokens exactly")
+        if t == 0 and (self.top_p != 1.0 or self.top_k != 0):
+            raise ValueError("top_p and top_k apply only when sampling (temperature > 0); at temperature 0 "
+                             "decoding is greedy")
+        object.__setattr__(self, "temperature", float(t))
+        object.__setattr__(self, "top_p", float(p))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    @property
+    def rule(self) -> str | None:
+        """The verification rule in force: None when greedy, else ``verify`` (default ``"match"``)."""
+        return None if self.greedy else (self.verify or "match")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "verify": self.rule}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "SamplingConfig":
+        if not d:
+            return cls()
+        d = dict(d)
+        if float(d.get("temperature", 0.0)) == 0.0:
+            d["verify"] = None
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
+
+    def label(self) -> str:
+        """A short description for tables and titles."""
+        if self.greedy:
+            return "greedy"
+        parts = [f"T={self.temperature:g}"] + ([f"top-p={self.top_p:g}"] if self.top_p < 1 else []) + (
+            [f"top-k={self.top_k}"] if self.top_k else [])
+        return ", ".join(parts) + f", {self.rule}"
+
+
+GREEDY = SamplingConfig()
+
+
+def sampling_config(sampling: SamplingConfig | None = None, **settings: Any) -> SamplingConfig:
+    """A :class:`SamplingConfig` from an object or keyword settings (``temperature``, ``top_p``,
+    ``top_k``, ``seed``, ``verify``; None values are left at their defaults), not both."""
+    given = {k: v for k, v in settings.items() if v is not None}
+    if sampling is not None:
+        if given:
+            raise ValueError(f"pass sampling= or {sorted(given)}, not both")
+        if not isinstance(sampling, SamplingConfig):
+            raise TypeError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
+        return sampling
+    return SamplingConfig(**given) if given else GREEDY
+
+
+# --- the seeded stream ----------------------------------------------------------------------------
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def position_uniform(seed: int, position: int) -> float:
+    """u(seed, position) in (0, 1): the uniform that draws the token at absolute ``position``."""
+    z = _splitmix64(_splitmix64(seed) ^ (position & _MASK64))
+    return ((z >> 11) + 0.5) / float(1 << 53)
+
+
+def position_uniforms(seed: int, first: int, count: int) -> np.ndarray:
+    """u(seed, t) for t = first .. first + count - 1 (float64)."""
+    return np.array([position_uniform(seed, first + i) for i in range(count)], dtype=np.float64)
+
+
+# --- the reference (numpy) -----------------------------------------------------------------------
+def warp_logits(logits: Sequence[float], cfg: SamplingConfig) -> np.ndarray:
+    """Temperature, top-k, top-p (the module docstring's order) on one logit vector; -inf outside."""
+    x = np.asarray(logits, dtype=np.float64) / cfg.temperature
+    if cfg.top_k:
+        kth = np.sort(x)[-min(cfg.top_k, x.size)]
+        x = np.where(x < kth, -np.inf, x)
+    if cfg.top_p < 1.0:
+        order = np.argsort(x, kind="stable")
+        probs = np.exp(x[order] - x.max())
+        cum = np.cumsum(probs / probs.sum())
+        drop = cum <= 1.0 - cfg.top_p
+        drop[-1] = False
+        x = x.copy()
+        x[order[drop]] = -np.inf
+    return x
+
+
+def warp_probs(logits: Sequence[float], cfg: SamplingConfig) -> np.ndarray:
+    """p: the softmax of :func:`warp_logits`."""
+    x = warp_logits(logits, cfg)
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def inverse_cdf(p: Sequence[float], u: float) -> int:
+    """The token whose cumulative-probability interval holds ``u`` (token-id order)."""
+    cum = np.cumsum(np.asarray(p, dtype=np.float64))
+    return int(min(np.searchsorted(cum, u * cum[-1], side="right"), len(cum) - 1))
+
+
+@dataclass
+class RejectionStep:
+    """One candidate of :func:`recursive_rejection`: its token, p_i(x) and q_i(x) at its turn, the
+    coin, and whether it was accepted."""
+
+    token: int
+    p: float
+    q: float
+    coin: float
+    accepted: bool
+
+
+def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """norm((p - q)+), or p itself where p <= q everywhere (then no rejection could have happened)."""
+    r = np.maximum(p - q, 0.0)
+    s = r.sum()
+    return r / s if s > 0 else p
+
+
+def recursive_rejection(p: Sequence[float], q: Sequence[float], candidates: Sequence[int], coins: Sequence[float],
+                        u: float) -> tuple[int, list[RejectionStep], np.ndarray]:
+    """Recursive rejection sampling without replacement at one node: the emitted token, the steps
+    taken, and the residual the last step left (the token was drawn from it by ``u`` if no candidate
+    was accepted). ``candidates`` are a draw without replacement from ``q`` in draw order."""
+    p_i, q_i = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    steps: list[RejectionStep] = []
+    for x, c in zip(candidates, coins):
+        px, qx = float(p_i[x]), float(q_i[x])
+        if qx <= 0:  # not a draw from q (a list padded past q's support): it cannot be accepted
+            continue
+        ok = c * qx < px
+        steps.append(RejectionStep(int(x), px, qx, float(c), ok))
+        if ok:
+            return int(x), steps, p_i
+        p_i = residual(p_i, q_i)
+        q_i = q_i.copy()
+        q_i[x] = 0.0
+        total = q_i.sum()
+        q_i = q_i / total if total > 0 else q_i
+    return inverse_cdf(p_i, u), steps, p_i

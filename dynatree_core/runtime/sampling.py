@@ -1,0 +1,223 @@
+"""Speculative sampling on the device: the warped distributions, the drafts' candidates and the
+target's token at every verified node, vectorised over the tree (no host round trip).
+
+The rules and why they keep the target's distribution are in :mod:`dynatree_core.policy.sampling`,
+whose numpy functions are the reference these are tested against. Two objects, one per side:
+
+* :class:`DraftSampler` (held by a drafter): turns a level's draft scores into the warped q, then
+  into candidates: the deterministic top-k of q (``match``) or a sample without replacement from q
+  by Gumbel-top-k, in draw order, keeping each expanded node's q row for verification (``rejection``);
+* :class:`TargetSampler` (held by the loop): after the verify forward, the target's token after every
+  node: inverse CDF of p with the position's uniform (``match``; AR too), or recursive rejection
+  sampling over the node's candidates (``rejection``). The tree's selection then walks as under
+  greedy decoding, with these tokens in place of the argmax.
+
+Randomness: ``match`` reads the counter-based position uniforms (computed on the host, copied
+without waiting); ``rejection`` draws from one ``torch.Generator`` on the device, seeded once per
+run, in an order that depends only on the tree's shape (never on whether a trace is kept).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dynatree_core.policy.sampling import SamplingConfig, position_uniforms
+from dynatree_core.runtime.host_syncs import to_device
+
+#: entries of p and q kept per node in a trace (the sampling view's bars)
+TRACE_TOP = 8
+
+
+def warp(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
+    """Temperature, then top-k, then top-p, as Hugging Face's warpers compute them (float32, the
+    same ops: ``tests/test_sampling.py`` compares against them); -inf outside."""
+    x = logits.float() / cfg.temperature
+    if cfg.top_k:
+        kth = torch.topk(x, min(cfg.top_k, x.shape[-1]))[0][..., -1, None]
+        x = x.masked_fill(x < kth, -math.inf)
+    if cfg.top_p < 1.0:
+        sorted_x, order = torch.sort(x, descending=False)
+        cum = sorted_x.softmax(dim=-1).cumsum(dim=-1)
+        drop = cum <= (1 - cfg.top_p)
+        drop[..., -1:] = False  # the most probable token always stays
+        x = x.masked_fill(drop.scatter(-1, order, drop), -math.inf)
+    return x
+
+
+def log_probs(scores: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
+    """log of the warped distribution of each row (float32); a row with no finite score (a
+    lookup that matched nothing) stays -inf everywhere instead of becoming NaN."""
+    x = warp(scores, cfg)
+    empty = ~torch.isfinite(x).any(-1, keepdim=True)
+    return torch.log_softmax(x.masked_fill(empty, 0.0), dim=-1).masked_fill(empty, -math.inf)
+
+
+def probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
+    """p of each row, float64 (the inverse CDF sums it)."""
+    return torch.softmax(warp(logits, cfg).double(), dim=-1)
+
+
+def inverse_cdf(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """[n] tokens: in each row of ``p`` [n, V], the token whose cumulative interval holds ``u`` [n]
+    (token-id order; a zero-probability token is never chosen)."""
+    cdf = p.cumsum(-1)
+    at = (u.to(cdf.dtype) * cdf[:, -1])[:, None]
+    return torch.searchsorted(cdf, at, right=True)[:, 0].clamp(max=p.shape[-1] - 1)
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm((p - q)+) per row, or p itself where p <= q everywhere (no rejection could happen there)."""
+    r = (p - q).clamp(min=0.0)
+    s = r.sum(-1, keepdim=True)
+    return torch.where(s > 0, r / s.clamp(min=1e-300), p)
+
+
+def dense(rows: torch.Tensor, vocab_ids: torch.Tensor | None, vocab_size: int, fill: float) -> torch.Tensor:
+    """Rows over a compact vocabulary (``vocab_ids`` [U]: the token id of each column) as rows over
+    the whole vocabulary, ``fill`` elsewhere; rows already over it pass through."""
+    if vocab_ids is None:
+        return rows
+    out = torch.full((rows.shape[0], vocab_size), fill, dtype=rows.dtype, device=rows.device)
+    return out.index_copy_(1, vocab_ids, rows)
+
+
+class DraftSampler:
+    """A drafter's candidates under sampling (see the module docstring)."""
+
+    def __init__(self, cfg: SamplingConfig, vocab_size: int, generator: torch.Generator | None = None):
+        self.cfg, self.vocab_size, self.generator = cfg, int(vocab_size), generator
+        self.rejection = cfg.rule == "rejection"
+        #: rejection: row u holds q(.|u) of the node grown in slot u (float32 [capacity, V])
+        self.q_rows: torch.Tensor | None = None
+
+    def log_q(self, scores: torch.Tensor) -> torch.Tensor:
+        """The warped draft distribution of each row of ``scores`` (logits, or log counts)."""
+        return log_probs(scores, self.cfg)
+
+    def candidates(self, logq: torch.Tensor, k: int, ids: torch.Tensor, vocab_ids: torch.Tensor | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor]:
+        """Candidates of nodes ``ids`` from their warped log q [q, U] (``vocab_ids``: the token id of
+        each column, None: column = token id): ``match``, the top-k (sorted, so the first column
+        carries c(u) = max q); ``rejection``, a sample without replacement in draw order, its log q,
+        and c(u) = max q as a third tensor (the first column is a draw, not the maximum)."""
+        k = min(k, logq.shape[-1])
+        if not self.rejection:
+            top = logq.topk(k, dim=-1)
+            return (top.indices if vocab_ids is None else vocab_ids[top.indices]), top.values
+        u = torch.rand(logq.shape, generator=self.generator, device=logq.device, dtype=torch.float32)
+        keys = logq - torch.log(-torch.log(u))  # + Gumbel noise: top-k of the keys = a draw w/o replacement
+        draw = keys.topk(k, dim=-1).indices
+        self._keep_rows(ids, dense(logq.exp(), vocab_ids, self.vocab_size, 0.0))
+        tokens = draw if vocab_ids is None else vocab_ids[draw]
+        return tokens, logq.gather(1, draw), logq.max(-1).values.exp()
+
+    def _keep_rows(self, ids: torch.Tensor, q: torch.Tensor) -> None:
+        assert self.q_rows is not None, "DraftSampler.begin(capacity) comes before a level's candidates"
+        self.q_rows.index_copy_(0, ids, q.to(self.q_rows.dtype))
+
+    def begin(self, capacity: int, device: torch.device) -> None:
+        """A new tree of up to ``capacity`` slots (rejection keeps one q row per slot; the buffer is
+        reused, and rows of slots not expanded this tree are never read)."""
+        if self.rejection and (self.q_rows is None or self.q_rows.shape[0] < capacity
+                               or self.q_rows.device != device):
+            self.q_rows = torch.zeros((capacity, self.vocab_size), dtype=torch.float32, device=device)
+
+
+@dataclass
+class TargetChoice:
+    """The target's token after every node of a verified tree (device tensors, [n] unless said)."""
+
+    tokens: torch.Tensor
+    #: p after every node, float64 [n, V]
+    p: torch.Tensor
+    #: the uniform that drew each node's token from p (match), or from the last residual (rejection)
+    uniforms: torch.Tensor
+    #: rejection: the candidates' coins [n, k], the rank of the accepted candidate (-1: drawn from
+    #: the residual; -2: the node had no candidates) and the last residual [n, V]
+    coins: torch.Tensor | None = None
+    accepted_rank: torch.Tensor | None = None
+    residual: torch.Tensor | None = None
+    #: rejection: the draft's q rows the candidates were drawn from ([n, V]; None: nothing drafted)
+    q: torch.Tensor | None = None
+
+
+class TargetSampler:
+    """The loop's side: the target's token after every node (see the module docstring)."""
+
+    def __init__(self, cfg: SamplingConfig, generator: torch.Generator | None = None):
+        self.cfg, self.generator = cfg, generator
+
+    def choose(self, logits: torch.Tensor, depths: torch.Tensor, deepest: int, prefix_len: int,
+               draft: "DraftCandidates | None" = None) -> TargetChoice:
+        """``logits`` [n, V] of the verify forward; ``depths`` [n] of the nodes (at most ``deepest``),
+        the root at ``prefix_len``: node u's token fills position prefix_len + depth(u) + 1."""
+        p = probs(logits, self.cfg)
+        if self.cfg.rule == "rejection":
+            assert draft is not None, "rejection sampling reads the tree's candidates"
+            return self._rejection(p, draft)
+        u = to_device(position_uniforms(self.cfg.seed, prefix_len + 1, deepest + 1), p.device, torch.float64)
+        u = u.index_select(0, depths)
+        return TargetChoice(inverse_cdf(p, u), p, u)
+
+    def _rejection(self, p: torch.Tensor, draft: "DraftCandidates") -> TargetChoice:
+        """Recursive rejection sampling at every node at once (candidates in draw order)."""
+        n, k = draft.tokens.shape
+        coins = torch.rand((n, k), generator=self.generator, device=p.device, dtype=torch.float64)
+        last = torch.rand(n, generator=self.generator, device=p.device, dtype=torch.float64)
+        p_i = p
+        q_i = draft.q.double() if k else None
+        rank = torch.where(draft.fed, -1, -2)
+        out = torch.full((n,), -1, dtype=torch.long, device=p.device)
+        for i in range(k):
+            x = draft.tokens[:, i:i + 1]
+            px, qx = p_i.gather(1, x)[:, 0], q_i.gather(1, x)[:, 0]
+            live = (out < 0) & draft.fed & (qx > 0)
+            ok = live & (coins[:, i] * qx < px)
+            out = torch.where(ok, x[:, 0], out)
+            rank = torch.where(ok, i, rank)
+            rej = (live & ~ok)[:, None]
+            p_i = torch.where(rej, residual(p_i, q_i), p_i)
+            q_next = q_i.scatter(1, x, 0.0)
+            q_i = torch.where(rej, q_next / q_next.sum(-1, keepdim=True).clamp(min=1e-300), q_i)
+        tokens = torch.where(out >= 0, out, inverse_cdf(p_i, last))
+        return TargetChoice(tokens, p, last, coins, rank, p_i, draft.q)
+
+
+def make_samplers(cfg: SamplingConfig, device: torch.device, vocab_size: int
+                  ) -> tuple[DraftSampler, TargetSampler] | None:
+    """The draft's and the target's samplers of one run (None: greedy). ``rejection`` draws from one
+    generator on ``device``, seeded once; ``match`` needs none (it reads the position uniforms)."""
+    if cfg.greedy:
+        return None
+    gen = None
+    if cfg.rule == "rejection":
+        gen = torch.Generator(device=device)
+        gen.manual_seed(cfg.seed)
+    return DraftSampler(cfg, vocab_size, gen), TargetSampler(cfg, gen)
+
+
+def draft_candidates(tree: Any, sampler: DraftSampler | None) -> "DraftCandidates":
+    """What rejection sampling reads of a grown device tree: each node's candidates in draw order
+    and the q row of its slot as grown (an EAGLE-2 rerank compacts the tree: ``tree.orig`` maps back)."""
+    n = tree.n
+    if sampler is None or sampler.q_rows is None:  # nothing was ever drafted: no candidates
+        return DraftCandidates(tree.topk_tokens[:n, :0], torch.zeros_like(tree.fed[:n]), None)
+    slots = tree.orig[:n] if tree.orig is not None else torch.arange(n, device=tree.device)
+    fed = tree.fed[:n]
+    q = sampler.q_rows.index_select(0, slots) * fed[:, None]  # rows of slots not fed hold stale values
+    return DraftCandidates(tree.topk_tokens[:n, :tree.k_used], fed, q)
+
+
+@dataclass
+class DraftCandidates:
+    """What rejection sampling reads of a grown tree: each node's candidates in draw order [n, k],
+    whether it was expanded [n], and its q row [n, V] (zeros where not expanded; None when nothing
+    was drafted, k = 0)."""
+
+    tokens: torch.Tensor
+    fed: torch.Tensor
+    q: torch.Tensor | None

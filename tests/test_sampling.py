@@ -1,0 +1,292 @@
+"""Speculative sampling: the warped distribution is Hugging Face's, seeded AR is reproducible, every
+decoder under ``verify="match"`` emits exactly seeded AR's tokens, the device's rejection sampling
+is the reference's, and bad settings fail before any model work.
+
+The statistical test of ``verify="rejection"`` (20,000 seeded runs per method) is
+``tests/test_sampling_stats.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+from dynatree_core import generate, iterate
+from dynatree_core.drafters import LookupMix, PromptLookup
+from dynatree_core.policy.config import DynaTreeConfig, FixedTreeConfig, LinearConfig
+from dynatree_core.policy.sampling import (SamplingConfig, inverse_cdf as ref_inverse_cdf, position_uniform,
+                                           position_uniforms, recursive_rejection, warp_probs)
+from dynatree_core.records.trace import Trace
+from dynatree_core.runtime.sampling import DraftCandidates, TargetSampler, inverse_cdf, probs, warp
+
+from conftest import cached_pair
+from test_exactness import ARCHS, ATTNS, EDGE_CONFIGS, method_configs, prompts
+from test_feature_draft import feature_pair
+
+TEMPERATURES = (0.3, 0.7, 1.0, 1.5)
+samplings = st.builds(SamplingConfig, temperature=st.sampled_from(TEMPERATURES),
+                      top_p=st.sampled_from([1.0, 0.95, 0.8, 0.5]), top_k=st.sampled_from([0, 0, 1, 5, 20]),
+                      seed=st.integers(0, 2 ** 40))
+
+
+# --- the distribution --------------------------------------------------------------------------
+@settings(max_examples=200, deadline=None)
+@given(cfg=samplings, seed=st.integers(0, 1000), width=st.sampled_from([3, 17, 74, 300]),
+       scale=st.sampled_from([0.1, 1.0, 5.0]))
+def test_the_warped_logits_are_hugging_faces(cfg, seed, width, scale):
+    """Temperature, then top-k, then top-p: the same scores, -inf included, as HF's warpers in
+    ``generate(do_sample=True)``'s order."""
+    logits = torch.randn((4, width), generator=torch.Generator().manual_seed(seed)) * scale
+    hf = LogitsProcessorList([TemperatureLogitsWarper(cfg.temperature)]
+                             + ([TopKLogitsWarper(cfg.top_k)] if cfg.top_k else [])
+                             + ([TopPLogitsWarper(cfg.top_p)] if cfg.top_p < 1 else []))
+    assert torch.equal(warp(logits, cfg), hf(None, logits.clone()))
+    # the torch-free reference agrees with the device code
+    ref = np.stack([warp_probs(row, cfg) for row in logits.double().numpy()])
+    np.testing.assert_allclose(probs(logits, cfg).numpy(), ref, rtol=1e-5, atol=1e-7)
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 1000), width=st.integers(1, 50), u=st.floats(0.0, 1.0, exclude_max=True))
+def test_inverse_cdf_matches_the_reference_and_never_draws_a_zero(seed, width, u):
+    g = torch.Generator().manual_seed(seed)
+    p = torch.rand(width, generator=g, dtype=torch.float64) * (torch.rand(width, generator=g) > 0.5)
+    if p.sum() == 0:
+        p[0] = 1.0
+    p = p / p.sum()
+    tok = int(inverse_cdf(p[None], torch.tensor([u], dtype=torch.float64))[0])
+    assert tok == ref_inverse_cdf(p.numpy(), u) and p[tok] > 0
+
+
+def test_position_uniforms_are_a_counter_based_stream():
+    u = position_uniforms(7, 100, 20000)
+    assert ((u > 0) & (u < 1)).all()
+    assert u[5] == position_uniform(7, 105)  # the same value whatever else was drawn
+    assert position_uniform(8, 105) != u[5] and position_uniform(7, 106) != u[5]
+    # uniform: the empirical CDF stays within a Kolmogorov-Smirnov band (alpha 1e-3: 1.95 / sqrt(n))
+    s = np.sort(u)
+    ks = np.max(np.abs(s - (np.arange(1, s.size + 1) / s.size)))
+    assert ks < 1.95 / np.sqrt(s.size)
+
+
+# --- rejection sampling on the device is the reference --------------------------------------------
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 10 ** 6), n=st.integers(1, 5), width=st.integers(2, 12), k=st.integers(0, 4))
+def test_device_rejection_sampling_is_the_reference(seed, n, width, k):
+    g = torch.Generator().manual_seed(seed)
+    p = torch.softmax(torch.randn((n, width), generator=g, dtype=torch.float64) * 2, -1)
+    q = torch.softmax(torch.randn((n, width), generator=g, dtype=torch.float64) * 2, -1)
+    k = min(k, width)
+    cands = torch.stack([torch.randperm(width, generator=g)[:k] for _ in range(n)]) if k else \
+        torch.zeros((n, 0), dtype=torch.long)
+    fed = torch.rand(n, generator=g) > 0.3
+    q = q * fed[:, None]
+    sampler = TargetSampler(SamplingConfig(temperature=1.0, verify="rejection"), torch.Generator().manual_seed(seed))
+    out = sampler._rejection(p, DraftCandidates(cands, fed, q.float() if k else None))
+    # the same draws, in the same order, by the reference
+    g2 = torch.Generator().manual_seed(seed)
+    coins = torch.rand((n, k), generator=g2, dtype=torch.float64).numpy()
+    last = torch.rand(n, generator=g2, dtype=torch.float64).numpy()
+    for i in range(n):
+        cand = cands[i].tolist() if fed[i] else []
+        qi = q[i].float().double().numpy()  # the device keeps q rows in float32
+        tok, steps, _ = recursive_rejection(p[i].numpy(), qi, cand, coins[i], last[i])
+        assert int(out.tokens[i]) == tok
+        accepted = [j for j, st_ in enumerate(steps) if st_.accepted]
+        rank = int(out.accepted_rank[i])
+        if not fed[i]:
+            assert rank == -2
+        elif accepted:
+            assert cand[rank] == tok
+        else:
+            assert rank == -1
+
+
+# --- settings ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(temperature=-0.1), "temperature must be a finite number >= 0"),
+    (dict(temperature=float("nan")), "temperature must be"),
+    (dict(temperature=0.7, top_p=0.0), r"top_p must be in \(0, 1\]"),
+    (dict(temperature=0.7, top_p=1.5), r"top_p must be in \(0, 1\]"),
+    (dict(temperature=0.7, top_k=-1), "top_k must be an integer >= 0"),
+    (dict(temperature=0.7, top_k=2.5), "top_k must be an integer >= 0"),
+    (dict(temperature=0.7, seed="3"), "seed must be an integer"),
+    (dict(temperature=0.7, seed=1.0), "seed must be an integer"),
+    (dict(temperature=0.7, verify="speculative"), "verify must be one of"),
+    (dict(temperature=0, verify="match"), "verify='match' applies only when sampling"),
+    (dict(temperature=0, verify="rejection"), "verify='rejection' applies only when sampling"),
+    (dict(top_p=0.9), "top_p and top_k apply only when sampling"),
+])
+def test_bad_sampling_settings_fail_naming_the_parameter(kwargs, match, monkeypatch):
+    pair = cached_pair("llama", "sdpa", 0.02)
+    monkeypatch.setattr(type(pair.target), "forward", lambda *a, **k: pytest.fail("a model ran"))
+    with pytest.raises(ValueError, match=match):
+        generate(pair, [3, 4, 5], "dynatree", max_new_tokens=4, **kwargs)
+
+
+def test_rejection_needs_drafts_and_sampling_or_keywords_not_both(monkeypatch):
+    pair = cached_pair("llama", "sdpa", 0.02)
+    monkeypatch.setattr(type(pair.target), "forward", lambda *a, **k: pytest.fail("a model ran"))
+    with pytest.raises(ValueError, match="method='ar' drafts none"):
+        generate(pair, [3, 4], "ar", max_new_tokens=4, temperature=0.7, verify="rejection")
+    with pytest.raises(ValueError, match="not both"):
+        generate(pair, [3, 4], "ar", max_new_tokens=4, temperature=0.7, sampling=SamplingConfig(temperature=1.0))
+
+
+# --- seeded AR and match -----------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def seeded_ar(arch: str, attn: str, prompt: tuple[int, ...], n: int, cfg: SamplingConfig) -> list[int]:
+    pair = cached_pair(arch, attn, 0.02)
+    return generate(pair, list(prompt), "ar", max_new_tokens=n, ignore_eos=True, sampling=cfg).tokens
+
+
+def test_seeded_ar_token_depends_on_seed_position_and_p_alone():
+    """Continuing from the first half of a seeded run reproduces its second half: each token was
+    drawn by its absolute position's uniform."""
+    cfg = SamplingConfig(temperature=1.0, seed=11)
+    prompt = (5, 9, 14, 3)
+    full = seeded_ar("llama", "sdpa", prompt, 24, cfg)
+    rest = seeded_ar("llama", "sdpa", prompt + tuple(full[:10]), 14, cfg)
+    assert rest == full[10:]
+    other = seeded_ar("llama", "sdpa", prompt, 24, dataclasses.replace(cfg, seed=12))
+    assert other != full  # a different seed draws differently (a 74-token vocabulary at T=1)
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(arch=st.sampled_from(ARCHS), attn=st.sampled_from(ATTNS), noise=st.sampled_from([0.0, 0.02, 0.1, 1.0]),
+       mc=method_configs, prompt=prompts, n=st.integers(0, 20), cfg=samplings)
+def test_every_decoder_under_match_emits_seeded_ar_tokens(arch, attn, noise, mc, prompt, n, cfg):
+    method, config = mc
+    pair = cached_pair(arch, attn, noise)
+    res = generate(pair, list(prompt), method, config, max_new_tokens=n, ignore_eos=True, sampling=cfg)
+    assert res.tokens == seeded_ar(arch, attn, prompt, n, cfg)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("method,config", EDGE_CONFIGS)
+def test_edge_configs_under_match_emit_seeded_ar_tokens(arch, method, config):
+    cfg = SamplingConfig(temperature=0.7, top_p=0.95, seed=5)
+    prompt = (5, 9, 2, 33, 7)
+    res = generate(cached_pair(arch, "sdpa", 0.0), list(prompt), method, config, max_new_tokens=30,
+                   ignore_eos=True, sampling=cfg)
+    assert res.tokens == seeded_ar(arch, "sdpa", prompt, 30, cfg)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(arch=st.sampled_from(ARCHS), mc=method_configs, prompt=prompts, cut=st.integers(0, 11), cfg=samplings)
+def test_match_stops_at_the_first_eos_even_inside_an_accepted_path(arch, mc, prompt, cut, cfg):
+    method, config = mc
+    pair = cached_pair(arch, "sdpa", 0.0)  # an identical draft: EOS lands inside accepted paths
+    ref = seeded_ar(arch, "sdpa", prompt, 12, cfg)
+    eos = ref[cut]
+    res = generate(pair, list(prompt), method, config, max_new_tokens=12, eos_token_id=eos, sampling=cfg)
+    assert res.tokens == ref[: ref.index(eos) + 1]
+    assert res.metrics.stopped_by == "eos"
+
+
+def _drafter_pairs() -> dict:
+    base = cached_pair("llama", "sdpa", 0.05)
+    feature = feature_pair("sdpa", 1, 0)
+    return {"lookup": dataclasses.replace(base, draft=PromptLookup()),
+            "model+lookup": dataclasses.replace(base, lookup=LookupMix()),
+            "feature": feature, "feature+lookup": dataclasses.replace(feature, lookup=LookupMix())}
+
+
+@pytest.mark.parametrize("kind", ["lookup", "model+lookup", "feature", "feature+lookup"])
+@pytest.mark.parametrize("method,config", [("linear", LinearConfig(k=3)), ("dynatree", DynaTreeConfig.cpu()),
+                                           ("fixed_tree", FixedTreeConfig(d=3, b=2, tau=0.0)), ("eagle2", None)])
+def test_every_drafter_under_match_emits_seeded_ar_tokens(kind, method, config):
+    pair = _drafter_pairs()[kind]
+    cfg = SamplingConfig(temperature=0.8, seed=2)
+    prompt = [5, 9, 14, 3, 22, 7, 31, 12, 5, 9, 14, 3]  # repeats: the lookup has matches
+    ar = generate(pair, prompt, "ar", max_new_tokens=30, ignore_eos=True, sampling=cfg)
+    res = generate(pair, prompt, method, config, max_new_tokens=30, ignore_eos=True, sampling=cfg)
+    assert res.tokens == ar.tokens
+
+
+# --- temperature 0 and rejection runs -------------------------------------------------------------
+def _timeless(d):
+    if isinstance(d, dict):
+        return {k: _timeless(v) for k, v in d.items() if k not in ("timings", "metrics", "versions")}
+    if isinstance(d, list):
+        return [_timeless(v) for v in d]
+    return d
+
+
+def test_temperature_zero_is_todays_greedy_decoding_bit_for_bit():
+    pair = cached_pair("gpt_neox", "sdpa", 0.02)
+    a = generate(pair, [3, 4, 5], "dynatree", DynaTreeConfig.cpu(), max_new_tokens=24, trace=True, ignore_eos=True)
+    b = generate(pair, [3, 4, 5], "dynatree", DynaTreeConfig.cpu(), max_new_tokens=24, trace=True, ignore_eos=True,
+                 temperature=0.0, seed=99)
+    assert a.tokens == b.tokens
+    da, db = a.trace.to_dict(), b.trace.to_dict()
+    assert "sampling" not in da and "sampling" not in da["iterations"][0]  # greedy JSON unchanged
+    assert _timeless(da) == _timeless(db)
+
+
+@pytest.mark.parametrize("method,config", [("linear", LinearConfig(k=3)), ("fixed_tree", FixedTreeConfig(d=3, b=2)),
+                                           ("dynatree", DynaTreeConfig(tau=0.0)), ("eagle2", None),
+                                           ("sequoia", None)])
+def test_rejection_runs_are_reproducible_with_a_seed_and_traced(method, config):
+    pair = cached_pair("llama", "sdpa", 0.3)
+    kw = dict(max_new_tokens=20, ignore_eos=True, temperature=1.0, verify="rejection")
+    a = generate(pair, [3, 4, 5], method, config, seed=4, trace=True, **kw)
+    b = generate(pair, [3, 4, 5], method, config, seed=4, **kw)  # untraced: the same draws
+    c = generate(pair, [3, 4, 5], method, config, seed=5, **kw)
+    assert a.tokens == b.tokens and len(a.tokens) == 20
+    assert a.tokens != c.tokens
+    rec = next(r for r in a.trace if r.tree.num_drafted)
+    s = rec.sampling
+    n = len(rec.tree.tokens)
+    assert len(s["uniform"]) == n and len(s["accepted_rank"]) == n and len(s["coins"][0]) == len(rec.tree.topk_tokens[0])
+    # each node's token has positive probability under p; accepted candidates were drafted there
+    assert all(p > 0 for p in s["choice_prob"])
+    for i, r in enumerate(s["accepted_rank"]):
+        if r >= 0:
+            assert rec.tree.topk_tokens[i][r] == rec.target_argmax[i]
+    back = Trace.from_json(a.trace.to_json())
+    assert back.sampling == a.trace.sampling and back.iterations[0].sampling == a.trace.iterations[0].sampling
+
+
+def test_match_trace_records_what_drew_each_token():
+    pair = cached_pair("llama", "sdpa", 0.02)
+    cfg = SamplingConfig(temperature=0.7, top_k=10, seed=3)
+    run = iterate(pair, [3, 4, 5, 6], "dynatree", DynaTreeConfig(tau=0.0), max_new_tokens=12, trace=True,
+                  ignore_eos=True, sampling=cfg)
+    recs = list(run)
+    assert run.result.trace.sampling == cfg.to_dict()
+    for rec in recs:
+        s = rec.sampling
+        for i, depth in enumerate(rec.tree.depths):
+            # node i's token fills position prefix_len + depth + 1, drawn by that position's uniform
+            assert s["uniform"][i] == position_uniform(3, rec.prefix_len + depth + 1)
+            tokens, ps = s["p_top"][i]
+            assert len(tokens) == 8 and ps == sorted(ps, reverse=True) and len([p for p in ps if p > 0]) <= 10
+        for i in range(1, len(rec.tree.tokens)):  # the warped p of each drafted token, from its parent's row
+            assert 0.0 <= rec.target_prob_drafted[i] <= 1.0
+
+
+@pytest.mark.parametrize("verify", ["match", "rejection"])
+def test_a_tree_session_regrows_the_first_iteration_of_a_sampled_run(verify):
+    """The live explorer's backend draws like the decode loop's first iteration, and the same
+    seed draws the same way on every regrow."""
+    from dynatree_core.engine.session import TreeSession
+
+    pair = cached_pair("llama", "sdpa", 0.3)
+    prompt = [7, 3, 9, 12]
+    cfg = DynaTreeConfig(tau=0.0, n_max=12)
+    sampling = SamplingConfig(temperature=0.9, seed=6, verify=verify)
+    first = generate(pair, prompt, "dynatree", cfg, max_new_tokens=8, ignore_eos=True, trace=True,
+                     sampling=sampling).trace[0]
+    session = TreeSession(pair, prompt, top_k=cfg.trace_top_k)
+    for _ in range(2):
+        tree, choices = session.regrow(cfg.growth_rule(), sampling)
+        assert tree.tokens == first.tree.tokens and tree.parents == first.tree.parents
+        assert choices == first.target_argmax
