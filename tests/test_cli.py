@@ -374,3 +374,57 @@ def test_calibrate_measures_once_then_reads_the_cache(tmp_path, capsys, monkeypa
     stamp = f.stat().st_mtime_ns
     assert main(["calibrate", "--target", "tiny-llama"]) == 0
     assert capsys.readouterr().out.splitlines()[-3:] == first.splitlines()[-3:] and f.stat().st_mtime_ns == stamp
+
+
+def test_bench_at_several_temperatures_writes_table_7_and_checks_match_against_seeded_ar(data_dir, tmp_path, capsys):
+    out = tmp_path / "res"
+    assert main(bench_args(data_dir, out, "--temperature", "0,0.8", "--verify", "match,rejection", "--top-p", "0.95",
+                           "--sampling-seed", "3", methods="ar,linear,dynatree")) == 0
+    stdout = capsys.readouterr().out
+    assert "Table 7: speculative sampling by temperature" in stdout
+    d = json.loads(next(out.glob("*.json")).read_text())
+    cells = {(r["label"], r["temperature"], r["verify"]) for r in d["rows"]}
+    # greedy cells, match and rejection cells at 0.8; AR samples once (the reference of both rules)
+    assert cells == {("ar", 0.0, None), ("linear", 0.0, None), ("dynatree", 0.0, None), ("ar", 0.8, "match"),
+                     ("linear", 0.8, "match"), ("dynatree", 0.8, "match"), ("linear", 0.8, "rejection"),
+                     ("dynatree", 0.8, "rejection")}
+    assert d["protocol"]["greedy"] is False
+    assert d["protocol"]["sampling"][0] == {"temperature": 0.8, "top_p": 0.95, "top_k": 0, "seed": 3, "verify": "match"}
+    assert d["checks"]["outputs_identical_across_methods"]  # match cells: seeded AR's tokens
+    speed = {(a["label"], a["temperature"], a["verify"]): a["speedup"] for a in d["aggregates"]}
+    assert speed[("ar", 0.8, "match")] == 1.0 and speed[("dynatree", 0.8, "rejection")] is not None
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--temperature", "-1"], "temperature must be a finite number >= 0"),
+    (["--temperature", "0.7", "--top-p", "0"], "top_p must be in (0, 1]"),
+    (["--temperature", "0.7", "--top-k", "-2"], "top_k must be an integer >= 0"),
+    (["--temperature", "0.7", "--verify", "speculative"], "verify must be one of"),
+    (["--top-p", "0.9"], "--top-p applies only when sampling"),
+    (["--verify", "rejection"], "--verify applies only when sampling"),
+    (["--temperature", "0.5", "--methods", "ar,hf_assisted"], "hf_assisted runs Hugging Face's assisted generation greedily"),
+])
+def test_bad_sampling_options_exit_2_before_any_model_loads(data_dir, tmp_path, capsys, monkeypatch, extra, message):
+    import dynatree_core.cli.run as run
+
+    monkeypatch.setattr(run, "load_pair", lambda *a, **k: pytest.fail("a model loaded"))
+    out = tmp_path / "res"
+    methods = "ar,dynatree"
+    if "--methods" in extra:
+        methods = extra[extra.index("--methods") + 1]
+        extra = extra[:extra.index("--methods")]
+    assert main(bench_args(data_dir, out, *extra, methods=methods)) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists() or not list(out.glob("*.json"))
+
+
+def test_generate_samples_with_a_seed_and_refuses_rejection_for_ar(tmp_path, capsys):
+    argv = ["generate", "--target", "tiny-llama", "--prompt", "the river", "--method", "dynatree",
+            "--max-new-tokens", "12", "--temperature", "0.9", "--seed", "4", "--trace", str(tmp_path / "t.json")]
+    assert main(argv) == 0
+    trace = json.loads((tmp_path / "t.json").read_text())
+    assert trace["sampling"] == {"temperature": 0.9, "top_p": 1.0, "top_k": 0, "seed": 4, "verify": "match"}
+    capsys.readouterr()
+    assert main(["generate", "--target", "tiny-llama", "--prompt", "x", "--method", "ar", "--temperature", "0.9",
+                 "--verify", "rejection"]) == 2
+    assert "--method ar drafts none" in capsys.readouterr().err
