@@ -11,7 +11,12 @@ recorded with a traceback summary and the script goes on):
                DynaTree equals AR within each dtype
   bench        the benchmark (AR, linear K, fixed tree, DynaTree with its presets (--presets), and the
                other tree policies: cost-aware DynaTree, EAGLE-2, Sequoia) on
-               the default pair in fp32, both datasets, and on CUDA the host-sync audit
+               the default pair in fp32, both datasets, on every runtime of --runtimes side by side
+               (eager and CUDA graphs; on a CPU eager and static), and on CUDA the host-sync audit
+  fastpath     per runtime: the verify-cost curve c(n) over the buckets and one draft level, as the
+               captured forwards replay them; the capture time; the target's bytes of weights against
+               the measured device bandwidth (the tokens/s a step that only reads the weights would
+               reach); cost-aware DynaTree fed the fast path's curve against the eager one's
 
 Writes ``gpu_check.json`` (every number, ``schema_version``), ``gpu_check.txt`` (the summary
 printed at the end) and ``bench.json`` (the benchmark's own result file) to ``--out``. Nothing
@@ -47,10 +52,10 @@ if str(ROOT) not in sys.path:  # run from anywhere, package not installed (the G
 from dynatree_core.pairs.choices import PAIR_DRAFTS
 
 SCHEMA_VERSION = 1
-SECTIONS = ("exactness", "precision", "bench")
+SECTIONS = ("exactness", "precision", "bench", "fastpath")
 DTYPES = ("float32", "float16", "bfloat16")
 DEFAULT_TESTS = ("tests/test_exactness.py", "tests/test_device_tree.py", "tests/test_tree_attention.py",
-                 "tests/test_target_cache.py", "tests/test_device_map.py")  # the last: a target split across two GPUs, where there are two
+                 "tests/test_target_cache.py", "tests/test_fast_path.py", "tests/test_device_map.py")  # the last: a target split across two GPUs, where there are two
 #: test files that cannot run on a GPU, with the reason (none at present: test_tree_attention.py now
 #: builds its inputs on the model's device; it has not been run on a GPU yet)
 NOT_ON_GPU: dict[str, str] = {}
@@ -58,14 +63,16 @@ NOT_ON_GPU: dict[str, str] = {}
 #: exactness ~60 s, precision ~35 s per prompt plus ~35 s of loading, bench ~70 s per dataset at
 #: T=192 with these 11 methods (N=4 with 9 methods: ~125 s per dataset), so every section fits its
 #: limit and the whole run ~6 minutes
-FULL = dict(budget_s=450.0, limit_exactness=150.0, limit_precision=110.0, limit_bench=240.0,
+FULL = dict(budget_s=510.0, limit_exactness=150.0, limit_precision=90.0, limit_bench=240.0, limit_fastpath=60.0,
             precision_prompts=2, precision_tokens=96, precision_prompt_len=128,
             bench_prompts=2, bench_warmup=1, bench_tokens=192, bench_prompt_len=256,
-            linear_k="2,3,4,5", presets="gpu,paper", policies="dynatree:cost,eagle2,sequoia", audit_tokens=32)
-QUICK = dict(budget_s=420.0, limit_exactness=120.0, limit_precision=150.0, limit_bench=150.0,
+            linear_k="2,3,4,5", presets="gpu,paper", policies="dynatree:cost,eagle2,sequoia", audit_tokens=32,
+            runtimes="eager,graphs")
+QUICK = dict(budget_s=480.0, limit_exactness=120.0, limit_precision=150.0, limit_bench=150.0, limit_fastpath=60.0,
              precision_prompts=1, precision_tokens=32, precision_prompt_len=64,
              bench_prompts=1, bench_warmup=0, bench_tokens=32, bench_prompt_len=64,
-             linear_k="2,5", presets="paper,cpu,gpu", policies="dynatree:cost,eagle2,sequoia", audit_tokens=16)
+             linear_k="2,5", presets="paper,cpu,gpu", policies="dynatree:cost,eagle2,sequoia", audit_tokens=16,
+             runtimes="eager,static")
 #: a section is skipped when less than this is left of the budget
 MIN_SECTION_S = 20.0
 
@@ -515,7 +522,8 @@ def section_bench(sec: dict[str, Any], deadline: float, args: argparse.Namespace
             sec["truncated"] = f"time limit: {ds} skipped ({max(per_ds):.0f} s per dataset, limit reached)"
             break
         t = time.monotonic()
-        exp = Experiment(kind="bench", points=[RunPoint(s, args.bench_tokens) for s in specs], datasets=[ds],
+        points = [RunPoint(s, args.bench_tokens, runtime=r) for r in args.runtimes for s in specs]
+        exp = Experiment(kind="bench", points=points, datasets=[ds],
                          num_prompts=args.bench_prompts, warmup=args.bench_warmup,
                          max_prompt_len={ds: args.bench_prompt_len}, data_source="bundled",
                          extra={"command_line": "scripts/gpu_check.py " + " ".join(map(shlex.quote, args.argv))})
@@ -535,6 +543,71 @@ def section_bench(sec: dict[str, Any], deadline: float, args: argparse.Namespace
         sec["sync_audit"] = sync_audit(pair, args)
     else:
         sec["sync_audit"] = {"status": "skipped", "reason": "needs CUDA (torch.cuda sync debug mode)"}
+
+
+# --- (d) the fast path -----------------------------------------------------------------------------
+def _replay_s(path: Any, b: int, hidden: bool, reps: int) -> float:
+    """Median seconds of one bucket-b forward as the fast path runs it (writes go to scratch slots;
+    under inference mode, as the engine runs it: the cache's buffers are inference tensors)."""
+    import torch
+
+    from dynatree_core.runtime import plumbing as pl
+
+    entry = path.entry(b, hidden)
+    path.cache.cache.write_at(path.capacity - b, b)
+    times = []
+    for _ in range(reps):
+        pl.synchronize(path.cache.cache.slots.device)
+        t = time.perf_counter()
+        with torch.inference_mode():
+            entry.run()
+        pl.synchronize(path.cache.cache.slots.device)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def measure_bandwidth(device: Any, mib: int = 512) -> float | None:
+    """Bytes per second of one device-to-device copy of ``mib`` MiB (read + write counted)."""
+    import torch
+
+    from dynatree_core.runtime import plumbing as pl
+
+    if torch.device(device).type != "cuda":
+        return None
+    x = torch.empty(mib * 2 ** 20 // 4, dtype=torch.float32, device=device)
+    y = torch.empty_like(x)
+    y.copy_(x)
+    pl.synchronize(torch.device(device))
+    t = time.perf_counter()
+    for _ in range(5):
+        y.copy_(x)
+    pl.synchronize(torch.device(device))
+    return 2 * 5 * x.numel() * 4 / (time.perf_counter() - t)
+
+
+def section_fastpath(sec: dict[str, Any], deadline: float, args: argparse.Namespace, pairs: dict[str, Any],
+                     bench: dict[str, Any]) -> None:
+    """c(n) over the buckets and one draft level per runtime, capture time, the weights' bandwidth bound."""
+    from dynatree_core.runtime.fast_path import fast_path
+
+    pair = pairs.get("float32") or load_pair(args, "float32")
+    hidden = (pair.drafter_kind or "").startswith("feature")
+    weights = sum(p.numel() * p.element_size() for p in pair.target.parameters())
+    bandwidth = measure_bandwidth(pair.device)
+    sec.update(weights_bytes=weights, bandwidth_bytes_s=bandwidth,
+               weights_bound_tok_s=bandwidth / weights if bandwidth else None, runtimes={})
+    reps = 5 if args.quick else 20
+    for rt in args.runtimes:
+        if rt == "eager" or time.monotonic() > deadline:
+            continue
+        path = fast_path(pair.target, rt, args.bench_prompt_len + args.bench_tokens, 64)
+        path.prepare(hidden)
+        curve = {b: _replay_s(path, b, hidden, reps) for b in path.buckets}
+        sec["runtimes"][rt] = {"capture_s": round(path.capture_s, 3), "buckets": list(path.buckets),
+                               "verify_s": curve, "ar_step_bound_tok_s": 1.0 / curve[1]}
+    # what AR reached in the bench, per runtime, against the weights' bandwidth bound
+    sec["ar_tok_s"] = {f"{r['dataset']}/{r['runtime']}": r["tokens_per_s"]
+                       for r in bench.get("table") or [] if r["label"] == "ar"}
 
 
 def merge_results(docs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -561,9 +634,11 @@ def bench_table(result: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for a in result["aggregates"]:
         rows = [r for r in result["rows"] if r["label"] == a["label"] and r["dataset"] == a["dataset"]
+                and r.get("runtime") == a.get("runtime")
                 and not r.get("warmup")]
         excess = [r.get("host_sync_excess") for r in rows if r.get("host_sync_excess") is not None]
-        out.append({"dataset": a["dataset"], "label": a["label"], "n": a["n"], "tokens_per_s": a["tokens_per_s"],
+        out.append({"dataset": a["dataset"], "label": a["label"], "runtime": a.get("runtime"), "n": a["n"],
+                    "tokens_per_s": a["tokens_per_s"],
                     "speedup": a["speedup"], "L_bar": a["tokens_per_iteration"],
                     "engine_overhead_ms": a.get("engine_overhead_ms"),
                     "host_syncs_per_iteration": a.get("host_syncs_per_iteration"),
@@ -657,6 +732,7 @@ def summary(doc: dict[str, Any]) -> str:
     lines += summary_exactness(s.get("exactness", {}))
     lines += summary_precision(s.get("precision", {}))
     lines += summary_bench(s.get("bench", {}))
+    lines += summary_fastpath(s.get("fastpath", {}))
     lines += [f"  note: {n}" for n in v["notes"]]
     lines.append("section wall times: " + ", ".join(f"{k} {_f(x.get('wall_s'), '.0f')} s ({x.get('status')})"
                                                     for k, x in s.items()))
@@ -712,11 +788,11 @@ def summary_bench(x: dict[str, Any]) -> list[str]:
     out = [f"{head}: {x.get('target_name')}, fp32, N={x['num_prompts']} (W={x['warmup']}), T={x['max_new_tokens']}, "
            f"L_max {x['max_prompt_len']}; outputs identical across methods: {x['outputs_identical_across_methods']}"
            + (f"; {x['truncated']}" if x.get("truncated") else ""),
-           "    dataset   method                   tok/s  speedup    L̄   overhead ms/it  syncs/it  sync excess"
-           "  peak MiB"]
+           "    dataset   runtime  method                   tok/s  speedup    L̄   overhead ms/it  syncs/it"
+           "  sync excess  peak MiB"]
     for r in x["table"]:
         mib = r["peak_memory_bytes"] / 2 ** 20 if r.get("peak_memory_bytes") else None
-        out.append(f"    {r['dataset']:9s} {r['label']:22s} {_f(r['tokens_per_s'], '7.1f'):>7s}  "
+        out.append(f"    {r['dataset']:9s} {str(r.get('runtime')):8s} {r['label']:22s} {_f(r['tokens_per_s'], '7.1f'):>7s}  "
                    f"{_f(r['speedup'], '6.2f'):>7s}"
                    f"  {_f(r['L_bar'], '4.2f'):>4s}  {_f(r['engine_overhead_ms'], '13.2f'):>14s}  "
                    f"{_f(r['host_syncs_per_iteration'], '8.2f'):>8s}  {_f(r['host_sync_excess'], 'd'):>11s}  "
@@ -727,6 +803,19 @@ def summary_bench(x: dict[str, Any]) -> list[str]:
             f"{k}: observed max {m.get('max_observed')} vs counted max {m.get('max_counted')}"
             if "error" not in m else f"{k}: error {m['error']['message'][:80]}" for k, m in audit["methods"].items()))
     out.append(f"    result file: {x.get('result_file')}")
+    return out
+
+
+def summary_fastpath(x: dict[str, Any]) -> list[str]:
+    head = f"[d] fast path ({x.get('status')}, {_f(x.get('wall_s'), '.0f')} s)"
+    if not x.get("runtimes") and x.get("status") != "ok":
+        return [f"{head}: {x.get('reason') or (x.get('error') or {}).get('message', '')}"]
+    out = [f"{head}: weights {_f((x.get('weights_bytes') or 0) / 2 ** 20, '.0f')} MiB, device bandwidth "
+           f"{_f((x.get('bandwidth_bytes_s') or 0) / 1e9, '.0f')} GB/s: a weights-bound step would run at "
+           f"{_f(x.get('weights_bound_tok_s'), '.0f')} tok/s; AR reached {x.get('ar_tok_s')}"]
+    for rt, r in (x.get("runtimes") or {}).items():
+        curve = ", ".join(f"{b}: {s * 1e3:.2f}" for b, s in r["verify_s"].items())
+        out.append(f"    {rt}: capture {r['capture_s']:.1f} s; verify c(n) ms by bucket {curve}")
     return out
 
 
@@ -765,6 +854,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.linear_k = [int(x) for x in str(args.linear_k).split(",") if x]
     args.presets = [x for x in str(args.presets).split(",") if x]
     args.policies = [x for x in str(args.policies).split(",") if x and x != "none"]
+    args.runtimes = [x for x in str(args.runtimes).split(",") if x]
     args.out = Path(args.out)
     return args
 
@@ -829,7 +919,8 @@ def main(argv: list[str] | None = None) -> int:
     pairs: dict[str, Any] = {}
     bodies = {"exactness": lambda sec, dl: section_exactness(sec, dl, args, proc_slot),
               "precision": lambda sec, dl: section_precision(sec, dl, args, pairs),
-              "bench": lambda sec, dl: section_bench(sec, dl, args, pairs)}
+              "bench": lambda sec, dl: section_bench(sec, dl, args, pairs),
+              "fastpath": lambda sec, dl: section_fastpath(sec, dl, args, pairs, report.section("bench"))}
     for name in SECTIONS:
         if not env_ok:
             report.section(name).update(status="skipped", reason="the environment section did not complete")

@@ -42,7 +42,7 @@ def test_tiny_cpu_run_has_every_section(tmp_path):
     assert doc["schema_version"] == 1 and doc["kind"] == "gpu_check" and doc["status"] == "complete"
     assert doc["config"]["device"] == "cpu" and doc["config"]["target"] == "tiny-llama"
     s = doc["sections"]
-    assert set(s) == {"environment", "exactness", "precision", "bench"}
+    assert set(s) == {"environment", "exactness", "precision", "bench", "fastpath"}
     assert all(x["status"] == "ok" and x["wall_s"] >= 0 for x in s.values()), {k: x["status"] for k, x in s.items()}
     env = s["environment"]["info"]
     assert env["torch"] and env["transformers"] and env["date_utc"] and "cuda_capability" in env
@@ -58,11 +58,18 @@ def test_tiny_cpu_run_has_every_section(tmp_path):
     assert labels == {"ar", "linear", "fixed_tree", "dynatree:preset=paper", "dynatree:preset=cpu", "dynatree:preset=gpu",
                       "dynatree:cost", "eagle2", "sequoia"}  # the tree policies ride along (--policies)
     assert {r["dataset"] for r in b["table"]} == {"wikitext2", "pg19"}
+    assert {r["runtime"] for r in b["table"]} == {"eager", "static"}  # --quick: the CPU's runtimes side by side
     for r in b["table"]:
         for key in ("tokens_per_s", "speedup", "L_bar", "engine_overhead_ms", "host_syncs_per_iteration",
                     "host_sync_excess", "peak_memory_bytes"):
             assert key in r
     assert b["sync_audit"]["status"] == "skipped"  # CUDA only
+    fast = s["fastpath"]
+    assert fast["weights_bytes"] > 0 and fast["bandwidth_bytes_s"] is None  # measured on CUDA only
+    curve = fast["runtimes"]["static"]
+    assert curve["buckets"][0] == 1 and set(map(int, curve["verify_s"])) == set(curve["buckets"])
+    assert all(v > 0 for v in curve["verify_s"].values()) and curve["capture_s"] >= 0
+    assert set(fast["ar_tok_s"]) == {"wikitext2/eager", "wikitext2/static", "pg19/eager", "pg19/static"}
     bench = json.loads((tmp_path / "bench.json").read_text())
     assert bench["schema_version"] == 1 and bench["protocol"]["datasets"] == ["wikitext2", "pg19"]
     assert len({r["run_id"] for r in bench["rows"]}) == 1

@@ -21,10 +21,10 @@ from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogit
 from dynatree_core import generate, iterate
 from dynatree_core.drafters import LookupMix, PromptLookup
 from dynatree_core.policy.config import DynaTreeConfig, FixedTreeConfig, LinearConfig
-from dynatree_core.policy.sampling import (SamplingConfig, inverse_cdf as ref_inverse_cdf, position_uniform,
-                                           position_uniforms, recursive_rejection, warp_probs)
+from dynatree_core.policy.sampling import (SamplingConfig, gumbel_max, gumbel_noise, inverse_cdf as ref_inverse_cdf,
+                                           recursive_rejection, warp_probs)
 from dynatree_core.records.trace import Trace
-from dynatree_core.runtime.sampling import DraftCandidates, TargetSampler, inverse_cdf, probs, warp
+from dynatree_core.runtime.sampling import DraftCandidates, NoiseStream, TargetSampler, inverse_cdf, probs, warp
 
 from conftest import cached_pair
 from test_exactness import ARCHS, ATTNS, EDGE_CONFIGS, method_configs, prompts
@@ -65,15 +65,26 @@ def test_inverse_cdf_matches_the_reference_and_never_draws_a_zero(seed, width, u
     assert tok == ref_inverse_cdf(p.numpy(), u) and p[tok] > 0
 
 
-def test_position_uniforms_are_a_counter_based_stream():
-    u = position_uniforms(7, 100, 20000)
-    assert ((u > 0) & (u < 1)).all()
-    assert u[5] == position_uniform(7, 105)  # the same value whatever else was drawn
-    assert position_uniform(8, 105) != u[5] and position_uniform(7, 106) != u[5]
-    # uniform: the empirical CDF stays within a Kolmogorov-Smirnov band (alpha 1e-3: 1.95 / sqrt(n))
-    s = np.sort(u)
-    ks = np.max(np.abs(s - (np.arange(1, s.size + 1) / s.size)))
-    assert ks < 1.95 / np.sqrt(s.size)
+def test_the_noise_is_a_counter_based_gumbel_stream_the_device_reproduces_to_the_bit():
+    g = gumbel_noise(7, 105, 20000)
+    dev = NoiseStream(7, 20000, torch.device("cpu"))
+    assert np.array_equal(dev.rows(100, 8)[5].numpy(), g)  # the same values whatever else was drawn
+    assert not np.array_equal(gumbel_noise(8, 105, 20000), g) and not np.array_equal(gumbel_noise(7, 106, 20000), g)
+    # Gumbel: exp(-exp(-g)) is uniform; the empirical CDF stays within a Kolmogorov-Smirnov band (alpha 1e-3)
+    u = np.sort(np.exp(-np.exp(-g)))
+    assert np.max(np.abs(u - np.arange(1, u.size + 1) / u.size)) < 1.95 / np.sqrt(u.size)
+    # and seeds far apart (the high half of a 63-bit seed counts too)
+    assert not np.array_equal(gumbel_noise(7 + 2 ** 40, 105, 100), g[:100])
+
+
+def test_gumbel_max_draws_from_p():
+    """argmax(log p + g) over many positions has the frequencies of p (chi-square, alpha 1e-4)."""
+    logits = np.array([2.0, 1.0, 0.5, 0.0, -1.0])
+    cfg = SamplingConfig(temperature=1.0, seed=3)
+    p = warp_probs(logits, cfg)
+    draws = np.bincount([gumbel_max(logits, cfg, t) for t in range(20000)], minlength=5)
+    chi2 = float(((draws - 20000 * p) ** 2 / (20000 * p)).sum())
+    assert chi2 < 23.5  # the 1 - 1e-4 quantile of chi-square with 4 degrees of freedom
 
 
 # --- rejection sampling on the device is the reference --------------------------------------------
@@ -89,7 +100,8 @@ def test_device_rejection_sampling_is_the_reference(seed, n, width, k):
     fed = torch.rand(n, generator=g) > 0.3
     q = q * fed[:, None]
     sampler = TargetSampler(SamplingConfig(temperature=1.0, verify="rejection"), torch.Generator().manual_seed(seed))
-    out = sampler._rejection(p, DraftCandidates(cands, fed, q.float() if k else None))
+    out = sampler._rejection(torch.log(p), DraftCandidates(cands, fed, q.float() if k else None))
+    p = torch.softmax(torch.log(p), -1)  # what the sampler computes from the scores it is given
     # the same draws, in the same order, by the reference
     g2 = torch.Generator().manual_seed(seed)
     coins = torch.rand((n, k), generator=g2, dtype=torch.float64).numpy()
@@ -265,8 +277,13 @@ def test_match_trace_records_what_drew_each_token():
     for rec in recs:
         s = rec.sampling
         for i, depth in enumerate(rec.tree.depths):
-            # node i's token fills position prefix_len + depth + 1, drawn by that position's uniform
-            assert s["uniform"][i] == position_uniform(3, rec.prefix_len + depth + 1)
+            # node i's token fills position prefix_len + depth + 1: drawn with that position's noise
+            drawn = rec.target_argmax[i]
+            g = gumbel_noise(3, rec.prefix_len + depth + 1, pair.target.config.vocab_size)
+            assert s["gumbel"][i] == g[drawn]
+            tokens, scores = s["score_top"][i]  # the largest log p + g is the drawn token's
+            assert tokens[0] == drawn and scores == sorted(scores, reverse=True)
+            assert abs(scores[0] - (np.log(s["choice_prob"][i]) + g[drawn])) < 1e-6
             tokens, ps = s["p_top"][i]
             assert len(tokens) == 8 and ps == sorted(ps, reverse=True) and len([p for p in ps if p > 0]) <= 10
         for i in range(1, len(rec.tree.tokens)):  # the warped p of each drafted token, from its parent's row

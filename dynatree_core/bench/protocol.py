@@ -38,6 +38,9 @@ class RunPoint:
     params: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     #: how the target's tokens are chosen in this cell: greedy (the paper's protocol) or sampled
     sampling: SamplingConfig = GREEDY
+    #: what runs the forwards (:data:`~dynatree_core.runtime.fast_path.RUNTIMES`; the row records the
+    #: resolved one)
+    runtime: str = "auto"
 
     def sampling_fields(self) -> dict[str, Any]:
         """The row fields that say how this cell sampled (temperature 0: greedy, verify None)."""
@@ -150,10 +153,12 @@ def run_prompt(pair: Any, point: RunPoint, prompt: Prompt, history: Any, allow_l
     t = point.max_new_tokens if max_new_tokens is None else max_new_tokens
     if point.spec.method == HF_METHOD:  # HF's own loop, measured the same way (greedy: check_assistant)
         res = generate_hf_assisted(pair, prompt.token_ids, t, point.spec.config, ignore_eos=True)
-        return res, {"hf_assisted": assistant_settings(pair.draft, point.spec.config)}
+        return res, {"hf_assisted": assistant_settings(pair.draft, point.spec.config), "runtime": "eager"}
     run = iterate(pair, prompt.token_ids, point.spec.method, point.spec.config, t, ignore_eos=True,
                   history=history, allow_long_context=allow_long_context, record_top_k=ORACLE_TOP_K,
-                  sampling=point.sampling)
+                  sampling=point.sampling, runtime=point.runtime)
     records = list(run)
     # after the timed run: the best-tree replay reads the records (no model)
-    return run.result, {"oracle": oracle_record(records), **calibration_record(records)}
+    fast = {"capture_s": run.fast.path.capture_s} if run.fast is not None else {}
+    return run.result, {"oracle": oracle_record(records), **calibration_record(records), "runtime": run.runtime,
+                        **fast}

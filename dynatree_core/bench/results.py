@@ -38,7 +38,7 @@ HF_ASSISTED = "hf_assisted"
 #: row fields that identify a cell (sweep parameters are added to these); the sampling settings
 #: are None in files written before sampling existed
 CELL_KEYS: tuple[str, ...] = ("run_id", "dataset", "max_new_tokens", "max_prompt_len", "temperature", "top_p",
-                              "top_k", "label", "verify")
+                              "top_k", "runtime", "label", "verify")
 #: what a cell's baseline shares with it: everything but the method and the verification rule (AR
 #: at the same temperature is the speed reference of match and rejection rows alike)
 _BASELINE_KEYS = tuple(k for k in CELL_KEYS if k not in ("label", "verify"))

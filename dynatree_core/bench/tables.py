@@ -81,7 +81,7 @@ def _id_columns(aggs: Sequence[dict[str, Any]], a: dict[str, Any]) -> dict[str, 
         cols["run"] = a.get("run_id")
     cols["dataset"] = a.get("dataset")
     for key, name in (("max_new_tokens", "T"), ("max_prompt_len", "L_max"), ("temperature", "temperature"),
-                      ("top_p", "top_p"), ("top_k", "top_k"), ("verify", "verify")):
+                      ("top_p", "top_p"), ("top_k", "top_k"), ("verify", "verify"), ("runtime", "runtime")):
         if len({x.get(key) for x in aggs}) > 1:
             cols[name] = a.get(key)
     cols["method"] = a.get("label")

@@ -67,7 +67,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("models")
     g.add_argument("--target", help="target model (HF name or path); default: the embedded SmolLM2-135M pair")
     g.add_argument("--draft", help="draft model (HF name or path, or a feature-draft directory); required with "
-                                   "--target except for AR")
+                                   "--target except for AR; without --target, a feature-draft directory used "
+                                   "by the embedded pair instead of its shipped feature draft")
     g.add_argument("--drafter", choices=PAIR_DRAFTS, default="auto",
                    help="which shipped draft the embedded pair uses: feature (reads the target's hidden states), "
                         "model (independent 2-layer draft, the paper's setting) or auto (the fastest in this "
@@ -207,6 +208,14 @@ def add_sampling_args(p: argparse.ArgumentParser, several: bool) -> None:
                        help="seed of the sampled tokens (default: --seed, which also selects the prompts)")
     else:
         g.add_argument("--seed", type=int, default=0, help="seed of the sampled tokens (default 0)")
+
+
+def add_runtime_arg(p: argparse.ArgumentParser, several: bool) -> None:
+    p.add_argument("--runtime", type=csv_list(str) if several else str, default=["auto"] if several else "auto",
+                   help="what runs the forwards: eager, or the fast path (static KV cache, trees padded to bucket "
+                        "sizes): graphs (CUDA graphs), compiled (torch.compile), static (the fast path run eagerly); "
+                        "auto: graphs on CUDA, eager elsewhere (default)" + (
+                            "; several comma-separated: one cell each, side by side" if several else ""))
 
 
 def add_T_arg(p: argparse.ArgumentParser) -> None:

@@ -14,7 +14,8 @@ from dynatree_core.bench.methods import ABLATION_LABELS, parse_methods
 from dynatree_core.bench.protocol import RunPoint
 from dynatree_core.cli.args import CLIError
 from dynatree_core.cli.resolve import (build_specs, check_model_args, device_name, dynatree_overrides,
-                                       generate_sampling, load_pair, protocol_numbers, resolve_preset, sampled_points)
+                                       generate_sampling, load_pair, protocol_numbers, resolve_preset, runtime_points,
+                                       sampled_points)
 from dynatree_core.cli.run import execute_experiment, make_experiment
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -40,6 +41,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if spec.method == "hf_assisted" and args.trace:
         raise CLIError("--trace records the engine's iterations; hf_assisted runs Hugging Face's own loop")
     sampling = generate_sampling(args)  # bad settings fail here, before the model loads
+    import torch
+
+    from dynatree_core.runtime.fast_path import resolve_runtime
+
+    resolve_runtime(args.runtime, torch.device(device))
     if spec.method == "hf_assisted" and not sampling.greedy:
         raise CLIError("hf_assisted runs Hugging Face's assisted generation greedily here; keep --temperature 0")
     if sampling.rule == "rejection" and spec.method == "ar":
@@ -51,7 +57,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         result = generate_hf_assisted(pair, args.prompt, args.max_new_tokens, spec.config, ignore_eos=args.ignore_eos)
     else:
         result = generate(pair, args.prompt, spec.method, spec.config, args.max_new_tokens,
-                          trace=bool(args.trace), ignore_eos=args.ignore_eos, sampling=sampling)
+                          trace=bool(args.trace), ignore_eos=args.ignore_eos, sampling=sampling, runtime=args.runtime)
     print(result.text if result.text is not None else result.tokens)
     print(f"\n--- metrics ({spec.label}, target {pair.target_name}, draft {pair.draft_name}) ---")
     for k, v in result.metrics.to_dict().items():
@@ -68,7 +74,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     names = parse_methods(args.methods)
     specs = build_specs(args, names, device_name(args))
     n, w, t, l_max = protocol_numbers(args, datasets)
-    points = sampled_points([RunPoint(s, t) for s in specs], args)
+    points = runtime_points(sampled_points([RunPoint(s, t) for s in specs], args), args, device_name(args))
     exp = make_experiment(args, "bench", points, datasets, n, w, l_max)
     tables = [1, 2, 3] + ([4] if any(s.label in ABLATION_LABELS for s in specs) else []) + [6] + (
         [7] if any(not p.sampling.greedy for p in points) else [])
@@ -100,7 +106,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             points, meta = sweeps.prompt_length_points(specs, args.prompt_lengths, t)
     for s in skipped:
         print(f"warning: {s}", file=sys.stderr)
-    points = sampled_points(points, args)
+    points = runtime_points(sampled_points(points, args), args, device)
     exp = make_experiment(args, f"sweep:{args.sweep}", points, datasets, n, w, l_max, sweep=meta)
     return execute_experiment(args, exp, f"sweep-{args.sweep}-{'+'.join(datasets)}", [1], figure=args.sweep)
 

@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from dynatree_core.bench.methods import METHOD_NAMES
-from dynatree_core.cli.args import (Parser, add_method_args, add_model_args, add_protocol_args, add_sampling_args,
-                                    add_T_arg, csv_list, tuple_list)
+from dynatree_core.cli.args import (Parser, add_method_args, add_model_args, add_protocol_args, add_runtime_arg,
+                                    add_sampling_args, add_T_arg, csv_list, tuple_list)
 from dynatree_core.cli.commands import cmd_bench, cmd_calibrate, cmd_generate, cmd_sweep, cmd_table
 #: ``dynatree --help``: examples, the defaults, and where the documentation is
 DESCRIPTION = """Exact, traced tree speculative decoding (DynaTree and its baselines).
@@ -60,6 +60,7 @@ def _add_generate(sub: Any) -> None:
     add_model_args(g)
     add_method_args(g)
     add_sampling_args(g, several=False)
+    add_runtime_arg(g, several=False)
     g.set_defaults(func=cmd_generate)
 
 
@@ -73,6 +74,7 @@ def _add_bench(sub: Any) -> None:
     add_model_args(b)
     add_method_args(b)
     add_sampling_args(b, several=True)
+    add_runtime_arg(b, several=True)
     b.set_defaults(func=cmd_bench)
 
 
@@ -114,6 +116,7 @@ def _add_sweep(sub: Any) -> None:
         add_model_args(sp)
         add_method_args(sp, linear=sp in (le, pl), fixed=sp in (le, pl))
         add_sampling_args(sp, several=True)
+        add_runtime_arg(sp, several=True)
         sp.set_defaults(func=cmd_sweep)
 
 

@@ -64,7 +64,7 @@ def check_model_args(args: argparse.Namespace, need_draft: bool) -> None:
         raise CLIError("--drafter lookup drafts without a model (prompt lookup): drop --draft")
     if args.target is None:
         if args.draft is not None:
-            raise CLIError("--draft needs --target (without both, the embedded default pair is used)")
+            check_embedded_feature_draft(args.draft, drafter)
         return
     if drafter not in ("auto", "lookup") and not drafter.endswith("+lookup"):
         raise CLIError("--drafter chooses between the embedded pair's drafts; with --target, name the draft "
@@ -83,6 +83,20 @@ def check_model_args(args: argparse.Namespace, need_draft: bool) -> None:
             check_model_source(args.draft, "--draft")
     except ModelSourceError as e:
         raise CLIError(str(e)) from None
+
+
+def check_embedded_feature_draft(draft: str, drafter: str) -> None:
+    """``--draft DIR`` without ``--target``: a feature-draft directory for the embedded target (a
+    candidate in place of the shipped feature draft), with a feature drafter."""
+    from dynatree_core.drafters.feature_draft import is_feature_draft_dir
+    from dynatree_core.pairs.default_pair import resolve_draft_kind
+
+    if not is_feature_draft_dir(draft):
+        raise CLIError(f"--draft needs --target, unless it is a feature-draft directory for the embedded target "
+                       f"({draft} has no feature_draft_config.json); without both, the embedded default pair is used")
+    if resolve_draft_kind(drafter).partition("+")[0] != "feature":
+        raise CLIError(f"--draft {draft} is a feature draft: use --drafter feature or feature+lookup with it "
+                       f"(got --drafter {drafter})")
 
 
 def pair_spec(args: argparse.Namespace) -> Any:
@@ -179,3 +193,14 @@ def generate_sampling(args: argparse.Namespace) -> SamplingConfig:
     return SamplingConfig(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
                           verify=args.verify) if args.temperature != 0 or args.verify or args.top_p != 1.0 \
         or args.top_k else SamplingConfig()
+
+
+def runtime_points(points: list[RunPoint], args: argparse.Namespace, device: str) -> list[RunPoint]:
+    """Every point on every ``--runtime`` (checked against the device before any model loads)."""
+    import torch
+
+    from dynatree_core.runtime.fast_path import resolve_runtime
+
+    for r in args.runtime:
+        resolve_runtime(r, torch.device(device))
+    return [dataclasses.replace(p, runtime=r) for r in args.runtime for p in points]

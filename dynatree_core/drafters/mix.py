@@ -141,6 +141,13 @@ class MixDrafter(Drafter):
     def keep_chain(self, value: bool) -> None:
         self._keep = self.base.keep_chain = bool(value)
 
+    def use_fast(self, fast: Any) -> None:
+        self.base.use_fast(fast)
+
+    @property
+    def fast_model(self) -> torch.nn.Module | None:
+        return self.base.fast_model
+
     def start(self, prompt: Sequence[int], target_hidden: torch.Tensor | None = None) -> None:
         self.base.start(prompt, target_hidden)
         self.lookup.start(prompt)

@@ -12,6 +12,7 @@ from dynatree_core.drafters.protocol import Drafter, level_visibility
 from dynatree_core.runtime import plumbing as pl
 from dynatree_core.runtime.host_syncs import to_device
 from dynatree_core.runtime.ngram import TopKTensors
+from dynatree_core.runtime.static_draft import DraftStaticForwards
 
 if TYPE_CHECKING:  # pragma: no cover
     from dynatree_core.runtime.device_tree import DeviceTree
@@ -27,9 +28,21 @@ class ModelDrafter(Drafter):
         super().__init__(top_k)
         self.model = model
         self.device = pl.model_device(model)
+        #: on the fast path (:meth:`use_fast`): a static cache and captured level forwards
+        self.fast: DraftStaticForwards | None = None
         self.start([])
 
+    @property
+    def fast_model(self) -> torch.nn.Module:
+        return self.model
+
+    def use_fast(self, fast: DraftStaticForwards) -> None:
+        self.fast = fast
+        fast.book.reset()
+
     def start(self, prompt: Sequence[int], target_hidden: torch.Tensor | None = None) -> None:
+        if self.fast is not None:
+            self.fast.book.reset()
         self.cache = DynamicCache()
         self.pending: list[int] = list(prompt)  # committed tokens the draft has not consumed
         self.slot: torch.Tensor | None = None  # per node: cache index it was fed at (-1: not fed)
@@ -65,6 +78,8 @@ class ModelDrafter(Drafter):
     def _forward_level(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> torch.Tensor:
         """One draft forward for tree level ``ids``: its logits (level 0: one row per pending
         committed token, the root last, after the chain rows kept)."""
+        if self.fast is not None:
+            return self._forward_level_static(tree, ids, level)
         if level == 0:
             # Level 0: feed the pending committed tokens, the root last, as a causal chain.
             inp = to_device(self.pending, self.device)[None]
@@ -87,11 +102,31 @@ class ModelDrafter(Drafter):
         self.forwards += 1
         return logits
 
+    def _forward_level_static(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> torch.Tensor:
+        """:meth:`_forward_level` on the fast path: slots instead of cache indices, committed entries
+        found by the device's bookkeeping, one replayed forward per level."""
+        assert self.fast is not None
+        self.forwards += 1
+        if level == 0:
+            logits, start = self.fast.chain(to_device(self.pending, self.device), self.clock)
+            self.base = self.fast.book.committed
+            self.slot = torch.full((tree.capacity,), -1, dtype=torch.long, device=self.device)
+            self.slot[:1].fill_(start + len(self.pending) - 1)  # the root's slot
+            self.pending = []
+            return logits[self._chain_rows():]
+        assert self.slot is not None, "propose: level 0 (the root) comes first"
+        return self.fast.level(tree, ids, self.slot, self.base - 1, self.clock)
+
     def commit(self, path: list[int], committed: list[int], target_hidden: torch.Tensor | None = None,
                fed: int = 0) -> None:
         """Keep the accepted nodes the draft consumed; queue the rest of ``committed``."""
         if self.slot is None:  # the root was never fed (nothing drafted this iteration)
             self.pending.extend(committed)
+            return
+        if self.fast is not None:  # their entries are committed where they were written
+            self.fast.book.commit_slots(self.slot[to_device(path[:fed], self.device)], fed)
+            self.pending = list(committed[fed:])
+            self.slot = None
             return
         if fed:  # a prefix of the path: parents are fed before their children
             pl.keep_selected(self.cache, self.base, self.slot[to_device(path[:fed], self.device)] - self.base)

@@ -104,6 +104,16 @@ class Drafter(ABC):
         """What to record about this drafter in traces and results (JSON-safe)."""
         return {"kind": self.kind, "top_k": self.top_k}
 
+    def use_fast(self, fast: Any) -> None:
+        """Run the draft's forwards on the fast path (a :class:`~dynatree_core.runtime.static_draft.
+        DraftStaticForwards`); drafters without a model (prompt lookup) have nothing to run there."""
+
+    @property
+    def fast_model(self) -> torch.nn.Module | None:
+        """The draft model the fast path captures the forwards of (None: this drafter runs no
+        forward there, or has no fast path yet: it stays eager)."""
+        return None
+
     def level_scores(self, tree: "DeviceTree", ids: torch.Tensor, level: int
                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The draft's scores after each node of ``ids`` (one row per node; logits, or log counts),

@@ -40,7 +40,8 @@ def generate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method
              history: HistoryState | None = None, allow_long_context: bool = False, *,
              temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
              seed: int | None = None, verify: str | None = None,
-             sampling: SamplingConfig | None = None) -> GenerationResult:
+             sampling: SamplingConfig | None = None, runtime: str = "auto",
+             buckets: tuple[int, ...] | None = None, static_len: int | None = None) -> GenerationResult:
     """Decode ``max_new_tokens`` tokens with ``method``: exactly the target's greedy output, or under
     sampling exactly its distribution (``docs/engine.md``, :mod:`dynatree_core.policy.sampling`).
 
@@ -67,10 +68,16 @@ def generate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method
             ``"rejection"`` (drafts sampled from q, recursive rejection sampling: exact in
             distribution, the acceptance the papers report).
         sampling: the same settings as one :class:`SamplingConfig` (instead of the keywords).
+        runtime: what runs the target's forwards: ``"eager"``, or the fast path (static KV cache,
+            trees padded to ``buckets``): ``"graphs"`` (CUDA graphs), ``"compiled"``
+            (``torch.compile``), ``"static"`` (the fast path run eagerly); ``"auto"`` (default): graphs
+            on CUDA, eager elsewhere. ``static_len``: the static cache's slots (default: the prompt,
+            the new tokens and the largest tree, rounded up).
     Returns:
         :class:`GenerationResult` with ``tokens``, ``text``, ``metrics``, ``trace``.
     """
     cfg = sampling_config(sampling, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, verify=verify)
     return DecodingRun(pair, prompt, method, config, max_new_tokens, trace, eos_token_id=eos_token_id,
                        ignore_eos=ignore_eos, history=history, allow_long_context=allow_long_context,
-                       prepare=prepare_config, sampling=cfg).finish()
+                       prepare=prepare_config, sampling=cfg, runtime=runtime, buckets=buckets,
+                       static_len=static_len).finish()

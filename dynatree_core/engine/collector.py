@@ -70,7 +70,8 @@ class RunCollector:
                                dtype=str(pair.dtype).replace("torch.", ""), versions=versions(),
                                drafter=drafter.settings() if drafter is not None else None,
                                linear_kernel=getattr(pair, "linear_kernel", None),
-                               sampling=None if run.sampling.greedy else run.sampling.to_dict())
+                               sampling=None if run.sampling.greedy else run.sampling.to_dict(),
+                               runtime=None if run.runtime == "eager" else run.runtime)
         if drafter is not None:  # the chain's top-k only where records are read (a trace, the oracle)
             drafter.keep_chain = trace or bool(run.record_top_k)
         if self.device.type == "cuda":
@@ -131,19 +132,31 @@ class RunCollector:
 
     @staticmethod
     def _sampling_extras(tree: DeviceTree, choice: TargetChoice) -> dict[str, torch.Tensor]:
-        """Per node: the uniform, p of the drawn token, p's largest entries; under rejection the
-        coins, the accepted rank, the residual's and q's largest entries."""
+        """Per node: p of the drawn token and p's largest entries; under match the Gumbel noise at the
+        drawn token and the largest perturbed scores log p + g; under rejection the coins, the
+        accepted rank, the uniform and CDF interval of a residual draw, the residual's and q's
+        largest entries."""
         m = min(TRACE_TOP, choice.p.shape[-1])
         top = choice.p.topk(m, dim=-1)
-        out = {"uniform": choice.uniforms, "choice_prob": choice.p.gather(1, choice.tokens[:, None])[:, 0],
-               "p_top_tokens": top.indices, "p_top_probs": top.values}
-        if choice.coins is not None:
-            out["coins"], out["accepted_rank"] = choice.coins, choice.accepted_rank
-            res = choice.residual.topk(m, dim=-1)
-            out["residual_top_tokens"], out["residual_top_probs"] = res.indices, res.values
-            if choice.q is not None:
-                qt = choice.q.topk(m, dim=-1)
-                out["q_top_tokens"], out["q_top_probs"] = qt.indices, qt.values
+        drawn = choice.tokens[:, None]
+        out = {"choice_prob": choice.p.gather(1, drawn)[:, 0], "p_top_tokens": top.indices, "p_top_probs": top.values}
+        if choice.coins is None:  # match: the largest of log p + Gumbel noise won
+            score = (choice.scores - torch.logsumexp(choice.scores, -1, keepdim=True)) + choice.noise
+            best = score.topk(m, dim=-1)
+            out.update(gumbel=choice.noise.gather(1, drawn)[:, 0], score_top_tokens=best.indices,
+                       score_top_probs=best.values)
+            return out
+        # rejection, where no candidate was accepted: the drawn token's interval of the last
+        # residual's CDF (token-id order) that the uniform fell in
+        cdf = choice.residual.cumsum(-1)
+        hi = cdf.gather(1, drawn)[:, 0] / cdf[:, -1]
+        out.update(uniform=choice.noise, interval_hi=hi, interval_lo=hi - choice.residual.gather(1, drawn)[:, 0] / cdf[:, -1])
+        out["coins"], out["accepted_rank"] = choice.coins, choice.accepted_rank
+        res = choice.residual.topk(m, dim=-1)
+        out["residual_top_tokens"], out["residual_top_probs"] = res.indices, res.values
+        if choice.q is not None:
+            qt = choice.q.topk(m, dim=-1)
+            out["q_top_tokens"], out["q_top_probs"] = qt.indices, qt.values
         return out
 
     def iteration(self, tree: DeviceTree, sel: Selection, prefix_len: int, new: list[int],
@@ -178,7 +191,7 @@ class RunCollector:
         if self.trace is not None:
             rec.position_ids = (prefix_len + a["depths"]).tolist()
             rec.target_prob_drafted = [None] + (a["target_prob"].tolist() if "target_prob" in a else [])
-            if "uniform" in a:
+            if "choice_prob" in a:
                 rec.sampling = _sampling_record(a)
             rec.token_texts = self._texts(host.tokens)
             rec.committed_texts = self._texts(rec.committed)
@@ -220,9 +233,12 @@ def _sampling_record(a: dict[str, np.ndarray]) -> dict[str, Any]:
     def pairs(name: str) -> list:
         return [[t, p] for t, p in zip(a[f"{name}_tokens"].tolist(), a[f"{name}_probs"].tolist())]
 
-    out: dict[str, Any] = {"uniform": a["uniform"].tolist(), "choice_prob": a["choice_prob"].tolist(),
-                           "p_top": pairs("p_top")}
+    out: dict[str, Any] = {"choice_prob": a["choice_prob"].tolist(), "p_top": pairs("p_top")}
+    if "gumbel" in a:
+        out.update(gumbel=a["gumbel"].tolist(), score_top=pairs("score_top"))
     if "coins" in a:
+        out.update(uniform=a["uniform"].tolist(),
+                   interval=[[lo, hi] for lo, hi in zip(a["interval_lo"].tolist(), a["interval_hi"].tolist())])
         out.update(coins=a["coins"].tolist(), accepted_rank=a["accepted_rank"].tolist(),
                    residual_top=pairs("residual_top"))
         if "q_top_tokens" in a:

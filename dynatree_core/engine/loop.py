@@ -32,6 +32,8 @@ from dynatree_core.policy.history import HistoryAdapter, HistoryState
 from dynatree_core.policy.sampling import GREEDY, SamplingConfig
 from dynatree_core.records.result import GenerationResult
 from dynatree_core.pairs.pair import ModelPair, context_window, eos_token_ids
+from dynatree_core.runtime.fast_path import StaticForwards, fast_path, resolve_runtime
+from dynatree_core.runtime.static_draft import draft_fast_path
 from dynatree_core.runtime.sampling import DraftCandidates, TargetSampler, draft_candidates, make_samplers
 from dynatree_core.runtime.target_cache import TargetCache
 from dynatree_core.records.trace import IterationRecord
@@ -103,7 +105,8 @@ class DecodingRun:
                  history: HistoryState | None = None, allow_long_context: bool = False,
                  record_top_k: int | None = None,
                  prepare: Callable[[DecoderConfig, ModelPair], DecoderConfig] | None = None,
-                 sampling: SamplingConfig | None = None):
+                 sampling: SamplingConfig | None = None, runtime: str = "auto",
+                 buckets: tuple[int, ...] | None = None, static_len: int | None = None):
         self.method = method
         #: draft candidates per fed node kept in untraced records too (the benchmark's oracle reads
         #: them); None: only what the growth rule needs
@@ -112,6 +115,9 @@ class DecodingRun:
         self.sampling = sampling if sampling is not None else GREEDY
         config = resolve_config(method, config)
         _check_run(pair, method, max_new_tokens, self.sampling)
+        #: what runs the target's forwards: eager (dynamic caches) or the fast path (static caches,
+        #: bucketed trees; compiled or CUDA graphs), see :mod:`dynatree_core.runtime.fast_path`
+        self.runtime = resolve_runtime(runtime, pair.device)
         self.pair = pair
         # what a policy measures about the pair (cost curve, per-rank acceptance) is filled in here
         # by ``prepare`` (the API passes calibrate.prepare_config: cached on disk), after the cheap
@@ -136,6 +142,7 @@ class DecodingRun:
         self.tracing = trace
         self.adapter = (HistoryAdapter(self.config, history)
                         if isinstance(self.config, DynaTreeConfig) and self.config.adaptive else None)
+        self.fast = self._fast_path(buckets, static_len)
         self.result: GenerationResult | None = None
         self._steps = self._run()
 
@@ -172,7 +179,7 @@ class DecodingRun:
             drafter.clock = col.clock
         chooser = self._samplers(drafter)
         # the target's cache: a verified tree's rejected entries are masked, not moved (target_cache)
-        cache, out, root = TargetCache(), [], self.prompt[-1]
+        cache, out, root = (TargetCache() if self.fast is None else self.fast.cache), [], self.prompt[-1]
         top_k = drafter.top_k if drafter is not None else 1
         self._prefill(cache, drafter, need_hidden, col)
         if own_tail:
@@ -214,7 +221,10 @@ class DecodingRun:
         longest path whose every node carries the target's token after its parent (greedy: the
         argmax; sampling: the token drawn there from p), plus that token after its last node (the
         bonus)."""
-        v = pl.verify_device(self.pair.target, tree, cache, need_hidden, col.clock)
+        if self.fast is not None:
+            v = self.fast.verify(tree, need_hidden, col.clock)
+        else:
+            v = pl.verify_device(self.pair.target, tree, cache, need_hidden, col.clock)
         choice = None
         if chooser is not None:
             deepest = tree.depth + (tree.rule.lookup_tail if tree.tail_nodes else 0)  # a tail reaches below
@@ -247,7 +257,11 @@ class DecodingRun:
             top_k = self.config.growth_rule().max_breadth
         if getattr(self.config, "cost_aware", False):  # the final fill draws from the candidates past B(u)
             top_k = self.config.trace_top_k
-        return make_drafter(self.pair.draft, max(top_k, self.record_top_k or 0), self.pair.lookup)
+        drafter = make_drafter(self.pair.draft, max(top_k, self.record_top_k or 0), self.pair.lookup)
+        if self.fast is not None and drafter.fast_model is not None:  # the draft's levels on the fast path too
+            drafter.use_fast(draft_fast_path(drafter.fast_model, self.runtime, len(self.prompt) + self.max_new_tokens,
+                                             self.fast.path.buckets[-1], static_len=None))
+        return drafter
 
     def _samplers(self, drafter: Drafter | None) -> TargetSampler | None:
         """Under sampling: give the drafter its sampler and return the loop's (None: greedy)."""
@@ -264,13 +278,28 @@ class DecodingRun:
             return None
         return draft_candidates(tree, drafter.sampler if drafter is not None else None)
 
+    def _fast_path(self, buckets: tuple[int, ...] | None, static_len: int | None) -> StaticForwards | None:
+        """The target's fast path when the runtime is not eager: kept for the target and reused, its
+        forwards built (captured, compiled) now, before the run is timed."""
+        if self.runtime == "eager":
+            return None
+        rule = self.config.growth_rule()
+        max_tree = 1 + (rule.n_max + (rule.tail_n_max if rule.lookup_tail else 0) if self.method != "ar" else 0)
+        path = fast_path(self.pair.target, self.runtime, len(self.prompt) + self.max_new_tokens, max_tree,
+                         buckets, static_len)
+        path.prepare(hidden=self.method != "ar" and (self.pair.drafter_kind or "").startswith("feature"))
+        return StaticForwards(path)
+
     def _prefill(self, cache: TargetCache, drafter: Drafter | None, need_hidden: bool, col: RunCollector) -> None:
         """Both models read the prompt; the last prompt token stays out of the caches: it is the
         first iteration's root."""
         hidden = None
         if len(self.prompt) > 1 and self.max_new_tokens > 0:
             ids = to_device(self.prompt[:-1], self.pair.device)[None]
-            hidden = pl.prefill(self.pair.target, ids, cache.cache, need_hidden, col.clock)
+            if self.fast is not None:
+                hidden = self.fast.prefill(ids, need_hidden, col.clock)
+            else:
+                hidden = pl.prefill(self.pair.target, ids, cache.cache, need_hidden, col.clock)
             cache.commit_written()
             col.target_forwards += 1
         if drafter is not None and self.max_new_tokens > 0:
@@ -295,7 +324,11 @@ class DecodingRun:
             cache.keep(start, [0] + path)
             return 0
         cache.drop_written()  # the paper's mode: crop to the prefix and re-run the committed tokens
-        pl.forward(self.pair.target, to_device([root] + new[:-1], self.pair.device)[None], cache.cache, clock=col.clock)
+        ids = to_device([root] + new[:-1], self.pair.device)[None]
+        if self.fast is not None:
+            self.fast.rerun(ids, col.clock)
+        else:
+            pl.forward(self.pair.target, ids, cache.cache, clock=col.clock)
         cache.commit_written()
         return 1
 

@@ -15,12 +15,18 @@ its order (``transformers.generation.utils._get_logits_processor``):
 it explicitly when comparing). ``temperature=0`` is greedy decoding, today's behaviour bit for bit.
 
 **Seeded AR.** Autoregressive sampling draws the token at absolute position t (its index in prompt
-+ output) by inverse CDF from p with one uniform u(seed, t) (:func:`position_uniform`, a counter-based
-stream: SplitMix64 of the seed and the position): the token depends on the seed, the position and p
-alone, whatever ran before it.
++ output) by the Gumbel-max trick: the token with the largest log p(x) + g(seed, t, x), where g is
+Gumbel noise from a counter-based stream keyed by the seed, the position and the token
+(:func:`gumbel_noise`: a 32-bit integer mixer, no state). The largest of log p + Gumbel noise is a
+draw from p, and the token depends on the seed, the position and p alone, whatever ran before it.
+Why not inverse CDF with one uniform per position: a tree's verify forward and AR's one-token forward
+give logits that differ in the last bits, and an inverse CDF over a 49,152-token vocabulary
+accumulates those differences over every token before the drawn one (on this project's default pair
+about one draw in twenty flipped at temperature 1). Gumbel-max flips only if the two largest
+perturbed scores are within those last bits of each other.
 
 **verify="match"** (default). At every verified node the target's token is drawn from that node's p
-with the uniform of the position it fills; the walk follows the child carrying that token, else
+with the noise of the position it fills; the walk follows the child carrying that token, else
 the drawn token is the bonus. Along the accepted path the contexts are AR's, so a seeded run emits
 exactly the tokens of seeded AR (Hypothesis checks it for every policy and drafter). The drafts
 are the deterministic top-B of the draft's warped q; no lossless rule can accept more than
@@ -55,7 +61,6 @@ import numpy as np
 
 #: the verification rules under sampling
 VERIFY_RULES: tuple[str, ...] = ("match", "rejection")
-_MASK64 = (1 << 64) - 1
 
 
 @dataclass(frozen=True)
@@ -140,22 +145,39 @@ def sampling_config(sampling: SamplingConfig | None = None, **settings: Any) -> 
 
 
 # --- the seeded stream ----------------------------------------------------------------------------
-def _splitmix64(x: int) -> int:
-    x = (x + 0x9E3779B97F4A7C15) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return x ^ (x >> 31)
+M32 = 0xFFFFFFFF
+#: constants of the 32-bit mixer (Wellons' "lowbias32") and of the stream's second round
+MIX_A, MIX_B, ROUND = 0x7FEB352D, 0x846CA68B, 0x68E31DA4
 
 
-def position_uniform(seed: int, position: int) -> float:
-    """u(seed, position) in (0, 1): the uniform that draws the token at absolute ``position``."""
-    z = _splitmix64(_splitmix64(seed) ^ (position & _MASK64))
-    return ((z >> 11) + 0.5) / float(1 << 53)
+def mul32(x: Any, c: int) -> Any:
+    """(x * c) mod 2^32 for x in [0, 2^32), in halves, so that no 64-bit product overflows (the device
+    code computes it the same way in int64: the reference and the device agree to the bit)."""
+    return ((x & 0xFFFF) * c + ((((x >> 16) * c) & 0xFFFF) << 16)) & M32
 
 
-def position_uniforms(seed: int, first: int, count: int) -> np.ndarray:
-    """u(seed, t) for t = first .. first + count - 1 (float64)."""
-    return np.array([position_uniform(seed, first + i) for i in range(count)], dtype=np.float64)
+def mix32(x: Any) -> Any:
+    """A 32-bit integer mixer (works on Python ints and integer arrays alike)."""
+    x = x ^ (x >> 16)
+    x = mul32(x, MIX_A)
+    x = x ^ (x >> 15)
+    x = mul32(x, MIX_B)
+    return x ^ (x >> 16)
+
+
+def position_key(seed: int, position: int) -> int:
+    """The stream's key for absolute ``position`` under ``seed`` (both seed halves mixed in)."""
+    return mix32(mix32((seed & M32) ^ mix32(seed >> 32)) ^ (position & M32))
+
+
+def gumbel_noise(seed: int, position: int, vocab: int) -> np.ndarray:
+    """g(seed, position, x) for x = 0 .. vocab - 1: Gumbel noise from a 53-bit uniform per token
+    (float64). :class:`dynatree_core.runtime.sampling.NoiseStream` computes the same on the device."""
+    x = np.arange(vocab, dtype=np.int64)
+    h1 = mix32(position_key(seed, position) ^ mix32(x))
+    h2 = mix32(h1 ^ ROUND)
+    u = ((h1 << 21) ^ (h2 >> 11)).astype(np.float64) + 0.5
+    return -np.log(-np.log(u / float(1 << 53)))
 
 
 # --- the reference (numpy) -----------------------------------------------------------------------
@@ -181,6 +203,13 @@ def warp_probs(logits: Sequence[float], cfg: SamplingConfig) -> np.ndarray:
     x = warp_logits(logits, cfg)
     e = np.exp(x - x.max())
     return e / e.sum()
+
+
+def gumbel_max(logits: Sequence[float], cfg: SamplingConfig, position: int) -> int:
+    """Seeded AR's token at ``position``: argmax of the warped logits (log p up to a constant) plus
+    the position's Gumbel noise."""
+    x = warp_logits(logits, cfg)
+    return int(np.argmax(x + gumbel_noise(cfg.seed, position, x.size)))
 
 
 def inverse_cdf(p: Sequence[float], u: float) -> int:

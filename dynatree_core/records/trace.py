@@ -57,11 +57,13 @@ class IterationRecord:
     #: this round's root (the last round's accepted leaves it never expanded): with the trees'
     #: own top-k, the draft's view of the whole committed sequence (:mod:`dynatree_core.records.oracle`)
     chain_topk: list | None = None
-    #: under sampling (``Trace.sampling``), per node: ``uniform`` (what drew its token: the position's
-    #: uniform under ``match``, the last residual's under ``rejection``), ``choice_prob`` (p of the
-    #: drawn token), ``p_top`` ([tokens, probs] of p's largest entries); under ``rejection`` also
-    #: ``coins`` (one per candidate, in draw order), ``accepted_rank`` (-1: drawn from the residual,
-    #: -2: no candidates), ``residual_top`` and ``q_top``. None for greedy runs.
+    #: under sampling (``Trace.sampling``), per node: ``choice_prob`` (p of the drawn token) and
+    #: ``p_top`` ([tokens, probs] of p's largest entries); under ``match`` ``gumbel`` (the position's
+    #: Gumbel noise at the drawn token) and ``score_top`` ([tokens, log p + g] of the largest perturbed
+    #: scores: the first is the drawn token); under ``rejection`` ``coins`` (one per candidate, in draw
+    #: order), ``accepted_rank`` (-1: drawn from the residual, -2: no candidates), ``uniform`` and
+    #: ``interval`` (a residual draw's uniform and the drawn token's CDF interval it fell in),
+    #: ``residual_top`` and ``q_top``. None for greedy runs.
     sampling: dict | None = None
 
     @property
@@ -137,6 +139,9 @@ class Trace:
     #: the sampling settings (:class:`~dynatree_core.policy.sampling.SamplingConfig` as a dict:
     #: temperature, top_p, top_k, seed, verify); None: greedy decoding
     sampling: dict[str, Any] | None = None
+    #: what ran the target's forwards when not eager (``"static"``, ``"compiled"``, ``"graphs"``;
+    #: :mod:`dynatree_core.runtime.fast_path`); None: eager
+    runtime: str | None = None
 
     @property
     def drafter_kind(self) -> str | None:
@@ -158,8 +163,9 @@ class Trace:
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in _TRACE_FIELDS}
-        if self.sampling is not None:
-            d["sampling"] = self.sampling
+        for extra in ("sampling", "runtime"):  # absent from greedy eager traces, as before they existed
+            if getattr(self, extra) is not None:
+                d[extra] = getattr(self, extra)
         d["iterations"] = [r.to_dict() for r in self.iterations]
         return d
 
@@ -168,7 +174,7 @@ class Trace:
         version = d.get("schema_version")
         if version is None or str(version).split(".")[0] != SCHEMA_VERSION.split(".")[0]:
             raise ValueError(f"unsupported trace schema_version {version!r}; this library reads {SCHEMA_VERSION}")
-        kw = {k: d[k] for k in (*_TRACE_FIELDS, "sampling") if k in d}
+        kw = {k: d[k] for k in (*_TRACE_FIELDS, "sampling", "runtime") if k in d}
         return cls(iterations=[IterationRecord.from_dict(r) for r in d["iterations"]], **kw)
 
     def to_json(self, path: str | os.PathLike | None = None, indent: int | None = None) -> str:

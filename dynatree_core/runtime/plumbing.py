@@ -175,11 +175,19 @@ def forward_with_hidden(model: torch.nn.Module, input_ids: torch.Tensor, cache: 
     inputs = _inputs(model, input_ids, cache, allowed, position_ids)
     dev = input_ids.device
     with timed(clock):
-        hidden = model.base_model(**inputs).last_hidden_state
-        logits = model.get_output_embeddings()(hidden)
+        logits, hidden = run_with_hidden(model, inputs)
         # with a device_map both come out on the last device: the engine reads them on the first
         logits, hidden = on_device(logits[0], dev), on_device(hidden[0], dev)
     return logits, hidden
+
+
+def run_with_hidden(model: torch.nn.Module, inputs: dict, logits: bool = True
+                    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """The ops ``ForCausalLM.forward`` runs, split: the base model, then the LM head (skipped
+    without ``logits``). Returns ([1, q, V] or None, the states a feature drafter reads [1, q, H]):
+    the one place the engine takes them from, on the eager path and the fast path alike."""
+    hidden = model.base_model(**inputs).last_hidden_state
+    return (model.get_output_embeddings()(hidden) if logits else None), hidden
 
 
 @dataclass
@@ -265,7 +273,7 @@ def prefill(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache
     if want_hidden:
         inputs = _inputs(model, input_ids, cache, None, None)
         with timed(clock):
-            return on_device(model.base_model(**inputs).last_hidden_state[0], input_ids.device)
+            return on_device(run_with_hidden(model, inputs, logits=False)[1][0], input_ids.device)
     forward(model, input_ids, cache, clock=clock)
     return None
 

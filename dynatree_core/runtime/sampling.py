@@ -8,13 +8,14 @@ whose numpy functions are the reference these are tested against. Two objects, o
   into candidates: the deterministic top-k of q (``match``) or a sample without replacement from q
   by Gumbel-top-k, in draw order, keeping each expanded node's q row for verification (``rejection``);
 * :class:`TargetSampler` (held by the loop): after the verify forward, the target's token after every
-  node: inverse CDF of p with the position's uniform (``match``; AR too), or recursive rejection
-  sampling over the node's candidates (``rejection``). The tree's selection then walks as under
-  greedy decoding, with these tokens in place of the argmax.
+  node: the Gumbel-max draw with the noise of the position it fills (``match``; AR too), or recursive
+  rejection sampling over the node's candidates (``rejection``). The tree's selection then walks as
+  under greedy decoding, with these tokens in place of the argmax.
 
-Randomness: ``match`` reads the counter-based position uniforms (computed on the host, copied
-without waiting); ``rejection`` draws from one ``torch.Generator`` on the device, seeded once per
-run, in an order that depends only on the tree's shape (never on whether a trace is kept).
+Randomness: ``match`` reads the counter-based noise (:class:`NoiseStream`: integer hashing on the
+device, one row per position, computed once per run); ``rejection`` draws from one
+``torch.Generator`` on the device, seeded once per run, in an order that depends only on the tree's
+shape (never on whether a trace is kept).
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ from typing import Any
 
 import torch
 
-from dynatree_core.policy.sampling import SamplingConfig, position_uniforms
-from dynatree_core.runtime.host_syncs import to_device
+from dynatree_core.policy.sampling import ROUND, SamplingConfig, mix32, position_key
 
 #: entries of p and q kept per node in a trace (the sampling view's bars)
 TRACE_TOP = 8
@@ -127,15 +127,42 @@ class DraftSampler:
             self.q_rows = torch.zeros((capacity, self.vocab_size), dtype=torch.float32, device=device)
 
 
+class NoiseStream:
+    """Gumbel noise g(seed, t, x) for every token x at absolute position t, on the device: the same
+    integer hashing as :func:`~dynatree_core.policy.sampling.gumbel_noise` (so the two agree to the
+    last bit before the logs), one [V] row per position, computed when first asked for and dropped
+    once the decode has passed it."""
+
+    def __init__(self, seed: int, vocab: int, device: torch.device):
+        self.seed, self.vocab, self.device = seed, vocab, device
+        self._token_mix = mix32(torch.arange(vocab, dtype=torch.int64, device=device))  # position-free half
+        self._rows: dict[int, torch.Tensor] = {}
+
+    def row(self, position: int) -> torch.Tensor:
+        if position not in self._rows:
+            h1 = mix32(self._token_mix ^ position_key(self.seed, position))
+            h2 = mix32(h1 ^ ROUND)
+            u = (((h1 << 21) ^ (h2 >> 11)).double() + 0.5) / float(1 << 53)
+            self._rows[position] = -torch.log(-torch.log(u))
+        return self._rows[position]
+
+    def rows(self, first: int, count: int) -> torch.Tensor:
+        """[count, V]: the rows of positions first .. first + count - 1 (older ones are forgotten)."""
+        for t in [t for t in self._rows if t < first]:
+            del self._rows[t]
+        return torch.stack([self.row(first + i) for i in range(count)])
+
+
 @dataclass
 class TargetChoice:
     """The target's token after every node of a verified tree (device tensors, [n] unless said)."""
 
     tokens: torch.Tensor
-    #: p after every node, float64 [n, V]
-    p: torch.Tensor
-    #: the uniform that drew each node's token from p (match), or from the last residual (rejection)
-    uniforms: torch.Tensor
+    #: log p up to a constant per row (the warped logits, float64 [n, V]; -inf outside top-k / top-p)
+    scores: torch.Tensor
+    #: match: each node's Gumbel noise [n, V] (its position's row); rejection: the uniform [n] that drew
+    #: from the last residual
+    noise: torch.Tensor
     #: rejection: the candidates' coins [n, k], the rank of the accepted candidate (-1: drawn from
     #: the residual; -2: the node had no candidates) and the last residual [n, V]
     coins: torch.Tensor | None = None
@@ -144,27 +171,37 @@ class TargetChoice:
     #: rejection: the draft's q rows the candidates were drawn from ([n, V]; None: nothing drafted)
     q: torch.Tensor | None = None
 
+    @property
+    def p(self) -> torch.Tensor:
+        """p after every node, float64 [n, V] (computed when first read: traces read it)."""
+        if not hasattr(self, "_p"):
+            self._p = torch.softmax(self.scores, dim=-1)
+        return self._p
+
 
 class TargetSampler:
     """The loop's side: the target's token after every node (see the module docstring)."""
 
     def __init__(self, cfg: SamplingConfig, generator: torch.Generator | None = None):
         self.cfg, self.generator = cfg, generator
+        self.noise: NoiseStream | None = None
 
     def choose(self, logits: torch.Tensor, depths: torch.Tensor, deepest: int, prefix_len: int,
                draft: "DraftCandidates | None" = None) -> TargetChoice:
         """``logits`` [n, V] of the verify forward; ``depths`` [n] of the nodes (at most ``deepest``),
         the root at ``prefix_len``: node u's token fills position prefix_len + depth(u) + 1."""
-        p = probs(logits, self.cfg)
+        x = warp(logits, self.cfg).double()
         if self.cfg.rule == "rejection":
             assert draft is not None, "rejection sampling reads the tree's candidates"
-            return self._rejection(p, draft)
-        u = to_device(position_uniforms(self.cfg.seed, prefix_len + 1, deepest + 1), p.device, torch.float64)
-        u = u.index_select(0, depths)
-        return TargetChoice(inverse_cdf(p, u), p, u)
+            return self._rejection(x, draft)
+        if self.noise is None or self.noise.vocab != x.shape[-1] or self.noise.device != x.device:
+            self.noise = NoiseStream(self.cfg.seed, x.shape[-1], x.device)
+        g = self.noise.rows(prefix_len + 1, deepest + 1).index_select(0, depths)  # by the position each fills
+        return TargetChoice((x + g).argmax(dim=-1), x, g)
 
-    def _rejection(self, p: torch.Tensor, draft: "DraftCandidates") -> TargetChoice:
+    def _rejection(self, x: torch.Tensor, draft: "DraftCandidates") -> TargetChoice:
         """Recursive rejection sampling at every node at once (candidates in draw order)."""
+        p = torch.softmax(x, dim=-1)
         n, k = draft.tokens.shape
         coins = torch.rand((n, k), generator=self.generator, device=p.device, dtype=torch.float64)
         last = torch.rand(n, generator=self.generator, device=p.device, dtype=torch.float64)
@@ -184,13 +221,15 @@ class TargetSampler:
             q_next = q_i.scatter(1, x, 0.0)
             q_i = torch.where(rej, q_next / q_next.sum(-1, keepdim=True).clamp(min=1e-300), q_i)
         tokens = torch.where(out >= 0, out, inverse_cdf(p_i, last))
-        return TargetChoice(tokens, p, last, coins, rank, p_i, draft.q)
+        choice = TargetChoice(tokens, x, last, coins, rank, p_i, draft.q)
+        choice._p = p
+        return choice
 
 
 def make_samplers(cfg: SamplingConfig, device: torch.device, vocab_size: int
                   ) -> tuple[DraftSampler, TargetSampler] | None:
     """The draft's and the target's samplers of one run (None: greedy). ``rejection`` draws from one
-    generator on ``device``, seeded once; ``match`` needs none (it reads the position uniforms)."""
+    generator on ``device``, seeded once; ``match`` needs none (it reads the counter-based noise)."""
     if cfg.greedy:
         return None
     gen = None

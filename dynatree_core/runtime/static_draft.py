@@ -1,0 +1,176 @@
+"""A draft model's KV cache on the fast path: static slots, device-side bookkeeping, captured levels.
+
+The draft writes a causal chain at level 0 (the committed tokens it has not read, the root last)
+and one tree level per forward after that. On the fast path its cache is a
+:class:`~dynatree_core.runtime.static_cache.SlotCache` and which slots hold committed entries is a
+bool vector *on the device* (:class:`DeviceSlotBook`): the accepted nodes' entries are committed
+where they were written (one ``index_fill_``, no host read, no gather), rejected ones stay dead
+and masked, and once the free room runs out the live entries are gathered to the front (rare;
+one host read then). Each level's forward is padded to its bucket and replayed like the target's
+(:class:`~dynatree_core.runtime.fast_path.FastPath`); its mask lets a node see the committed
+entries, its fed ancestors and itself (a dummy row sees only itself).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from dynatree_core.runtime import plumbing as pl
+from dynatree_core.runtime.fast_path import (FastPath, StaticInputs, _forward_fn, bucket, buckets_for, check_owner,
+                                             keep_or_make)
+from dynatree_core.runtime.static_cache import SlotCache
+
+
+class DeviceSlotBook:
+    """Which slots of a draft's :class:`SlotCache` are committed, kept on the device."""
+
+    def __init__(self, cache: SlotCache):
+        self.cache = cache
+        self.alive = torch.zeros(cache.capacity, dtype=torch.bool, device=cache.slots.device)
+        self.reset()
+
+    def reset(self) -> None:
+        self.alive.zero_()
+        self.physical = 0  # the first free slot
+        self.committed = 0  # committed entries: the logical length (the next token's position)
+        self.compactions = 0
+        self.cache.written = 0
+
+    @property
+    def capacity(self) -> int:
+        return self.cache.capacity
+
+    def reserve(self, count: int, room: int = 0) -> int:
+        """The next forward writes ``count`` entries from the returned slot. With ``room``, the dead
+        entries are compacted away first unless ``room`` more slots stay free after it: a tree's
+        level 0 asks for the whole tree's room, so that no later level of the tree compacts (which
+        would move the slots its fed nodes were written at)."""
+        if self.physical + count + room > self.capacity:
+            self.compact()
+        if self.physical + count > self.capacity:
+            raise ValueError(f"the draft's static cache is full: {self.committed} committed entries + a forward of "
+                             f"{count} exceed its {self.capacity} slots (raise static_len)")
+        start = self.physical
+        self.cache.write_at(start, count)
+        self.physical += count
+        return start
+
+    def commit_chain(self, start: int, count: int) -> None:
+        """Entries [start, start + count) are committed (a level-0 chain of committed tokens)."""
+        self.alive[start:start + count].fill_(True)
+        self.committed += count
+
+    def commit_slots(self, slots: torch.Tensor, count: int) -> None:
+        """The entries at device ``slots`` (``count`` of them: the host knows how many) are committed."""
+        if count:
+            self.alive.index_fill_(0, slots, True)
+            self.committed += count
+
+    def compact(self) -> None:
+        """Gather the committed entries to the front (one host read of how many there are)."""
+        live = torch.nonzero(self.alive[: self.physical])[:, 0]
+        count = int(live.shape[0])  # the one read: rare, when the free room has run out
+        self.cache.move(live, 0)
+        self.alive.zero_()
+        self.alive[:count].fill_(True)
+        self.physical = count
+        self.compactions += 1
+
+
+@dataclass
+class DraftStaticForwards:
+    """A draft model's level forwards on a :class:`FastPath` whose cache is a :class:`DeviceSlotBook`."""
+
+    path: FastPath
+    #: slots a tree's levels may write after level 0 (its nodes plus one level's padding)
+    tree_room: int = 0
+
+    def __post_init__(self) -> None:
+        self.path.owner = self
+
+    @property
+    def book(self) -> DeviceSlotBook:
+        check_owner(self.path, self)
+        return self.path.cache
+
+    @torch.inference_mode()
+    def chain(self, ids: torch.Tensor, clock: pl.ForwardClock | None) -> tuple[torch.Tensor, int]:
+        """Level 0: the causal chain ``ids`` [q] after the committed entries, committed at once (they
+        are committed tokens); returns its logits [q, V] and its first slot. Padded to a bucket
+        when one holds it, else run eagerly (a first level that reads the whole prompt)."""
+        q, book = ids.shape[0], self.book
+        committed, b = book.committed, self._bucket(q)
+        start = book.reserve(b, room=self.tree_room)
+        x = self._inputs(b, q, start)
+        x.ids[0, :q].copy_(ids)
+        torch.add(self.path.cache.cache._ar[:q], committed, out=x.pos[0, :q])
+        rows = x.mask[0, 0, :q]
+        rows.masked_fill_(book.alive[None, :], 0.0)
+        rows[:, start:start + q].masked_fill_(pl.causal_allowed(q, 0, ids.device), 0.0)
+        logits = self._run(b, q, x, clock)
+        book.commit_chain(start, q)
+        book.physical = start + q  # the padding's slots are free again
+        return logits, start
+
+    @torch.inference_mode()
+    def level(self, tree: "object", ids: torch.Tensor, slot: torch.Tensor, root_pos: int,
+              clock: pl.ForwardClock | None) -> torch.Tensor:
+        """One tree level ``ids`` [q]: each node sees the committed entries, its fed ancestors (their
+        ``slot``) and itself, at position ``root_pos`` + depth; ``slot`` gets the level's slots."""
+        q, book = ids.shape[0], self.book
+        b = self._bucket(q)
+        start = book.reserve(b)
+        x = self._inputs(b, q, start)
+        x.ids[0, :q].copy_(tree.tokens[ids])
+        torch.add(tree.depths[ids], root_pos, out=x.pos[0, :q])
+        rows = x.mask[0, 0, :q]
+        rows.masked_fill_(book.alive[None, :], 0.0)
+        anc = tree.ancestors.index_select(0, ids) & (slot >= 0)[None, :]
+        cols = torch.where(anc, slot[None, :], book.capacity)  # not an ancestor: the spare column
+        seen = torch.zeros((q, book.capacity + 1), dtype=torch.bool, device=ids.device).scatter_(1, cols, True)
+        rows.masked_fill_(seen[:, :book.capacity], 0.0)
+        rows[:, start:start + q].diagonal().fill_(0.0)
+        logits = self._run(b, q, x, clock)
+        slot.index_copy_(0, ids, self.path.cache.cache._ar[:q] + start)
+        book.physical = start + q
+        return logits
+
+    def _bucket(self, q: int) -> int:
+        return bucket(q, self.path.buckets) if q <= self.path.buckets[-1] else q
+
+    def _inputs(self, b: int, q: int, start: int) -> StaticInputs:
+        """The bucket's buffers, cleared (an over-size chain: fresh ones, run eagerly)."""
+        if b in self.path.buckets:
+            x = self.path.entry(b, False).inputs
+        else:
+            dev, dtype = self.book.alive.device, pl.model_dtype(self.path.model)
+            x = StaticInputs(torch.zeros((1, b), dtype=torch.long, device=dev),
+                             torch.empty((1, 1, b, self.book.capacity), dtype=dtype, device=dev),
+                             torch.zeros((1, b), dtype=torch.long, device=dev))
+        x.ids[0, q:].fill_(0)
+        x.pos[0, q:].fill_(self.book.committed)
+        x.mask.fill_(torch.finfo(x.mask.dtype).min)
+        x.mask[0, 0, q:, start + q:start + b].diagonal().fill_(0.0)  # a dummy row sees only itself
+        return x
+
+    def _run(self, b: int, q: int, x: StaticInputs, clock: pl.ForwardClock | None) -> torch.Tensor:
+        with pl.timed(clock):
+            if b in self.path.buckets:
+                logits, _ = self.path.entry(b, False).run()
+            else:
+                logits, _ = _forward_fn(self.path.model, self.path.cache.cache, x, False)()
+        return logits[:q]
+
+
+def draft_fast_path(model: torch.nn.Module, runtime: str, length: int, max_level: int,
+                    buckets: tuple[int, ...] | None = None, static_len: int | None = None) -> DraftStaticForwards:
+    """A draft model's fast path for ``runtime`` (kept for the model and reused, like the target's):
+    room for ``length`` committed tokens plus one tree's dead entries, levels up to ``max_level``
+    nodes in buckets; every bucket's forward built now."""
+    room = max_level + buckets_for(max_level, buckets)[-1]
+    path = keep_or_make(model, f"draft:{runtime}", runtime, length, max_level, buckets, static_len, DeviceSlotBook,
+                        room)
+    path.prepare(hidden=False)
+    return DraftStaticForwards(path, tree_room=room)

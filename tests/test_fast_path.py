@@ -1,0 +1,175 @@
+"""The fast path (static caches, bucketed trees, captured forwards) decodes exactly as the eager path.
+
+``runtime="static"`` runs the fast path's caches, buckets and padding eagerly: on a CPU it is what
+the captured runtimes replay, so the property tests run it for every method and drafter. The
+``graphs`` runtime itself is checked on a GPU (``DYNATREE_TEST_DEVICE=cuda``, scripts/gpu_check.sh).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dynatree_core import generate, iterate
+from dynatree_core.drafters import LookupMix, PromptLookup
+from dynatree_core.policy.config import DynaTreeConfig, LinearConfig
+from dynatree_core.policy.sampling import SamplingConfig
+from dynatree_core.runtime import fast_path as fp
+from dynatree_core.runtime.static_cache import SlotCache, StaticTargetCache
+
+from conftest import DEVICE, cached_pair, reference_greedy
+from test_exactness import ARCHS, ATTNS, EDGE_CONFIGS, method_configs, prompts
+from test_feature_draft import feature_pair
+
+STATIC = "graphs" if DEVICE.type == "cuda" else "static"
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(arch=st.sampled_from(ARCHS), attn=st.sampled_from(ATTNS), noise=st.sampled_from([0.0, 0.02, 1.0]),
+       mc=method_configs, prompt=prompts, n=st.integers(0, 24))
+def test_every_decoder_on_the_fast_path_equals_target_greedy(arch, attn, noise, mc, prompt, n):
+    method, config = mc
+    res = generate(cached_pair(arch, attn, noise), list(prompt), method, config, max_new_tokens=n, ignore_eos=True,
+                   runtime=STATIC)
+    assert res.tokens == reference_greedy(arch, attn, prompt, n)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("method,config", EDGE_CONFIGS)
+def test_edge_configs_on_the_fast_path_are_exact(arch, method, config):
+    prompt = (5, 9, 2, 33, 7)
+    res = generate(cached_pair(arch, "sdpa", 0.02), list(prompt), method, config, max_new_tokens=30, ignore_eos=True,
+                   runtime=STATIC)
+    assert res.tokens == reference_greedy(arch, "sdpa", prompt, 30)
+
+
+@pytest.mark.parametrize("kind", ["lookup", "model+lookup", "feature", "feature+lookup"])
+def test_every_drafter_on_the_fast_path_is_exact(kind):
+    base = cached_pair("llama", "sdpa", 0.05)
+    feature = feature_pair("sdpa", 1, 0)
+    pair = {"lookup": dataclasses.replace(base, draft=PromptLookup()),
+            "model+lookup": dataclasses.replace(base, lookup=LookupMix()),
+            "feature": feature, "feature+lookup": dataclasses.replace(feature, lookup=LookupMix())}[kind]
+    prompt = [5, 9, 14, 3, 22, 7, 31, 12, 5, 9, 14, 3]
+    for method, config in [("linear", LinearConfig(k=3)), ("dynatree", DynaTreeConfig.cpu()), ("eagle2", None)]:
+        eager = generate(pair, prompt, method, config, max_new_tokens=30, ignore_eos=True, runtime="eager")
+        fast = generate(pair, prompt, method, config, max_new_tokens=30, ignore_eos=True, runtime=STATIC)
+        assert fast.tokens == eager.tokens
+
+
+def test_sampling_on_the_fast_path_draws_what_the_eager_path_draws():
+    pair = cached_pair("gpt_neox", "sdpa", 0.1)
+    for verify in ("match", "rejection"):
+        cfg = SamplingConfig(temperature=0.8, seed=9, verify=verify)
+        eager = generate(pair, [4, 5, 6], "dynatree", DynaTreeConfig(tau=0.0), max_new_tokens=25, ignore_eos=True,
+                         sampling=cfg, runtime="eager")
+        fast = generate(pair, [4, 5, 6], "dynatree", DynaTreeConfig(tau=0.0), max_new_tokens=25, ignore_eos=True,
+                        sampling=cfg, runtime=STATIC)
+        assert fast.tokens == eager.tokens
+
+
+def test_fast_path_logits_equal_the_eager_verify_within_float_tolerance():
+    """The padded, static-cache verify forward of one tree scores every real node as the unpadded
+    forward over the dynamic cache does (another kernel shape: equal to float tolerance)."""
+    pair = cached_pair("llama", "sdpa", 0.02)
+    prompt, cfg = [7, 3, 9, 12, 30], DynaTreeConfig(n_max=11, tau=0.0)  # 12 nodes: padded to 16
+    runs = {rt: iterate(pair, prompt, "dynatree", cfg, max_new_tokens=6, trace=True, ignore_eos=True, runtime=rt)
+            for rt in ("eager", STATIC)}
+    recs = {rt: list(run) for rt, run in runs.items()}
+    for a, b in zip(recs["eager"], recs[STATIC]):
+        assert a.tree.tokens == b.tree.tokens and a.target_argmax == b.target_argmax
+        np.testing.assert_allclose(a.target_prob_drafted[1:], b.target_prob_drafted[1:], rtol=1e-5, atol=1e-6)
+
+
+def test_compactions_keep_the_output_exact():
+    """A static cache with little room compacts its dead entries away on the way."""
+    pair = cached_pair("llama", "sdpa", 0.5)
+    prompt = (3, 4, 5, 6)
+    cfg = DynaTreeConfig(n_max=12, tau=0.0, b_min=2, b_mid=3, b_max=3)
+    run = iterate(pair, list(prompt), "dynatree", cfg, max_new_tokens=120, ignore_eos=True, runtime="static",
+                  static_len=4 + 120 + 13 + 3)
+    list(run)
+    assert run.result.tokens == reference_greedy("llama", "sdpa", prompt, 120)
+    assert run.fast.cache.compactions >= 1
+
+
+def test_the_kept_fast_path_serves_later_prompts_without_building_again():
+    pair = cached_pair("gpt_neox", "eager", 0.02)
+    generate(pair, [3, 4, 5], "linear", LinearConfig(k=3), max_new_tokens=10, ignore_eos=True, runtime="static")
+    path = fp._PATHS[pair.target]["static"]
+    built, capture = dict(path.entries), path.capture_s
+    res = generate(pair, [9, 8, 7, 6], "linear", LinearConfig(k=3), max_new_tokens=12, ignore_eos=True,
+                   runtime="static")
+    assert fp._PATHS[pair.target]["static"] is path and path.entries == built and path.capture_s == capture
+    assert res.tokens == reference_greedy("gpt_neox", "eager", (9, 8, 7, 6), 12)
+
+
+def test_runs_cannot_interleave_on_one_fast_path():
+    pair = cached_pair("llama", "eager", 0.02)
+    first = iterate(pair, [3, 4, 5], "linear", LinearConfig(k=2), max_new_tokens=10, ignore_eos=True, runtime="static")
+    next(first)
+    second = iterate(pair, [6, 7], "linear", LinearConfig(k=2), max_new_tokens=10, ignore_eos=True, runtime="static")
+    second.finish()
+    with pytest.raises(RuntimeError, match="cannot interleave"):
+        next(first)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(runtime="graphs"), "needs a CUDA device"),
+    (dict(runtime="turbo"), "runtime must be one of"),
+    (dict(runtime="static", static_len=20), "static_len=20 is too short"),
+    (dict(runtime="static", buckets=(1, 2, 4)), "more than the largest bucket"),
+])
+def test_bad_fast_path_settings_fail_before_any_model_work(kwargs, match, monkeypatch):
+    if DEVICE.type == "cuda" and kwargs.get("runtime") == "graphs":
+        pytest.skip("graphs are available on this device")
+    pair = cached_pair("llama", "sdpa", 0.02)
+    monkeypatch.setattr(type(pair.target), "forward", lambda *a, **k: pytest.fail("a model ran"))
+    with pytest.raises(ValueError, match=match):
+        generate(pair, [3, 4, 5], "dynatree", DynaTreeConfig(n_max=8), max_new_tokens=16, **kwargs)
+
+
+def test_buckets_pad_to_the_next_size_and_cover_the_largest_tree():
+    assert fp.buckets_for(5) == (1, 2, 4, 8)
+    assert fp.buckets_for(257)[-1] == 384
+    assert fp.buckets_for(1000)[-1] == 1024  # past the defaults: the next power of two
+    assert fp.bucket(9, (1, 4, 16)) == 16
+    with pytest.raises(ValueError, match="larger than the largest bucket"):
+        fp.bucket(17, (1, 4, 16))
+
+
+def test_static_target_cache_bookkeeping():
+    cache = StaticTargetCache(SlotCache(layers=1, capacity=16, max_write=16, device=torch.device("cpu")))
+    start = cache.reserve(4)
+    cache.commit_written()  # a prefill of 4
+    assert (start, cache.committed, cache.physical) == (0, 4, 4)
+    start = cache.reserve(8)  # a tree of 8 (padded): keep root, nodes 2 and 5
+    cache.keep(start, [0, 2, 5])
+    assert (cache.committed, cache.physical, cache.dead) == (7, 10, 3)
+    assert cache.visible(torch.device("cpu")).tolist()[:10] == [1, 1, 1, 1, 1, 0, 1, 0, 0, 1]
+    start = cache.reserve(8)  # 10 + 8 > 16: the dead entries are compacted away first
+    assert cache.compactions == 1 and start == 7
+    with pytest.raises(RuntimeError, match="resolve the last forward"):
+        cache.reserve(1)
+    cache.drop_written()
+    with pytest.raises(ValueError, match="static cache is full"):
+        cache.reserve(10)
+
+
+def test_the_drafts_device_bookkeeping_commits_in_place_and_compacts_between_trees():
+    from dynatree_core.runtime.static_draft import DeviceSlotBook
+
+    book = DeviceSlotBook(SlotCache(layers=1, capacity=16, max_write=16, device=torch.device("cpu")))
+    start = book.reserve(3, room=4)  # a level-0 chain of 3 committed tokens
+    book.commit_chain(start, 3)
+    level = book.reserve(4)  # a tree level of 4 nodes at slots 3..6: keep nodes at slots 4 and 6
+    book.commit_slots(torch.tensor([4, 6]), 2)
+    assert (book.committed, book.physical) == (5, 7)
+    assert book.alive.tolist()[:8] == [True, True, True, False, True, False, True, False] and level == 3
+    start = book.reserve(2, room=8)  # 7 + 2 + 8 > 16: the next tree's level 0 compacts first
+    assert book.compactions == 1 and start == 5 and book.alive.tolist()[:6] == [True] * 5 + [False]
