@@ -108,44 +108,60 @@ def demo_trace(n_iterations: int = 12, *, seed: int = 0,
     for r in range(n_iterations):
         if len(output) >= max_new_tokens or (output and output[-1] == 0):
             break
-        before = adapter.state.to_dict() if adapter else None
-        rule = adapter.rule() if adapter else cfg.growth_rule()
-        out_so_far = tuple(output)
+        rec = _demo_iteration(world, cfg, adapter, r, root, output, len(prompt_ids) - 1 + len(output),
+                              max_new_tokens)
+        records.append(rec)
+        output.extend(rec.committed)
+        root = rec.committed[-1]
+    return Trace(method=cfg.method, config=cfg.to_dict(), target_name="demo-target",
+                 draft_name="demo-draft", prompt_tokens=prompt_ids, prompt_text=prompt,
+                 eos_token_id=0, max_new_tokens=max_new_tokens, iterations=records,
+                 tokens=output, text="".join(world.vocab[t] for t in output),
+                 metrics=_demo_metrics(records, output).to_dict(), versions={"dynatree_viz": "demo"})
 
-        def ctx(tree: DraftTree, i: int) -> tuple[int, ...]:
-            return out_so_far + tuple(tree.tokens[j] for j in tree.path_to(i))
 
-        def propose(tree: DraftTree, ids: list[int]):
-            return [world.draft_topk(ctx(tree, i)) for i in ids]
+def _demo_iteration(world: _World, cfg: DecoderConfig, adapter: HistoryAdapter | None, r: int,
+                    root: int, output: list[int], prefix_len: int,
+                    max_new_tokens: int) -> IterationRecord:
+    """Iteration ``r``: grow a tree with the demo draft, verify it with the demo target."""
+    before = adapter.state.to_dict() if adapter else None
+    rule = adapter.rule() if adapter else cfg.growth_rule()
+    out_so_far = tuple(output)
 
-        tree = grow_tree(root, rule, propose)
-        argmax = [world.target_next(ctx(tree, i)) for i in range(len(tree))]
-        path, bonus = tree.greedy_path(argmax)
-        committed = [tree.tokens[i] for i in path] + [bonus]
-        if 0 in committed:
-            committed = committed[: committed.index(0) + 1]
-        committed = committed[: max_new_tokens - len(output)]
-        prefix_len = len(prompt_ids) - 1 + len(output)
-        after = adapter.update(len(path) / tree.depth if tree.depth else None).to_dict() if adapter else None
-        n = tree.num_drafted
-        rng = world._rng("timing", r)
-        timings = {"draft": round(0.0042 * tree.draft_calls * (1 + 0.1 * rng.random()), 6),
-                   "verify": round((0.021 + 0.00035 * (n + 1)) * (1 + 0.1 * rng.random()), 6),
-                   "commit": round(0.0008 * (1 + 0.1 * rng.random()), 6)}
-        prob = [None] + [0.9 if argmax[tree.parents[i]] == tree.tokens[i] else 0.03
-                         for i in range(1, len(tree))]
-        records.append(IterationRecord(
-            index=r, prefix_len=prefix_len, tree=tree, target_argmax=argmax,
-            accepted_path=path, committed=committed,
-            bonus=bonus if len(committed) == len(path) + 1 else None,
-            position_ids=[prefix_len + d for d in tree.depths], target_prob_drafted=prob,
-            token_texts=[world.vocab[t] for t in tree.tokens],
-            committed_texts=[world.vocab[t] for t in committed],
-            history_before=before, history_after=after, timings=timings,
-            draft_forwards=tree.draft_calls, target_forwards=1))
-        output.extend(committed)
-        root = committed[-1]
-    metrics = summarize(
+    def ctx(tree: DraftTree, i: int) -> tuple[int, ...]:
+        return out_so_far + tuple(tree.tokens[j] for j in tree.path_to(i))
+
+    def propose(tree: DraftTree, ids: list[int]):
+        return [world.draft_topk(ctx(tree, i)) for i in ids]
+
+    tree = grow_tree(root, rule, propose)
+    argmax = [world.target_next(ctx(tree, i)) for i in range(len(tree))]
+    path, bonus = tree.greedy_path(argmax)
+    committed = [tree.tokens[i] for i in path] + [bonus]
+    if 0 in committed:
+        committed = committed[: committed.index(0) + 1]
+    committed = committed[: max_new_tokens - len(output)]
+    after = adapter.update(len(path) / tree.depth if tree.depth else None).to_dict() if adapter else None
+    rng = world._rng("timing", r)
+    timings = {"draft": round(0.0042 * tree.draft_calls * (1 + 0.1 * rng.random()), 6),
+               "verify": round((0.021 + 0.00035 * (tree.num_drafted + 1)) * (1 + 0.1 * rng.random()), 6),
+               "commit": round(0.0008 * (1 + 0.1 * rng.random()), 6)}
+    prob = [None] + [0.9 if argmax[tree.parents[i]] == tree.tokens[i] else 0.03
+                     for i in range(1, len(tree))]
+    return IterationRecord(
+        index=r, prefix_len=prefix_len, tree=tree, target_argmax=argmax,
+        accepted_path=path, committed=committed,
+        bonus=bonus if len(committed) == len(path) + 1 else None,
+        position_ids=[prefix_len + d for d in tree.depths], target_prob_drafted=prob,
+        token_texts=[world.vocab[t] for t in tree.tokens],
+        committed_texts=[world.vocab[t] for t in committed],
+        history_before=before, history_after=after, timings=timings,
+        draft_forwards=tree.draft_calls, target_forwards=1)
+
+
+def _demo_metrics(records: list[IterationRecord], output: list[int]) -> Any:
+    """The run's metrics from its records (a 0.05 s prefill)."""
+    return summarize(
         new_tokens=len(output), wall_time_s=sum(sum(r.timings.values()) for r in records) + 0.05,
         ttft_s=0.05 + sum(records[0].timings.values()) if records else None,
         iterations=len(records), accepted=[r.accepted_length for r in records],
@@ -157,11 +173,6 @@ def demo_trace(n_iterations: int = 12, *, seed: int = 0,
         commit_time_s=sum(r.timings["commit"] for r in records), peak_memory_bytes=None,
         peak_memory_kind="none", stopped_by="eos" if output and output[-1] == 0 else "max_new_tokens",
         speculative=True)
-    return Trace(method=cfg.method, config=cfg.to_dict(), target_name="demo-target",
-                 draft_name="demo-draft", prompt_tokens=prompt_ids, prompt_text=prompt,
-                 eos_token_id=0, max_new_tokens=max_new_tokens, iterations=records,
-                 tokens=output, text="".join(world.vocab[t] for t in output),
-                 metrics=metrics.to_dict(), versions={"dynatree_viz": "demo"})
 
 
 def demo_results(kind: str = "methods") -> list[dict[str, Any]]:

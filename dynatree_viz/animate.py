@@ -38,7 +38,10 @@ from dynatree_core.records.trace import IterationRecord, Trace
 
 from dynatree_viz import style
 from dynatree_viz import tree_view as tv
-from dynatree_viz.export import ImageExportUnavailable, figure_html, require_image_export, save_image
+from dynatree_viz.controls import play_pause, step_slider
+from dynatree_viz.export import (ImageExportUnavailable, figure_html, quiet_kaleido, require_image_export,
+                                 save_image)
+from dynatree_viz.labels import LINE_SPACING, marker_size_for_offset, text_lines
 from dynatree_viz.scene import TreeScene
 from dynatree_viz.tokens import TokenNamer, resolve_namer
 
@@ -60,7 +63,8 @@ class AnimationStep:
     ``nodes``: the tree nodes shown (BFS ids); ``pruned``: indices into ``tree.pruned`` shown as
     ghosts (only with ``show_pruned``); ``level``: the draft level of a draft step;
     ``committed_text``: the text appended in this step (only the commit step has one);
-    ``text``: the whole text shown above the tree (context, plus the committed text at commit).
+    ``text``: the whole text shown above the tree (context, plus the committed text at commit);
+    ``short``: a few words for the step's panel in :func:`animation_strip`.
     """
 
     name: str
@@ -71,6 +75,7 @@ class AnimationStep:
     title: str
     text: str
     committed_text: str = ""
+    short: str = ""
 
 
 def _record(source: Any, iteration: int) -> tuple[IterationRecord, Trace | None]:
@@ -116,26 +121,31 @@ def animation_steps(source: Trace | IterationRecord | str, iteration: int = 0, *
     """The steps :func:`animate` draws (same arguments), as data."""
     rec, trace = _record(source, iteration)
     namer = resolve_namer(trace or rec, namer, tokenizer)
+    context = _context(rec, trace, namer)
+    steps = _draft_steps(rec, namer, show_pruned, context)
+    return steps + _outcome_steps(rec, namer, list(steps[-1].pruned), context)
+
+
+def _draft_steps(rec: IterationRecord, namer: TokenNamer, show_pruned: bool,
+                 context: str) -> list[AnimationStep]:
+    """One step per draft level: the nodes of depth ≤ k (and the ghosts pruned up to k)."""
     tree = rec.tree
-    n = len(tree)
     depth = tree.depth
-    all_nodes = list(range(n))
     pruned_depth = [tree.depths[p.parent] + 1 for p in tree.pruned]
     all_pruned = list(range(len(tree.pruned))) if show_pruned else []
-    context = _context(rec, trace, namer)
-    committed = _committed_texts(rec, namer)
     root_text = namer(tree.tokens[0]) if not rec.token_texts else rec.token_texts[0]
     steps: list[AnimationStep] = []
     for k in range(depth + 1):
-        nodes = [i for i in all_nodes if tree.depths[i] <= k]
+        nodes = [i for i in range(len(tree)) if tree.depths[i] <= k]
         pruned = [j for j in all_pruned if pruned_depth[j] <= k]
+        new = sum(1 for i in nodes if tree.depths[i] == k)
         if k == 0:
             title = _title(f"Draft · the root '{style.hover_escape(root_text)}' = the last "
                            "committed token",
                            f"the draft grows the tree level by level, {depth} level(s) here"
                            if depth else "nothing is drafted: one plain target step")
+            short = "the root: the last committed token"
         else:
-            new = sum(1 for i in all_nodes if tree.depths[i] == k)
             gone = [p.reason for p in tree.pruned if tree.depths[p.parent] + 1 == k]
             why = ", ".join(f"{gone.count(r)} by {'τ' if r == 'tau' else 'N_max'}"
                             for r in dict.fromkeys(gone))
@@ -144,30 +154,42 @@ def animation_steps(source: Trace | IterationRecord | str, iteration: int = 0, *
                            "label = token and q = draft probability given the parent"
                            + (f"; candidates pruned: {why}" + (" (grey)" if show_pruned else "")
                               if gone else ""))
-        steps.append(AnimationStep(f"draft d={k}", "draft", k, nodes, pruned, title, context))
+            short = f"{new} new node(s)" + (f", {len(gone)} pruned" if gone else "")
+        steps.append(AnimationStep(f"draft d={k}", "draft", k, nodes, pruned, title, context,
+                                   short=short))
+    return steps
+
+
+def _outcome_steps(rec: IterationRecord, namer: TokenNamer, pruned: list[int],
+                   context: str) -> list[AnimationStep]:
+    """Verify, select and commit: every node shown, the target's verdict added step by step."""
+    n = len(rec.tree)
+    nodes = list(range(n))
     n_rej = sum(1 for s in TreeScene.from_record(rec, namer).statuses() if s == "rejected")
-    steps.append(AnimationStep(
-        "verify", "verify", None, all_nodes, all_pruned,
-        _title(f"Verify · one target forward over all {n} node(s) at once",
-               f"→ x = the target's greedy next token after each node; ring = accepted "
-               f"({rec.accepted_length}), ✗ = rejected: the target chose another token ({n_rej})"),
-        context))
+    ell = rec.accepted_length
     bonus = (f" + ★ bonus '{style.hover_escape(namer(rec.bonus))}'"
              if rec.bonus is not None else " (no bonus: the run stopped here)")
-    steps.append(AnimationStep(
-        "select", "select", None, all_nodes, all_pruned,
-        _title(f"Select · ℓ = {rec.accepted_length} accepted{bonus}",
-               "the longest path from the root whose every token is the target's own choice, "
-               "then the target's choice after its end"), context))
+    committed = _committed_texts(rec, namer)
     text = "".join(committed)
-    steps.append(AnimationStep(
-        "commit", "commit", None, all_nodes, all_pruned,
-        _title(f"Commit · {len(committed)} token(s) appended to the text",
-               f"{rec.accepted_length} accepted (blue)"
-               + (", the bonus underlined" if rec.bonus is not None else "")
-               + f"; {len(committed)} token(s) for {rec.target_forwards} target forward(s)"),
-        context + text, committed_text=text))
-    return steps
+    shown = style.visible_token(text).replace("␣", " ")
+    return [
+        AnimationStep("verify", "verify", None, nodes, pruned, _title(
+            f"Verify · one target forward over all {n} node(s) at once",
+            f"→ x = the target's greedy next token after each node; ring = accepted "
+            f"({ell}), ✗ = rejected: the target chose another token ({n_rej})"), context,
+            short=f"{ell} ✓ accepted, {n_rej} ✗ rejected"),
+        AnimationStep("select", "select", None, nodes, pruned, _title(
+            f"Select · ℓ = {ell} accepted{bonus}",
+            "the longest path from the root whose every token is the target's own choice, "
+            "then the target's choice after its end"), context,
+            short=f"ℓ = {ell}" + (" + ★ bonus" if rec.bonus is not None else "")),
+        AnimationStep("commit", "commit", None, nodes, pruned, _title(
+            f"Commit · {len(committed)} token(s) appended to the text",
+            f"{ell} accepted (blue)" + (", the bonus underlined" if rec.bonus is not None else "")
+            + f"; {len(committed)} token(s) for {rec.target_forwards} target forward(s)"),
+            context + text, committed_text=text,
+            short=f"+ '{shown if len(shown) <= 24 else shown[:23] + '…'}'"),
+    ]
 
 
 # --- drawing ------------------------------------------------------------------------------
@@ -188,12 +210,13 @@ def _text_panel(step: AnimationStep, rec: IterationRecord, namer: TokenNamer) ->
     before = step.text[: len(step.text) - len(step.committed_text)]
     budget = max(_TEXT_CHARS - len(step.committed_text), 12)
     shown = style.visible_token(before[-budget:]).replace("␣", " ")
-    head = ("…" if len(before) > budget else "") + html.escape(shown)
+    head = ("…" if len(before) > budget else "") + html.escape(shown, quote=False)  # plotly
+    # decodes &amp; &lt; &gt; and numeric entities, not &quot;
     tail = ""
     if step.phase == "commit":
         texts = _committed_texts(rec, namer)
         for k, t in enumerate(texts):
-            t = html.escape(style.visible_token(t).replace("␣", " "))
+            t = html.escape(style.visible_token(t).replace("␣", " "), quote=False)
             if k >= rec.accepted_length:  # the bonus: underlined, as in the text view
                 tail += f"<b><u><span style='color:#7a4a00'>{t}</span></u></b>"
             else:
@@ -206,16 +229,121 @@ def _text_panel(step: AnimationStep, rec: IterationRecord, namer: TokenNamer) ->
                 font=dict(family="Menlo, Consolas, monospace", size=13, color="#222"))
 
 
-def _target_trace(scene: TreeScene, pos: dict, ids: Sequence[int], chars: int) -> go.Scatter:
-    # transparent markers as wide as the accepted ring push the text clear of it; no hover
-    # here (the node's own hover names the target's choice), so the node keeps its hover
+def _target_text(scene: TreeScene, i: int, chars: int) -> str:
+    return "→" + style.short_label(scene.namer(scene.target_argmax[i]), chars)
+
+
+@dataclass
+class _Parts:
+    """What every frame of :func:`animate` is cut from: the tree view's traces for the whole
+    tree, its labels (token and q) and the nodes whose "→ x" is shown once verified."""
+
+    rec: IterationRecord
+    scene: TreeScene
+    lay: tv._Layout
+    look: tv._Look
+    geo: tv._Geometry
+    legend: list
+    nodes_draft: go.Scatter
+    nodes_done: go.Scatter
+    texts: dict
+    targets: list[int]
+
+
+def _parts(rec: IterationRecord, namer: TokenNamer, color_by: str, show_pruned: bool,
+           width: int | None, height: int | None) -> _Parts:
+    scene = TreeScene.from_record(rec, namer)
+    tree, n = scene.tree, len(scene.tree)
+    status = scene.statuses()
+    lay = tv._layout(scene, show_pruned)
+    look = tv._look(lay)
+    texts = tv.label_texts(scene, lay, look.chars)
+    if not look.dense:  # label = token and q(token | parent)
+        texts.update({i: f"{texts[i]}<br>q={math.exp(tree.logps[i]):.2f}" for i in range(1, n)})
+    targets = list(range(n)) if not look.dense else [0] + list(scene.accepted)
+    legend = tv._legend_keys(scene, status, color_by, bool(lay.pruned), None)
+    legend[:0] = [tv._legend_key(LEGEND_Q, "q", mode="text", text=["q"]),
+                  tv._legend_key(LEGEND_TARGET, "target", mode="text", text=["→x"])]
+    blocks = dict(texts)
+    blocks.update({i: f"{texts[i]}<br>{_target_text(scene, i, look.chars)}" for i in targets})
+    geo = tv._geometry(lay, blocks, look.font_size, [k.name for k in legend], width=width,
+                       height=height, top=_TOP, min_width=900)
+    nodes_draft = tv._node_trace(scene, ["root"] + ["drafted"] * (n - 1), lay.pos, color_by,
+                                 None, look)  # no verification outcome yet
+    no_target = dataclasses.replace(scene, target_prob=[])
+    nodes_draft.hovertext = [tv._hover(no_target, i, "drafted") for i in range(n)]
+    nodes_done = tv._node_trace(scene, status, lay.pos, color_by, None, look)
+    nodes_draft.text = nodes_done.text = [texts[i] for i in range(n)]
+    nodes_done.hovertext = [f"{h}<br>→ the target's next token after it: "
+                            f"'{style.hover_escape(namer(scene.target_argmax[i]))}'"
+                            for i, h in enumerate(nodes_done.hovertext)]
+    return _Parts(rec, scene, lay, look, geo, legend, nodes_draft, nodes_done, texts, targets)
+
+
+def _target_trace(p: _Parts, ids: Sequence[int]) -> go.Scatter:
+    """"→ x" under each node's label (one more line of its block); no hover here (the node's own
+    hover names the target's choice), so the node keeps its hover."""
+    fs = p.look.font_size
+    below = [p.geo.plan.offset[i] + len(text_lines(p.texts[i])) * LINE_SPACING * fs for i in ids]
     return go.Scatter(
-        x=[pos[i][0] for i in ids], y=[pos[i][1] for i in ids], mode="markers+text",
-        marker=dict(size=28, color="rgba(0,0,0,0)"), hoverinfo="skip",
-        name=TARGET_CHOICES, customdata=list(ids), showlegend=False, legendgroup="target",
-        text=["→" + style.short_label(scene.namer(scene.target_argmax[i]), chars) for i in ids],
-        textposition="middle right",
-        textfont=dict(size=10, color="#444444", shadow=style.LABEL_HALO))
+        x=[p.lay.pos[i][0] for i in ids], y=[p.lay.pos[i][1] for i in ids], mode="markers+text",
+        marker=dict(size=[marker_size_for_offset(b) for b in below], color="rgba(0,0,0,0)"),
+        hoverinfo="skip", name=TARGET_CHOICES, customdata=list(ids), showlegend=False,
+        legendgroup="target", text=[_target_text(p.scene, i, p.look.chars) for i in ids],
+        textposition="bottom center", cliponaxis=False,
+        textfont=dict(size=fs, color="#444444", shadow=style.LABEL_HALO))
+
+
+def _frame_traces(p: _Parts, step: AnimationStep) -> list[go.Scatter]:
+    """One step's traces, in the tree view's order (lines, marks, markers, then labels)."""
+    scene, lay, start = p.scene, p.lay, p.geo.start
+    tree, pos, n = scene.tree, lay.pos, len(scene.tree)
+    verified = step.phase != "draft"
+    selected = step.phase in ("select", "commit")
+    acc = set(scene.accepted)
+    edges = [(tree.parents[i], i) for i in step.nodes if i > 0 and not (selected and i in acc)]
+    out = [tv._lines(edges, pos, tv.EDGES, start, color=style.EDGE, width=1)]
+    if lay.pruned:
+        out.append(tv._lines([(lay.pruned[j].parent, n + j) for j in step.pruned], pos,
+                             tv.PRUNED_EDGES, start, color=style.GHOST, width=1, dash="dot"))
+        ghosts = tv._pruned_trace(scene, lay.pruned, pos, n, p.look.chars)
+    out.append(tv._lines(tv._path_edges(scene, lay) if selected else [], pos,
+                         tv.ACCEPTED_EDGES, start, color=style.ACCEPTED, width=3.5))
+    out[-1].legendgroup = "accepted"
+    out += tv._outcome_marks(scene.statuses() if verified else [], pos)
+    if lay.pruned:
+        out.append(_take(ghosts, step.pruned, len(lay.pruned)))
+    shown = set(step.nodes)
+    out.append(_take(p.nodes_done if verified else p.nodes_draft,
+                     [i for i in range(n) if i in shown], n))
+    out.append(_bonus_star(p, selected))
+    out.append(_target_trace(p, p.targets if verified else []))
+    keys = list(step.nodes) + [n + j for j in step.pruned]
+    if selected and lay.bonus_node is not None:
+        keys.append(lay.bonus_node)
+    colors = tv.label_colors(scene, lay)
+    if not verified:  # nothing is accepted yet
+        colors = {k: c for k, c in colors.items() if k not in acc}
+    out.append(tv._label_trace(keys, p.texts, p.geo.plan.offset, pos, p.look.font_size, colors))
+    return out
+
+
+def _bonus_star(p: _Parts, selected: bool) -> go.Scatter:
+    """The bonus star once selected; before that the same trace, empty."""
+    if p.lay.bonus_node is None:
+        return go.Scatter(x=[], y=[], mode="markers", name=tv.BONUS, showlegend=False,
+                          hoverinfo="skip")
+    star = tv._bonus_trace(p.scene, p.lay.pos[p.lay.bonus_node], p.lay.bonus_parent, p.look.chars)
+    if not selected:
+        star.update(x=[], y=[], text=[], hovertext=[])
+    return star
+
+
+def _meta(p: _Parts, step: AnimationStep) -> dict:
+    return {"phase": step.phase, "level": step.level, "nodes": list(step.nodes),
+            "pruned": list(step.pruned), "committed_text": step.committed_text,
+            "text": step.text, "short": step.short, "accepted": list(p.scene.accepted),
+            "bonus_key": p.lay.bonus_node}
 
 
 def animate(source: Trace | IterationRecord | str, iteration: int = 0, *,
@@ -232,138 +360,36 @@ def animate(source: Trace | IterationRecord | str, iteration: int = 0, *,
     ``frame_ms`` is the time per step when playing. Trace names: the tree view's, plus
     ``TARGET_CHOICES`` (the "→ x" labels); the text above the tree is the ``TEXT_PANEL``
     annotation. Each frame's ``layout.meta`` holds its step (``phase``, ``level``, ``nodes``,
-    ``committed_text``).
+    ``committed_text``, ``short``) and the accepted node ids. Its static image (where a notebook
+    is read without a kernel) is :func:`animation_strip`: every step in one picture.
     """
     rec, trace = _record(source, iteration)
     namer = resolve_namer(trace or rec, namer, tokenizer)
     steps = animation_steps(rec if trace is None else trace, iteration, show_pruned=show_pruned,
                             namer=namer)
-    scene = TreeScene.from_record(rec, namer)
-    tree = scene.tree
-    n = len(tree)
-    status = scene.statuses()
-    lay = tv._layout(scene, show_pruned)
-    pos = lay.pos
-    dense = lay.n_leaves > 40
-    chars = 6 if dense else 10
-    font_size = 9 if dense else 11
-    text_font = dict(size=font_size, shadow=style.LABEL_HALO)
-    drafted = ["root"] + ["drafted"] * (n - 1)  # no verification outcome yet
-    no_target = dataclasses.replace(scene, target_prob=[])
-
-    # Full-tree traces from the tree view, cut down to each step's nodes.
-    nodes_draft = tv._node_trace(scene, drafted, pos, color_by, None, dense, chars, text_font)
-    nodes_draft.hovertext = [tv._hover(no_target, i, "drafted") for i in range(n)]
-    if not dense:  # label = token and q(token | parent)
-        nodes_draft.text = [t if i == 0 else f"{t}<br>q={math.exp(tree.logps[i]):.2f}"
-                            for i, t in enumerate(nodes_draft.text)]
-    nodes_done = tv._node_trace(scene, status, pos, color_by, None, dense, chars, text_font)
-    nodes_done.text = nodes_draft.text
-    nodes_done.hovertext = [f"{h}<br>→ the target's next token after it: "
-                            f"'{style.hover_escape(namer(scene.target_argmax[i]))}'"
-                            for i, h in enumerate(nodes_done.hovertext)]
-    pruned_full = (tv._pruned_trace(scene, lay.pruned, pos, n, chars, font_size)
-                   if lay.pruned else None)
-    ids = {s: [i for i in range(n) if status[i] == s] for s in ("accepted", "rejected")}
-    target_ids = list(range(n)) if not dense else [0] + list(scene.accepted)
-    path_edges = list(zip([0] + scene.accepted[:-1], scene.accepted))
-    if lay.bonus_node is not None:
-        path_edges.append((lay.bonus_parent, lay.bonus_node))
-    acc = set(scene.accepted)
-
-    def frame_traces(step: AnimationStep) -> list[go.Scatter]:
-        shown = set(step.nodes)
-        verified = step.phase != "draft"
-        selected = step.phase in ("select", "commit")
-        edges = [(tree.parents[i], i) for i in step.nodes
-                 if i > 0 and not (selected and i in acc)]
-        out = [tv._lines(edges, pos, tv.EDGES, color=style.EDGE, width=1)]
-        if lay.pruned:
-            out.append(tv._lines([(lay.pruned[j].parent, n + j) for j in step.pruned], pos,
-                                 tv.PRUNED_EDGES, color=style.GHOST, width=1, dash="dot"))
-        out.append(tv._lines(path_edges if selected else [], pos, tv.ACCEPTED_EDGES,
-                             color=style.ACCEPTED, width=3.5))
-        out[-1].legendgroup = "accepted"
-        out.append(tv._marks(ids["accepted"] if verified else [], pos, tv.ACCEPTED_MARKS,
-                             style.ACCEPTED_MARK, style.ACCEPTED, "accepted"))
-        out.append(tv._marks(ids["rejected"] if verified else [], pos, tv.REJECTED_MARKS,
-                             style.REJECTED_MARK, style.REJECTED, "rejected"))
-        if pruned_full is not None:
-            out.append(_take(pruned_full, step.pruned, len(lay.pruned)))
-        out.append(_take(nodes_done if verified else nodes_draft,
-                         [i for i in range(n) if i in shown], n))
-        out.append(_target_trace(scene, pos, target_ids if verified else [], chars))
-        if lay.bonus_node is not None:  # the same trace, empty before select
-            star = tv._bonus_trace(scene, pos[lay.bonus_node], lay.bonus_parent, chars,
-                                   font_size)
-            if not selected:
-                star.update(x=[], y=[], text=[], hovertext=[])
-            out.append(star)
-        else:
-            out.append(go.Scatter(x=[], y=[], mode="markers", name=tv.BONUS, showlegend=False,
-                                  hoverinfo="skip"))
-        return out
-
-    first = frame_traces(steps[0])
-    n_dynamic = len(first)
-    legend = tv._legend_keys(scene, status, color_by, bool(lay.pruned), None)
-    legend.insert(0, tv._legend_key(LEGEND_Q, "q", mode="text", text=["q"]))
-    legend.insert(1, tv._legend_key(LEGEND_TARGET, "target", mode="text", text=["→x"]))
-    colorbar = go.Scatter(
-        x=[None], y=[None], mode="markers", name=tv.COLORBAR, showlegend=False, hoverinfo="skip",
-        marker=dict(color=[0.0, 1.0], cmin=0, cmax=1, colorscale=style.COLORSCALE,
-                    showscale=True, colorbar=dict(
-                        title=dict(text=style.COLOR_BY_CAPTIONS[color_by]), thickness=12,
-                        len=0.6, x=1.02, y=0.5)))
-    fig = go.Figure(data=first + legend + [colorbar])
+    p = _parts(rec, namer, color_by, show_pruned, width, height)
+    first = _frame_traces(p, steps[0])
+    fig = go.Figure(data=first + p.legend + [tv._colorbar(color_by)])
     head = f"Iteration {rec.index} · " if title is None else (title + " · " if title else "")
-
-    def meta(step: AnimationStep) -> dict:
-        return {"phase": step.phase, "level": step.level, "nodes": list(step.nodes),
-                "pruned": list(step.pruned), "committed_text": step.committed_text,
-                "text": step.text}
-
     fig.frames = [go.Frame(
-        name=s.name, data=frame_traces(s), traces=list(range(n_dynamic)),
+        name=s.name, data=_frame_traces(p, s), traces=list(range(len(first))),
         layout=dict(title=dict(text=head + s.title), annotations=[_text_panel(s, rec, namer)],
-                    meta=meta(s)))
+                    meta=_meta(p, s)))
         for s in steps]
-    play = dict(frame=dict(duration=frame_ms, redraw=True), fromcurrent=True,
-                transition=dict(duration=0), mode="immediate")
-    jump = dict(frame=dict(duration=0, redraw=True), transition=dict(duration=0),
-                mode="immediate")
     labels = ["root" if s.level == 0 else f"d={s.level}" if s.phase == "draft" else s.phase
               for s in steps]
-    depth = max(p[1] for p in pos.values())
-    fig_height = height if height is not None else int(340 + 95 * (depth + 1))
     fig.update_layout(
-        title=dict(text=head + steps[0].title, x=0.01, y=1.0 - 18 / fig_height,
+        title=dict(text=head + steps[0].title, x=0.01, y=1.0 - 18 / p.geo.height,
                    yref="container", yanchor="top", font=dict(size=14)),
-        annotations=[_text_panel(steps[0], rec, namer)], meta=meta(steps[0]),
-        template="plotly_white",
-        width=width if width is not None else int(min(max(420 + 60 * lay.n_leaves, 900), 7000)),
-        height=fig_height,
-        margin=dict(l=50, r=40, t=_TOP, b=40),
-        xaxis=dict(visible=False, range=[-1, max(lay.n_leaves, 2) + 0.3]),
-        yaxis=dict(range=[depth + 0.75, -0.5], tickmode="array", tickvals=list(range(depth + 1)),
-                   ticktext=[f"d={d}" for d in range(depth + 1)], zeroline=False,
-                   showgrid=False),
-        legend=dict(orientation="h", yanchor="top", y=-0.02, xanchor="left", x=0.0,
-                    font=dict(size=10)),
-        hovermode="closest", dragmode="pan",
+        annotations=[_text_panel(steps[0], rec, namer)], meta=_meta(p, steps[0]),
+        template="plotly_white", hovermode="closest", dragmode="pan", **tv._axes(p.geo, p.lay.depth),
         # the controls sit between the title and the text (the legend is under the tree, as in
         # the static view, and its height is not known here)
-        updatemenus=[dict(type="buttons", direction="left", x=0.0, y=1.0, xanchor="left",
-                          yanchor="bottom", pad=dict(b=38, r=10), showactive=False, buttons=[
-                              dict(label="▶ play", method="animate", args=[None, play]),
-                              dict(label="❚❚ pause", method="animate",
-                                   args=[[None], dict(jump, frame=dict(duration=0,
-                                                                       redraw=False))])])],
-        sliders=[dict(active=0, x=0.22, len=0.78, y=1.0, yanchor="bottom", pad=dict(b=30, t=0),
-                      currentvalue=dict(prefix="step: ", font=dict(size=12)),
-                      steps=[dict(label=lab, method="animate", args=[[s.name], jump])
-                             for lab, s in zip(labels, steps)])],
-    )
+        updatemenus=[play_pause(frame_ms, x=0.0, y=1.0, xanchor="left", yanchor="bottom",
+                                pad=dict(b=38, r=10))],
+        sliders=[step_slider([s.name for s in steps], labels, x=0.22, len=0.78, y=1.0,
+                             yanchor="bottom", pad=dict(b=30, t=0),
+                             currentvalue=dict(prefix="step: ", font=dict(size=12)))])
     return fig
 
 
@@ -376,12 +402,7 @@ def frame_figures(fig: go.Figure) -> list[go.Figure]:
     if not fig.frames:
         return [go.Figure(fig)]
     base = fig.to_plotly_json()
-    base_layout = dict(base["layout"])
-    controls = base_layout.pop("sliders", []) + base_layout.pop("updatemenus", [])
-    margin = base_layout.get("margin") or {}
-    if any((c.get("y") or 0) >= 1 for c in controls) and margin.get("t", 0) > _CONTROLS:
-        # the controls sat between the title and the plot: close the gap they leave
-        base_layout["margin"] = dict(margin, t=margin["t"] - _CONTROLS)
+    base_layout = _without_controls(base["layout"])
     out = []
     for fr in fig.frames:
         frj = fr.to_plotly_json()
@@ -392,6 +413,132 @@ def frame_figures(fig: go.Figure) -> list[go.Figure]:
         out.append(go.Figure(data=data, layout=_merge(copy.deepcopy(base_layout),
                                                       frj.get("layout") or {})))
     return out
+
+
+def _without_controls(layout: dict) -> dict:
+    """The layout without its slider and buttons; the margin they sat in (above or below the
+    plot) is given back and the height shrinks with it, so the plot area keeps its size."""
+    out = dict(layout)
+    controls = out.pop("sliders", []) + out.pop("updatemenus", [])
+    margin = dict(out.get("margin") or {})
+    for side, here in (("t", lambda c: (c.get("y") or 0) >= 1),
+                       ("b", lambda c: (c.get("y") or 0) <= 0)):
+        if any(here(c) for c in controls) and margin.get(side, 0) > _CONTROLS:
+            margin[side] -= _CONTROLS
+            if out.get("height"):
+                out["height"] -= _CONTROLS
+    if margin:
+        out["margin"] = margin
+    return out
+
+
+def static_figure(fig: go.Figure) -> go.Figure:
+    """What a reader without a kernel should see of ``fig``: an :func:`animate` figure as
+    :func:`animation_strip` (every step), any other animated figure (e.g. :func:`race`) as its
+    last frame (the whole story told), a still figure as itself."""
+    if not fig.frames:
+        return fig
+    return animation_strip(fig) if is_animation(fig) else frame_figures(fig)[-1]
+
+
+def is_animation(fig: go.Figure) -> bool:
+    """Whether ``fig`` is an :func:`animate` figure (every frame's meta names its phase)."""
+    return bool(fig.frames) and all(isinstance(fr.layout.meta, dict) and "phase" in fr.layout.meta
+                                    for fr in fig.frames)
+
+
+_STRIP_LEFT, _STRIP_GAP_X, _STRIP_GAP_Y, _STRIP_TOP, _STRIP_RIGHT = 30, 36, 56, 40, 120
+
+
+def animation_strip(fig: go.Figure, *, columns: int | None = None, scale: float | None = None,
+                    max_width: int = 1250) -> go.Figure:
+    """Every step of an :func:`animate` figure in one picture (small multiples): one panel per
+    frame, the tree scaled by ``scale`` (default: panels about 330 px wide, at least 0.45 of the
+    animation), ``columns`` panels a row (default: as many as fit in ``max_width``). Each panel
+    is titled with its step; the accepted path and the bonus are labelled from the select step
+    on; one legend for all. This is the image notebooks store for an animation."""
+    figs = frame_figures(fig)
+    lay0 = figs[0].layout
+    plot_w = lay0.width - lay0.margin.l - lay0.margin.r
+    plot_h = lay0.height - lay0.margin.t - lay0.margin.b
+    s = scale or min(max(330 / plot_w, 0.45), 1.0)
+    pw, ph = plot_w * s, plot_h * s
+    cols = columns or max(1, min(len(figs), int((max_width - _STRIP_LEFT) // (pw + _STRIP_GAP_X))))
+    rows = -(-len(figs) // cols)
+    legend = [t for t in figs[0].data if t.showlegend is not False and t.x == (None,)
+              and t.name not in (LEGEND_Q, LEGEND_TARGET)]  # the panels carry no such labels
+    bottom = int(tv.legend_height([t.name for t in legend], cols * pw) + 20)
+    width = int(_STRIP_LEFT * 2 + cols * pw + (cols - 1) * _STRIP_GAP_X)
+    height = int(_STRIP_TOP + rows * (ph + _STRIP_GAP_Y) + bottom)
+    out = go.Figure()
+    for k, f in enumerate(figs):
+        x0 = _STRIP_LEFT + (k % cols) * (pw + _STRIP_GAP_X)
+        y0 = _STRIP_TOP + (k // cols) * (ph + _STRIP_GAP_Y) + _STRIP_GAP_Y
+        _add_panel(out, f, k + 1, s, [x0 / (width + _STRIP_RIGHT), (x0 + pw) / (width + _STRIP_RIGHT)],
+                   [1 - (y0 + ph) / height, 1 - y0 / height])
+    out.add_traces(legend)
+    out.add_trace(_strip_colorbar(figs[0], (width + 14) / (width + _STRIP_RIGHT)))
+    head = (lay0.title.text or "").split(" · ")[0]
+    depth = max(f.layout.meta.get("level") or 0 for f in figs)
+    out.update_layout(
+        title=dict(text=f"{head} · every step: draft d=0…{depth}, verify, select, commit",
+                   x=0.01, y=1 - 16 / height, yanchor="top", yref="container", font=dict(size=15)),
+        template="plotly_white", width=width + _STRIP_RIGHT, height=height, showlegend=True,
+        margin=dict(l=0, r=0, t=0, b=0), hovermode="closest",
+        legend=dict(orientation="h", yanchor="top", y=bottom / height - 10 / height,
+                    xanchor="left", x=_STRIP_LEFT / (width + _STRIP_RIGHT), font=dict(size=10)))
+    return out
+
+
+def _strip_colorbar(f: go.Figure, x: float) -> go.Scatter:
+    """The animation's colour bar (what the fill means), right of the panels."""
+    bar = go.Scatter(next(t for t in f.data if t.name == tv.COLORBAR))
+    bar.marker.colorbar.update(x=x, xanchor="left", y=0.5, len=0.4)
+    return bar
+
+
+def _strip_name(meta: dict) -> str:
+    level = meta.get("level")
+    return f"draft d={level}" if meta.get("phase") == "draft" else str(meta.get("phase"))
+
+
+def _add_panel(out: go.Figure, f: go.Figure, k: int, s: float, xdom: list, ydom: list) -> None:
+    """One step of the strip on axes ``k``: the frame's tree scaled by ``s``, its title above."""
+    meta = f.layout.meta if isinstance(f.layout.meta, dict) else {}
+    ax = "" if k == 1 else str(k)  # plotly's names: x, x2, x3 …
+    labelled = meta.get("phase") in ("select", "commit")
+    keep = {0, meta.get("bonus_key")} | set(meta.get("accepted") or [])  # the root, the path, ★
+    for tr in f.data:
+        if tr.x == (None,) or tr.name in (TARGET_CHOICES, tv.COLORBAR):
+            continue
+        t = _scaled(go.Scatter(tr), s)
+        if tr.name == tv.LABELS:
+            ids = [j for j, key in enumerate(tr.customdata or []) if labelled and key in keep]
+            t = _take(t, ids, len(tr.customdata or []))
+            t.update(text=[text_lines(v)[0] for v in t.text or []], textfont_size=10)  # token only
+        t.update(xaxis=f"x{ax}", yaxis=f"y{ax}", showlegend=False)
+        out.add_trace(t)
+    out.layout[f"xaxis{ax}"] = dict(domain=xdom, range=list(f.layout.xaxis.range), visible=False,
+                                    anchor=f"y{ax}")
+    out.layout[f"yaxis{ax}"] = dict(domain=ydom, range=list(f.layout.yaxis.range), visible=False,
+                                    anchor=f"x{ax}")
+    out.add_annotation(text=f"<b>{k}. {_strip_name(meta)}</b> · {html.escape(meta.get('short', ''), quote=False)}",
+                       xref=f"x{ax} domain", yref=f"y{ax} domain", x=0.0, y=1.0, xanchor="left",
+                       yanchor="bottom", yshift=4, showarrow=False, align="left",
+                       font=dict(size=12, color="#222"))
+
+
+def _scaled(t: go.Scatter, s: float) -> go.Scatter:
+    """A copy of ``t`` with its marker sizes and line widths times ``s``."""
+    def times(v: Any) -> Any:
+        return [x * s for x in v] if isinstance(v, (list, tuple)) else v * s if v is not None else v
+    if t.marker is not None and t.marker.size is not None:
+        t.marker.size = times(t.marker.size)
+    if t.marker is not None and t.marker.line is not None and t.marker.line.width is not None:
+        t.marker.line.width = times(t.marker.line.width)
+    if t.line is not None and t.line.width is not None:
+        t.line.width = t.line.width * s
+    return t
 
 
 def _merge(base: dict, update: dict) -> dict:
@@ -497,13 +644,12 @@ def export_frames(fig: go.Figure, dir: str | os.PathLike, fmt: str = "png", *,
     """One image per frame of an animated figure (``000_draft_d=0.png`` …) in ``dir``, via
     :func:`dynatree_viz.save_image` (kaleido >= 1 and a Chrome/Chromium). Raises
     :class:`ImageExportUnavailable` naming what is missing, before writing anything.
-    GIF is not offered (it would need Pillow, which this project does not depend on): assemble
-    the PNGs with e.g. ``ffmpeg -framerate 1 -i %03d_*.png out.gif`` or use the slides."""
+    For one animated GIF of all frames use :func:`dynatree_viz.export_gif`."""
     fmt = fmt.lower().lstrip(".")
     if fmt not in ("png", "svg", "pdf", "jpg", "jpeg", "webp"):
         raise ValueError(f"fmt must be one of png, svg, pdf, jpg, webp; got {fmt!r}"
-                         + (" (GIF needs Pillow, not a dependency: export PNG frames and "
-                            "assemble them with ffmpeg)" if fmt == "gif" else ""))
+                         + (" (one GIF of every frame: dynatree_viz.export_gif)" if fmt == "gif"
+                            else ""))
     require_image_export()
     out_dir = Path(dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -518,8 +664,9 @@ def export_frames(fig: go.Figure, dir: str | os.PathLike, fmt: str = "png", *,
         write_images = getattr(pio, "write_images", None)
         if write_images is None:
             raise AttributeError("write_images")
-        write_images(figs, paths, format=fmt, scale=scale,
-                     width=[f.layout.width for f in figs], height=[f.layout.height for f in figs])
+        with quiet_kaleido():
+            write_images(figs, paths, format=fmt, scale=scale, width=[f.layout.width for f in figs],
+                         height=[f.layout.height for f in figs])
     except AttributeError:
         for f, p in zip(figs, paths):
             save_image(f, p, format=fmt, scale=scale)
@@ -528,5 +675,6 @@ def export_frames(fig: go.Figure, dir: str | os.PathLike, fmt: str = "png", *,
     return paths
 
 
-__all__ = ["AnimationStep", "PHASES", "TARGET_CHOICES", "TEXT_PANEL", "animate",
+__all__ = ["AnimationStep", "PHASES", "TARGET_CHOICES", "TEXT_PANEL", "animate", "animation_strip",
+           "static_figure",
            "animation_steps", "export_frames", "export_slides", "frame_figures", "slides_html"]

@@ -124,18 +124,7 @@ def compare_figure(results: ResultsLike, *, x: str | None = None,
     ``x`` per metric (Figs. 5-9 shapes); rows lacking ``x`` are left out. ``dataset`` filters to
     one dataset. Metrics default to the ones of :data:`DEFAULT_METRICS` present in the data.
     """
-    df = load_results(results)
-    if x is None and df.attrs.get("sweep_keys"):
-        x = df.attrs["sweep_keys"][0]
-    if dataset is not None and "dataset" in df.columns:
-        df = df[df["dataset"] == dataset]
-    if x is not None:
-        if x not in df.columns:
-            raise ValueError(f"sweep column {x!r} not in the results; columns: {sorted(map(str, df.columns))}")
-        df = df[df[x].notna()]
-    metrics = [m for m in (metrics or DEFAULT_METRICS) if m in df.columns and df[m].notna().any()]
-    if not metrics:
-        raise ValueError(f"none of the metrics {list(metrics or DEFAULT_METRICS)} are in the results")
+    df, x, metrics = _compared(results, x, metrics, dataset)
     groups = _ordered(df[color])
     styles = style.group_styles(groups)
     cols = min(2, len(metrics))
@@ -145,37 +134,9 @@ def compare_figure(results: ResultsLike, *, x: str | None = None,
     has_ds = "dataset" in df.columns and df["dataset"].notna().any()
     for k, metric in enumerate(metrics):
         r, c = k // cols + 1, k % cols + 1
-        tops: list[float] = []
-        for g in groups:
-            sub = df[df[color] == g]
-            if x is None:
-                key = "dataset" if has_ds else color
-                agg = sub.groupby(key, sort=False)[metric].agg(["mean", "std", "count"])
-                xs = [str(v) for v in agg.index]
-            else:
-                agg = sub.groupby(x, sort=True)[metric].agg(["mean", "std", "count"])
-                xs = list(agg.index)
-            if agg["mean"].isna().all():
-                continue
-            err = agg["std"].where(agg["count"] > 1)
-            if f"{metric}_std" in sub.columns and (agg["count"] == 1).all():
-                key_col = ("dataset" if has_ds else color) if x is None else x
-                stored = sub.groupby(key_col, sort=(x is not None))[f"{metric}_std"].first()
-                err = stored.reindex(agg.index)
-            err_y = dict(type="data", array=err.fillna(0).tolist(), visible=bool(err.notna().any()))
-            st = styles[g]
-            common = dict(name=str(g), legendgroup=str(g), showlegend=(k == 0), error_y=err_y,
-                          hovertemplate=f"{g}<br>%{{x}}: %{{y:.3g}}<extra>{metric}</extra>")
-            ys = agg["mean"].tolist()
-            tops.append(max((m + (e if e == e else 0.0)) for m, e in zip(ys, err.fillna(0))
-                            if m == m))
-            if x is None:
-                fig.add_trace(go.Bar(x=xs, y=ys, marker=dict(
-                    color=st.color, pattern=dict(shape=st.pattern)), **common), row=r, col=c)
-            else:
-                fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", marker_color=st.color,
-                                         line=dict(color=st.color, dash=st.dash), **common),
-                              row=r, col=c)
+        tops = [top for g in groups
+                if (top := _add_group(fig, df[df[color] == g], g, styles[g], metric, x, has_ds,
+                                      color, k == 0, r, c)) is not None]
         if x is not None:
             fig.update_xaxes(title_text=x, row=r, col=c)
         fig.update_yaxes(range=value_axis_range(tops, metric), row=r, col=c)
@@ -189,3 +150,47 @@ def compare_figure(results: ResultsLike, *, x: str | None = None,
                                  x=0.01, font=dict(size=14)),
                       margin=dict(l=60, r=20, t=80, b=50), legend=dict(orientation="h", y=-0.08))
     return fig
+
+
+def _compared(results: ResultsLike, x: str | None, metrics: Sequence[str] | None,
+              dataset: str | None) -> tuple[pd.DataFrame, str | None, list[str]]:
+    """The rows to draw (one dataset, rows with ``x``), the sweep column and the metrics present."""
+    df = load_results(results)
+    if x is None and df.attrs.get("sweep_keys"):
+        x = df.attrs["sweep_keys"][0]
+    if dataset is not None and "dataset" in df.columns:
+        df = df[df["dataset"] == dataset]
+    if x is not None:
+        if x not in df.columns:
+            raise ValueError(f"sweep column {x!r} not in the results; columns: {sorted(map(str, df.columns))}")
+        df = df[df[x].notna()]
+    found = [m for m in (metrics or DEFAULT_METRICS) if m in df.columns and df[m].notna().any()]
+    if not found:
+        raise ValueError(f"none of the metrics {list(metrics or DEFAULT_METRICS)} are in the results")
+    return df, x, found
+
+
+def _add_group(fig: go.Figure, sub: pd.DataFrame, g: Any, st: style.MethodStyle, metric: str,
+               x: str | None, has_ds: bool, color: str, legend: bool, r: int,
+               c: int) -> float | None:
+    """One group's bars (by dataset) or line (along ``x``) with error bars, in panel (r, c);
+    returns the top of its values plus errors (None: nothing drawn)."""
+    key = ("dataset" if has_ds else color) if x is None else x
+    agg = sub.groupby(key, sort=x is not None)[metric].agg(["mean", "std", "count"])
+    xs = [str(v) for v in agg.index] if x is None else list(agg.index)
+    if agg["mean"].isna().all():
+        return None
+    err = agg["std"].where(agg["count"] > 1)
+    if f"{metric}_std" in sub.columns and (agg["count"] == 1).all():
+        err = sub.groupby(key, sort=(x is not None))[f"{metric}_std"].first().reindex(agg.index)
+    err_y = dict(type="data", array=err.fillna(0).tolist(), visible=bool(err.notna().any()))
+    common = dict(name=str(g), legendgroup=str(g), showlegend=legend, error_y=err_y,
+                  hovertemplate=f"{g}<br>%{{x}}: %{{y:.3g}}<extra>{metric}</extra>")
+    ys = agg["mean"].tolist()
+    if x is None:
+        fig.add_trace(go.Bar(x=xs, y=ys, marker=dict(color=st.color, pattern=dict(shape=st.pattern)),
+                             **common), row=r, col=c)
+    else:
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", marker_color=st.color,
+                                 line=dict(color=st.color, dash=st.dash), **common), row=r, col=c)
+    return max((m + (e if e == e else 0.0)) for m, e in zip(ys, err.fillna(0)) if m == m)

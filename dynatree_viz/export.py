@@ -8,9 +8,12 @@ which drives a Chrome/Chromium browser; where none is found :func:`save_image` r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import warnings
 from pathlib import Path
+from typing import Iterator
 
 import plotly.graph_objects as go
 
@@ -94,6 +97,18 @@ def require_image_export() -> None:
         os.environ["BROWSER_PATH"] = browser
 
 
+@contextlib.contextmanager
+def quiet_kaleido() -> Iterator[None]:
+    """Silence the one warning plotly gives on every image once kaleido's browser server runs
+    (:func:`dynatree_viz.static.use_static_fallbacks` starts one): "The kopts argument is ignored
+    if using a server" (plotly passes kopts, the server already has its own). It would print this
+    machine's site-packages path above every figure of a notebook."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The kopts argument is ignored if using a server",
+                                category=UserWarning)
+        yield
+
+
 def save_image(fig: go.Figure, path: str | os.PathLike, *, format: str | None = None,
                width: int | None = None, height: int | None = None, scale: float = 1.0) -> Path:
     """Write a PNG/SVG/PDF (format from the suffix unless given). Raises
@@ -102,7 +117,8 @@ def save_image(fig: go.Figure, path: str | os.PathLike, *, format: str | None = 
     path = Path(path)
     fmt = (format or path.suffix.lstrip(".") or "png").lower()
     try:
-        fig.write_image(str(path), format=fmt, width=width, height=height, scale=scale)
+        with quiet_kaleido():
+            fig.write_image(str(path), format=fmt, width=width, height=height, scale=scale)
     except Exception as e:  # kaleido reports a missing/broken browser in many ways
         raise ImageExportUnavailable(f"static image export failed: {type(e).__name__}: {e}") from e
     return path

@@ -27,6 +27,7 @@ from plotly.subplots import make_subplots
 from dynatree_core.records.trace import Trace
 
 from dynatree_viz import style
+from dynatree_viz.controls import play_pause, step_slider
 from dynatree_viz.tokens import TokenNamer
 
 X_CHOICES: tuple[str, ...] = ("forwards", "time")
@@ -172,22 +173,37 @@ def race_data(traces: Mapping[str, Trace | str] | Sequence[Trace | str], *,
         baseline = next((lab for lab, t in items if t.method == "ar"), labels[0])
     elif baseline not in labels:
         raise ValueError(f"baseline must be one of the lanes {labels}; got {baseline!r}")
-    lanes = []
-    for (label, t), st in zip(items, _lane_styles(items)):
-        namer = TokenNamer.from_trace(t, tokenizer=tokenizer)
-        tokens, texts = [0, 0], ["", ""]
-        for r in t.iterations:
-            stored = list(r.committed_texts or [])
-            piece = "".join(stored[k] if k < len(stored) else namer(tok)
-                            for k, tok in enumerate(r.committed))
-            tokens.append(tokens[-1] + len(r.committed))
-            texts.append(texts[-1] + piece)
-        lanes.append(Lane(label, t.method, _lane_xs(label, t, x), tokens, texts, st.color,
-                          st.dash))
+    lanes = [_lane(label, t, x, st, tokenizer)
+             for (label, t), st in zip(items, _lane_styles(items))]
     base = next(ln for ln in lanes if ln.label == baseline)
+    same_tokens = len({ln.total_tokens for ln in lanes}) == 1
+    ratios = {}
+    for ln in lanes:
+        if same_tokens:
+            ratios[ln.label] = base.end / ln.end if ln.end > 0 else float("inf")
+        else:
+            ratios[ln.label] = base.per_token / ln.per_token if ln.per_token > 0 else float("inf")
+    return RaceData(x=x, lanes=lanes, baseline=baseline, ratios=ratios,
+                    caption=_caption(lanes, ratios, baseline, x), notes=_notes(items, lanes))
+
+
+def _lane(label: str, t: Trace, x: str, st: style.MethodStyle, tokenizer: Any) -> Lane:
+    """One run's lane: its tokens and text after the prefill and after each iteration."""
+    namer = TokenNamer.from_trace(t, tokenizer=tokenizer)
+    tokens, texts = [0, 0], ["", ""]
+    for r in t.iterations:
+        stored = list(r.committed_texts or [])
+        piece = "".join(stored[k] if k < len(stored) else namer(tok)
+                        for k, tok in enumerate(r.committed))
+        tokens.append(tokens[-1] + len(r.committed))
+        texts.append(texts[-1] + piece)
+    return Lane(label, t.method, _lane_xs(label, t, x), tokens, texts, st.color, st.dash)
+
+
+def _notes(items: list[tuple[str, Trace]], lanes: list[Lane]) -> list[str]:
+    """What makes the comparison less than like for like."""
     notes = []
-    totals = {ln.total_tokens for ln in lanes}
-    if len(totals) > 1:
+    if len({ln.total_tokens for ln in lanes}) > 1:
         notes.append("the runs committed different numbers of tokens "
                      f"({', '.join(f'{ln.label} {ln.total_tokens}' for ln in lanes)}): the ratio "
                      "compares x per token")
@@ -198,15 +214,12 @@ def race_data(traces: Mapping[str, Trace | str] | Sequence[Trace | str], *,
     if len({t.target_name for _, t in items}) > 1:
         notes.append("the target models differ: " + ", ".join(
             f"{lab} {t.target_name}" for lab, t in items))
-    ratios = {}
-    for ln in lanes:
-        if len(totals) == 1:
-            ratios[ln.label] = base.end / ln.end if ln.end > 0 else float("inf")
-        else:
-            ratios[ln.label] = base.per_token / ln.per_token if ln.per_token > 0 else float("inf")
-    parts = []
-    for ln in lanes:
-        parts.append(f"{ln.label}: {ln.total_tokens} tokens in {_fmt_x(ln.end, x)}")
+    return notes
+
+
+def _caption(lanes: list[Lane], ratios: dict[str, float], baseline: str, x: str) -> str:
+    """Each lane's totals, then each lane's ratio to the baseline in words."""
+    parts = [f"{ln.label}: {ln.total_tokens} tokens in {_fmt_x(ln.end, x)}" for ln in lanes]
     sentences = []
     for ln in lanes:
         if ln.label == baseline:
@@ -219,9 +232,7 @@ def race_data(traces: Mapping[str, Trace | str] | Sequence[Trace | str], *,
             what = (f"{r:.2f}× the speed of {baseline}" + (" (faster)" if r > 1 else
                                                             " (slower)" if r < 1 else ""))
         sentences.append(f"{ln.label}: {what}")
-    caption = "; ".join(parts) + (" → " + "; ".join(sentences) if sentences else "")
-    return RaceData(x=x, lanes=lanes, baseline=baseline, ratios=ratios, caption=caption,
-                    notes=notes)
+    return "; ".join(parts) + (" → " + "; ".join(sentences) if sentences else "")
 
 
 def _frame_xs(lanes: list[Lane], max_frames: int) -> list[float]:
@@ -247,7 +258,67 @@ def lane_at(lane: Lane, t: float) -> tuple[list[float], list[int], int, str, boo
 
 def _tail(text: str) -> str:
     s = style.visible_token(text).replace("␣", " ")
-    return html.escape(("…" + s[-_TEXT_CHARS:]) if len(s) > _TEXT_CHARS else s)
+    return html.escape(("…" + s[-_TEXT_CHARS:]) if len(s) > _TEXT_CHARS else s, quote=False)
+
+
+def _lane_traces(ln: Lane, k: int, t: float, x: str, top_x: float, top_y: float) -> list[go.Scatter]:
+    """Lane ``k`` at x = ``t``: its curve so far, the dot now, the finish star (once finished)
+    and the text committed so far, on the lane's own axes."""
+    axes = dict(xaxis="x" if k == 0 else f"x{k + 1}", yaxis="y" if k == 0 else f"y{k + 1}")
+    unit = "s" if x == "time" else "forwards"
+    xs, ys, tok, text, done = lane_at(ln, t)
+    name = html.escape(ln.label)
+    return [
+        go.Scatter(x=xs, y=ys, mode="lines", name=f"{ln.label} {CURVE}", showlegend=False,
+                   line=dict(color=ln.color, width=3, shape="hv", dash=ln.dash),
+                   hoverinfo="skip", **axes),
+        go.Scatter(
+            x=[min(t, ln.end)], y=[tok], mode="markers+text", name=f"{ln.label} {HEAD}",
+            cliponaxis=False, text=[f"{tok}"], textposition="middle left", showlegend=False,
+            marker=dict(size=11, color=ln.color, line=dict(color="#fff", width=1.5)),
+            textfont=dict(size=11, color=ln.color, shadow=style.LABEL_HALO),
+            hovertemplate=f"{name}: %{{y}} tokens at %{{x:.4g}} {unit}<extra></extra>", **axes),
+        go.Scatter(
+            x=[ln.end] if done else [], y=[ln.total_tokens] if done else [],
+            mode="markers+text", name=f"{ln.label} {FINISH}", showlegend=False, cliponaxis=False,
+            text=[f"finish: {ln.total_tokens} tokens · {_fmt_x(ln.end, x)}"] if done else [],
+            textposition="middle right" if ln.end < 0.7 * top_x else "top left",
+            textfont=dict(size=11, shadow=style.LABEL_HALO),
+            marker=dict(symbol="star", size=18, color=ln.color, line=dict(color="#000", width=1)),
+            hovertemplate=f"{name} finished: %{{y}} tokens at %{{x:.4g}} {unit}<extra></extra>",
+            **axes),
+        go.Scatter(
+            x=[0.0], y=[top_y * 1.12], mode="text", name=f"{ln.label} {TEXT}",
+            text=[_tail(text) or " "], textposition="bottom right", showlegend=False,
+            textfont=dict(family="Menlo, Consolas, monospace", size=11, color="#333"),
+            hoverinfo="skip", **axes),
+    ]
+
+
+def _frame_names(xs: list[float], x: str) -> list[str]:
+    names = [f"{v:.3g}" if x == "time" else f"{v:g}" for v in xs]
+    for k in range(1, len(names)):  # frame names must be unique
+        if names[k] in names[:k]:
+            names[k] = f"{names[k]}#{k}"
+    return names
+
+
+def _race_title(data: RaceData, title: str | None, fig_height: int) -> dict:
+    """The title: the runs, then the caption (totals, ratios, notes) and the key."""
+    lanes = data.lanes
+    head = title if title is not None else (
+        f"Race on the same prompt: {' vs '.join(ln.label for ln in lanes)} "
+        f"({'target forwards' if data.x == 'forwards' else 'wall-clock time'})")
+    caption = data.caption.replace(" → ", "<br>→ ") + (
+        "<br>note: " + "; ".join(data.notes) if data.notes else "")
+    key = (f"line = tokens committed so far (they arrive at the end of each "
+           f"{'iteration' if any(ln.method != 'ar' for ln in lanes) else 'step'}) · "
+           "● = now · ★ = finish")
+    return dict(text=f"{html.escape(head)}<br><span style='font-size:12px;color:#333'>"
+                     f"{html.escape(caption).replace('&lt;br&gt;', '<br>')}<br>"
+                     f"<span style='color:#666'>{html.escape(key)}</span></span>",
+                x=0.01, y=1.0 - 18 / fig_height, yref="container", yanchor="top",
+                font=dict(size=15))
 
 
 def race(traces: Mapping[str, Trace | str] | Sequence[Trace | str], *, x: str = "forwards",
@@ -260,100 +331,42 @@ def race(traces: Mapping[str, Trace | str] | Sequence[Trace | str], *, x: str = 
     slider over x, and a caption with each lane's totals and its ratio to ``baseline`` (the AR
     lane if any, else the first). ValueError for traces of different prompts or an unknown
     ``x``. Trace names per lane: ``f"{label} tokens"``, ``"… now"``, ``"… finish"``,
-    ``"… text"``; ``layout.meta["race"]`` holds the lanes' totals and the ratios.
+    ``"… text"``; ``layout.meta["race"]`` holds the lanes' totals and the ratios. Its static
+    image (a notebook read without a kernel) is the last frame: every lane finished.
     """
     data = race_data(traces, x=x, tokenizer=tokenizer, baseline=baseline)
     lanes = data.lanes
     n = len(lanes)
     top_x = max(max(ln.end for ln in lanes), 1e-9)
     top_y = max(max(ln.total_tokens for ln in lanes), 1)
+
+    def at(t: float) -> list[go.Scatter]:
+        return [tr for k, ln in enumerate(lanes) for tr in _lane_traces(ln, k, t, x, top_x, top_y)]
+
     fig = make_subplots(rows=n, cols=1, shared_xaxes=True, vertical_spacing=0.12 / max(n, 1),
                         subplot_titles=[f"<b>{html.escape(ln.label)}</b>" for ln in lanes])
-    unit = "s" if x == "time" else "forwards"
-
-    def lane_traces(t: float) -> list[go.Scatter]:
-        out = []
-        for k, ln in enumerate(lanes):
-            axes = dict(xaxis="x" if k == 0 else f"x{k + 1}", yaxis="y" if k == 0 else f"y{k + 1}")
-            xs, ys, tok, text, done = lane_at(ln, t)
-            now = min(t, ln.end)
-            out.append(go.Scatter(x=xs, y=ys, mode="lines", name=f"{ln.label} {CURVE}",
-                                  line=dict(color=ln.color, width=3, shape="hv", dash=ln.dash),
-                                  showlegend=False, hoverinfo="skip", **axes))
-            out.append(go.Scatter(
-                x=[now], y=[tok], mode="markers+text", name=f"{ln.label} {HEAD}", cliponaxis=False,
-                text=[f"{tok}"], textposition="middle left", showlegend=False,
-                marker=dict(size=11, color=ln.color, line=dict(color="#fff", width=1.5)),
-                textfont=dict(size=11, color=ln.color, shadow=style.LABEL_HALO),
-                hovertemplate=f"{html.escape(ln.label)}: %{{y}} tokens at %{{x:.4g}} {unit}"
-                              "<extra></extra>", **axes))
-            out.append(go.Scatter(
-                x=[ln.end] if done else [], y=[ln.total_tokens] if done else [],
-                mode="markers+text", name=f"{ln.label} {FINISH}", showlegend=False,
-                cliponaxis=False,
-                text=[f"finish: {ln.total_tokens} tokens · {_fmt_x(ln.end, x)}"] if done else [],
-                textposition="middle right" if ln.end < 0.7 * top_x else "top left",
-                textfont=dict(size=11, shadow=style.LABEL_HALO),
-                marker=dict(symbol="star", size=18, color=ln.color,
-                            line=dict(color="#000", width=1)),
-                hovertemplate=f"{html.escape(ln.label)} finished: %{{y}} tokens at "
-                              f"%{{x:.4g}} {unit}<extra></extra>", **axes))
-            out.append(go.Scatter(
-                x=[0.0], y=[top_y * 1.12], mode="text", name=f"{ln.label} {TEXT}",
-                text=[_tail(text) or " "], textposition="bottom right", showlegend=False,
-                textfont=dict(family="Menlo, Consolas, monospace", size=11, color="#333"),
-                hoverinfo="skip", **axes))
-        return out
-
-    first = lane_traces(0.0)
-    fig.add_traces(first)  # each already names its lane's axes
+    fig.add_traces(at(0.0))  # each already names its lane's axes
     xs = _frame_xs(lanes, max_frames)
-    names = [f"{v:.3g}" if x == "time" else f"{v:g}" for v in xs]
-    for k in range(1, len(names)):  # frame names must be unique
-        if names[k] in names[:k]:
-            names[k] = f"{names[k]}#{k}"
-    fig.frames = [go.Frame(name=nm, data=lane_traces(v), traces=list(range(len(first))))
+    names = _frame_names(xs, x)
+    fig.frames = [go.Frame(name=nm, data=at(v), traces=list(range(4 * n)))
                   for nm, v in zip(names, xs)]
-    play = dict(frame=dict(duration=frame_ms, redraw=True), fromcurrent=True,
-                transition=dict(duration=0), mode="immediate")
-    jump = dict(frame=dict(duration=0, redraw=True), transition=dict(duration=0),
-                mode="immediate")
-    head = title if title is not None else (
-        f"Race on the same prompt: {' vs '.join(ln.label for ln in lanes)} "
-        f"({'target forwards' if x == 'forwards' else 'wall-clock time'})")
-    caption = data.caption.replace(" → ", "<br>→ ") + (
-        "<br>note: " + "; ".join(data.notes) if data.notes else "")
-    key = (f"line = tokens committed so far (they arrive at the end of each "
-           f"{'iteration' if any(ln.method != 'ar' for ln in lanes) else 'step'}) · "
-           "● = now · ★ = finish")
     fig_height = height if height is not None else 240 + 190 * n
     many = len(names) > 24  # then only the current value is written, not every step's label
     fig.update_layout(
-        title=dict(text=f"{html.escape(head)}<br><span style='font-size:12px;color:#333'>"
-                        f"{html.escape(caption).replace('&lt;br&gt;', '<br>')}<br>"
-                        f"<span style='color:#666'>{html.escape(key)}</span></span>",
-                   x=0.01, y=1.0 - 18 / fig_height, yref="container", yanchor="top",
-                   font=dict(size=15)),
+        title=_race_title(data, title, fig_height),
         template="plotly_white", width=width, showlegend=False, height=fig_height,
         margin=dict(l=60, r=30, t=130 + 17 * len(data.notes), b=130),
         meta={"race": {"x": x, "baseline": data.baseline, "ratios": data.ratios,
                        "caption": data.caption, "notes": data.notes,
                        "lanes": {ln.label: {"tokens": ln.total_tokens, "end": ln.end}
                                  for ln in lanes}}},
-        updatemenus=[dict(type="buttons", direction="left", x=0.0, y=0.0, xanchor="left",
-                          yanchor="top", pad=dict(t=60, r=10), showactive=False, buttons=[
-                              dict(label="▶ play", method="animate", args=[None, play]),
-                              dict(label="❚❚ pause", method="animate",
-                                   args=[[None], dict(jump, frame=dict(duration=0,
-                                                                       redraw=False))])])],
-        sliders=[dict(active=0, x=0.2, len=0.8, y=0.0, yanchor="top", pad=dict(t=44),
-                      currentvalue=dict(prefix="x = ", suffix=f" {unit}",
-                                        font=dict(size=12, color="#333")),
-                      font=dict(color="rgba(0,0,0,0)" if many else "#444"),
-                      ticklen=0 if many else 7,
-                      steps=[dict(label=nm.split("#")[0], method="animate", args=[[nm], jump])
-                             for nm in names])],
-    )
+        updatemenus=[play_pause(frame_ms, x=0.0, y=0.0, xanchor="left", yanchor="top",
+                                pad=dict(t=60, r=10))],
+        sliders=[step_slider(names, [nm.split("#")[0] for nm in names], x=0.2, len=0.8, y=0.0,
+                             yanchor="top", pad=dict(t=44), ticklen=0 if many else 7,
+                             font=dict(color="rgba(0,0,0,0)" if many else "#444"),
+                             currentvalue=dict(prefix="x = ", font=dict(size=12, color="#333"),
+                                               suffix=" s" if x == "time" else " forwards"))])
     fig.update_xaxes(range=[0, top_x * 1.03], showgrid=True)
     fig.update_xaxes(title_text=X_TITLES[x], row=n, col=1)
     fig.update_yaxes(range=[0, top_y * 1.3], title_text="tokens", zeroline=True)

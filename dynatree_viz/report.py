@@ -81,37 +81,14 @@ def report_html(trace: Trace, *, title: str | None = None,
     namer = resolve_namer(trace, None, tokenizer)
     title = title or f"DynaTree trace report: {trace.method}"
     its = list(trace.iterations)
-    chosen = range(len(its)) if iterations is None else [i for i in iterations if 0 <= i < len(its)]
-    first = [True]
-
-    def fig(f, div_id: str, min_px: int = 0) -> str:
-        out = figure_html(f, div_id, include_plotlyjs=first[0], fill_width=True)
-        first[0] = False
-        return out if not min_px else f"<div style='min-width:{min_px}px'>{out}</div>"
-
-    m = trace.metrics or {}
-    summary = [("method", trace.method), ("target", trace.target_name),
-               ("draft", trace.draft_name), ("drafter", _drafter_text(trace)),
-               ("device / dtype", f"{trace.device} / {trace.dtype}"),
-               ("prompt tokens", len(trace.prompt_tokens)),
-               ("max_new_tokens", trace.max_new_tokens)]
-    summary += [(k, m[k]) for k in _METRIC_KEYS if m.get(k) is not None]
-    cfg = json.dumps(trace.config, indent=1, sort_keys=True, default=str)
+    chosen = list(range(len(its)) if iterations is None else
+                  [i for i in iterations if 0 <= i < len(its)])
+    fig = _FigureWriter()
     sections = [("run", "Run"), ("output", "Output")] + (
         [("timeline", "Timeline")] if its else []) + (
         [("compare", "Method comparison")] if results is not None else []) + (
         [("iterations", "Iterations")] if chosen else [])
-    parts = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'>",
-             "<meta name='viewport' content='width=device-width, initial-scale=1'>",
-             f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
-             _nav(sections), f"<h1 id='top'>{html.escape(title)}</h1>",
-             f"<div class='dt-muted'>schema {html.escape(trace.schema_version)} · "
-             f"{len(its)} iterations · {len(trace.tokens)} new tokens</div>",
-             "<h2 id='run'>Run</h2>", _kv_table(summary),
-             f"<details><summary>config</summary><pre>{html.escape(cfg)}</pre></details>"]
-    if trace.prompt_text:
-        parts.append(f"<h3>prompt</h3><pre style='white-space:pre-wrap'>"
-                     f"{html.escape(trace.prompt_text)}</pre>")
+    parts = _head(trace, title, sections)
     parts.append("<h2 id='output'>Output</h2>")
     parts.append(text_html(trace, namer=namer, show_prompt=False))
     if its:
@@ -126,29 +103,70 @@ def report_html(trace: Trace, *, title: str | None = None,
                      "token, marker shape = stop reason, grey rings = pruned candidates; the "
                      "legend under each tree lists what it uses.</div>")
         parts.append(_iteration_index([its[i] for i in chosen]))
-    chosen = list(chosen)
     for k, i in enumerate(chosen):
-        rec = its[i]
         prev = its[chosen[k - 1]].index if k > 0 else None
         nxt = its[chosen[k + 1]].index if k + 1 < len(chosen) else None
-        parts.append(f"<h3 id='iteration-{rec.index}'>iteration {rec.index}"
-                     f"{_iter_links(prev, nxt)}</h3><div class='dt-row'>")
-        tree = tree_figure(rec, namer=namer, show_pruned=show_pruned, drafter=trace.drafter_kind)
-        natural = int(tree.layout.width or 0)
-        # a small tree may shrink with its column; a wide one keeps room for its leaf labels
-        min_px = natural if natural > 700 else MIN_FIGURE_PX
-        parts.append("<div class='dt-scroll'>" + fig(tree, f"dt-tree-{rec.index}", min_px)
-                     + "</div>")
-        if masks:
-            parts.append("<div class='dt-scroll'>" + fig(
-                mask_figure(rec, namer=namer), f"dt-mask-{rec.index}", MIN_FIGURE_PX) + "</div>")
-        if why:
-            parts.append("<div class='dt-scroll dt-wide'>" + fig(
-                why_figure(trace, i, namer=namer), f"dt-why-{rec.index}", MIN_FIGURE_PX)
-                + "</div>")
-        parts.append("</div>")
+        parts += _iteration_section(trace, i, prev, nxt, fig, namer, show_pruned, masks, why)
     parts.append("</body></html>\n")
     return "\n".join(parts)
+
+
+class _FigureWriter:
+    """Figures as HTML divs that fill their column; plotly.js is inlined with the first only."""
+
+    def __init__(self) -> None:
+        self.first = True
+
+    def __call__(self, f: Any, div_id: str, min_px: int = 0) -> str:
+        out = figure_html(f, div_id, include_plotlyjs=self.first, fill_width=True)
+        self.first = False
+        return out if not min_px else f"<div style='min-width:{min_px}px'>{out}</div>"
+
+
+def _head(trace: Trace, title: str, sections: Sequence[tuple[str, str]]) -> list[str]:
+    """The page head, the navigation and the run's facts (models, metrics, config, prompt)."""
+    m = trace.metrics or {}
+    summary = [("method", trace.method), ("target", trace.target_name),
+               ("draft", trace.draft_name), ("drafter", _drafter_text(trace)),
+               ("device / dtype", f"{trace.device} / {trace.dtype}"),
+               ("prompt tokens", len(trace.prompt_tokens)),
+               ("max_new_tokens", trace.max_new_tokens)]
+    summary += [(k, m[k]) for k in _METRIC_KEYS if m.get(k) is not None]
+    cfg = json.dumps(trace.config, indent=1, sort_keys=True, default=str)
+    parts = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'>",
+             "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+             f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
+             _nav(sections), f"<h1 id='top'>{html.escape(title)}</h1>",
+             f"<div class='dt-muted'>schema {html.escape(trace.schema_version)} · "
+             f"{len(trace.iterations)} iterations · {len(trace.tokens)} new tokens</div>",
+             "<h2 id='run'>Run</h2>", _kv_table(summary),
+             f"<details><summary>config</summary><pre>{html.escape(cfg)}</pre></details>"]
+    if trace.prompt_text:
+        parts.append(f"<h3>prompt</h3><pre style='white-space:pre-wrap'>"
+                     f"{html.escape(trace.prompt_text)}</pre>")
+    return parts
+
+
+def _iteration_section(trace: Trace, i: int, prev: int | None, nxt: int | None,
+                       fig: _FigureWriter, namer: Any, show_pruned: bool, masks: bool,
+                       why: bool) -> list[str]:
+    """One iteration: its tree, mask and why panel side by side (each scrolls if too wide)."""
+    rec = trace.iterations[i]
+    parts = [f"<h3 id='iteration-{rec.index}'>iteration {rec.index}"
+             f"{_iter_links(prev, nxt)}</h3><div class='dt-row'>"]
+    tree = tree_figure(rec, namer=namer, show_pruned=show_pruned, drafter=trace.drafter_kind)
+    natural = int(tree.layout.width or 0)
+    # a small tree may shrink with its column; a wide one keeps room for its leaf labels
+    min_px = natural if natural > 700 else MIN_FIGURE_PX
+    parts.append("<div class='dt-scroll'>" + fig(tree, f"dt-tree-{rec.index}", min_px) + "</div>")
+    if masks:
+        parts.append("<div class='dt-scroll'>" + fig(
+            mask_figure(rec, namer=namer), f"dt-mask-{rec.index}", MIN_FIGURE_PX) + "</div>")
+    if why:
+        parts.append("<div class='dt-scroll dt-wide'>" + fig(
+            why_figure(trace, i, namer=namer), f"dt-why-{rec.index}", MIN_FIGURE_PX) + "</div>")
+    parts.append("</div>")
+    return parts
 
 
 def _nav(sections: Sequence[tuple[str, str]]) -> str:

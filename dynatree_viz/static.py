@@ -6,8 +6,10 @@ run no JavaScript and have no kernel. A Plotly figure stored only as Plotly JSON
 as nothing or as a Python repr. So:
 
 * :func:`use_static_fallbacks` makes every figure's output carry a PNG beside the Plotly JSON
-  (renderer ``plotly_mimetype+png``): JupyterLab, VS Code and Colab pick the interactive JSON,
-  static viewers the image (Plotly JSON is not in their display priority).
+  (renderer ``plotly_mimetype+dynatree_png``): JupyterLab, VS Code and Colab pick the interactive
+  JSON, static viewers the image (Plotly JSON is not in their display priority). The image of an
+  animation tells its whole story (:func:`dynatree_viz.animate.static_figure`): every step of
+  :func:`~dynatree_viz.animate` side by side, the finish of :func:`~dynatree_viz.race`.
 * :class:`StaticFallback` gives a widget a ``text/html`` snapshot of its current state beside the
   widget view: a live kernel shows the widget; nbconvert drops widget views without stored state
   and falls back to the snapshot, as do nbviewer and GitHub.
@@ -22,15 +24,18 @@ from __future__ import annotations
 import atexit
 import base64
 import html
-import warnings
 from typing import Any
 
 import plotly.graph_objects as go
 import plotly.io as pio
+from plotly.io._base_renderers import PngRenderer
 
-from dynatree_viz.export import ImageExportUnavailable, require_image_export
+from dynatree_viz.animate import static_figure
+from dynatree_viz.export import ImageExportUnavailable, quiet_kaleido, require_image_export
 
 _state: dict[str, Any] = {"images": None, "reason": ""}
+#: the renderer :func:`use_static_fallbacks` pairs with ``plotly_mimetype``
+STATIC_RENDERER = "dynatree_png"
 
 
 def images_enabled() -> bool:
@@ -65,13 +70,24 @@ def use_static_fallbacks(images: bool | None = None) -> str:
         images = images_enabled()
     elif images and not images_enabled():
         raise RuntimeError(f"static images requested but unavailable: {_state['reason']}")
-    renderer = "plotly_mimetype+png" if images else "plotly_mimetype"
+    renderer = f"plotly_mimetype+{STATIC_RENDERER}" if images else "plotly_mimetype"
     if images:
-        # one PNG per figure at the figure's own size: what a reader of the static page sees
-        pio.renderers["png"].width = None
-        pio.renderers["png"].height = None
+        pio.renderers[STATIC_RENDERER] = StaticPngRenderer()
     pio.renderers.default = renderer
     return renderer
+
+
+class StaticPngRenderer(PngRenderer):
+    """plotly's PNG renderer, at each figure's own size, drawing what a reader without a kernel
+    should see (:func:`dynatree_viz.animate.static_figure`: an animation's every step, a race's
+    finish) and without kaleido's warnings in the notebook's output."""
+
+    def __init__(self) -> None:
+        super().__init__(width=None, height=None)
+
+    def to_mimebundle(self, fig_dict: dict) -> dict:
+        png = figure_png(static_figure(go.Figure(fig_dict)))
+        return {} if png is None else {self.mime_type: base64.b64encode(png).decode("ascii")}
 
 
 def figure_png(fig: go.Figure) -> bytes | None:
@@ -79,8 +95,7 @@ def figure_png(fig: go.Figure) -> bytes | None:
     if not images_enabled():
         return None
     try:
-        with warnings.catch_warnings():  # "kopts ignored with a server": the server was started for this
-            warnings.simplefilter("ignore", UserWarning)
+        with quiet_kaleido():
             return fig.to_image(format="png")
     except Exception:  # a browser that fails to start: the caller shows the reason instead
         _state["images"], _state["reason"] = False, "kaleido could not start its browser"

@@ -79,17 +79,7 @@ def timeline_figure(trace: Trace, *, current: int | None = None, height: int | N
     if "acceptance" in row:
         _acceptance_panel(fig, trace, its, x, row["acceptance"])
     if "adapter" in row:
-        r4 = row["adapter"]
-        fig.add_trace(go.Scatter(x=x, y=[_hist(r, "d0") for r in its], name="D0 (real)",
-                                 mode="lines", line=dict(color=_OI["reddish_purple"])),
-                      row=r4, col=1)
-        fig.add_trace(go.Scatter(x=x, y=[_hist(r, "d0_effective") for r in its],
-                                 name="D0 used", mode="markers",
-                                 marker=dict(color=_OI["reddish_purple"], symbol="line-ew-open",
-                                             size=12)), row=r4, col=1)
-        fig.add_trace(go.Scatter(x=x, y=[_hist(r, "tau_h") for r in its], name="τ_h",
-                                 mode="lines", line=dict(color=_OI["orange"], dash="dash")),
-                      row=r4, col=1, secondary_y=True)
+        _adapter_panel(fig, its, x, row["adapter"])
     for key, color in _TIMING_COLORS.items():
         if not any(r.timings.get(key) for r in its) and key != "verify":
             continue  # e.g. AR never drafts: no all-zero "draft time" series in the legend
@@ -111,6 +101,19 @@ def timeline_figure(trace: Trace, *, current: int | None = None, height: int | N
     if its:
         mark_iteration(fig, current)
     return fig
+
+
+def _adapter_panel(fig: go.Figure, its: list, x: list, r: int) -> None:
+    """The history adapter's D0 (real and used) and τ_h before each iteration."""
+    fig.add_trace(go.Scatter(x=x, y=[_hist(rec, "d0") for rec in its], name="D0 (real)",
+                             mode="lines", line=dict(color=_OI["reddish_purple"])), row=r, col=1)
+    fig.add_trace(go.Scatter(x=x, y=[_hist(rec, "d0_effective") for rec in its],
+                             name="D0 used", mode="markers",
+                             marker=dict(color=_OI["reddish_purple"], symbol="line-ew-open",
+                                         size=12)), row=r, col=1)
+    fig.add_trace(go.Scatter(x=x, y=[_hist(rec, "tau_h") for rec in its], name="τ_h",
+                             mode="lines", line=dict(color=_OI["orange"], dash="dash")),
+                  row=r, col=1, secondary_y=True)
 
 
 def _acceptance_panel(fig: go.Figure, trace: Trace, its: list, x: list, r: int) -> None:

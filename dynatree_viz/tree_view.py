@@ -6,7 +6,9 @@ in the figure; a pale, hollow-looking fill = a leaf the draft never ran on), ver
 Okabe-Ito colours stay distinct for colour-blind readers), marker symbol = stop reason, an orange
 star = the target's bonus token, grey ghosts = pruned candidates (optional). Every encoding in
 use has a legend entry. Labels are one ``markers+text`` trace, not annotations, so a 256-node
-tree stays responsive; they are drawn after every edge, with a white halo, so no edge hides one.
+tree stays responsive; each hangs below its point, clear of the marks and of its neighbours, and
+edges start below their parent's labels (:mod:`dynatree_viz.labels`), so no edge or marker
+covers a label; accepted labels are in the accepted colour.
 """
 
 from __future__ import annotations
@@ -21,14 +23,18 @@ from plotly.colors import sample_colorscale
 from dynatree_core.records.trace import IterationRecord
 
 from dynatree_viz import style
+from dynatree_viz.labels import (GAP, Label, LabelPlan, clipped_edges, marker_size_for_offset,
+                                 plan_labels, text_height, text_width, unit_for)
 from dynatree_viz.layout import layered_layout, tree_graph
-from dynatree_viz.scene import STATUSES, TreeScene
+from dynatree_viz.scene import TreeScene
 from dynatree_viz.tokens import TokenNamer, resolve_namer
 
 #: trace names (tests and widgets look traces up by name)
 NODES, EDGES, ACCEPTED_EDGES, PRUNED, PRUNED_EDGES, BONUS, COLORBAR = (
     "nodes", "edges", "accepted path", "pruned", "pruned edges", "bonus", "colour scale")
 ACCEPTED_MARKS, REJECTED_MARKS = "accepted marks", "rejected marks"
+LABELS = "labels"           # every label of the picture, one markers+text trace drawn last
+LABEL_COLOR = "#222222"
 NO_VALUE_COLOR = "#f0f0f0"  # c(u) of a leaf the draft never ran on: looks hollow
 FADED_OPACITY = 0.45        # nodes under a rejected node
 
@@ -92,15 +98,6 @@ def _hover(scene: TreeScene, i: int, status: str) -> str:
     return "<br>".join(lines)
 
 
-def _edge_xy(pairs: Sequence[tuple[int, int]], pos: dict) -> tuple[list, list]:
-    xs: list = []
-    ys: list = []
-    for a, b in pairs:
-        xs += [pos[a][0], pos[b][0], None]
-        ys += [pos[a][1], pos[b][1], None]
-    return xs, ys
-
-
 @dataclass
 class _Layout:
     """Where everything goes: tree nodes, then ghosts (pruned), then the bonus star."""
@@ -110,6 +107,10 @@ class _Layout:
     bonus_parent: int
     bonus_node: int | None
     n_leaves: int
+
+    @property
+    def depth(self) -> int:
+        return max(p[1] for p in self.pos.values())
 
 
 def _layout(scene: TreeScene, show_pruned: bool) -> _Layout:
@@ -135,8 +136,102 @@ def _layout(scene: TreeScene, show_pruned: bool) -> _Layout:
                    n_leaves)
 
 
-def _lines(pairs: Sequence[tuple[int, int]], pos: dict, name: str, **line: Any) -> go.Scatter:
-    x, y = _edge_xy(pairs, pos)
+@dataclass
+class _Look:
+    """Label size: a dense tree (more than 40 leaves) gets shorter labels in a smaller font."""
+
+    dense: bool
+    chars: int
+    font_size: int
+
+
+def _look(lay: _Layout, max_label_chars: int | None = None) -> _Look:
+    dense = lay.n_leaves > 40
+    return _Look(dense, max_label_chars or (6 if dense else 10), 9 if dense else 11)
+
+
+def label_texts(scene: TreeScene, lay: _Layout, chars: int) -> dict[int, str]:
+    """Each labelled point's text by layout key: tree nodes, ghosts (``n + k``), the bonus star."""
+    n = len(scene.tree)
+    out = {i: style.short_label(t, chars) for i, t in enumerate(scene.texts)}
+    for k, p in enumerate(lay.pruned):
+        out[n + k] = style.short_label(scene.namer(p.token), chars)
+    if lay.bonus_node is not None:
+        out[lay.bonus_node] = style.short_label(scene.namer(scene.bonus), chars)
+    return out
+
+
+def legend_height(names: Sequence[str], plot_w: float, size: int = 10) -> float:
+    """A generous estimate of a horizontal legend's px height when it wraps at ``plot_w``."""
+    rows, used = 1, 0.0
+    for name in names:
+        w = 46 + text_width(name, size)
+        if used and used + w > plot_w:
+            rows, used = rows + 1, 0.0
+        used += w
+    return 24.0 * rows + 16
+
+
+@dataclass
+class _Geometry:
+    """The picture's scale (px), axis ranges and margins, and where labels hang."""
+
+    plan: LabelPlan
+    x_range: list[float]
+    y_range: list[float]
+    width: int
+    height: int
+    margin: dict
+
+    @property
+    def start(self) -> dict[int, float]:
+        """Per level: where its edges start, in levels below its centre (under its labels)."""
+        return {lv: b / self.plan.level_px for lv, b in self.plan.bottom.items()}
+
+
+def _geometry(lay: _Layout, texts: dict, font_size: int, legend: Sequence[str], *,
+              width: int | None = None, height: int | None = None, top: int = 80,
+              min_width: int = 700) -> _Geometry:
+    """Size the figure for its labels (see :mod:`dynatree_viz.labels`): margins hold the title,
+    the legend below and the colour bar right, so plotly never moves the plot area."""
+    labels = [Label(k, lay.pos[k][0], lay.pos[k][1], text_width(t, font_size),
+                    text_height(t, font_size)) for k, t in texts.items()]
+    x_range = [-1.0, float(max(lay.n_leaves, 2))]
+    span = x_range[1] - x_range[0]
+    left, right = 50, 136  # the colour bar sits right of the plot, at x = 1.02 of its width
+    if width is None:
+        plot_w = min(max(unit_for(labels) * span, min_width - left - right), 7000 - left - right)
+    else:
+        plot_w = (width - left - right) / 1.02
+    right = int(math.ceil(right + 0.02 * plot_w))
+    plan = plan_labels(labels, plot_w / span)
+    deepest = lay.depth
+    below = max(plan.bottom.get(deepest, 0.0) + GAP, 0.5 * plan.level_px)
+    bottom = int(math.ceil(legend_height(legend, plot_w) + 0.02 * plan.level_px * (deepest + 1) + 12))
+    if height is not None:
+        plot_h = height - top - bottom
+        plan.level_px = (plot_h - below) / (deepest + 0.5)
+    plot_h = plan.level_px * (deepest + 0.5) + below
+    return _Geometry(plan, x_range, [deepest + below / plan.level_px, -0.5],
+                     int(math.ceil(left + plot_w + right)), int(math.ceil(top + plot_h + bottom)),
+                     dict(l=left, r=right, t=top, b=bottom))
+
+
+def _axes(geo: _Geometry, depth: int) -> dict:
+    """The layout's axes (fixed ranges: labels and edges are placed in their px) and legend."""
+    return dict(
+        width=geo.width, height=geo.height, margin=geo.margin,
+        xaxis=dict(visible=False, range=geo.x_range),
+        yaxis=dict(range=geo.y_range, tickmode="array", tickvals=list(range(depth + 1)),
+                   ticktext=[f"d={d}" for d in range(depth + 1)], zeroline=False, showgrid=False),
+        legend=dict(orientation="h", yanchor="top", y=-0.02, xanchor="left", x=0.0,
+                    font=dict(size=10)))
+
+
+def _lines(pairs: Sequence[tuple[int, int]], pos: dict, name: str, start: dict | None = None,
+           **line: Any) -> go.Scatter:
+    """Edges parent → child, each starting under its parent's labels (``start``, in levels)."""
+    x, y = clipped_edges(pairs, pos, start or {})
     return go.Scatter(x=x, y=y, mode="lines", name=name, hoverinfo="skip", line=line,
                       showlegend=False)
 
@@ -149,10 +244,59 @@ def _marks(ids: Sequence[int], pos: dict, name: str, symbol: str, color: str,
                       marker=dict(symbol=symbol, size=26, color=color, line=dict(width=3, color=color)))
 
 
+def _outcome_marks(status: Sequence[str], pos: dict) -> list[go.Scatter]:
+    """The accepted rings and the rejected crosses (empty where ``status`` is)."""
+    return [_marks([i for i, s in enumerate(status) if s == kind], pos, name, symbol, color, kind)
+            for kind, name, symbol, color in (
+                ("accepted", ACCEPTED_MARKS, style.ACCEPTED_MARK, style.ACCEPTED),
+                ("rejected", REJECTED_MARKS, style.REJECTED_MARK, style.REJECTED))]
+
+
+def _label_trace(keys: Sequence[int], texts: dict, offsets: dict, pos: dict, font_size: int,
+                 colors: dict, name: str = LABELS) -> go.Scatter:
+    """Labels hung below their points (transparent markers push each text ``offsets[key]`` px
+    down, clear of the marks and of the labels beside it); drawn last, with a white halo."""
+    return go.Scatter(
+        x=[pos[k][0] for k in keys], y=[pos[k][1] for k in keys], mode="markers+text", name=name,
+        customdata=list(keys), text=[texts[k] for k in keys], textposition="bottom center",
+        marker=dict(size=[marker_size_for_offset(offsets[k]) for k in keys], color="rgba(0,0,0,0)"),
+        textfont=dict(size=font_size, color=[colors.get(k, LABEL_COLOR) for k in keys],
+                      shadow=style.LABEL_HALO),
+        hoverinfo="skip", showlegend=False, cliponaxis=False)
+
+
+def label_colors(scene: TreeScene, lay: _Layout) -> dict[int, str]:
+    """Accepted labels in the accepted colour, ghosts grey, the bonus brown; others default."""
+    n = len(scene.tree)
+    out = {i: style.ACCEPTED for i in scene.accepted}
+    out.update({n + k: "#707070" for k in range(len(lay.pruned))})
+    if lay.bonus_node is not None:
+        out[lay.bonus_node] = "#7a4a00"
+    return out
+
+
 def _legend_key(name: str, group: str, *, mode: str = "markers", **kw: Any) -> go.Scatter:
     """A legend entry with no data: says what an encoding means (clicking it toggles its group)."""
     return go.Scatter(x=[None], y=[None], mode=mode, name=name, legendgroup=group,
                       hoverinfo="skip", **kw)
+
+
+def _colorbar(color_by: str) -> go.Scatter:
+    """A trace that only carries the colour bar (node colours are explicit strings)."""
+    return go.Scatter(
+        x=[None], y=[None], mode="markers", name=COLORBAR, showlegend=False, hoverinfo="skip",
+        marker=dict(color=[0.0, 1.0], cmin=0, cmax=1, colorscale=style.COLORSCALE, showscale=True,
+                    colorbar=dict(title=dict(text=style.COLOR_BY_CAPTIONS[color_by]),
+                                  thickness=12, len=0.6, x=1.02, y=0.5)))
+
+
+def _scene(source: IterationRecord | TreeScene, namer: TokenNamer | None,
+           tokenizer: Any) -> TreeScene:
+    if isinstance(source, TreeScene):
+        if tokenizer is not None:
+            resolve_namer(None, source.namer, tokenizer)
+        return source
+    return TreeScene.from_record(source, resolve_namer(source, namer, tokenizer))
 
 
 def tree_figure(source: IterationRecord | TreeScene, *, color_by: str = "confidence",
@@ -169,97 +313,82 @@ def tree_figure(source: IterationRecord | TreeScene, *, color_by: str = "confide
     text for (pruned candidates, the target's choices); ``color_buttons=False`` leaves out the
     in-figure c(u)/p(u) buttons (widgets have their own toggle).
     Trace names: see the module constants (``NODES`` holds one point per tree node in BFS order,
-    with ``customdata`` = BFS index). Every encoding has a legend entry (``LEGEND_GROUP``).
+    with ``customdata`` = BFS index and ``text`` = its label; ``LABELS`` draws every label).
+    Every encoding has a legend entry (``LEGEND_GROUP``).
     """
-    if isinstance(source, TreeScene):
-        scene = source
-        if tokenizer is not None:
-            resolve_namer(None, scene.namer, tokenizer)
-    else:
-        scene = TreeScene.from_record(source, resolve_namer(source, namer, tokenizer))
-    tree = scene.tree
-    n = len(tree)
+    scene = _scene(source, namer, tokenizer)
     status = scene.statuses()
     lay = _layout(scene, show_pruned)
-    pos, pruned = lay.pos, lay.pruned
-    dense = lay.n_leaves > 40
-    chars = max_label_chars or (6 if dense else 10)
-    font_size = 9 if dense else 11
-    text_font = dict(size=font_size, shadow=style.LABEL_HALO)
-    ids = {s: [i for i in range(n) if status[i] == s] for s in STATUSES}
+    look = _look(lay, max_label_chars)
+    texts = label_texts(scene, lay, look.chars)
+    legend = _legend_keys(scene, status, color_by, bool(lay.pruned), highlight)
+    geo = _geometry(lay, texts, look.font_size, [k.name for k in legend], width=width,
+                    height=height)
+    traces = _tree_traces(scene, status, lay, geo, look, color_by, highlight)
+    traces.append(_label_trace(sorted(texts), texts, geo.plan.offset, lay.pos, look.font_size,
+                               label_colors(scene, lay)))
+    fig = go.Figure(data=traces + legend + [_colorbar(color_by)])
+    fig.update_layout(
+        title=dict(text=title if title is not None else default_title(scene, drafter), x=0.01,
+                   font=dict(size=14)),
+        template="plotly_white", hovermode="closest", dragmode="pan", **_axes(geo, lay.depth),
+        updatemenus=[_color_menu(scene, color_by, trace_index(fig, NODES), len(fig.data) - 1)]
+        if color_buttons else [])
+    return fig
 
-    fig = go.Figure()
-    # Drawing order matters (plotly paints traces in order): every line and outcome mark first,
-    # then the labelled markers, so that no edge is ever painted over a label.
+
+def _tree_traces(scene: TreeScene, status: list[str], lay: _Layout, geo: _Geometry, look: _Look,
+                 color_by: str, highlight: int | None) -> list[go.Scatter]:
+    """Every line and outcome mark first, then the markers (plotly paints traces in order; the
+    labels come last, so nothing is painted over them)."""
+    tree, pos, n = scene.tree, lay.pos, len(scene.tree)
     acc = set(scene.accepted)
-    fig.add_trace(_lines([(tree.parents[i], i) for i in range(1, n) if i not in acc], pos, EDGES,
-                         color=style.EDGE, width=1))
-    if pruned:
-        fig.add_trace(_lines([(p.parent, n + k) for k, p in enumerate(pruned)], pos,
-                             PRUNED_EDGES, color=style.GHOST, width=1, dash="dot"))
-    path_edges = list(zip([0] + scene.accepted[:-1], scene.accepted))
+    out = [_lines([(tree.parents[i], i) for i in range(1, n) if i not in acc], pos, EDGES,
+                  geo.start, color=style.EDGE, width=1)]
+    if lay.pruned:
+        out.append(_lines([(p.parent, n + k) for k, p in enumerate(lay.pruned)], pos,
+                          PRUNED_EDGES, geo.start, color=style.GHOST, width=1, dash="dot"))
+    out.append(_lines(_path_edges(scene, lay), pos, ACCEPTED_EDGES, geo.start,
+                      color=style.ACCEPTED, width=3.5))
+    out[-1].legendgroup = "accepted"
+    out += _outcome_marks(status, pos)
+    if lay.pruned:
+        out.append(_pruned_trace(scene, lay.pruned, pos, n, look.chars))
+    out.append(_node_trace(scene, status, pos, color_by, highlight, look))
     if lay.bonus_node is not None:
-        path_edges.append((lay.bonus_parent, lay.bonus_node))
-    fig.add_trace(_lines(path_edges, pos, ACCEPTED_EDGES, color=style.ACCEPTED, width=3.5))
-    fig.data[-1].legendgroup = "accepted"
-    fig.add_trace(_marks(ids["accepted"], pos, ACCEPTED_MARKS, style.ACCEPTED_MARK,
-                         style.ACCEPTED, "accepted"))
-    fig.add_trace(_marks(ids["rejected"], pos, REJECTED_MARKS, style.REJECTED_MARK,
-                         style.REJECTED, "rejected"))
-    if pruned:
-        fig.add_trace(_pruned_trace(scene, pruned, pos, n, chars, font_size))
-    node_idx = len(fig.data)
-    fig.add_trace(_node_trace(scene, status, pos, color_by, highlight, dense, chars, text_font))
-    if lay.bonus_node is not None:
-        fig.add_trace(_bonus_trace(scene, pos[lay.bonus_node], lay.bonus_parent, chars,
-                                   font_size))
-    for key in _legend_keys(scene, status, color_by, bool(pruned), highlight):
-        fig.add_trace(key)
-    fig.add_trace(go.Scatter(  # carries the colour bar (node colours are explicit strings)
-        x=[None], y=[None], mode="markers", name=COLORBAR, showlegend=False, hoverinfo="skip",
-        marker=dict(color=[0.0, 1.0], cmin=0, cmax=1, colorscale=style.COLORSCALE, showscale=True,
-                    colorbar=dict(title=dict(text=style.COLOR_BY_CAPTIONS[color_by]),
-                                  thickness=12, len=0.6, x=1.02, y=0.5))))
-    cbar_idx = len(fig.data) - 1
+        out.append(_bonus_trace(scene, pos[lay.bonus_node], lay.bonus_parent, look.chars))
+    return out
 
+
+def _path_edges(scene: TreeScene, lay: _Layout) -> list[tuple[int, int]]:
+    """The accepted path's edges, then the edge to the bonus star."""
+    edges = list(zip([0] + scene.accepted[:-1], scene.accepted))
+    if lay.bonus_node is not None:
+        edges.append((lay.bonus_parent, lay.bonus_node))
+    return edges
+
+
+def _color_menu(scene: TreeScene, color_by: str, node_idx: int, cbar_idx: int) -> dict:
+    """The c(u) / p(u) buttons: restyle the node colours and the colour bar's caption."""
     def button(key: str) -> dict:
         return dict(label=style.COLOR_BY_TITLES[key], method="restyle",
                     args=[{"marker.color": [node_colors(scene, key), [0.0, 1.0]],
                            "marker.colorbar.title.text": [None, style.COLOR_BY_CAPTIONS[key]]},
                           [node_idx, cbar_idx]])
 
-    depth = max(pos[i][1] for i in pos)
-    menus = [dict(type="buttons", direction="right", x=0.0, y=1.0, xanchor="left",
-                  yanchor="bottom", pad=dict(t=2, b=2), showactive=True,
-                  active=style.COLOR_BY_CHOICES.index(color_by),
-                  buttons=[button(k) for k in style.COLOR_BY_CHOICES])] if color_buttons else []
-    fig.update_layout(
-        title=dict(text=title if title is not None else default_title(scene, drafter), x=0.01,
-                   font=dict(size=14)),
-        template="plotly_white",
-        width=width if width is not None else int(min(max(220 + 26 * lay.n_leaves, 700), 7000)),
-        height=height if height is not None else int(300 + 95 * (depth + 1)),
-        margin=dict(l=50, r=40, t=80, b=60),
-        xaxis=dict(visible=False, range=[-1, max(lay.n_leaves, 2)]),
-        yaxis=dict(autorange="reversed", tickmode="array", tickvals=list(range(depth + 1)),
-                   ticktext=[f"d={d}" for d in range(depth + 1)], zeroline=False,
-                   showgrid=False),
-        legend=dict(orientation="h", yanchor="top", y=-0.02, xanchor="left", x=0.0,
-                    font=dict(size=10)),
-        updatemenus=menus, hovermode="closest", dragmode="pan",
-    )
-    return fig
+    return dict(type="buttons", direction="right", x=0.0, y=1.0, xanchor="left",
+                yanchor="bottom", pad=dict(t=2, b=2), showactive=True,
+                active=style.COLOR_BY_CHOICES.index(color_by),
+                buttons=[button(k) for k in style.COLOR_BY_CHOICES])
 
 
-def _pruned_trace(scene: TreeScene, pruned: list, pos: dict, n: int, chars: int,
-                  font_size: int) -> go.Scatter:
+def _pruned_trace(scene: TreeScene, pruned: list, pos: dict, n: int, chars: int) -> go.Scatter:
+    """Ghosts of the candidates τ / N_max pruned (``text``: their labels, drawn by ``LABELS``)."""
     return go.Scatter(
         x=[pos[n + k][0] for k in range(len(pruned))],
         y=[pos[n + k][1] for k in range(len(pruned))],
-        mode="markers+text", name=PRUNED, textposition="bottom center", showlegend=False,
-        legendgroup="pruned",
+        mode="markers", name=PRUNED, showlegend=False, legendgroup="pruned",
         text=[style.short_label(scene.namer(p.token), chars) for p in pruned],
-        textfont=dict(size=font_size - 1, color="#707070", shadow=style.LABEL_HALO),
         marker=dict(symbol="circle-open", size=9, color=style.GHOST, line=dict(width=1.5)),
         hovertext=[f"<b>{style.hover_escape(scene.namer(p.token))}</b> (id {p.token})<br>"
                    f"pruned by {p.reason} (never verified)<br>rank {p.rank} under "
@@ -269,7 +398,8 @@ def _pruned_trace(scene: TreeScene, pruned: list, pos: dict, n: int, chars: int,
 
 
 def _node_trace(scene: TreeScene, status: list[str], pos: dict, color_by: str,
-                highlight: int | None, dense: bool, chars: int, text_font: dict) -> go.Scatter:
+                highlight: int | None, look: _Look) -> go.Scatter:
+    """One marker per tree node (``customdata`` = BFS index, ``text`` = its label)."""
     tree = scene.tree
     n = len(tree)
     line_color = [style.ACCEPTED if s in ("accepted", "root") else
@@ -277,17 +407,11 @@ def _node_trace(scene: TreeScene, status: list[str], pos: dict, color_by: str,
     line_width = [3 if s in ("accepted", "rejected", "root") else 1 for s in status]
     if highlight is not None and 0 <= highlight < n:
         line_color[highlight], line_width[highlight] = style.HIGHLIGHT, 5
-    text_pos = ["bottom center"] * n
-    if dense:  # alternate leaf labels above/below so neighbours do not overlap
-        leaves = sorted((i for i in range(n) if not tree.children(i)), key=lambda i: pos[i][0])
-        for k, i in enumerate(leaves):
-            text_pos[i] = "top center" if k % 2 else "bottom center"
     return go.Scatter(
         x=[pos[i][0] for i in range(n)], y=[pos[i][1] for i in range(n)],
-        mode="markers+text", name=NODES, customdata=list(range(n)),
-        text=[style.short_label(t, chars) for t in scene.texts], textposition=text_pos,
-        textfont=text_font,
-        marker=dict(size=[18 if i == 0 else 14 if not dense else 11 for i in range(n)],
+        mode="markers", name=NODES, customdata=list(range(n)),
+        text=[style.short_label(t, look.chars) for t in scene.texts],
+        marker=dict(size=[18 if i == 0 else 14 if not look.dense else 11 for i in range(n)],
                     color=node_colors(scene, color_by),
                     symbol=[style.STOP_SYMBOLS.get(s, "circle") for s in tree.stop_reasons],
                     opacity=[FADED_OPACITY if s == "below_rejection" else 1.0 for s in status],
@@ -296,13 +420,13 @@ def _node_trace(scene: TreeScene, status: list[str], pos: dict, color_by: str,
         hovertemplate="%{hovertext}<extra></extra>", showlegend=False)
 
 
-def _bonus_trace(scene: TreeScene, bpos: tuple[float, int], bonus_parent: int, chars: int,
-                 font_size: int) -> go.Scatter:
+def _bonus_trace(scene: TreeScene, bpos: tuple[float, int], bonus_parent: int,
+                 chars: int) -> go.Scatter:
+    """The target's bonus token as an orange star (``text``: its label, drawn by ``LABELS``)."""
     btext = scene.namer(scene.bonus)
     return go.Scatter(
-        x=[bpos[0]], y=[bpos[1]], mode="markers+text", name=BONUS, showlegend=False,
-        legendgroup="bonus", text=[style.short_label(btext, chars)], textposition="bottom center",
-        textfont=dict(size=font_size, color="#7a4a00", shadow=style.LABEL_HALO),
+        x=[bpos[0]], y=[bpos[1]], mode="markers", name=BONUS, showlegend=False,
+        legendgroup="bonus", text=[style.short_label(btext, chars)],
         marker=dict(symbol="star", size=20, color=style.BONUS, line=dict(color="#7a4a00", width=1)),
         hovertext=[f"<b>{style.hover_escape(btext)}</b> (id {scene.bonus})<br>bonus token: "
                    f"the target's own choice after "

@@ -100,15 +100,19 @@ class Stepper(StaticFallback, widgets.VBox):
         self._redraw()
 
     def static_html(self) -> str:
-        """The shown iteration as static HTML (what viewers without a kernel display): the
-        info line, tree and mask images, and the text so far."""
-        parts = [self.info.value]
-        if self.record is not None:
-            parts.append('<div style="display:flex;flex-wrap:wrap;gap:8px">'
-                         + figure_snapshot_html(go.Figure(self.tree_fig), "draft tree")
-                         + figure_snapshot_html(go.Figure(self.mask_fig), "tree-attention mask") + "</div>")
-        parts.append(self.text.value)
-        return "\n".join(parts)
+        """The shown iteration, complete, as static HTML (what viewers without a kernel
+        display): the info line, the tree and mask images, the why panel, the text so far and
+        the timeline with the iteration marked, in the widget's own order."""
+        if self.record is None:
+            return "\n".join([self.info.value, self.text.value])
+        return "\n".join([
+            self.info.value,
+            '<div style="display:flex;flex-wrap:wrap;gap:8px">'
+            + figure_snapshot_html(go.Figure(self.tree_fig), "draft tree")
+            + figure_snapshot_html(go.Figure(self.mask_fig), "tree-attention mask") + "</div>",
+            figure_snapshot_html(go.Figure(self.why_fig), "why the accepted path ended there"),
+            self.text.value,
+            figure_snapshot_html(go.Figure(self.timeline_fig), "timeline")])
 
     @property
     def position(self) -> int:
@@ -166,15 +170,23 @@ class Stepper(StaticFallback, widgets.VBox):
         fig = why(self.trace, self.position, None if node == 0 else node, at=at, namer=self.namer)
         replace_figure(self.why_fig, fig)
 
+    def _tree_figure(self, rec: IterationRecord, highlight: int | None = None) -> go.Figure:
+        """One iteration's tree as the stepper draws it (its colour and ghost settings)."""
+        return tree_figure(rec, color_by=self.color_toggle.value,
+                           show_pruned=self.pruned_checkbox.value, namer=self.namer,
+                           highlight=highlight, drafter=self.trace.drafter_kind,
+                           color_buttons=False)
+
+    def iteration_figures(self) -> list[go.Figure]:
+        """The tree of every iteration of the trace, as the stepper draws it (the frames of
+        :func:`dynatree_viz.export_gif`)."""
+        return [self._tree_figure(rec) for rec in self.trace.iterations]
+
     def _draw_tree(self) -> None:
         rec = self.record
         if rec is None:
             return
-        fig = tree_figure(rec, color_by=self.color_toggle.value,
-                          show_pruned=self.pruned_checkbox.value, namer=self.namer,
-                          highlight=self.selected, drafter=self.trace.drafter_kind,
-                          color_buttons=False)
-        replace_figure(self.tree_fig, fig)
+        replace_figure(self.tree_fig, self._tree_figure(rec, self.selected))
         nodes = self.tree_fig.data[trace_index(self.tree_fig, NODES)]
         nodes.on_click(self._on_node_click)
 

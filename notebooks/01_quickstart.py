@@ -138,7 +138,8 @@ Markdown(dt.metrics.compare_to(ar.metrics, "DynaTree"))
 # ### The race
 #
 # The same prompt, both runs side by side: tokens committed so far against the target forwards spent
-# (press play, or drag the slider). `x="time"` races them over the recorded wall-clock time instead.
+# (press play, or drag the slider; a page read without a kernel shows the finish). `x="time"` races them
+# over the recorded wall-clock time instead.
 
 # %% tags=["nbval-ignore-output"]
 dv.race({"AR": ar.trace, "DynaTree": dt.trace}, x="forwards")

@@ -190,24 +190,41 @@ dv.tree_figure(rec_ft, title="fixed tree D=3, B=2, iteration 0")
 #   p(u) ≥ ρ_deep (likely paths go deeper);
 # * **pruning**: a child with p < τ is dropped; at most N_max nodes are verified.
 #
-# The next cell checks that a real tree obeys exactly these rules.
+# The worked example uses the `gpu` preset (`DynaTreeConfig.gpu()`), whose trees are wider than with
+# the paper's settings (more children per node), and is picked from the runs themselves: an iteration that
+# shows what a tree buys, with at least 15 drafted nodes and an accepted node that was *not* the draft's
+# first choice at its parent — where a chain of first choices would have stopped. On our repeated sentence
+# the draft is too sure of itself for that (its trees stay small), so the cell tries it first, then
+# story openings (`dv.EXAMPLE_PROMPTS`), and keeps the first run that has such an iteration. The next
+# cells check that its tree obeys exactly the rules above.
 
 # %% tags=["nbval-ignore-output"]
 from dynatree_core import HistoryState
 
-paper = DynaTreeConfig.paper()
-dyn = list(iterate(pair, prompt, "dynatree", paper, max_new_tokens=40, trace=True, ignore_eos=True))
-# show the mechanism at work: the biggest tree among the iterations that accepted something,
-# leaving out the last ones, whose depth is capped by the few tokens still to generate
-room, left = [], 40
-for r in dyn:
-    if left > paper.d_max:
-        room.append(r)
-    left -= len(r.committed)
-rec_dt = max(room, key=lambda r: (r.accepted_length > 0, r.num_nodes))
+paper, gpu = DynaTreeConfig.paper(), DynaTreeConfig.gpu()
+
+
+def runs_with_room(text, n=100):
+    """The run's iterations, less the last ones, whose depth is capped by the few tokens left."""
+    room, left = [], n
+    for r in iterate(pair, text, "dynatree", gpu, max_new_tokens=n, trace=True, ignore_eos=True):
+        if left > gpu.d_max:
+            room.append(r)
+        left -= len(r.committed)
+    return room
+
+
+for example_prompt in [prompt, *dv.EXAMPLE_PROMPTS]:
+    room = runs_with_room(example_prompt)
+    rec_dt = dv.branching_example(room, min_nodes=15)  # >= 15 drafted nodes, an accepted non-top-1 node
+    if rec_dt is not None:
+        break
+else:  # no run branched like that: show the biggest tree (the checks below then say False)
+    rec_dt = max(room, key=lambda r: (r.accepted_length > 0, r.num_nodes))
+print("prompt:", repr(example_prompt))
 # the rule this iteration ran under: the history adapter had moved D0 and tau_h (see 04)
 h = HistoryState.from_dict(rec_dt.history_before)
-tree, rule = rec_dt.tree, paper.growth_rule(d0=h.d0_effective, tau_h=h.tau_h)
+tree, rule = rec_dt.tree, gpu.growth_rule(d0=h.d0_effective, tau_h=h.tau_h)
 print(f"iteration {rec_dt.index}: {rec_dt.num_nodes} drafted nodes, depth {tree.depth}, "
       f"{rec_dt.accepted_length} accepted, {len(tree.pruned)} candidates pruned")
 pd.DataFrame([{"node": n.index, "token": rec_dt.token_texts[n.index], "depth": n.depth, "parent": n.parent,
@@ -222,9 +239,38 @@ print("every depth stop follows d(u) and p(u):",
       all(rule.stop_reason(tree.depths[i], math.exp(tree.cum_logps[i])) == tree.stop_reasons[i] for i in gated))
 print("no verified node has p(u) < tau:", all(lp >= math.log(rule.tau) for lp in tree.cum_logps))
 print("at most N_max nodes:", tree.num_drafted <= rule.n_max)
+branch = dv.off_top1(rec_dt)  # accepted nodes that were not the draft's first choice at their parent
+print("the example has at least 15 drafted nodes:", rec_dt.num_nodes >= 15)
+print("an accepted node was not its parent's top-1 draft choice:", bool(branch))
+print("a chain of first choices would have accepted fewer tokens:",
+      bool(branch) and tree.depths[branch[0].parent] < rec_dt.accepted_length)
+
+# %% [markdown]
+# What happened in this iteration, in the trace's own numbers:
 
 # %% tags=["nbval-ignore-output"]
-dv.tree_figure(rec_dt, show_pruned=True, title=f"DynaTree (paper settings), iteration {rec_dt.index}: colour = c(u)")
+def say(tok):  # a token as the reader sees it, spaces made visible
+    return "`" + dv.style.visible_token(tok) + "`"
+
+text_of = lambda i: rec_dt.token_texts[i]
+path_words = " → ".join(say(text_of(i)) for i in rec_dt.accepted_path)
+first = branch[0] if branch else None
+story = (f"**Iteration {rec_dt.index}.** The draft grew **{rec_dt.num_nodes} nodes** to depth {tree.depth}, "
+         f"with up to {max(tree.branching)} children per node, and the target checked them all in one forward. "
+         f"It accepted **{rec_dt.accepted_length}** of them ({path_words}) and added its bonus token "
+         f"{say(tok.decode([rec_dt.bonus])) if rec_dt.bonus is not None else '(none)'}: "
+         f"**{len(rec_dt.committed)} tokens** for one target forward.")
+if first is not None:
+    story += (f"\n\nAfter {say(text_of(first.parent))} (depth {tree.depths[first.parent]}) the draft's first choice was "
+              f"{say(tok.decode([first.top1_token]))} (q = {first.top1_q:.2f}), but the target wanted "
+              f"{say(text_of(first.node))}, the draft's choice number {first.rank} (q = {first.q:.2f}). "
+              f"A chain of first choices would have stopped there with {tree.depths[first.parent]} accepted token(s); "
+              f"the tree had kept {say(text_of(first.node))} as a sibling and went on to accept "
+              f"{rec_dt.accepted_length - tree.depths[first.parent]} more.")
+display(Markdown(story))
+
+# %% tags=["nbval-ignore-output"]
+dv.tree_figure(rec_dt, show_pruned=True, title=f"DynaTree (gpu preset), iteration {rec_dt.index}: colour = c(u)")
 
 # %% tags=["nbval-ignore-output"]
 dv.tree_figure(rec_dt, color_by="cum_prob", title="the same tree, colour = p(u)")
@@ -232,8 +278,9 @@ dv.tree_figure(rec_dt, color_by="cum_prob", title="the same tree, colour = p(u)"
 # %% [markdown]
 # The same iteration as it happens, phase by phase: the draft grows the tree one level per draft
 # forward, the target verifies every node in one forward, the greedy path and the bonus are selected,
-# and the committed tokens join the text. Press play or step with the slider;
-# `dv.export_slides(rec_dt, path="slides.html")` writes the phases as an offline slide deck for a lecture.
+# and the committed tokens join the text. Press play or step with the slider (a page read without a
+# kernel shows every step side by side); `dv.export_slides(rec_dt, path="slides.html")` writes the
+# phases as an offline slide deck for a lecture, `dv.export_gif(rec_dt, "iteration.gif")` as one GIF.
 
 # %% tags=["nbval-ignore-output"]
 dv.animate(rec_dt, show_pruned=True)

@@ -11,17 +11,11 @@ from dynatree_viz import demo_trace, layered_layout, tree_figure, tree_graph
 from dynatree_viz import style
 from dynatree_viz import tree_view as tv
 from dynatree_viz.tree_view import ACCEPTED_EDGES, BONUS, EDGES, NODES, PRUNED, trace_index
-from viz_fixtures import VOCAB, FakeTokenizer, record
+from viz_fixtures import VOCAB, FakeTokenizer, edge_of, record, segments as _segments
 
 
 def _nodes(fig):
     return fig.data[trace_index(fig, NODES)]
-
-
-def _segments(trace):
-    """(x0, y0, x1, y1) per None-separated line segment of a lines trace."""
-    xs, ys = list(trace.x), list(trace.y)
-    return [(xs[k], ys[k], xs[k + 1], ys[k + 1]) for k in range(0, len(xs), 3)]
 
 
 def test_layout_is_layered_tidy_and_deterministic():
@@ -49,16 +43,18 @@ def test_nodes_and_edges_match_the_tree():
     nodes = _nodes(fig)
     n = len(rec.tree)
     assert len(nodes.x) == n and list(nodes.customdata) == list(range(n))
-    assert nodes.mode == "markers+text"
+    assert nodes.mode == "markers"  # the labels are one trace of their own, drawn last
+    labels = fig.data[trace_index(fig, tv.LABELS)]
+    assert labels.mode == "markers+text" and list(labels.text[:n]) == list(nodes.text)
     xy = {(nodes.x[i], nodes.y[i]): i for i in range(n)}
     assert len(xy) == n  # no two nodes share a position
     assert list(nodes.y) == rec.tree.depths
+    bonus = fig.data[trace_index(fig, BONUS)]
+    points = dict({i: (nodes.x[i], nodes.y[i]) for i in range(n)}, bonus=(bonus.x[0], bonus.y[0]))
     edges = set()
-    for name in (EDGES, ACCEPTED_EDGES):
-        for x0, y0, x1, y1 in _segments(fig.data[trace_index(fig, name)]):
-            if (x1, y1) in xy:  # the bonus edge ends at the bonus star, not at a node
-                edges.add((xy[(x0, y0)], xy[(x1, y1)]))
-    assert edges == {(p, i) for i, p in enumerate(rec.tree.parents) if p >= 0}
+    for name in (EDGES, ACCEPTED_EDGES):  # each edge starts below its parent, under its labels
+        edges |= {edge_of(sg, points) for sg in _segments(fig.data[trace_index(fig, name)])}
+    assert edges == {(p, i) for i, p in enumerate(rec.tree.parents) if p >= 0} | {(7, "bonus")}
 
 
 def test_accepted_path_rejected_nodes_and_bonus_are_styled():
@@ -189,7 +185,8 @@ def test_labels_are_drawn_after_every_edge_and_mark_with_a_halo():
     lines = [k for k, t in kinds if "lines" in t.mode or t.name in (tv.ACCEPTED_MARKS,
                                                                      tv.REJECTED_MARKS)]
     labelled = [k for k, t in kinds if "text" in t.mode]
-    assert {fig.data[k].name for k in labelled} == {NODES, PRUNED, BONUS}
+    assert {fig.data[k].name for k in labelled} == {tv.LABELS}
+    assert len(fig.data[labelled[0]].text) == len(record().tree) + 2  # + the ghost and the bonus
     assert max(lines) < min(labelled)  # plotly paints in trace order: labels on top
     for k in labelled:
         assert fig.data[k].textfont.shadow == style.LABEL_HALO

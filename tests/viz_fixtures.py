@@ -91,3 +91,21 @@ def tiny_trace(n: int = 3) -> Trace:
 
 def adapter_for(cfg: DynaTreeConfig) -> HistoryAdapter:
     return HistoryAdapter(cfg)
+
+
+def segments(trace) -> list[tuple]:
+    """(x0, y0, x1, y1) per None-separated line segment of a lines trace."""
+    xs, ys = list(trace.x or []), list(trace.y or [])
+    return [(xs[k], ys[k], xs[k + 1], ys[k + 1]) for k in range(0, len(xs), 3)]
+
+
+def edge_of(seg, points: dict):
+    """(parent, child) keys of an edge segment: it ends on the child and starts on the straight
+    line from the parent (one level up) towards it, below the parent (under its labels)."""
+    x0, y0, x1, y1 = seg
+    child = next(k for k, (x, y) in points.items() if (x, y) == (x1, y1))
+    for k, (xa, ya) in points.items():
+        t = (y0 - ya) / (y1 - ya) if y1 != ya else -1
+        if ya == y1 - 1 and 0 <= t < 1 and abs(xa + (x1 - xa) * t - x0) < 1e-9:
+            return k, child
+    raise AssertionError(f"segment {seg} starts under no point one level above its end")

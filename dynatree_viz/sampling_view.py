@@ -1,0 +1,217 @@
+"""View: what speculative sampling did at one node (p against q, the draw, the residual).
+
+Under sampling (``trace.sampling``) every verified node u drew the target's next token from p(.|u):
+under ``match`` by the Gumbel-max trick with the noise of the position it fills (the token with the
+largest log p + g wins), under ``rejection`` by recursive rejection sampling over u's drafted
+candidates (accept candidate x with probability min(1, p(x) / q(x)), else draw from the normalised
+residual (p - q)+ with a uniform). This view puts the two distributions side by side for the tokens
+the trace knows at u (p's largest entries, q's largest entries, u's children), with min(p, q), the
+mass rejection sampling accepts, and the residual under ``rejection``; below, the draw itself: the
+largest perturbed scores log p + g (``match``), or each candidate's coin against min(1, p/q) and the
+uniform inside the CDF interval of a residual draw (``rejection``). The title says which token was
+committed and why.
+
+:func:`sampling_data` returns the facts (:class:`SamplingPanel`, testable without a figure),
+:func:`sampling_view` the figure. Everything comes from the trace; no model is needed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from dynatree_core.records.trace import IterationRecord, Trace
+
+from dynatree_viz import style
+from dynatree_viz.tokens import TokenNamer, resolve_namer
+
+#: names of the figure's traces (tests look them up)
+P_BARS, Q_BARS, MIN_BARS, RESIDUAL_BARS, UNIFORM_LINE, INTERVAL_BAR, SCORE_BARS, COIN_MARKS = (
+    "p: target", "q: draft", "min(p, q)", "residual (p - q)+", "uniform u", "drawn token's CDF interval",
+    "log p + Gumbel noise", "coins against min(1, p/q)")
+
+
+@dataclass
+class TokenRow:
+    """One token at the node: its p and q where the trace knows them (None: below the recorded top)."""
+
+    token: int
+    text: str
+    p: float | None
+    q: float | None
+    child: int | None  # the child node carrying it, if drafted
+    residual: float | None = None
+
+    @property
+    def overlap(self) -> float | None:
+        return None if self.p is None or self.q is None else min(self.p, self.q)
+
+
+@dataclass
+class SamplingPanel:
+    """The facts behind one node's draw (see :func:`sampling_data`)."""
+
+    iteration: int
+    node: int
+    verify: str
+    temperature: float
+    rows: list[TokenRow]
+    drawn: int
+    drawn_text: str
+    #: match: the largest perturbed scores (token, text, log p + g), the drawn token first
+    scores: list[tuple[int, str, float]] = field(default_factory=list)
+    #: rejection: the candidate accepted (-1: drawn from the residual, -2: no candidates), the coins,
+    #: and a residual draw's uniform and the drawn token's CDF interval
+    accepted_rank: int | None = None
+    coins: list[float] = field(default_factory=list)
+    uniform: float | None = None
+    interval: tuple[float, float] | None = None
+    followed: int | None = None  # the child the walk went into, or None (the drawn token was the bonus)
+    reason: str = ""
+
+
+def sampling_data(source: Trace | IterationRecord, iteration: int = 0, node: int | None = None, *,
+                  namer: TokenNamer | None = None, tokenizer: Any = None) -> SamplingPanel:
+    """The draw at ``node`` (default: the node where the accepted path ended) of one iteration."""
+    rec = source if isinstance(source, IterationRecord) else source.iterations[iteration]
+    s = rec.sampling
+    if s is None:
+        raise ValueError("this record was decoded greedily (temperature 0): there is no draw to show; decode with "
+                         "temperature > 0 (generate(..., temperature=0.7, trace=True))")
+    cfg = source.sampling if isinstance(source, Trace) else None
+    verify = "rejection" if "coins" in s else "match"
+    namer = resolve_namer(source, namer, tokenizer)
+    tree = rec.tree
+    node = (rec.accepted_path[-1] if rec.accepted_path else 0) if node is None else int(node)
+    if not 0 <= node < len(tree.tokens):
+        raise ValueError(f"node must be in [0, {len(tree.tokens) - 1}] (the iteration's tree), got {node}")
+    rows = _rows(rec, node, namer)
+    drawn = int(rec.target_argmax[node])
+    children = {tree.tokens[c]: c for c in tree.children(node)}
+    path = [0] + list(rec.accepted_path)
+    at = path.index(node) if node in path else None
+    followed = path[at + 1] if at is not None and at + 1 < len(path) else None
+    rank = s["accepted_rank"][node] if verify == "rejection" else None
+    panel = SamplingPanel(iteration=rec.index, node=node, verify=verify,
+                          temperature=float((cfg or {}).get("temperature", float("nan"))), rows=rows, drawn=drawn,
+                          drawn_text=namer(drawn), followed=followed)
+    if verify == "match":
+        panel.scores = [(int(t), namer(t), float(v)) for t, v in zip(*s["score_top"][node])]
+    else:
+        panel.accepted_rank, panel.coins = rank, list(s["coins"][node])
+        panel.uniform, panel.interval = float(s["uniform"][node]), tuple(s["interval"][node])
+    panel.reason = _reason(panel, children, tree)
+    return panel
+
+
+def _rows(rec: IterationRecord, node: int, namer: TokenNamer) -> list[TokenRow]:
+    """Every token the trace knows at ``node``: p's top entries, q's (the draft's top-k, or under
+    rejection q's recorded top), the node's children and the drawn token; most probable under p first."""
+    s, tree = rec.sampling, rec.tree
+    p = dict(zip(*s["p_top"][node]))
+    q: dict[int, float] = {}
+    if "q_top" in s:
+        q.update(zip(*s["q_top"][node]))
+    elif tree.topk_tokens[node] is not None:
+        q.update((t, math.exp(lp)) for t, lp in zip(tree.topk_tokens[node], tree.topk_logps[node]))
+    child_of: dict[int, int] = {}
+    for c in tree.children(node):
+        tok = tree.tokens[c]
+        child_of[tok] = c
+        if rec.target_prob_drafted and rec.target_prob_drafted[c] is not None:
+            p.setdefault(tok, rec.target_prob_drafted[c])
+        if tree.stop_reasons[c] != "lookup_tail":  # a copied span's token has no draft probability
+            q.setdefault(tok, math.exp(tree.logps[c]))
+    drawn = int(rec.target_argmax[node])
+    p.setdefault(drawn, s["choice_prob"][node])
+    res = dict(zip(*s["residual_top"][node])) if "residual_top" in s else {}
+    tokens = sorted(set(p) | set(q) | set(child_of), key=lambda t: (-(p.get(t) or 0.0), -(q.get(t) or 0.0), t))
+    return [TokenRow(t, namer(t), p.get(t), q.get(t), child_of.get(t), res.get(t) if res else None)
+            for t in tokens]
+
+
+def _reason(panel: SamplingPanel, children: dict[int, int], tree: Any) -> str:
+    """One sentence: how the token was drawn and what the walk did with it."""
+    tok = f"'{style.visible_token(panel.drawn_text)}'"
+    if panel.verify == "match":
+        how = f"drawn from p by Gumbel-max: its log p + g = {panel.scores[0][2]:.2f} was the largest"
+        if len(panel.scores) > 1:
+            how += f" ('{style.visible_token(panel.scores[1][1])}' next, {panel.scores[1][2]:.2f})"
+    elif panel.accepted_rank is not None and panel.accepted_rank >= 0:
+        i = panel.accepted_rank
+        row = next((r for r in panel.rows if r.token == panel.drawn), None)
+        ratio = f"min(1, p/q) = {min(1.0, row.p / row.q):.3f}" if row and row.p and row.q else "min(1, p/q)"
+        how = f"candidate {i + 1} accepted: its coin {panel.coins[i]:.3f} < {ratio}"
+    elif panel.accepted_rank == -2:
+        how = f"no candidates here: drawn from p with u = {panel.uniform:.3f}"
+    else:
+        how = f"every candidate rejected: drawn from the residual (p - q)+ with u = {panel.uniform:.3f}"
+    if panel.followed is not None:
+        return f"{tok} {how}; it is child #{panel.followed}, so the walk went on into it"
+    if panel.drawn in children:
+        return f"{tok} {how}; it is child #{children[panel.drawn]} (verified: the walk could have gone on)"
+    return f"{tok} {how}; no child carries it, so it was committed as the bonus token"
+
+
+def sampling_view(source: Trace | IterationRecord, iteration: int = 0, node: int | None = None, *,
+                  namer: TokenNamer | None = None, tokenizer: Any = None, title: str | None = None,
+                  width: int = 820) -> go.Figure:
+    """p and q of the tokens at ``node`` side by side, min(p, q), the residual (rejection), and the
+    uniform as a line in the drawn token's CDF interval; the title says what was committed and why."""
+    panel = sampling_data(source, iteration, node, namer=namer, tokenizer=tokenizer)
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.7, 0.3], vertical_spacing=0.16,
+                        subplot_titles=("p and q of the tokens the trace knows at this node",
+                                        "the draw: the largest log p + Gumbel noise" if panel.verify == "match"
+                                        else "the draw: the candidates' coins, a residual draw's uniform"))
+    labels = [f"'{style.visible_token(r.text)}'" + (f" #{r.child}" if r.child is not None else "") for r in panel.rows]
+    bars = [(P_BARS, [r.p for r in panel.rows], style.ACCEPTED, ""),
+            (Q_BARS, [r.q for r in panel.rows], style.OKABE_ITO["sky_blue"], "/"),
+            (MIN_BARS, [r.overlap for r in panel.rows], style.OKABE_ITO["bluish_green"], "")]
+    if panel.verify == "rejection":
+        bars.append((RESIDUAL_BARS, [r.residual for r in panel.rows], style.REJECTED, "x"))
+    for name, ys, color, pattern in bars:
+        fig.add_trace(go.Bar(x=labels, y=ys, name=name, marker=dict(color=color, pattern=dict(shape=pattern)),
+                             hovertemplate="%{x}: %{y:.4f}<extra>" + name + "</extra>"), row=1, col=1)
+    drawn_label = next((lab for lab, r in zip(labels, panel.rows) if r.token == panel.drawn), None)
+    if drawn_label is not None:
+        fig.add_annotation(x=drawn_label, y=max(r.p or 0.0 for r in panel.rows), text="drawn", showarrow=True,
+                           arrowhead=2, row=1, col=1)
+    _draw_line(fig, panel)
+    fig.update_layout(barmode="group", width=width, height=520, template="plotly_white",
+                      title=title or f"iteration {panel.iteration}, node #{panel.node} ({panel.verify}): {panel.reason}",
+                      title_font_size=12, legend=dict(orientation="h", y=-0.08))
+    fig.update_yaxes(title_text="probability", row=1, col=1)
+    if panel.verify == "rejection":
+        fig.update_xaxes(title_text="candidate (coins) / cumulative probability (residual draw)", row=2, col=1)
+    return fig
+
+
+def _draw_line(fig: go.Figure, panel: SamplingPanel) -> None:
+    """The draw: the largest perturbed scores (match); or each candidate's coin on [0, 1] (the first
+    candidate's acceptance probability min(1, p/q) beside it) and a residual draw's uniform inside the
+    drawn token's CDF interval (rejection)."""
+    if panel.verify == "match":
+        fig.add_trace(go.Bar(x=[f"'{style.visible_token(t)}'" for _, t, _ in panel.scores],
+                             y=[v for _, _, v in panel.scores], name=SCORE_BARS,
+                             marker_color=[style.BONUS if i == 0 else style.GHOST for i in range(len(panel.scores))],
+                             hovertemplate="%{x}: log p + g = %{y:.3f}<extra></extra>"), row=2, col=1)
+        return
+    labels = [f"candidate {i + 1}" for i in range(len(panel.coins))]
+    if panel.coins:
+        fig.add_trace(go.Scatter(x=panel.coins, y=labels, mode="markers", name=COIN_MARKS,
+                                 marker=dict(symbol="diamond", size=11, color=style.REJECTED),
+                                 hovertemplate="%{y}: coin %{x:.3f}<extra></extra>"), row=2, col=1)
+    if panel.accepted_rank == -1 and panel.interval is not None:  # every candidate rejected: a residual draw
+        lo, hi = panel.interval
+        fig.add_trace(go.Bar(x=[hi - lo], base=[lo], y=["residual draw"], orientation="h", name=INTERVAL_BAR,
+                             marker_color=style.ACCEPTED, opacity=0.5,
+                             hovertemplate=f"'{style.visible_token(panel.drawn_text)}': [{lo:.3f}, {hi:.3f})<extra></extra>"),
+                      row=2, col=1)
+        fig.add_trace(go.Scatter(x=[panel.uniform], y=["residual draw"], mode="markers", name=UNIFORM_LINE,
+                                 marker=dict(symbol="line-ns-open", size=22, line=dict(width=3, color=style.BONUS))),
+                      row=2, col=1)
+    fig.update_xaxes(range=[0, 1], row=2, col=1)

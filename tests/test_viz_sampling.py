@@ -1,0 +1,79 @@
+"""dv.sampling_view: what speculative sampling did at one node, read from a saved trace."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+import dynatree_viz as dv
+from dynatree_core import generate
+from dynatree_core.policy.config import DynaTreeConfig, LinearConfig
+from dynatree_core.records.trace import Trace
+from dynatree_viz.sampling_view import (COIN_MARKS, MIN_BARS, P_BARS, Q_BARS, RESIDUAL_BARS,
+                                         SCORE_BARS)
+
+from conftest import cached_pair
+
+
+@functools.lru_cache(maxsize=None)
+def sampled(verify: str) -> Trace:
+    pair = cached_pair("llama", "sdpa", 0.1)
+    res = generate(pair, [5, 9, 14, 3, 22, 7], "dynatree", DynaTreeConfig(tau=0.0, n_max=10), max_new_tokens=24,
+                   ignore_eos=True, trace=True, temperature=0.9, seed=2, verify=verify)
+    return Trace.from_json(res.trace.to_json())  # the view reads what a saved trace holds
+
+
+@pytest.mark.parametrize("verify", ["match", "rejection"])
+def test_the_panel_names_the_drawn_token_and_what_the_walk_did(verify):
+    trace = sampled(verify)
+    for i, rec in enumerate(trace):
+        panel = dv.sampling_data(trace, i)  # the node where the accepted path ended
+        end = rec.accepted_path[-1] if rec.accepted_path else 0
+        assert panel.node == end and panel.verify == verify and panel.drawn == rec.target_argmax[end]
+        assert panel.followed is None  # the path ended here: the drawn token was the bonus
+        assert "bonus" in panel.reason or "verified" in panel.reason
+        ps = [r.p for r in panel.rows if r.p is not None]
+        assert ps[:8] == sorted(ps[:8], reverse=True) and any(r.token == panel.drawn for r in panel.rows)
+        for r in panel.rows:  # min(p, q) is the overlap rejection sampling accepts
+            if r.p is not None and r.q is not None:
+                assert r.overlap == min(r.p, r.q)
+        if rec.accepted_path:  # one node up the path, the walk went on into the next node
+            up = dv.sampling_data(trace, i, node=([0] + rec.accepted_path)[-2])
+            assert up.followed == rec.accepted_path[-1] and "walk went on" in up.reason
+
+
+def test_match_panels_show_the_gumbel_max_draw():
+    trace = sampled("match")
+    panel = dv.sampling_data(trace, 0)
+    token, _, score = panel.scores[0]  # the largest perturbed score is the drawn token's
+    assert token == panel.drawn and all(score >= v for _, _, v in panel.scores)
+    assert "Gumbel-max" in panel.reason and panel.uniform is None
+
+
+def test_rejection_panels_say_which_candidate_was_accepted_or_that_the_residual_drew():
+    trace = sampled("rejection")
+    panels = [dv.sampling_data(trace, i, node=u) for i, rec in enumerate(trace) for u in [0] + rec.accepted_path]
+    assert any("accepted: its coin" in p.reason for p in panels)
+    for p in panels:
+        if p.accepted_rank == -1:  # a residual draw: the uniform lies in the drawn token's CDF interval
+            assert p.interval[0] - 1e-12 <= p.uniform < p.interval[1] + 1e-12 and "residual" in p.reason
+    panel = dv.sampling_data(trace, 0, node=0)
+    assert len(panel.coins) >= 1 and panel.accepted_rank >= -1
+
+
+@pytest.mark.parametrize("verify", ["match", "rejection"])
+def test_the_figure_shows_p_q_their_overlap_and_the_draw(verify):
+    fig = dv.sampling_view(sampled(verify), 1)
+    names = {t.name for t in fig.data}
+    assert {P_BARS, Q_BARS, MIN_BARS} <= names
+    assert (RESIDUAL_BARS in names) == (COIN_MARKS in names) == (verify == "rejection")
+    assert (SCORE_BARS in names) == (verify == "match")
+    assert "committed as the bonus" in fig.layout.title.text or "verified" in fig.layout.title.text
+
+
+def test_a_greedy_record_has_no_draw_to_show():
+    pair = cached_pair("llama", "sdpa", 0.1)
+    res = generate(pair, [5, 9, 14], "linear", LinearConfig(k=2), max_new_tokens=6, trace=True, ignore_eos=True)
+    with pytest.raises(ValueError, match="decoded greedily"):
+        dv.sampling_view(res.trace, 0)
