@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Rebuild the shipped feature draft (dynatree_core/assets/smollm2-135m-feature-draft) on this
-# project's 2-core CPU in at most 90 minutes: one `dynatree distill --kind feature` command.
+# Train the feature draft on this project's 2-core CPU in at most 90 minutes: one `dynatree distill
+# --kind feature` command (the recipe of the draft shipped until 2026-11-27; the one shipped since was
+# trained on an H100, and `bash scripts/distill_gpu.sh` is that recipe for a GPU session).
 #   data (<= 35% of the time limit): greedy target continuations of the bundled prompts, of 750
 #         generated prompts and of 384 training-text passages (bf16 writer), plus the training text;
 #   features: the target (bf16) reads every sequence once, its final hidden states and greedy
@@ -15,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA_DIR=${DATA_DIR:-../shared/data}
 WORK=${WORK:-.distill/feature}
-OUT=${OUT:-dynatree_core/assets/smollm2-135m-feature-draft}
+OUT=${OUT:-.distill/feature/draft}
 dynatree distill --kind feature --device cpu --threads 2 --data-dir "$DATA_DIR" --work-dir "$WORK" --out-dir "$OUT" \
   --time-limit ${TIME_LIMIT:-5400} --data-share 0.35 --export-reserve 60 \
   --samples-per-prompt 0 --gen-new-tokens 96 --gen-batch 256 --prompt-bank 600 --text-prompts 150 --bank-samples 0 \

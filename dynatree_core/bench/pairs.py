@@ -23,7 +23,8 @@ class PairUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class PairSpec:
     """A model pair by name. ``target`` None: the embedded SmolLM2-135M pair with ``drafter``
-    (one of :data:`PAIR_DRAFTS`); ``drafter="lookup"``: the embedded or the named target with
+    (one of :data:`PAIR_DRAFTS`; a ``draft`` then names a feature-draft directory used instead of
+    the shipped feature draft); ``drafter="lookup"``: the embedded or the named target with
     model-free prompt lookup; ``"model+lookup"`` / ``"feature+lookup"`` with a named target: its
     ``draft`` (of that kind) with prompt lookup mixed in. ``device_map`` (e.g. ``"auto"``)
     splits a large target across the GPUs of one machine
@@ -41,7 +42,8 @@ class PairSpec:
 
     def describe(self) -> str:
         if self.target is None:
-            return f"the embedded pair (SmolLM2-135M-Instruct, drafter {self.drafter})"
+            draft = f", feature draft {self.draft}" if self.draft else ""
+            return f"the embedded pair (SmolLM2-135M-Instruct{draft}, drafter {self.drafter})"
         if self.drafter == "lookup":
             return f"{self.target} + prompt lookup"
         mixed = " with prompt lookup" if self.drafter.endswith("+lookup") else ""
@@ -67,9 +69,10 @@ class PairSpec:
             return replace(pair, lookup=LookupMix())
 
         if self.target is None:
+            own = {"feature_draft": self.draft} if self.draft else {}  # a candidate instead of the shipped one
             try:
                 return ModelPair.default(device=self.device, dtype=self.dtype, draft=self.drafter,
-                                         linear_kernel=self.linear_kernel)
+                                         linear_kernel=self.linear_kernel, **own)
             except (ImportError, FileNotFoundError) as e:
                 raise PairUnavailable(f"the embedded default pair is unavailable ({e}); pass --target and "
                                       f"--draft") from e

@@ -48,6 +48,9 @@ class DistillConfig:
     evaluate: bool = option(False, "evaluate the draft in --out-dir (after training if any)")
     eval_only: bool = option(False, "only evaluate, do not build data or train")
     eval_passages: int = option(10)
+    eval_prompts: int = option(0, "evaluate on the first N held-out prompts only (0: all 48; fewer for a quick check)")
+    eval_device: str = option("cpu", "device of the evaluation's fp32 target and draft (cpu: this project's reference; "
+                                     "the decode-step cost is that device's)")
     with_lookup: bool = option(False, "--kind feature: also measure the draft with prompt lookup mixed in (LookupMix "
                                       "defaults), on the same continuations")
     seed: int = option(0)
@@ -115,6 +118,11 @@ class DistillConfig:
     warm_lr_frac: float = option(0.25, "--kind feature with --init-from: learning rate of the seeded layers and head "
                                        "as a fraction of --lr (the new fusion layer learns at the full --lr)")
     reg_weight: float = option(0.5, "--kind feature: weight of the SmoothL1 loss between predicted and target features")
+    target_layers: str = option("", "--kind feature: the target's hidden states the draft reads besides its final one "
+                                    "(the EAGLE-3 idea), comma-separated layer numbers, e.g. 4,15 (the states after "
+                                    "those layers); empty: the final state only")
+    part_mb: float = option(0, "--kind feature: write the draft's weights in parts of at most this many MB each "
+                               "(e.g. 15, to copy them back from a remote machine; loading joins them); 0: one file")
     export_every_ckpt: bool = option(True, "also write the draft to --out-dir at every checkpoint (marked partial)",
                                      negatable=True)
     # set by the command and the pipeline, not options
@@ -131,6 +139,7 @@ class DistillConfig:
         _check_model(self)
         _check_choices(self)
         _check_device(self.device)
+        _check_device(self.eval_device, "--eval-device")
 
     @classmethod
     def option_fields(cls) -> list[dataclasses.Field]:
@@ -156,6 +165,8 @@ def _check_ranges(c: DistillConfig) -> None:
     _need(0.0 <= c.gen_frac <= 1.0, f"--gen-frac must be in [0, 1] (got {c.gen_frac})")
     _need(0.0 < c.data_share < 1.0, f"--data-share must be in (0, 1) (got {c.data_share})")
     _need(c.time_limit >= 0, f"--time-limit must be >= 0 (got {c.time_limit})")
+    _need(c.eval_prompts >= 0, f"--eval-prompts must be >= 0 (got {c.eval_prompts})")
+    _need(c.part_mb == 0 or c.part_mb >= 1, f"--part-mb must be 0 (one file) or >= 1 (got {c.part_mb})")
     _need(1 <= c.passage_min <= c.passage_max,
           f"need 1 <= --passage-min <= --passage-max (got {c.passage_min}, {c.passage_max})")
     _need(c.prompt_bank >= 0 and c.text_prompts >= 0 and c.bank_samples >= 0 and c.self_prompts >= 0,
@@ -174,6 +185,13 @@ def _check_model(c: DistillConfig) -> None:
     _need(c.feature_batch_tokens >= 1, f"--feature-batch-tokens must be >= 1 (got {c.feature_batch_tokens})")
     _need(c.kind != "feature" or c.generator != "draft", "--kind feature does not support --generator draft")
     _need(c.kind == "feature" or not c.with_lookup, "--with-lookup measures a feature draft: add --kind feature")
+    _need(c.kind == "feature" or not c.target_layers, "--target-layers is for a feature draft: add --kind feature")
+    try:
+        layers = [int(s) for s in c.target_layers.split(",") if s.strip()]
+    except ValueError:
+        layers = [0]
+    _need(all(i >= 1 for i in layers) and layers == sorted(set(layers)),
+          f"--target-layers must be increasing layer numbers >= 1, comma-separated (got {c.target_layers!r})")
 
 
 def _check_choices(c: DistillConfig) -> None:
@@ -191,10 +209,10 @@ def _check_sources(c: DistillConfig) -> None:
           f"--init-from {c.init_from}: no exported draft there (draft_config.json missing)")
 
 
-def _check_device(device: str) -> None:
+def _check_device(device: str, name: str = "--device") -> None:
     from dynatree_core.pairs.pair import resolve_device  # torch: only once a config is built, never for --help
 
     try:
         resolve_device(device)
     except (ValueError, RuntimeError) as e:  # torch.device("banana") raises RuntimeError
-        raise ValueError(f"--device {device!r}: {e} (use auto, cpu, cuda or cuda:N)") from None
+        raise ValueError(f"{name} {device!r}: {e} (use auto, cpu, cuda or cuda:N)") from None

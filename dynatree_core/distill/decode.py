@@ -35,19 +35,46 @@ def _sample_next(logits: torch.Tensor, sample: bool, temperature: float, top_p: 
     return torch.multinomial(probs, 1).squeeze(-1)
 
 
-@torch.no_grad()
 def _decode_equal_length(model, batch: list[list[int]], max_new: int, stop: set[int], sample: bool,
                          temperature: float, top_p: float) -> list[list[int]]:
-    """KV-cached decoding of prompts that all have the same length: no padding, so no attention
-    mask, and logits only at the last position.  On CPU this runs several times faster than
-    ``generate`` with left padding (whose masked attention and full prefill logits dominate)."""
+    """:func:`_decode_batch` of prompts that all have the same length (no padding, no attention mask)."""
+    if len({len(p) for p in batch}) > 1:
+        raise ValueError("_decode_equal_length needs prompts of one length; _decode_batch pads")
+    return _decode_batch(model, batch, max_new, stop, sample, temperature, top_p)
+
+
+def _left_padded(batch: list[list[int]], pad: int, max_new: int, dev) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Prompts ``[B, P]`` (left-padded with ``pad``) and the attention mask ``[B, P + max_new]`` over
+    them and the tokens to come (None when every prompt has the same length: nothing to mask)."""
+    P = max(len(p) for p in batch)
+    if all(len(p) == P for p in batch):
+        return torch.tensor(batch, device=dev), None
+    x = torch.full((len(batch), P), pad, dtype=torch.long)
+    att = torch.ones((len(batch), P + max_new), dtype=torch.long)
+    for j, p in enumerate(batch):
+        x[j, P - len(p):] = torch.tensor(p, dtype=torch.long)
+        att[j, :P - len(p)] = 0
+    return x.to(dev), att.to(dev)
+
+
+@torch.no_grad()
+def _decode_batch(model, batch: list[list[int]], max_new: int, stop: set[int], sample: bool,
+                  temperature: float, top_p: float, pad: int = 0) -> list[list[int]]:
+    """KV-cached decoding of a batch of prompts, logits only at the last position. Prompts of one
+    length run without padding or mask; others are left-padded with ``pad`` under an attention mask,
+    each row at its own positions. On a CPU both run several times faster than ``generate`` with
+    left padding (which computes the prefill's logits at every position and pays its per-step
+    overhead). Stops when every row has written a token of ``stop`` or after ``max_new``."""
     from transformers import DynamicCache
 
     dev = next(model.parameters()).device
-    x = torch.tensor(batch, device=dev)
+    x, att = _left_padded(batch, pad, max_new, dev)
     B, P = x.shape
+    pos = None if att is None else (att[:, :P].cumsum(-1) - 1).clamp(min=0)  # [B, P]: each row from 0
+    masked = {} if att is None else {"attention_mask": att[:, :P], "position_ids": pos}
     cache = DynamicCache(config=model.config)
-    h = model.model(input_ids=x, **cache_kwargs(model.model, cache), use_cache=True).last_hidden_state[:, -1]
+    h = model.model(input_ids=x, **cache_kwargs(model.model, cache), use_cache=True,
+                    **masked).last_hidden_state[:, -1]
     out = torch.zeros((B, max_new), dtype=torch.long, device=dev)
     done = torch.zeros(B, dtype=torch.bool, device=dev)
     stop_t = torch.tensor(sorted(stop), dtype=torch.long, device=dev)
@@ -59,21 +86,24 @@ def _decode_equal_length(model, batch: list[list[int]], max_new: int, stop: set[
         done |= torch.isin(t, stop_t)
         if bool(done.all()) or i + 1 == max_new:
             break
-        pos = torch.full((B, 1), P + i, device=dev)
+        step = {"position_ids": torch.full((B, 1), P + i, device=dev)} if att is None else \
+            {"position_ids": pos[:, -1:] + i + 1, "attention_mask": att[:, :P + i + 1]}
         h = model.model(input_ids=t[:, None], **cache_kwargs(model.model, cache), use_cache=True,
-                        position_ids=pos).last_hidden_state[:, -1]
+                        **step).last_hidden_state[:, -1]
     return out[:, :n].tolist()
 
 
 @torch.no_grad()
 def _continue(model, pad: int, batch: list[list[int]], max_new: int, eos: set[int],
-              sample: bool, temperature: float, top_p: float) -> list[tuple[list[int], int]]:
+              sample: bool, temperature: float, top_p: float, writer: str = "loop") -> list[tuple[list[int], int]]:
     """Continue a batch of prompts with the target; ``(tokens, continuation_start)`` rows.
-    Equal-length batches take the padding-free decode loop, others ``generate`` with left padding."""
+    ``writer="loop"``: :func:`_decode_batch` (padding-free for equal lengths, else left-padded under
+    a mask); ``"generate"``: equal lengths as before, others Hugging Face's ``generate`` with left
+    padding (the writer until 2026-11-27, kept to measure against)."""
     dev = next(model.parameters()).device
     P = max(len(p) for p in batch)
-    if all(len(p) == P for p in batch):
-        gen = _decode_equal_length(model, batch, max_new, eos, sample, temperature, top_p)
+    if writer == "loop" or all(len(p) == P for p in batch):
+        gen = _decode_batch(model, batch, max_new, eos, sample, temperature, top_p, pad)
     else:
         ids = torch.full((len(batch), P), pad, dtype=torch.long)
         att = torch.zeros((len(batch), P), dtype=torch.long)

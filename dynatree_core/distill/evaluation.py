@@ -69,12 +69,13 @@ def _step_cost(model, ctx: list[int], steps: int) -> float:
     from transformers import DynamicCache
 
     cache = DynamicCache(config=model.config)
-    model(input_ids=torch.tensor([ctx]), **cache_kwargs(model, cache), use_cache=True)
+    dev = next(model.parameters()).device
+    model(input_ids=torch.tensor([ctx], device=dev), **cache_kwargs(model, cache), use_cache=True)
     t = ctx[-1]
     times = []
     for i in range(steps):
         s = time.perf_counter()
-        lg = model(input_ids=torch.tensor([[t]]), **cache_kwargs(model, cache), use_cache=True).logits
+        lg = model(input_ids=torch.tensor([[t]], device=dev), **cache_kwargs(model, cache), use_cache=True).logits
         t = int(lg[0, -1].argmax())
         times.append(time.perf_counter() - s)
     return statistics.median(times[3:])
@@ -155,10 +156,12 @@ def _logger(verbose: bool):
     return (lambda *a: print(*a, flush=True)) if verbose else (lambda *a: None)
 
 
-def heldout_counts(counts, tok, n_new: int) -> tuple[list, list]:
-    """``counts(items, n_new)`` on the held-out prompts in raw-text and in chat form."""
-    raw = counts([raw_ids(tok, p) for p in EVAL_PROMPTS], n_new)
-    chat = counts([chat_ids(tok, p) for p in EVAL_PROMPTS], n_new)
+def heldout_counts(counts, tok, n_new: int, limit: int = 0) -> tuple[list, list]:
+    """``counts(items, n_new)`` on the held-out prompts (the first ``limit``; 0: all) in raw-text and
+    in chat form."""
+    prompts = EVAL_PROMPTS[:limit] if limit else EVAL_PROMPTS
+    raw = counts([raw_ids(tok, p) for p in prompts], n_new)
+    chat = counts([chat_ids(tok, p) for p in prompts], n_new)
     return raw, chat
 
 

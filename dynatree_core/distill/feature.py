@@ -35,7 +35,8 @@ import torch
 from torch import nn
 
 from dynatree_core.drafters.feature_draft import (FeatureDraftModel, build_feature_draft, feature_draft_from_model_draft,
-                             load_feature_draft, save_feature_draft, unrolled_forward)
+                                                 load_feature_draft, save_feature_draft, target_states,
+                                                 unrolled_forward)
 from dynatree_core.pairs.pair import resolve_device, resolve_dtype
 from dynatree_core.distill import evaluation as ev
 from dynatree_core.distill.data import seq_rows
@@ -65,11 +66,19 @@ def _rows_from_seqs(sdir: Path, max_len: int, text_tokens: int, seed: int) -> li
     return [("gen", r) for r in gen] + [("text", r) for r in picked]
 
 
+def target_layers(args) -> tuple[int, ...]:
+    """``--target-layers`` as a tuple (``"4,15"`` -> ``(4, 15)``; ``""`` -> ``()``)."""
+    v = getattr(args, "target_layers", "") or ()
+    return tuple(int(s) for s in v.split(",") if s.strip()) if isinstance(v, str) else tuple(v)
+
+
 @torch.no_grad()
-def target_features(target, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Final hidden states [B, T, H] and greedy tokens [B, T] of equal-length rows ``x``."""
-    h = target.base_model(input_ids=x).last_hidden_state
-    return h, target.get_output_embeddings()(h).argmax(-1)
+def target_features(target, x: torch.Tensor, layers: tuple[int, ...] = ()) -> tuple[torch.Tensor, torch.Tensor]:
+    """Hidden states [B, T, (len(layers) + 1) * H] (after ``layers``, then the final state) and greedy
+    tokens [B, T] of equal-length rows ``x``."""
+    h = target_states(target, x, layers)
+    final = h[..., -int(target.config.hidden_size):]
+    return h, target.get_output_embeddings()(final).argmax(-1)
 
 
 def build_features(args, target) -> Path:
@@ -79,38 +88,21 @@ def build_features(args, target) -> Path:
     work = Path(args.work_dir)
     fdir = work / "features"
     fdir.mkdir(parents=True, exist_ok=True)
+    layers = _layers_to_store(fdir, target_layers(args))
     rows = _rows_from_seqs(work / "seqs", args.max_len, args.feature_text_tokens, args.seed)
-    # equal-length groups: no padding, so no attention mask and every position is real
-    by_len: dict[int, list[torch.Tensor]] = {}
-    for _, r in rows:
-        if len(r) >= 3:
-            by_len.setdefault(len(r), []).append(r)
-    groups = []
-    for n in sorted(by_len):
-        rs = by_len[n]
-        per = max(1, args.feature_batch_tokens // n)
-        groups += [rs[i:i + per] for i in range(0, len(rs), per)]
-    # shards of about 64k tokens, resumable
-    shards, cur, ntok = [], [], 0
-    for g in groups:
-        cur.append(g)
-        ntok += sum(len(r) for r in g)
-        if ntok >= 65536:
-            shards.append(cur)
-            cur, ntok = [], 0
-    if cur:
-        shards.append(cur)
+    shards = _feature_shards(rows, args.feature_batch_tokens)
     dt = resolve_dtype(args.teacher_dtype)
     dev = next(target.parameters()).device
     teacher = target if dt == torch.float32 else _copy_as(target, dt)
     todo = [i for i in range(len(shards)) if not (fdir / f"feat_{i:05d}.pt").exists()]
     print(f"[distill] features: {len(rows)} rows, {sum(len(r) for _, r in rows)} tokens in {len(shards)} shards "
-          f"({len(todo)} to do), teacher {args.teacher_dtype}", flush=True)
+          f"({len(todo)} to do), teacher {args.teacher_dtype}, target layers {list(layers) or 'final only'}",
+          flush=True)
     for i in tqdm(todo, desc="target features", mininterval=10):
         toks, feats, labels, lens = [], [], [], []
         for g in shards[i]:
             x = torch.stack([r.long() for r in g]).to(dev)
-            h, y = target_features(teacher, x)
+            h, y = target_features(teacher, x, layers)
             for b in range(x.shape[0]):
                 toks.append(x[b].int().cpu())
                 feats.append(h[b].to(torch.float16).cpu())
@@ -119,9 +111,49 @@ def build_features(args, target) -> Path:
         path = fdir / f"feat_{i:05d}.pt"
         tmp = path.with_suffix(".tmp")
         torch.save({"tokens": torch.cat(toks), "features": torch.cat(feats), "labels": torch.cat(labels),
-                    "lens": torch.tensor(lens)}, tmp)
+                    "lens": torch.tensor(lens), "layers": torch.tensor(layers, dtype=torch.long)}, tmp)
         os.replace(tmp, path)
     return fdir
+
+
+def _feature_shards(rows: list[tuple[str, torch.Tensor]], batch_tokens: int) -> list[list[list[torch.Tensor]]]:
+    """Equal-length groups of at most ``batch_tokens`` tokens (no padding, so no attention mask and
+    every position is real), in shards of about 64k tokens (the resumable unit)."""
+    by_len: dict[int, list[torch.Tensor]] = {}
+    for _, r in rows:
+        if len(r) >= 3:
+            by_len.setdefault(len(r), []).append(r)
+    groups = []
+    for n in sorted(by_len):
+        rs = by_len[n]
+        per = max(1, batch_tokens // n)
+        groups += [rs[i:i + per] for i in range(0, len(rs), per)]
+    shards, cur, ntok = [], [], 0
+    for g in groups:
+        cur.append(g)
+        ntok += sum(len(r) for r in g)
+        if ntok >= 65536:
+            shards.append(cur)
+            cur, ntok = [], 0
+    return shards + [cur] if cur else shards
+
+
+def _stored_layers(d: dict) -> tuple[int, ...]:
+    """The target layers a feature shard holds besides the final state (older shards: none)."""
+    return tuple(d["layers"].tolist()) if "layers" in d else ()
+
+
+def _layers_to_store(fdir: Path, layers: tuple[int, ...]) -> tuple[int, ...]:
+    """The layers new shards hold: ``layers``, or those of the shards already in ``fdir`` (a run
+    resumes or reuses them), which must include every layer asked for."""
+    first = next(iter(sorted(fdir.glob("feat_*.pt"))), None)
+    if first is None:
+        return layers
+    have = _stored_layers(torch.load(first, weights_only=True))
+    if not set(layers) <= set(have):
+        raise ValueError(f"the features in {fdir} hold target layers {list(have)}, not {list(layers)} "
+                         f"(--target-layers): use another --work-dir or delete {fdir}")
+    return have
 
 
 def _copy_as(model, dtype):
@@ -131,15 +163,18 @@ def _copy_as(model, dtype):
 
 
 class FeatureRows:
-    """All feature rows in memory: (tokens int64 [n], features fp16 [n, H], labels int64 [n])."""
+    """All feature rows in memory: (tokens int64 [n], features fp16 [n, (len(layers) + 1) * H],
+    labels int64 [n]); ``layers``: the stored target layers to keep besides the final state (the
+    shards may hold more: one feature store serves drafts reading fewer layers)."""
 
-    def __init__(self, fdir: Path, val_rows: int = 0, seed: int = 0):
+    def __init__(self, fdir: Path, val_rows: int = 0, seed: int = 0, layers: tuple[int, ...] = ()):
         self.rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         for f in sorted(fdir.glob("feat_*.pt")):
             d = torch.load(f, weights_only=True)
+            feats = _select_layers(d["features"], _stored_layers(d), tuple(layers), f)
             off = 0
             for n in d["lens"].tolist():
-                self.rows.append((d["tokens"][off:off + n].long(), d["features"][off:off + n],
+                self.rows.append((d["tokens"][off:off + n].long(), feats[off:off + n],
                                   d["labels"][off:off + n].long()))
                 off += n
         if not self.rows:
@@ -158,6 +193,16 @@ class FeatureRows:
         for _, _, y in self.rows:
             c += torch.bincount(y, minlength=vocab).double()
         return c
+
+
+def _select_layers(feats: torch.Tensor, have: tuple[int, ...], want: tuple[int, ...], where) -> torch.Tensor:
+    """The blocks of ``want`` (then the final state) out of features stored for ``have``."""
+    if want == have:
+        return feats
+    if not set(want) <= set(have):
+        raise ValueError(f"{where} holds target layers {list(have)}, not {list(want)}")
+    blocks = feats.chunk(len(have) + 1, dim=-1)
+    return torch.cat([blocks[have.index(i)] for i in want] + [blocks[-1]], dim=-1)
 
 
 def collate(rows, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -189,7 +234,7 @@ def feature_loss(model: FeatureDraftModel, x, f, y, m, steps: int, alpha: float,
                  teacher_w: torch.Tensor, lut: torch.Tensor):
     """Total loss and per-step top-1 agreement (with the full-vocabulary greedy token)."""
     outs = unrolled_forward(model, x, f, steps)
-    tgt_f = f[:, 1:]
+    tgt_f = f[:, 1:, -model.config.hidden_size:]  # the target's final state: the teacher and the regression target
     labels = lut[y[:, 1:]]  # -1: the greedy token is outside the head (counts as a miss)
     with torch.no_grad():
         teacher = torch.softmax((tgt_f @ teacher_w.T).float(), dim=-1)
@@ -220,7 +265,7 @@ def train_feature(args, target, tok=None) -> FeatureDraftModel:
     dev = resolve_device(args.device)
     work = Path(args.work_dir)
     t_start = time.time()
-    data = FeatureRows(work / "features", val_rows=args.val_rows, seed=args.seed)
+    data = FeatureRows(work / "features", val_rows=args.val_rows, seed=args.seed, layers=target_layers(args))
     V = int(target.config.vocab_size)
     counts = data.label_counts(V)
     model, head_ids = _feature_model(args, target, counts, dev)
@@ -229,20 +274,18 @@ def train_feature(args, target, tok=None) -> FeatureDraftModel:
           f"{len(head_ids)} ids cover {cover:.4f} of the target's greedy tokens; {len(model.layers)} layer(s)"
           f"{', warm start from ' + str(args.init_from) if args.init_from else ''}", flush=True)
     lut = head_lut(head_ids, V, dev)
+    curve: list = []  # (step, positions, held-out agreement by step): the learning curve in the metadata
     if data.val:
-        print(f"[distill] val_acc_by_step at the start: {val_accuracy(model, data.val, args.unroll, lut, dev)}",
-              flush=True)
+        curve.append([0, 0, val_accuracy(model, data.val, args.unroll, lut, dev)])
+        print(f"[distill] val_acc_by_step at the start: {curve[-1][2]}", flush=True)
     model.train()
     teacher_w = target.get_output_embeddings().weight.detach()[head_ids.to(dev)].float()
     opt, params = _feature_optimizer(args, model)
     warm = max(1, int(args.warmup))
-    budget = None
-    if args.time_limit:
-        t_run = getattr(args, "start_time", None) or t_start
-        budget = max(1.0, args.time_limit - (time.time() - t_run) - args.export_reserve)
+    budget = _train_budget(args, t_start)
     rng = random.Random(args.seed + 5)
     order: list[int] = []
-    step, progress, ema = 0, 0.0, None
+    step, progress, ema, positions = 0, 0.0, None, 0
     t0 = time.time()
     pbar = tqdm(total=args.steps, desc="feature draft", mininterval=10)
     while progress < 1.0:
@@ -254,7 +297,7 @@ def train_feature(args, target, tok=None) -> FeatureDraftModel:
             g["lr"] = args.lr * f_lr * g["scale"]
         batch, ntok = _draw_batch(data.rows, order, rng, args.batch_tokens)
         loss, accs = _feature_step(args, model, opt, params, batch, ntok, teacher_w, lut, dev)
-        step += 1
+        step, positions = step + 1, positions + ntok
         ema = accs[0] if ema is None else 0.98 * ema + 0.02 * accs[0]
         pbar.update(1)
         if step % args.log_every == 0 or progress >= 1.0:
@@ -262,30 +305,42 @@ def train_feature(args, target, tok=None) -> FeatureDraftModel:
                    f"acc1_ema {ema:.4f} acc_by_step {[round(a, 3) for a in accs]} "
                    f"lr {args.lr * f_lr:.2e} elapsed {time.time() - t0:.0f}s")
             if data.val:
-                msg += f" val_acc_by_step {val_accuracy(model, data.val, args.unroll, lut, dev)}"
+                curve.append([step, positions, val_accuracy(model, data.val, args.unroll, lut, dev)])
+                msg += f" val_acc_by_step {curve[-1][2]}"
             print(msg, flush=True)
     pbar.close()
     train_s = time.time() - t0
     model.eval()
     meta = _feature_meta(args, model, data, head_ids, cover, lut, step, train_s, dev)
+    meta["val_curve"] = curve
     if budget is not None and step < args.steps:
         meta["note"] = f"--time-limit {args.time_limit}s reached: cosine schedule compressed into {step} steps"
     _export_feature(args, model, tok, meta, train_s)
     return model
 
 
+def _train_budget(args, t_start: float) -> float | None:
+    """Seconds left for training under ``--time-limit`` (counted from the run's start), or None."""
+    if not args.time_limit:
+        return None
+    t_run = getattr(args, "start_time", None) or t_start
+    return max(1.0, args.time_limit - (time.time() - t_run) - args.export_reserve)
+
+
 def _feature_model(args, target, counts: torch.Tensor, dev) -> tuple[FeatureDraftModel, torch.Tensor]:
     """A fresh feature draft with the ``--head-size`` most frequent greedy tokens, or one warm-started
     from the ``--init-from`` independent draft (its layers, norm and head; the feature input at 0)."""
+    layers = target_layers(args)
     if args.init_from:
         from dynatree_core.drafters.draft_model import load_draft
 
-        model = feature_draft_from_model_draft(load_draft(args.init_from, target, device=dev), target).to(dev)
-        return model, model.head.vocab_ids.cpu()
+        model = feature_draft_from_model_draft(load_draft(args.init_from, target, device=dev), target, layers)
+        return model.to(dev), model.head.vocab_ids.cpu()
     c = counts.clone()
     c[[0, 1, 2]] = c.max() + 1  # special tokens (EOS among them) always in the head
     head_ids = c.argsort(descending=True)[: args.head_size].sort().values
-    return build_feature_draft(target, head_ids, seed=args.seed, num_layers=args.layers).to(dev), head_ids
+    return build_feature_draft(target, head_ids, seed=args.seed, num_layers=args.layers,
+                               target_layers=layers).to(dev), head_ids
 
 
 def _feature_optimizer(args, model: FeatureDraftModel):
@@ -294,7 +349,7 @@ def _feature_optimizer(args, model: FeatureDraftModel):
     learns at the full rate."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and not n.startswith("embed.")]
     slow = args.init_from is not None
-    new_path = ("fc_feat.", "feat_norm.")
+    new_path = ("fc_feat.", "feat_norm.", "fc_layers.", "layer_norms.")
     groups = [{"params": [p for n, p in named if n.startswith(new_path) or not slow], "scale": 1.0},
               {"params": [p for n, p in named if slow and not n.startswith(new_path)], "scale": args.warm_lr_frac}]
     opt = torch.optim.AdamW([g for g in groups if g["params"]], lr=args.lr, betas=(0.9, 0.98),
@@ -350,7 +405,8 @@ def _export_feature(args, model, tok, meta: dict, train_s: float) -> None:
     from dynatree_core.pairs.default_pair import DEFAULT_TARGET_NAME
 
     out = Path(args.out_dir)
-    save_feature_draft(model, out, dtype=torch.float16, target_name=DEFAULT_TARGET_NAME, tokenizer=tok, metadata=meta)
+    save_feature_draft(model, out, dtype=torch.float16, target_name=DEFAULT_TARGET_NAME, tokenizer=tok, metadata=meta,
+                       part_mb=getattr(args, "part_mb", 0) or None)
     (Path(args.work_dir) / "train_meta.json").write_text(json.dumps(meta, indent=2))
     print(f"[distill] exported feature draft to {out} ({dir_size(out) / 1e6:.1f} MB); training took "
           f"{train_s:.0f}s", flush=True)
@@ -387,7 +443,7 @@ def agreement_by_depth(model: FeatureDraftModel, target, prompt: list[int], cont
     """
     ids = prompt + cont
     x = torch.tensor([ids], device=next(target.parameters()).device)
-    f = target.base_model(input_ids=x).last_hidden_state.to(model.fc_emb.weight.dtype)
+    f = target_states(target, x, model.config.target_layers).to(model.fc_emb.weight.dtype)
     outs = unrolled_forward(model, x, f, depths)
     P = len(prompt)
     res = []
@@ -410,7 +466,7 @@ def feature_step_cost(model: FeatureDraftModel, target, ctx: list[int], steps: i
     from dynatree_core.drafters import FeatureDrafter
 
     dev = next(target.parameters()).device
-    h = target.base_model(input_ids=torch.tensor([ctx[:-1]], device=dev)).last_hidden_state[0]
+    h = target_states(target, torch.tensor([ctx[:-1]], device=dev), model.config.target_layers)[0]
     d = FeatureDrafter(model, top_k=3)
     d.start(ctx, h)
     d.prefill()
@@ -429,12 +485,15 @@ def feature_step_cost(model: FeatureDraftModel, target, ctx: list[int], steps: i
 
 def evaluate_feature_draft(draft_dir=None, data_dir=None, n_passages: int = 10, passage_len: int = 256,
                            new_tokens: int = 64, prompt_new_tokens: int = 48, threads_gen: int = 1,
-                           threads_timing: int = 2, seed: int = 0, verbose: bool = True, lookup=None) -> dict:
+                           threads_timing: int = 2, seed: int = 0, verbose: bool = True, lookup=None,
+                           device: str = "cpu", n_prompts: int = 0) -> dict:
     """The independent draft's evaluation (:func:`dynatree_core.distill.evaluate_draft`) for a feature
     draft: same prompts, passages, continuations and bootstrap; agreement reported per depth.
 
     ``lookup`` (a :class:`~dynatree_core.drafters.LookupMix`): also the top-1 agreement of the draft
-    with prompt lookup mixed in, on the same continuations (``res["with_lookup"]``)."""
+    with prompt lookup mixed in, on the same continuations (``res["with_lookup"]``). ``device``:
+    where the fp32 target and the draft run (the step cost is that device's); ``n_prompts``: the
+    first that many held-out prompts only (0: all)."""
     from dynatree_core.distill.lookup_fit import hit_counts, position_records
 
     from dynatree_core.pairs.default_pair import FEATURE_DRAFT_ASSET_DIR, load_target
@@ -443,9 +502,10 @@ def evaluate_feature_draft(draft_dir=None, data_dir=None, n_passages: int = 10, 
     draft_dir = Path(draft_dir) if draft_dir else FEATURE_DRAFT_ASSET_DIR
     set_threads(threads_timing)
     t = time.time()
-    target, tok = load_target()
+    target, tok = load_target(device=device)
     model = load_feature_draft(draft_dir, target, tokenizer=tok)
     res["pair_load_seconds"] = round(time.time() - t, 2)
+    res["device"] = device_name(resolve_device(device))
     res["draft_size_mb"] = round(dir_size(draft_dir) / 1e6, 2)
     eos = ev.eos_ids(target, tok)
     set_threads(threads_gen)
@@ -462,20 +522,12 @@ def evaluate_feature_draft(draft_dir=None, data_dir=None, n_passages: int = 10, 
                 mixed.append(hit_counts(position_records(model, target, p, cont, lookup.lookup), lookup))
         return out
 
-    raw, chat = ev.heldout_counts(counts, tok, prompt_new_tokens)
+    raw, chat = ev.heldout_counts(counts, tok, prompt_new_tokens, n_prompts)
     _heldout_by_depth(res, raw, chat, seed, log)
     heldout_mixed, mixed[:] = mixed[:], []
     rng = random.Random(seed)
     srcs = ev.eval_sources(data_dir)
-    per, allp = {}, []
-    for name, c in ev.passage_counts(counts, tok, srcs, n_passages, passage_len, new_tokens, rng):
-        per[name] = round(ev.pooled_rate([u[0] for u in c]), 4)
-        allp += c
-        log(f"[eval] {name}: {per[name]:.3f}")
-    res["agree_passages_by_file"] = per
-    res["agree_passages"] = round(ev.pooled_rate([u[0] for u in allp]), 4)
-    res["agree_passages_by_depth"] = [round(ev.pooled_rate([u[d] for u in allp]), 4) for d in range(len(allp[0]))]
-    res["agree_wikitext_test"] = per.get("wiki.test.raw")
+    _passages_by_depth(res, ev.passage_counts(counts, tok, srcs, n_passages, passage_len, new_tokens, rng), log)
     if lookup is not None:
         res["with_lookup"] = _mixed_summary(lookup, heldout_mixed, mixed, seed, log)
     set_threads(threads_timing)
@@ -489,6 +541,19 @@ def evaluate_feature_draft(draft_dir=None, data_dir=None, n_passages: int = 10, 
     return res
 
 
+def _passages_by_depth(res: dict, by_file, log) -> None:
+    """Passage agreement per file (depth 1), pooled, and pooled per depth, into ``res``."""
+    per, allp = {}, []
+    for name, c in by_file:
+        per[name] = round(ev.pooled_rate([u[0] for u in c]), 4)
+        allp += c
+        log(f"[eval] {name}: {per[name]:.3f}")
+    res["agree_passages_by_file"] = per
+    res["agree_passages"] = round(ev.pooled_rate([u[0] for u in allp]), 4)
+    res["agree_passages_by_depth"] = [round(ev.pooled_rate([u[d] for u in allp]), 4) for d in range(len(allp[0]))]
+    res["agree_wikitext_test"] = per.get("wiki.test.raw")
+
+
 def _heldout_by_depth(res: dict, raw: list, chat: list, seed: int, log) -> None:
     """Held-out prompt agreement (depth 1, with its bootstrap interval) and per depth, into ``res``."""
     per_prompt = [[(a[0] + b[0], a[1] + b[1]) for a, b in zip(r, c)] for r, c in zip(raw, chat)]
@@ -500,7 +565,7 @@ def _heldout_by_depth(res: dict, raw: list, chat: list, seed: int, log) -> None:
     res["agree_heldout_prompts_first24"] = round(ev.pooled_rate(d1[:ev.N_EVAL_PROMPTS_V1]), 4)
     res["agree_heldout_prompts_by_depth"] = [round(ev.pooled_rate([u[d] for u in per_prompt]), 4)
                                              for d in range(len(per_prompt[0]))]
-    res["heldout_prompts"] = len(ev.EVAL_PROMPTS)
+    res["heldout_prompts"] = len(per_prompt)
     lo, hi = res["agree_heldout_prompts_ci95"]
     log(f"[eval] held-out prompts: {res['agree_heldout_prompts']:.3f} (95% CI {lo:.3f}-{hi:.3f}); by depth "
         f"{res['agree_heldout_prompts_by_depth']}")

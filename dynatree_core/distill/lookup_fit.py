@@ -18,7 +18,7 @@ import torch
 
 from dynatree_core.runtime.ngram import LookupMatches, contexts_ending_at, lookup_matches
 from dynatree_core.drafters import LookupMix, PromptLookup, mix_topk
-from dynatree_core.drafters.feature_draft import FeatureDraftModel, unrolled_forward
+from dynatree_core.drafters.feature_draft import FeatureDraftModel, target_states, unrolled_forward
 
 #: the candidates per position the agreement merges (the drafter's top-k in a tree is about this)
 RECORD_TOP_K = 8
@@ -60,16 +60,16 @@ class PositionRecords:
 def draft_logprobs(draft, target, ids: list[int]) -> torch.Tensor:
     """[len(ids) - 1, V] log-probabilities of the draft after each position but the last (row p
     predicts ``ids[p + 1]``); a feature draft reads the target's real features (depth 1)."""
-    x = torch.tensor([ids])
+    x = torch.tensor([ids], device=next(target.parameters()).device)
     if isinstance(draft, FeatureDraftModel):
-        f = target.base_model(input_ids=x).last_hidden_state.to(draft.fc_emb.weight.dtype)
+        f = target_states(target, x, draft.config.target_layers).to(draft.fc_emb.weight.dtype)
         out = unrolled_forward(draft, x, f, 1)[0][0]  # row i is position i + 1
-        compact = torch.log_softmax(draft.head.forward_compact(out).float(), -1)
+        compact = torch.log_softmax(draft.head.forward_compact(out).float(), -1).cpu()
         full = torch.full((out.shape[0], int(draft.head.vocab_ids.max()) + 1), -math.inf)
-        full[:, draft.head.vocab_ids] = compact
+        full[:, draft.head.vocab_ids.cpu()] = compact
         # position 0 has no previous feature (the drafter never drafts there): a uniform row
         return torch.cat([torch.full((1, full.shape[1]), -math.log(full.shape[1])), full])
-    return torch.log_softmax(draft(input_ids=x).logits[0, :-1].float(), -1)
+    return torch.log_softmax(draft(input_ids=x).logits[0, :-1].float(), -1).cpu()
 
 
 def position_records(draft, target, prompt: list[int], cont: list[int], source: PromptLookup,

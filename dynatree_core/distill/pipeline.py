@@ -77,8 +77,8 @@ def _run_feature(args: DistillConfig, target=None, tok=None) -> int:
 
         mix = LookupMix() if args.with_lookup else None
         res = evaluate_feature_draft(args.out_dir, args.data_dir, n_passages=args.eval_passages, seed=args.seed,
-                                     lookup=mix)
-        _write_eval(args, res, {"kind": "feature", "with_lookup": args.with_lookup})
+                                     lookup=mix, device=args.eval_device, n_prompts=args.eval_prompts)
+        _write_eval(args, res, {"kind": "feature", "with_lookup": args.with_lookup, "eval_prompts": args.eval_prompts})
     return 0
 
 

@@ -19,6 +19,11 @@ drafter crops and extends directly. The input embedding is *borrowed* from the t
 time (frozen, never saved); the head holds rows for the ``H`` most used token ids only
 (:class:`~dynatree_core.drafters.draft_model.SparseLMHead`).
 
+With ``FeatureDraftConfig.target_layers`` (the EAGLE-3 idea) the draft also reads the target's
+states after a few lower layers: :meth:`FeatureDraftModel.reduce` adds a learned function of them
+(zero at the start) to the final state, and :func:`target_states` takes them all from one target
+forward. A tree node still reads its parent's predicted feature (width H).
+
 On disk (:func:`save_feature_draft`): ``model.safetensors`` (fusion, layers, norm, head rows and
 ``head.vocab_ids``) and ``feature_draft_config.json`` (:class:`FeatureDraftConfig` plus the
 target it was trained for and metadata). :func:`load_feature_draft` checks the target before it
@@ -42,6 +47,10 @@ from dynatree_core.drafters.draft_model import SparseLMHead
 FEATURE_WEIGHTS_FILE = "model.safetensors"
 FEATURE_CONFIG_FILE = "feature_draft_config.json"
 FEATURE_FORMAT = "dynatree-feature-draft-v1"
+#: the index of a draft written in parts (``save_feature_draft(part_mb=...)``): which part holds each tensor
+FEATURE_INDEX_FILE = "model.safetensors.index.json"
+#: room each part keeps for its safetensors header (a few kB for these drafts)
+_PART_HEADER_BYTES = 65536
 
 #: model types whose final hidden state (``base_model(...).last_hidden_state``) feeds a plain linear
 #: LM head, the contract the feature draft relies on (Llama-style decoder stacks)
@@ -55,6 +64,9 @@ class FeatureDraftConfig:
     ``hidden_size`` is the target's hidden size H (the width of f); ``num_heads`` /
     ``num_kv_heads`` / ``head_dim`` / ``intermediate_size`` shape each of the ``num_layers``
     decoder layers; ``rope_theta`` is their rotary base; ``vocab_size`` the target's vocabulary.
+    ``target_layers`` (the EAGLE-3 idea): the target's hidden states the draft reads besides its
+    final one, as ``output_hidden_states`` indices (i: after the target's i-th decoder layer), in
+    increasing order; ``()`` reads the final (post-norm) state only.
     """
 
     hidden_size: int
@@ -66,8 +78,14 @@ class FeatureDraftConfig:
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-5
     num_layers: int = 1
+    target_layers: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "target_layers", tuple(self.target_layers))  # a JSON list reads back as a tuple
+        t = self.target_layers
+        if any(not isinstance(i, int) or isinstance(i, bool) or i < 1 for i in t) or list(t) != sorted(set(t)):
+            raise ValueError(f"FeatureDraftConfig.target_layers must be increasing integers >= 1 (hidden states "
+                             f"after those target layers), got {t!r}")
         for name in ("hidden_size", "num_heads", "num_kv_heads", "head_dim", "intermediate_size", "vocab_size",
                      "num_layers"):
             v = getattr(self, name)
@@ -79,9 +97,14 @@ class FeatureDraftConfig:
         if self.head_dim % 2:
             raise ValueError(f"FeatureDraftConfig.head_dim must be even (rotary), got {self.head_dim}")
 
+    @property
+    def feature_width(self) -> int:
+        """Width of the target features the draft reads: ``(len(target_layers) + 1) * hidden_size``."""
+        return (len(self.target_layers) + 1) * self.hidden_size
+
     @classmethod
     def from_target(cls, target_config: Any, intermediate_size: int | None = None,
-                    num_layers: int = 1) -> "FeatureDraftConfig":
+                    num_layers: int = 1, target_layers: tuple[int, ...] = ()) -> "FeatureDraftConfig":
         """Take the layer shape from the target's own decoder layers."""
         c = target_config
         heads = int(c.num_attention_heads)
@@ -92,7 +115,8 @@ class FeatureDraftConfig:
         return cls(hidden_size=int(c.hidden_size), num_heads=heads,
                    num_kv_heads=int(getattr(c, "num_key_value_heads", None) or heads), head_dim=hd,
                    intermediate_size=int(intermediate_size or c.intermediate_size), vocab_size=int(c.vocab_size),
-                   rope_theta=theta, rms_norm_eps=float(getattr(c, "rms_norm_eps", 1e-5)), num_layers=num_layers)
+                   rope_theta=theta, rms_norm_eps=float(getattr(c, "rms_norm_eps", 1e-5)), num_layers=num_layers,
+                   target_layers=tuple(target_layers))
 
 
 class _RMSNorm(nn.Module):
@@ -186,6 +210,9 @@ class FeatureDraftModel(nn.Module):
         self.fc_emb = nn.Linear(H, H, bias=False)
         self.feat_norm = _RMSNorm(H, c.rms_norm_eps)
         self.fc_feat = nn.Linear(H, H, bias=False)
+        if c.target_layers:  # the target's lower layers: normalised, then a correction to its final state
+            self.layer_norms = nn.ModuleList([_RMSNorm(H, c.rms_norm_eps) for _ in c.target_layers])
+            self.fc_layers = nn.Linear(len(c.target_layers) * H, H, bias=False)
         self.layers = nn.ModuleList([_DecoderLayer(c) for _ in range(c.num_layers)])
         self.norm = _RMSNorm(H, c.rms_norm_eps)
         self.head = SparseLMHead(H, head_ids, c.vocab_size, weight=head_weight)
@@ -198,6 +225,19 @@ class FeatureDraftModel(nn.Module):
         ang = positions.to(torch.float32)[..., None] * self.inv_freq  # [B, T, hd/2]
         emb = torch.cat((ang, ang), dim=-1)[:, None]
         return emb.cos().to(dtype), emb.sin().to(dtype)
+
+    def reduce(self, features: torch.Tensor) -> torch.Tensor:
+        """The target's features ``[..., feature_width]`` (its ``target_layers`` states, then its
+        final state) -> ``[..., H]``: the final state plus ``fc_layers`` of the normalised lower
+        states (``fc_layers`` starts at zero: the draft then reads the final state alone). The
+        draft's own predicted features are ``[..., H]`` already and skip this. Identity without
+        ``target_layers``."""
+        if not self.config.target_layers:
+            return features
+        *lower, final = features.split(self.config.hidden_size, dim=-1)
+        w = self.fc_layers.weight
+        extra = torch.cat([norm(h.to(w.dtype)) for norm, h in zip(self.layer_norms, lower)], dim=-1)
+        return final + self.fc_layers(extra).to(final.dtype)
 
     def fuse(self, tokens: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
         """fc([emb(x_j); f_{j-1}]): the first layer's input."""
@@ -246,6 +286,22 @@ def check_feature_target(config: FeatureDraftConfig, target: nn.Module, where: s
     if int(tc.vocab_size) != config.vocab_size:
         raise ValueError(f"{where} was built for vocab_size {config.vocab_size}, but the target's vocab_size is "
                          f"{tc.vocab_size}: it belongs to another target")
+    n = int(getattr(tc, "num_hidden_layers", 0) or 0)
+    if config.target_layers and n and config.target_layers[-1] >= n:
+        raise ValueError(f"{where} reads the target's hidden states after layers {list(config.target_layers)}, but "
+                         f"the target has {n} layers (its final state is always read; name layers 1 to {n - 1})")
+
+
+def target_states(target: nn.Module, input_ids: torch.Tensor, target_layers: tuple[int, ...] = (),
+                  **kwargs: Any) -> torch.Tensor:
+    """The features a feature draft reading ``target_layers`` takes from one target forward:
+    ``[B, T, (len(target_layers) + 1) * H]``, the states after those layers then the final
+    (post-norm) state; the final state alone without ``target_layers``. ``kwargs`` go to the
+    target's base model (masks, positions, cache)."""
+    if not target_layers:
+        return target.base_model(input_ids=input_ids, **kwargs).last_hidden_state
+    out = target.base_model(input_ids=input_ids, output_hidden_states=True, **kwargs)
+    return torch.cat([out.hidden_states[i] for i in target_layers] + [out.last_hidden_state], dim=-1)
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:
@@ -257,10 +313,11 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
 # --------------------------------------------------------------------------- build / save / load
 
 def build_feature_draft(target: nn.Module, head_ids, intermediate_size: int | None = None, seed: int = 0,
-                        num_layers: int = 1) -> FeatureDraftModel:
+                        num_layers: int = 1, target_layers: tuple[int, ...] = ()) -> FeatureDraftModel:
     """A fresh feature draft for ``target``: random layers (Llama init), final norm from the target's,
-    head rows copied from the target's output matrix."""
-    config = FeatureDraftConfig.from_target(target.config, intermediate_size, num_layers)
+    head rows copied from the target's output matrix; ``fc_layers`` (with ``target_layers``) at zero,
+    so a seed gives the same draft with and without them until training moves it."""
+    config = FeatureDraftConfig.from_target(target.config, intermediate_size, num_layers, target_layers)
     check_feature_target(config, target)
     head_ids = torch.as_tensor(head_ids, dtype=torch.long)
     out_w = target.get_output_embeddings().weight.detach()
@@ -269,9 +326,11 @@ def build_feature_draft(target: nn.Module, head_ids, intermediate_size: int | No
     model = FeatureDraftModel(config, target.get_input_embeddings(), head_ids, head_w)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.startswith(("embed", "head")) or "norm" in name:
+            if name.startswith(("embed", "head", "fc_layers")) or "norm" in name:
                 continue
             p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+        if target_layers:
+            model.fc_layers.weight.zero_()
         model.feat_norm.weight.fill_(float(target.get_input_embeddings().weight.detach().float().pow(2).mean().sqrt()))
         norm = getattr(target.base_model, "norm", None)
         if norm is not None and norm.weight.shape == model.norm.weight.shape:
@@ -280,16 +339,18 @@ def build_feature_draft(target: nn.Module, head_ids, intermediate_size: int | No
     return model.to(out_w.device).eval()
 
 
-def feature_draft_from_model_draft(draft: nn.Module, target: nn.Module) -> FeatureDraftModel:
+def feature_draft_from_model_draft(draft: nn.Module, target: nn.Module,
+                                   target_layers: tuple[int, ...] = ()) -> FeatureDraftModel:
     """Warm start: a feature draft that *is* an independent Llama draft (same layers, final norm and
     sparse head) whose fusion layer passes the token embedding through and ignores the feature.
 
     Its first predictions equal the independent draft's; training then teaches it to use the
     target's features. On a CPU budget this starts from the independent draft's agreement instead
-    of from zero.
+    of from zero. With ``target_layers`` the lower states' path (``fc_layers``) starts at zero too.
     """
     dc = draft.config
-    config = FeatureDraftConfig.from_target(target.config, int(dc.intermediate_size), int(dc.num_hidden_layers))
+    config = FeatureDraftConfig.from_target(target.config, int(dc.intermediate_size), int(dc.num_hidden_layers),
+                                            target_layers)
     check_feature_target(config, target)
     for name in ("hidden_size", "num_attention_heads", "num_key_value_heads"):
         if getattr(dc, name) != getattr(target.config, name):
@@ -303,6 +364,8 @@ def feature_draft_from_model_draft(draft: nn.Module, target: nn.Module) -> Featu
     with torch.no_grad():
         model.fc_emb.weight.copy_(torch.eye(H))  # the embedding passes through
         model.fc_feat.weight.zero_()  # the feature is ignored until training teaches its use
+        if target_layers:
+            model.fc_layers.weight.zero_()
         model.feat_norm.weight.fill_(float(emb.pow(2).mean().sqrt()))  # features at the embeddings' scale
         model.norm.weight.copy_(draft.model.norm.weight.detach().float())
         for mine, theirs in zip(model.layers, draft.model.layers):
@@ -316,12 +379,95 @@ def feature_draft_from_model_draft(draft: nn.Module, target: nn.Module) -> Featu
     return model.to(target.get_input_embeddings().weight.device).eval()
 
 
-def save_feature_draft(model: FeatureDraftModel, directory, dtype=torch.float16, target_name: str | None = None,
-                       tokenizer: Any = None, metadata: dict | None = None) -> Path:
-    """Write ``model.safetensors`` and ``feature_draft_config.json`` (atomically per file)."""
+def _split_parts(tensors: dict[str, torch.Tensor], part_bytes: int
+                 ) -> tuple[list[dict[str, torch.Tensor]], dict[str, list[str]]]:
+    """Tensors packed in order into parts of at most ``part_bytes`` bytes (header room included);
+    a tensor larger than a part is cut into row blocks ``name@0``, ``name@1``, ... (the second value
+    maps each cut tensor to its blocks)."""
+    budget = part_bytes - _PART_HEADER_BYTES
+    pieces, split = [], {}
+    for k in sorted(tensors):
+        t = tensors[k]
+        row = t[0].numel() * t.element_size() if t.dim() else t.element_size()
+        if t.numel() * t.element_size() <= budget:
+            pieces.append((k, t))
+            continue
+        if t.dim() == 0 or row > budget:
+            raise ValueError(f"part size {part_bytes} bytes is too small for one row of {k} ({row} bytes)")
+        blocks = t.split(budget // row, dim=0)
+        split[k] = [f"{k}@{i}" for i in range(len(blocks))]
+        pieces += [(f"{k}@{i}", b.contiguous()) for i, b in enumerate(blocks)]
+    parts: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for k, t in pieces:
+        n = t.numel() * t.element_size()
+        if parts[-1] and size + n > budget:
+            parts.append({})
+            size = 0
+        parts[-1][k] = t
+        size += n
+    return parts, split
+
+
+def _write_weights(tensors: dict[str, torch.Tensor], directory: Path, part_mb: float | None) -> None:
+    """``model.safetensors``, or with ``part_mb`` parts ``model-0000i-of-0000n.safetensors`` of at most
+    that many MB (10^6 bytes) each plus :data:`FEATURE_INDEX_FILE`; the other form's files go."""
     import os
 
     from safetensors.torch import save_file
+
+    stale = list(directory.glob("model-*-of-*.safetensors"))
+    if part_mb:
+        parts, split = _split_parts(tensors, int(part_mb * 1e6))
+        names = [f"model-{i + 1:05d}-of-{len(parts):05d}.safetensors" for i in range(len(parts))]
+        stale = [p for p in stale if p.name not in names] + [directory / FEATURE_WEIGHTS_FILE]
+        for name, part in zip(names, parts):
+            save_file(part, str(directory / (name + ".tmp")), metadata={"format": "pt"})
+            os.replace(directory / (name + ".tmp"), directory / name)
+        index = {"part_mb": part_mb, "split": split, "weight_map": {k: n for n, p in zip(names, parts) for k in p}}
+        (directory / (FEATURE_INDEX_FILE + ".tmp")).write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
+        os.replace(directory / (FEATURE_INDEX_FILE + ".tmp"), directory / FEATURE_INDEX_FILE)
+    else:
+        tmp = directory / (FEATURE_WEIGHTS_FILE + ".tmp")
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
+        os.replace(tmp, directory / FEATURE_WEIGHTS_FILE)
+        stale.append(directory / FEATURE_INDEX_FILE)
+    for p in stale:
+        p.unlink(missing_ok=True)
+
+
+def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
+    """The tensors of :func:`_write_weights`, from the single file or joined from its parts."""
+    from safetensors.torch import load_file
+
+    single, index = directory / FEATURE_WEIGHTS_FILE, directory / FEATURE_INDEX_FILE
+    if single.is_file():
+        return load_file(str(single))
+    if not index.is_file():
+        raise FileNotFoundError(f"feature draft weights missing: {single} (and no parts: {index.name} is missing)")
+    info = json.loads(index.read_text())
+    sd: dict[str, torch.Tensor] = {}
+    for part in sorted(set(info["weight_map"].values())):
+        sd.update(load_file(str(directory / part)))
+    if set(sd) != set(info["weight_map"]):
+        raise ValueError(f"the parts in {directory} do not hold the tensors {index.name} lists")
+    for name, blocks in info.get("split", {}).items():
+        sd[name] = torch.cat([sd.pop(b) for b in blocks])
+    return sd
+
+
+def has_feature_weights(directory) -> bool:
+    """Whether ``directory`` holds a feature draft's weights, in one file or in parts."""
+    directory = Path(directory)
+    return (directory / FEATURE_WEIGHTS_FILE).is_file() or (directory / FEATURE_INDEX_FILE).is_file()
+
+
+def save_feature_draft(model: FeatureDraftModel, directory, dtype=torch.float16, target_name: str | None = None,
+                       tokenizer: Any = None, metadata: dict | None = None, part_mb: float | None = None) -> Path:
+    """Write ``model.safetensors`` and ``feature_draft_config.json`` (atomically per file); with
+    ``part_mb`` the weights go in parts of at most that many MB each (for copying back from a
+    remote machine; :func:`load_feature_draft` joins them)."""
+    import os
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -331,9 +477,7 @@ def save_feature_draft(model: FeatureDraftModel, directory, dtype=torch.float16,
             continue
         v = v.detach().cpu()
         tensors[k] = (v.to(dtype) if v.is_floating_point() else v).contiguous()
-    tmp = directory / (FEATURE_WEIGHTS_FILE + ".tmp")
-    save_file(tensors, str(tmp), metadata={"format": "pt"})
-    os.replace(tmp, directory / FEATURE_WEIGHTS_FILE)
+    _write_weights(tensors, directory, part_mb)
     info = {"format": FEATURE_FORMAT, "config": dataclasses.asdict(model.config),
             "num_head_ids": model.num_head_ids, "stored_dtype": str(dtype).replace("torch.", ""),
             "target": {"name": target_name, "hidden_size": model.config.hidden_size,
@@ -367,14 +511,14 @@ def read_feature_draft_info(directory) -> dict:
 
 def load_feature_draft(directory, target: nn.Module, tokenizer: Any = None, device=None,
                        dtype=torch.float32) -> FeatureDraftModel:
-    """Load a feature draft saved by :func:`save_feature_draft` for ``target``.
+    """Load a feature draft saved by :func:`save_feature_draft` for ``target`` (one weights file, or
+    the parts of one and their index).
 
     Raises (before any weights are read) if the target is not Llama-family, its hidden size or
     vocabulary differs from the draft's, or ``tokenizer`` is not the one the draft was trained
-    with; raises if the weights file is missing, unreadable or does not match the config.
+    with; raises if the weights are missing, unreadable or do not match the config.
     """
     from safetensors import SafetensorError
-    from safetensors.torch import load_file
 
     directory = Path(directory)
     info = read_feature_draft_info(directory)
@@ -388,11 +532,11 @@ def load_feature_draft(directory, target: nn.Module, tokenizer: Any = None, devi
         raise ValueError(f"feature draft {directory} was trained with another tokenizer (fingerprint {want}, "
                          f"the target's is {tokenizer_fingerprint(tokenizer)}): it belongs to another target")
     wpath = directory / FEATURE_WEIGHTS_FILE
-    if not wpath.is_file():
-        raise FileNotFoundError(f"feature draft weights missing: {wpath}")
+    if not has_feature_weights(directory):
+        raise FileNotFoundError(f"feature draft weights missing: {wpath} (nor parts with {FEATURE_INDEX_FILE})")
     try:
-        sd = load_file(str(wpath))
-    except (SafetensorError, OSError, ValueError) as e:
+        sd = _read_weights(directory)
+    except (SafetensorError, OSError, ValueError, KeyError) as e:
         raise ValueError(f"feature draft weights {wpath} are unreadable ({e}); the file is corrupt") from None
     if "head.vocab_ids" not in sd or "head.weight" not in sd:
         raise ValueError(f"feature draft weights {wpath} lack the head (head.vocab_ids / head.weight)")
@@ -434,7 +578,8 @@ def unrolled_mask(T: int, step: int, device=None) -> torch.Tensor:
 def unrolled_forward(model: FeatureDraftModel, x: torch.Tensor, f: torch.Tensor, steps: int) -> list[torch.Tensor]:
     """Predicted features of each unrolled step, each [B, T-1, H] for positions j = 1..T-1.
 
-    Step 1 reads the real features ``f_{j-1}``; step s reads what step s-1 predicted at j-1 and
+    Step 1 reads the real features ``f_{j-1}`` (``[B, T, feature_width]``, reduced by
+    :meth:`FeatureDraftModel.reduce`); step s reads what step s-1 predicted at j-1 and
     attends (in every layer) to step-1 keys up to j-s+1 plus the keys of steps 2..s on its tree
     path. Position j's output predicts the target's greedy token after x_j (``y[:, 1:]``). Rows of
     step s at j < s are padding (never seen by valid positions, excluded by :func:`step_valid`).
@@ -445,7 +590,7 @@ def unrolled_forward(model: FeatureDraftModel, x: torch.Tensor, f: torch.Tensor,
     tok = x[:, 1:]
     outs: list[torch.Tensor] = []
     kvs: list[list[tuple[torch.Tensor, torch.Tensor]]] = []  # per step, per layer
-    prev = f[:, :-1]
+    prev = model.reduce(f[:, :-1])  # the target's features [B, T-1, feature_width] -> [B, T-1, H]
     L = len(model.layers)
     for s in range(1, steps + 1):
         if s > 1:  # the feature step s-1 predicted at the previous position

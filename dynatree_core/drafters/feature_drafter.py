@@ -52,13 +52,27 @@ class FeatureDrafter(Drafter):
                                  f"{None if target_hidden is None else tuple(target_hidden.shape)}")
             # x_0 has no previous feature: the draft's sequence starts at x_1 (as in training)
             self.pending = prompt[1:]
-            self.pending_feats = target_hidden.to(self.device, self.dtype)
+            self.pending_feats = self._target_feats(target_hidden)
             self.pos0 = 1
         else:  # a one-token prompt: no feature exists yet, a zero vector stands in once
             self.pending = prompt
             self.pending_feats = torch.zeros((len(prompt), H), device=self.device, dtype=self.dtype)
             self.pos0 = 0
         self.root_pos = self.pos0 + len(self.pending) - 1
+
+    @property
+    def target_layers(self) -> tuple[int, ...]:
+        """The target layers whose hidden states the draft reads besides the final one (``()``: none)."""
+        return self.model.config.target_layers
+
+    @torch.no_grad()
+    def _target_feats(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The target's hidden states ``[n, feature_width]`` -> the draft's input features ``[n, H]``."""
+        width = self.model.config.feature_width
+        if hidden.shape[-1] != width:
+            raise ValueError(f"this feature draft reads the target's states after layers {list(self.target_layers)} "
+                             f"and its final state ({width} wide); got {hidden.shape[-1]}-wide states")
+        return self.model.reduce(hidden.to(self.device, self.dtype))
 
     def fork(self) -> "FeatureDrafter":
         new = copy.copy(self)
@@ -155,7 +169,7 @@ class FeatureDrafter(Drafter):
                fed: int = 0) -> None:
         if target_hidden is None or target_hidden.shape[0] < len(committed):
             raise ValueError("FeatureDrafter.commit needs one target hidden state per committed token")
-        new_feats = target_hidden[: len(committed)].to(self.device, self.dtype)
+        new_feats = self._target_feats(target_hidden[: len(committed)])
         if self.slot is None:  # the root was never fed: queue behind the pending tokens
             self.pending = self.pending + list(committed)
             self.pending_feats = torch.cat([self.pending_feats, new_feats])

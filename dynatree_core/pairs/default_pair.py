@@ -141,21 +141,33 @@ def load_default_feature_draft(target, tokenizer=None, device=None, dtype=torch.
     return load_feature_draft(directory, target, tokenizer=tokenizer, device=device, dtype=dtype)
 
 
-def load_default_pair(device="cpu", dtype=torch.float32, attn_implementation: str = "sdpa", draft: str = "auto"):
+def _has_weights(directory: Path, kind: str) -> bool:
+    from dynatree_core.drafters.feature_draft import has_feature_weights
+
+    return has_feature_weights(directory) if kind == "feature" else (directory / "model.safetensors").is_file()
+
+
+def load_default_pair(device="cpu", dtype=torch.float32, attn_implementation: str = "sdpa", draft: str = "auto",
+                      feature_dir=None):
     """Return ``(target_model, draft_model, tokenizer)`` for the embedded default pair (offline).
 
-    ``draft``: ``"model"``, ``"feature"`` or ``"auto"`` (:data:`DEFAULT_DRAFT_KIND`'s draft model)."""
+    ``draft``: ``"model"``, ``"feature"`` or ``"auto"`` (:data:`DEFAULT_DRAFT_KIND`'s draft model).
+    ``feature_dir``: a feature-draft directory to load instead of the shipped one (a candidate;
+    checked against the target and its tokenizer's fingerprint like the shipped one)."""
     if draft not in DRAFT_CHOICES:
         raise ValueError(f"draft must be one of {DRAFT_CHOICES}, got {draft!r}")
     kind = resolve_draft_kind(draft).partition("+")[0]
-    asset = FEATURE_DRAFT_ASSET_DIR if kind == "feature" else DRAFT_ASSET_DIR
-    if not (asset / "model.safetensors").is_file():  # fail before the slow target load
+    if feature_dir is not None and kind != "feature":
+        raise ValueError(f"feature_dir is a feature draft, but draft={draft!r} asks for the {kind} draft")
+    asset = (Path(feature_dir) if feature_dir is not None else FEATURE_DRAFT_ASSET_DIR) if kind == "feature" \
+        else DRAFT_ASSET_DIR
+    if not _has_weights(asset, kind):  # fail before the slow target load
         raise FileNotFoundError(
             f"default {kind} draft weights missing in {asset}; rebuild them with "
             f"`dynatree distill{' --kind feature' if kind == 'feature' else ''}`")
     target, tok = load_target(device=device, dtype=dtype, attn_implementation=attn_implementation)
     if kind == "feature":
-        d = load_default_feature_draft(target, tokenizer=tok, device=device, dtype=dtype)
+        d = load_default_feature_draft(target, tokenizer=tok, device=device, dtype=dtype, directory=asset)
     else:
         d = load_default_draft(target, device=device, dtype=dtype, attn_implementation=attn_implementation)
     return target, d, tok

