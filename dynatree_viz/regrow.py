@@ -2,27 +2,36 @@
 
 Callable protocol (what ``explore`` accepts for live mode)::
 
-    regrow(rule: GrowthRule) -> (tree: DraftTree, target_argmax: Sequence[int])
-                              | (tree, target_argmax, token_texts: Sequence[str])
+    regrow(rule: GrowthRule[, sampling: SamplingConfig])
+        -> (tree: DraftTree, target_argmax: Sequence[int])
+         | (tree, target_argmax, token_texts: Sequence[str])
 
 ``tree`` is grown from the same root and context under ``rule`` (the engine does this with the
 real draft, e.g. ``grow_tree(root, rule, propose)``), ``target_argmax[i]`` is the target's greedy
 token after node i of that tree (one verification forward), ``token_texts[i]`` the text of
-node i (optional). The callable may carry a ``decode(token_id) -> str`` attribute for naming
+node i (optional). A callable that also takes ``sampling`` (a
+:class:`~dynatree_core.policy.sampling.SamplingConfig`) grows the tree from the draft's warped
+distribution and returns the target's *draws* in place of its argmax, with the config's fixed
+seed, so the same settings give the same tree every time; the explorer then shows sampling
+sliders. One that takes only ``rule`` is called with the rule alone. The callable may carry a ``decode(token_id) -> str`` attribute for naming
 tokens (else every token shows as ``⟨id⟩``). An object with a ``.regrow`` method following the
 same protocol is accepted too, with ``decode`` or ``token_text`` for naming:
 ``dynatree_core.engine.session.TreeSession`` is one.
 
 Replay mode needs no model: :class:`ReplayBackend` re-grows a recorded iteration's tree from
-the draft top-k lists the trace saved, and reads the target's choices from the recording.
+the draft top-k lists the trace saved, and reads the target's choices (its draws, under
+sampling) and its p(token) from the recording; it cannot draw anew, so it shows the recorded
+temperature only.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from dynatree_core.policy.config import GrowthRule
+from dynatree_core.policy.sampling import SamplingConfig
 from dynatree_core.records.trace import IterationRecord
 from dynatree_core.policy.tree import DraftTree
 from dynatree_core.policy.replay import replay_partial
@@ -56,10 +65,13 @@ class ReplayBackend:
 
     mode = "replay"
 
-    def __init__(self, rec: IterationRecord, namer: TokenNamer | None = None, drafter_kind: str | None = None):
+    def __init__(self, rec: IterationRecord, namer: TokenNamer | None = None, drafter_kind: str | None = None,
+                 sampling: dict | None = None):
         self.rec = rec
         #: who drafted the recorded tree (``Trace.drafter_kind``), shown by the explorer
         self.drafter_kind = drafter_kind
+        #: the recorded sampling settings (``Trace.sampling``; None: greedy or not known)
+        self.sampling = sampling
         self.namer = namer or TokenNamer.from_trace(rec)
         texts = node_texts(rec, self.namer)
         self._by_path = {rec.tree.token_path(i): i for i in range(len(rec.tree))}
@@ -67,14 +79,18 @@ class ReplayBackend:
 
     def __call__(self, rule: GrowthRule) -> RegrowResult:
         tree, stopped = replay_partial(self.rec.tree, rule)
+        rec, probs = self.rec, list(self.rec.target_prob_drafted or [])
         argmax: list[int | None] = []
         texts: list[str] = []
+        target_prob: list[float | None] = []
         for i in range(len(tree)):
             j = self._by_path.get(tree.token_path(i))
-            argmax.append(int(self.rec.target_argmax[j]) if j is not None else None)
+            argmax.append(int(rec.target_argmax[j]) if j is not None else None)
             texts.append(self._texts[j] if j is not None else self.namer(tree.tokens[i]))
-        scene = TreeScene.from_partial(tree, argmax, self.namer, texts)
-        scene.index = self.rec.index
+            target_prob.append(probs[j] if j is not None and j < len(probs) else None)
+        scene = TreeScene.from_partial(tree, argmax, self.namer, texts, target_prob,
+                                       sampled=rec.sampling is not None)
+        scene.index = rec.index
         notes = []
         if stopped:
             notes.append(f"growth stopped at {len(stopped)} node(s) the recording never expanded "
@@ -91,7 +107,8 @@ class ReplayBackend:
 
 
 class LiveBackend:
-    """Re-grow with a model through a ``regrow(rule)`` callable (see the module docstring)."""
+    """Re-grow with a model through a ``regrow(rule[, sampling])`` callable (see the module
+    docstring); ``takes_sampling`` says whether it accepts a SamplingConfig."""
 
     mode = "live"
 
@@ -101,14 +118,20 @@ class LiveBackend:
             raise TypeError(f"live mode needs a callable regrow(rule) or an object with .regrow, "
                             f"got {type(regrow).__name__}")
         self.regrow = fn
+        self.takes_sampling = takes_sampling(fn)
         #: ``"model"`` / ``"feature"`` when the source says (a TreeSession does)
         self.drafter_kind = getattr(regrow, "drafter_kind", None)
         decode = (getattr(regrow, "decode", None) or getattr(fn, "decode", None)
                   or getattr(regrow, "token_text", None))
         self.namer = namer or TokenNamer(decode=decode)
 
-    def __call__(self, rule: GrowthRule) -> RegrowResult:
-        out = self.regrow(rule)
+    def __call__(self, rule: GrowthRule, sampling: SamplingConfig | None = None) -> RegrowResult:
+        if sampling is None:  # a one-argument regrow(rule) keeps working
+            out = self.regrow(rule)
+        elif not self.takes_sampling:
+            raise TypeError("this regrow callable takes no sampling argument: regrow(rule) only")
+        else:
+            out = self.regrow(rule, sampling)
         if not isinstance(out, tuple) or len(out) not in (2, 3):
             raise TypeError("regrow(rule) must return (DraftTree, target_argmax) or "
                             f"(DraftTree, target_argmax, token_texts), got {type(out).__name__}")
@@ -119,4 +142,16 @@ class LiveBackend:
         if texts is not None:
             for tok, t in zip(tree.tokens, texts):
                 self.namer.known.setdefault(int(tok), t)
-        return RegrowResult(scene=TreeScene.from_partial(tree, argmax, self.namer, texts))
+        sampled = sampling is not None and not sampling.greedy
+        return RegrowResult(scene=TreeScene.from_partial(tree, argmax, self.namer, texts, sampled=sampled))
+
+
+def takes_sampling(fn: Callable) -> bool:
+    """Whether ``fn`` can be called as ``fn(rule, sampling)``: a second positional parameter or
+    ``*args`` (a ``sampling`` keyword alone is not enough: it is passed positionally)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin or C callable without a signature: assume not
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)

@@ -108,11 +108,19 @@ ITERATION_COLORS: tuple[str, ...] = (
     "#d0e0e3", "#f4cccc", "#d9d2e9", "#e6f4c7", "#f9e0c7",
 )
 
-COLOR_BY_CHOICES: tuple[str, ...] = ("confidence", "cum_prob")
-COLOR_BY_TITLES: dict[str, str] = {"confidence": "c(u)", "cum_prob": "p(u)"}
+#: what a tree's fill colour can show (:func:`dynatree_viz.tree_figure`'s ``color_by``); ``"auto"``
+#: (:data:`COLOR_BY_AUTO`) picks ``"target_p"`` for a tree decoded under sampling, else ``"confidence"``
+COLOR_BY_CHOICES: tuple[str, ...] = ("confidence", "cum_prob", "target_p")
+COLOR_BY_AUTO = "auto"
+COLOR_BY_TITLES: dict[str, str] = {"confidence": "c(u)", "cum_prob": "p(u)", "target_p": "p(token)"}
 #: colour-bar captions: what the fill colour means
-COLOR_BY_CAPTIONS: dict[str, str] = {"confidence": "fill = c(u)<br>draft confidence",
-                                     "cum_prob": "fill = p(u)<br>path probability"}
+COLOR_BY_CAPTIONS: dict[str, str] = {
+    "confidence": "fill = c(u)<br>draft confidence",
+    "cum_prob": "fill = p(u)<br>path probability",
+    # under sampling the target's p is the warped one: that is what verification compares against
+    "target_p": "fill = p(token)<br>target's p of the<br>node's token at<br>its parent (warped<br>"
+                "by T, top-k, top-p<br>under sampling)",
+}
 
 #: a white halo behind label text (CSS text-shadow), so that a label stays readable where an edge
 #: or a neighbour's marker runs under it

@@ -1,7 +1,9 @@
 """View 1: one iteration's draft tree as a top-down layered Plotly figure.
 
-Fill colour = draft confidence c(u) or cumulative probability p(u) (switchable with the buttons
-in the figure; a pale, hollow-looking fill = a leaf the draft never ran on), verification outcome
+Fill colour = draft confidence c(u), cumulative probability p(u) or the target's p(token) (its
+probability of the node's token at the parent, warped by temperature / top-k / top-p under
+sampling; the default for sampled trees), switchable with the buttons in the figure; a pale,
+hollow-looking fill = no value there (a leaf the draft never ran on, the root's p(token)), verification outcome
 = colour *and* shape (accepted: blue thick edge and a ring; rejected: a vermillion cross; the
 Okabe-Ito colours stay distinct for colour-blind readers), marker symbol = stop reason, an orange
 star = the target's bonus token, grey ghosts = pruned candidates (optional). Every encoding in
@@ -26,7 +28,7 @@ from dynatree_viz import style
 from dynatree_viz.labels import (GAP, Label, LabelPlan, clipped_edges, marker_size_for_offset,
                                  plan_labels, text_height, text_width, unit_for)
 from dynatree_viz.layout import layered_layout, tree_graph
-from dynatree_viz.scene import TreeScene
+from dynatree_viz.scene import TreeScene, sampling_active
 from dynatree_viz.tokens import TokenNamer, resolve_namer
 
 #: trace names (tests and widgets look traces up by name)
@@ -45,18 +47,35 @@ LEGEND_BONUS = "★ bonus: the target's own next token"
 LEGEND_FADED = "faded: under a rejected node"
 LEGEND_UNKNOWN = "no ring, no ✗: target's choice here unknown (replay)"
 LEGEND_HOLLOW = "hollow (pale fill): leaf, draft never ran on it, no c(u)"
+LEGEND_NO_TARGET_P = "hollow (pale fill): no p(token) here (the root, or not recorded)"
 LEGEND_PRUNED = "grey ring, dotted: pruned by τ / N_max, never verified"
 LEGEND_SELECTED = "purple outline: selected node"
 STOP_PREFIX = "stop: "  # marker shape = why the node stopped growing
 
 
 def node_values(scene: TreeScene, color_by: str) -> list[float | None]:
-    """c(u) (None where the draft never ran) or p(u) per node."""
+    """c(u) (None where the draft never ran), p(u), or the target's p(token) (None where unknown)
+    per node."""
     if color_by == "confidence":
         return list(scene.tree.confidences)
     if color_by == "cum_prob":
         return [math.exp(x) for x in scene.tree.cum_logps]
-    raise ValueError(f"color_by must be one of {style.COLOR_BY_CHOICES}, got {color_by!r}")
+    if color_by == "target_p":
+        probs = list(scene.target_prob)[: len(scene.tree)]
+        return probs + [None] * (len(scene.tree) - len(probs))  # a re-grown tree may know none
+    raise ValueError(f"color_by must be {style.COLOR_BY_AUTO!r} or one of {style.COLOR_BY_CHOICES}, "
+                     f"got {color_by!r}")
+
+
+def resolve_color_by(color_by: str, sampled: bool) -> str:
+    """``color_by`` itself, or for ``"auto"``: ``"target_p"`` for a tree decoded under sampling
+    (``sampled``), else ``"confidence"``, so greedy pictures look as they always did."""
+    if color_by == style.COLOR_BY_AUTO:
+        return "target_p" if sampled else "confidence"
+    if color_by not in style.COLOR_BY_CHOICES:
+        raise ValueError(f"color_by must be {style.COLOR_BY_AUTO!r} or one of {style.COLOR_BY_CHOICES}, "
+                         f"got {color_by!r}")
+    return color_by
 
 
 def node_colors(scene: TreeScene, color_by: str) -> list[str]:
@@ -299,24 +318,29 @@ def _scene(source: IterationRecord | TreeScene, namer: TokenNamer | None,
     return TreeScene.from_record(source, resolve_namer(source, namer, tokenizer))
 
 
-def tree_figure(source: IterationRecord | TreeScene, *, color_by: str = "confidence",
+def tree_figure(source: IterationRecord | TreeScene, *, color_by: str = "auto",
                 show_pruned: bool = False, namer: TokenNamer | None = None,
                 tokenizer: Any = None, max_label_chars: int | None = None,
                 title: str | None = None, highlight: int | None = None,
                 width: int | None = None, height: int | None = None,
-                drafter: str | None = None, color_buttons: bool = True) -> go.Figure:
+                drafter: str | None = None, color_buttons: bool = True,
+                sampling: Any = None) -> go.Figure:
     """The draft tree of one iteration.
 
-    ``color_by``: ``"confidence"`` (c(u)) or ``"cum_prob"`` (p(u)); ``show_pruned`` adds the
+    ``color_by``: ``"confidence"`` (c(u)), ``"cum_prob"`` (p(u)), ``"target_p"`` (the target's
+    p(token), warped under sampling) or ``"auto"`` (``"target_p"`` for a tree decoded under
+    sampling, else ``"confidence"``; ``sampling`` = ``Trace.sampling`` or a ``SamplingConfig``
+    says so for a scene that does not know it itself); ``show_pruned`` adds the
     candidates pruned by τ / N_max as ghost nodes; ``highlight`` rings one node (BFS index);
     ``tokenizer`` (``.decode(list[int])`` or ``decode(id)``) names tokens the trace stores no
     text for (pruned candidates, the target's choices); ``color_buttons=False`` leaves out the
-    in-figure c(u)/p(u) buttons (widgets have their own toggle).
+    in-figure colour buttons (widgets have their own toggle).
     Trace names: see the module constants (``NODES`` holds one point per tree node in BFS order,
     with ``customdata`` = BFS index and ``text`` = its label; ``LABELS`` draws every label).
     Every encoding has a legend entry (``LEGEND_GROUP``).
     """
     scene = _scene(source, namer, tokenizer)
+    color_by = resolve_color_by(color_by, scene.sampled or sampling_active(sampling))
     status = scene.statuses()
     lay = _layout(scene, show_pruned)
     look = _look(lay, max_label_chars)
@@ -369,7 +393,7 @@ def _path_edges(scene: TreeScene, lay: _Layout) -> list[tuple[int, int]]:
 
 
 def _color_menu(scene: TreeScene, color_by: str, node_idx: int, cbar_idx: int) -> dict:
-    """The c(u) / p(u) buttons: restyle the node colours and the colour bar's caption."""
+    """The c(u) / p(u) / p(token) buttons: restyle the node colours and the colour bar's caption."""
     def button(key: str) -> dict:
         return dict(label=style.COLOR_BY_TITLES[key], method="restyle",
                     args=[{"marker.color": [node_colors(scene, key), [0.0, 1.0]],
@@ -460,6 +484,9 @@ def _legend_keys(scene: TreeScene, status: list[str], color_by: str, pruned: boo
             symbol="circle", size=11, color="#bbbbbb", line=dict(color="#707070", width=1))))
     if color_by == "confidence" and any(c is None for c in scene.tree.confidences):
         keys.append(_legend_key(LEGEND_HOLLOW, "hollow", marker=dict(
+            symbol="circle", size=11, color=NO_VALUE_COLOR, line=dict(color="#707070", width=1))))
+    if color_by == "target_p" and None in node_values(scene, color_by):
+        keys.append(_legend_key(LEGEND_NO_TARGET_P, "hollow", marker=dict(
             symbol="circle", size=11, color=NO_VALUE_COLOR, line=dict(color="#707070", width=1))))
     if pruned:
         keys.append(_legend_key(LEGEND_PRUNED, "pruned", mode="lines+markers",

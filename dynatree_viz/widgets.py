@@ -5,6 +5,14 @@ expose their controls and figures as attributes so code (and tests) can drive th
 ``stepper.slider.value = 3``, ``stepper.next_button.click()``,
 ``explorer.sliders["n_max"].value = 4``. Figures are plotly ``FigureWidget``s (these need
 anywidget); each redraw replaces their data and layout wholesale.
+
+Sampling: the stepper replays a recorded trace, so it never draws anew; for a sampled trace its
+info line names the temperature / top-p / top-k / seed in force and its tree colours by the
+target's p(token) (``color_by="auto"``). The explorer in live mode (a ``TreeSession`` or a
+``regrow(rule, sampling)`` callable) has sampling controls in ``explorer.sampling_sliders``
+(``"temperature"`` 0-1.5, 0 = greedy; ``"top_p"`` 0.05-1; ``"seed"``, an IntText): a change
+rebuilds the :class:`~dynatree_core.policy.sampling.SamplingConfig` and re-grows with the same seed.
+In replay mode ``sampling_sliders`` is empty and the header names the recorded temperature.
 """
 
 from __future__ import annotations
@@ -16,17 +24,20 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 
 from dynatree_core.policy.config import DynaTreeConfig, GrowthRule, config_from_dict
+from dynatree_core.policy.sampling import SamplingConfig
 from dynatree_core.records.trace import IterationRecord, Trace
 
 from dynatree_viz import style
 from dynatree_viz.cost import CostModel, expected_accepted
 from dynatree_viz.mask_view import mask_figure
 from dynatree_viz.regrow import LiveBackend, RegrowResult, ReplayBackend
+from dynatree_viz.sampling_controls import SamplingControls, sampling_summary
+from dynatree_viz.scene import sampling_active
 from dynatree_viz.static import StaticFallback, figure_snapshot_html
 from dynatree_viz.text_view import text_html
 from dynatree_viz.timeline import mark_iteration, timeline_figure
 from dynatree_viz.tokens import TokenNamer, resolve_namer
-from dynatree_viz.tree_view import NODES, tree_figure, trace_index
+from dynatree_viz.tree_view import NODES, resolve_color_by, tree_figure, trace_index
 from dynatree_viz.why import why
 
 
@@ -49,16 +60,19 @@ class Stepper(StaticFallback, widgets.VBox):
     """Step through a trace's iterations: tree, mask, text and timeline update together.
 
     Attributes: ``slider`` (iteration position), ``play``, ``prev_button``, ``next_button``,
-    ``color_toggle`` ("confidence" / "cum_prob": the only colour switch; the tree figure's own
-    buttons are left out), ``pruned_checkbox``, ``tree_fig``, ``mask_fig``, ``why_fig``,
+    ``color_toggle`` ("confidence" / "cum_prob" / "target_p": the only colour switch; the tree
+    figure's own buttons are left out; it starts on "target_p" for a sampled trace when
+    ``color_by="auto"``), ``pruned_checkbox``, ``tree_fig``, ``mask_fig``, ``why_fig``,
     ``timeline_fig`` (FigureWidgets), ``text`` (HTML), ``info`` (HTML).
     Clicking a node in the tree highlights its row in the mask and explains it in ``why_fig``
     (:meth:`select_node`); with no node selected ``why_fig`` explains where the accepted path
     ended. ``tokenizer`` (``.decode(list[int])``) or ``decode`` (id -> str) names tokens the
     trace has no text for.
+    The stepper replays the recorded iterations: under sampling it shows the target's recorded
+    draws and never re-grows or re-draws (that is the live explorer's job, :func:`explore`).
     """
 
-    def __init__(self, trace: Trace, *, start: int = 0, color_by: str = "confidence",
+    def __init__(self, trace: Trace, *, start: int = 0, color_by: str = "auto",
                  show_pruned: bool = False, namer: TokenNamer | None = None,
                  decode: Callable[[int], str] | None = None, tokenizer: Any = None):
         self.trace = trace
@@ -76,7 +90,8 @@ class Stepper(StaticFallback, widgets.VBox):
         self.next_button = widgets.Button(description="next ▶", layout=widgets.Layout(width="80px"))
         self.color_toggle = widgets.ToggleButtons(
             options=[(f"colour: {style.COLOR_BY_TITLES[k]}", k) for k in style.COLOR_BY_CHOICES],
-            value=color_by, style={"button_width": "110px"})
+            value=resolve_color_by(color_by, sampling_active(trace.sampling)),
+            style={"button_width": "110px"})
         self.pruned_checkbox = widgets.Checkbox(value=show_pruned, description="pruned ghosts",
                                                 indent=False)
         self.info = widgets.HTML()
@@ -175,7 +190,7 @@ class Stepper(StaticFallback, widgets.VBox):
         return tree_figure(rec, color_by=self.color_toggle.value,
                            show_pruned=self.pruned_checkbox.value, namer=self.namer,
                            highlight=highlight, drafter=self.trace.drafter_kind,
-                           color_buttons=False)
+                           color_buttons=False, sampling=self.trace.sampling)
 
     def iteration_figures(self) -> list[go.Figure]:
         """The tree of every iteration of the trace, as the stepper draws it (the frames of
@@ -203,7 +218,9 @@ class Stepper(StaticFallback, widgets.VBox):
                 f"{rec.num_nodes} drafted nodes · depth {rec.tree.depth} · accepted ℓ = "
                 f"{rec.accepted_length}{'' if acc is None else f' (a = {acc:.2f})'} · committed "
                 f"{len(rec.committed)}{hist}"
-                + (f" · drafter: {html.escape(self.trace.drafter_kind)}" if self.trace.drafter_kind else ""))
+                + (f" · drafter: {html.escape(self.trace.drafter_kind)}" if self.trace.drafter_kind else "")
+                + (f"<br>sampled: {html.escape(sampling_summary(self.trace.sampling))} (the recorded "
+                   "draws, replayed)" if sampling_active(self.trace.sampling) else ""))
 
 
 #: explorer slider specs: name -> (kind, min, max, step, paper symbol)
@@ -294,27 +311,66 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
     """Move a slider → re-grow the tree under the new rule → redraw, with its statistics.
 
     ``backend`` is a :class:`ReplayBackend` (no model; from a recorded iteration) or a
-    :class:`LiveBackend` (``regrow(rule)`` callable, see :mod:`dynatree_viz.regrow`).
-    Attributes: ``sliders`` (name → widget, names as in :data:`SLIDERS`), ``dynamic_breadth`` /
-    ``dynamic_depth`` (checkboxes), ``reset_button``, ``tree_fig``, ``status`` (HTML);
-    after each redraw ``config``, ``rule`` and ``result`` hold the latest valid state and
-    ``error`` the latest validation/growth error (None if the last change was valid).
+    :class:`LiveBackend` (``regrow(rule[, sampling])`` callable, see :mod:`dynatree_viz.regrow`).
+    Attributes: ``sliders`` (name → widget, names as in :data:`SLIDERS`), ``sampling_sliders``
+    (``"temperature"``, ``"top_p"``, ``"seed"``: only for a live backend that samples, else
+    empty; see the module docstring), ``dynamic_breadth`` / ``dynamic_depth`` (checkboxes),
+    ``reset_button``, ``tree_fig``, ``status`` (HTML); after each redraw ``config``, ``rule``,
+    ``sampling`` (the SamplingConfig re-grown with; None in replay) and ``result`` hold the
+    latest valid state and ``error`` the latest validation/growth error (None if the last change
+    was valid).
     """
 
     def __init__(self, backend: ReplayBackend | LiveBackend, config: DynaTreeConfig | None = None,
-                 *, cost_model: CostModel | None = None, color_by: str = "confidence",
-                 recorded: IterationRecord | None = None):
+                 *, cost_model: CostModel | None = None, color_by: str = "auto",
+                 recorded: IterationRecord | None = None,
+                 sampling: SamplingConfig | dict | None = None):
         """Slider ranges follow the other sliders (:func:`slider_bounds`): D0 stays below D_max,
-        τ_l below τ_h, ρ_stop below ρ_deep and B_min ≤ B_mid ≤ B_max at every position."""
+        τ_l below τ_h, ρ_stop below ρ_deep and B_min ≤ B_mid ≤ B_max at every position.
+        ``sampling`` sets the starting sampling controls (live mode; default greedy)."""
         self.backend = backend
         self.base_config = config or DynaTreeConfig()
         self.cost_model = cost_model or CostModel()
         self.recorded = recorded
         self.config: DynaTreeConfig | None = None
         self.rule: GrowthRule | None = None
+        self.sampling: SamplingConfig | None = None
         self.result: RegrowResult | None = None
         self.error: str | None = None
         self._suspended = False  # set while reset() moves several sliders at once
+        self._build_sliders()
+        self._sampling_controls = self._build_sampling(sampling)
+        self.sampling_sliders: dict[str, widgets.ValueWidget] = (
+            self._sampling_controls.widgets if self._sampling_controls else {})
+        self.dynamic_breadth = widgets.Checkbox(value=self.base_config.dynamic_breadth,
+                                                description="dynamic breadth", indent=False)
+        self.dynamic_depth = widgets.Checkbox(value=self.base_config.dynamic_depth,
+                                              description="dynamic depth", indent=False)
+        for cb in (self.dynamic_breadth, self.dynamic_depth):
+            cb.observe(self._on_change, names="value")
+        # live trees carry no p(token): "auto" colours by it only for a sampled recording
+        sampled = recorded is not None and recorded.sampling is not None
+        self.color_toggle = widgets.ToggleButtons(
+            options=[(f"colour: {style.COLOR_BY_TITLES[k]}", k) for k in style.COLOR_BY_CHOICES],
+            value=resolve_color_by(color_by, sampled))
+        self.color_toggle.observe(lambda _: self._draw(), names="value")
+        self.reset_button = widgets.Button(description="reset")
+        self.reset_button.on_click(lambda _: self.reset())
+        self.status = widgets.HTML()
+        self.tree_fig = go.FigureWidget()
+        grid = widgets.GridBox(
+            [self.sliders[k] for k in SLIDERS],
+            layout=widgets.Layout(grid_template_columns="repeat(3, 330px)"))
+        rows = [widgets.HTML(self._header_html()), grid,
+                widgets.HBox([self.dynamic_breadth, self.dynamic_depth, self.color_toggle,
+                              self.reset_button])]
+        if self._sampling_controls is not None:
+            rows.append(self._sampling_controls.box)
+        super().__init__(rows + [self.status, self.tree_fig])
+        self.regrow()
+
+    def _build_sliders(self) -> None:
+        """The growth-rule sliders (:data:`SLIDERS`), starting at ``base_config``."""
         self.sliders: dict[str, widgets.ValueWidget] = {}
         #: each slider's widest range (its SLIDERS range, stretched to the starting value)
         self.base_bounds: dict[str, tuple[float, float]] = {}
@@ -328,32 +384,32 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
             s.observe(self._on_change, names="value")
             self.sliders[name] = s
         self._sync_ranges()
-        self.dynamic_breadth = widgets.Checkbox(value=self.base_config.dynamic_breadth,
-                                                description="dynamic breadth", indent=False)
-        self.dynamic_depth = widgets.Checkbox(value=self.base_config.dynamic_depth,
-                                              description="dynamic depth", indent=False)
-        for cb in (self.dynamic_breadth, self.dynamic_depth):
-            cb.observe(self._on_change, names="value")
-        self.color_toggle = widgets.ToggleButtons(
-            options=[(f"colour: {style.COLOR_BY_TITLES[k]}", k) for k in style.COLOR_BY_CHOICES],
-            value=color_by)
-        self.color_toggle.observe(lambda _: self._draw(), names="value")
-        self.reset_button = widgets.Button(description="reset")
-        self.reset_button.on_click(lambda _: self.reset())
-        self.status = widgets.HTML()
-        self.tree_fig = go.FigureWidget()
-        names = list(SLIDERS)
-        grid = widgets.GridBox(
-            [self.sliders[k] for k in names],
-            layout=widgets.Layout(grid_template_columns="repeat(3, 330px)"))
-        mode = getattr(backend, "mode", "live")
-        drafter = getattr(backend, "drafter_kind", None)
-        header = widgets.HTML(f"<b>parameter explorer</b> ({mode} mode"
-                              + (f", {html.escape(drafter)} drafter" if drafter else "") + ")")
-        super().__init__([header, grid, widgets.HBox([self.dynamic_breadth, self.dynamic_depth,
-                                                      self.color_toggle, self.reset_button]),
-                          self.status, self.tree_fig])
-        self.regrow()
+
+    def _build_sampling(self, sampling: SamplingConfig | dict | None) -> SamplingControls | None:
+        """Sampling controls for a live backend whose regrow takes a SamplingConfig, else None
+        (a replay can only show what was drawn when it was recorded)."""
+        if not getattr(self.backend, "takes_sampling", False):
+            return None
+        start = SamplingConfig.from_dict(sampling) if isinstance(sampling, dict) else sampling
+        controls = SamplingControls(start)
+        controls.observe(self._on_change)
+        return controls
+
+    def _header_html(self) -> str:
+        """The title line: mode, drafter and, in replay, the recorded sampling."""
+        mode = getattr(self.backend, "mode", "live")
+        drafter = getattr(self.backend, "drafter_kind", None)
+        out = (f"<b>parameter explorer</b> ({mode} mode"
+               + (f", {html.escape(drafter)} drafter" if drafter else "") + ")")
+        rec_sampled = self.recorded is not None and self.recorded.sampling is not None
+        if mode == "replay" and (rec_sampled or sampling_active(getattr(self.backend, "sampling", None))):
+            out += (f"<br>recorded under sampling ({html.escape(self._replayed_sampling())}): replay "
+                    "shows the recorded temperature and draws; sampling sliders need live mode")
+        return out
+
+    def _replayed_sampling(self) -> str:
+        recorded = getattr(self.backend, "sampling", None)
+        return sampling_summary(recorded) if sampling_active(recorded) else "settings not recorded"
 
     # --- state ---------------------------------------------------------------------------
     def values(self) -> dict[str, Any]:
@@ -374,6 +430,8 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
                 s.value = getattr(self.base_config, k)
             self.dynamic_breadth.value = self.base_config.dynamic_breadth
             self.dynamic_depth.value = self.base_config.dynamic_depth
+            if self._sampling_controls is not None:
+                self._sampling_controls.reset()
             self._sync_ranges()
         finally:
             self._suspended = False
@@ -401,21 +459,31 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
             cfg = self.base_config.replace(
                 **v, trace_top_k=max(self.base_config.trace_top_k, v["b_max"]))
             rule = cfg.growth_rule()
+            sampling = self._sampling_controls.config() if self._sampling_controls else None
         except (ValueError, TypeError) as e:
             return self._fail(f"invalid setting: {e}")
-        try:
-            result = self.backend(rule)
+        try:  # a replay backend takes the rule alone
+            result = self.backend(rule) if sampling is None else self.backend(rule, sampling)
         except Exception as e:  # a live model failing must not kill the widget
             return self._fail(f"re-growing failed: {type(e).__name__}: {e}")
-        self.config, self.rule, self.result, self.error = cfg, rule, result, None
+        self.config, self.rule, self.sampling, self.result, self.error = cfg, rule, sampling, result, None
         self._draw()
         return result
+
+    def sampling_text(self) -> str:
+        """The sampling in force: the controls' last valid setting (live) or the recording's."""
+        if self._sampling_controls is not None:
+            return sampling_summary(self.sampling)
+        if self.recorded is not None and self.recorded.sampling is not None:
+            return f"recorded: {self._replayed_sampling()}"
+        return "greedy (temperature 0)"
 
     def static_html(self) -> str:
         """The current setting as static HTML (for viewers without a kernel): the slider values,
         the statistics and an image of the tree."""
         values = ", ".join(f"{name}={w.value:g}" for name, w in self.sliders.items())
-        return (f"<p><b>settings:</b> {html.escape(values)}</p>" + self.status.value
+        return (f"<p><b>settings:</b> {html.escape(values)}<br><b>sampling:</b> "
+                f"{html.escape(self.sampling_text())}</p>" + self.status.value
                 + figure_snapshot_html(go.Figure(self.tree_fig), "re-grown tree"))
 
     def _fail(self, message: str) -> None:
@@ -451,6 +519,8 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
         if self.recorded is not None:
             rows.append(("recorded: nodes / ℓ", f"{self.recorded.num_nodes} / "
                                                 f"{self.recorded.accepted_length}"))
+        if self._sampling_controls is not None or self.recorded is not None and self.recorded.sampling:
+            rows.append(("sampling", self.sampling_text()))
         if self.config is not None and not self.config.dynamic_depth:
             rows.append(("note", "dynamic depth off: D_max, ρ_stop, ρ_deep unused (depth = D0)"))
         if self.config is not None and not self.config.dynamic_breadth:
@@ -472,7 +542,7 @@ def show(trace: Trace | str, **kwargs: Any) -> Stepper:
 def explore(source: Any, prompt: Any = None, *, iteration: int = 0,
             config: DynaTreeConfig | None = None, cost_model: CostModel | None = None,
             namer: TokenNamer | None = None, tokenizer: Any = None,
-            **model_kwargs: Any) -> ParameterExplorer:
+            sampling: SamplingConfig | dict | None = None, **model_kwargs: Any) -> ParameterExplorer:
     """The parameter explorer.
 
     ``source`` may be:
@@ -487,7 +557,10 @@ def explore(source: Any, prompt: Any = None, *, iteration: int = 0,
       so this module never needs torch) and re-drafts/verifies the prompt's next tree.
 
     ``config`` sets the starting sliders (default: the rule the recorded iteration used);
-    ``tokenizer`` (``.decode(list[int])``) names tokens a replayed trace has no text for.
+    ``sampling`` (a SamplingConfig or its dict) the starting temperature / top-p / seed in live
+    mode, where a ``TreeSession`` or a ``regrow(rule, sampling)`` callable gets sampling sliders
+    (a replay shows the recorded sampling instead); ``tokenizer`` (``.decode(list[int])``) names
+    tokens a replayed trace has no text for.
     """
     if isinstance(source, (str, bytes)) and not callable(source):
         source = Trace.from_json(source)
@@ -496,7 +569,8 @@ def explore(source: Any, prompt: Any = None, *, iteration: int = 0,
             raise ValueError("the trace has no iterations to explore")
         rec = source.iterations[iteration]
         namer = resolve_namer(source, namer, tokenizer)
-        return ParameterExplorer(ReplayBackend(rec, namer, drafter_kind=source.drafter_kind),
+        backend = ReplayBackend(rec, namer, drafter_kind=source.drafter_kind, sampling=source.sampling)
+        return ParameterExplorer(backend,
                                  config or config_for_record(source, rec),
                                  cost_model=cost_model or CostModel.fit(source), recorded=rec)
     if isinstance(source, IterationRecord):
@@ -506,13 +580,15 @@ def explore(source: Any, prompt: Any = None, *, iteration: int = 0,
     if namer is None and tokenizer is not None:
         namer = TokenNamer.from_trace(None, tokenizer=tokenizer)
     if prompt is None and (callable(source) or hasattr(source, "regrow")):
-        return ParameterExplorer(LiveBackend(source, namer), config, cost_model=cost_model)
+        return ParameterExplorer(LiveBackend(source, namer), config, cost_model=cost_model,
+                                 sampling=sampling)
     if prompt is not None:
         # Lazy: live mode is the only path that needs torch and the models.
         from dynatree_core.engine.session import TreeSession
 
         top_k = model_kwargs.pop("top_k", max(8, config.b_max if config is not None else 8))
         session = TreeSession(source, prompt, top_k=top_k, **model_kwargs)
-        return ParameterExplorer(LiveBackend(session, namer), config, cost_model=cost_model)
+        return ParameterExplorer(LiveBackend(session, namer), config, cost_model=cost_model,
+                                 sampling=sampling)
     raise TypeError("explore() needs a Trace, an IterationRecord, a regrow(rule) callable, or a "
                     f"model pair with a prompt; got {type(source).__name__}")

@@ -102,7 +102,7 @@ def test_colour_by_confidence_or_cum_prob_and_switch_buttons():
     assert by_c[5] == "#f0f0f0"  # a leaf the draft never ran on has no c(u)
     assert all(isinstance(c, str) and c for c in by_p)
     buttons = tree_figure(rec).layout.updatemenus[0].buttons
-    assert [b.label for b in buttons] == ["c(u)", "p(u)"]
+    assert [b.label for b in buttons] == ["c(u)", "p(u)", "p(token)"]  # every choice, p(token) too
     assert tuple(buttons[1].args[0]["marker.color"][0]) == tuple(by_p)
     with pytest.raises(ValueError, match="color_by"):
         tree_figure(rec, color_by="rank")
