@@ -508,11 +508,11 @@ def section_bench(sec: dict[str, Any], deadline: float, args: argparse.Namespace
     from dynatree_core.bench.runner import Experiment, load_corpora, run_experiment
 
     specs = bench_specs(args)
-    sec.update(target=args.target, drafter=args.drafter, dtype="float32", datasets=list(args.datasets),
+    sec.update(target=args.target, drafter=args.drafter, dtype=args.bench_dtype, datasets=list(args.datasets),
                labels=[s.label for s in specs], num_prompts=args.bench_prompts, warmup=args.bench_warmup,
                max_new_tokens=args.bench_tokens, max_prompt_len=args.bench_prompt_len, data_source="bundled")
     t = time.monotonic()
-    pair = pairs.get("float32") or load_pair(args, "float32")
+    pair = pairs.get(args.bench_dtype) or load_pair(args, args.bench_dtype)
     sec["load_s"] = round(time.monotonic() - t, 2)
     sec["target_name"], sec["draft_name"] = pair.target_name, pair.draft_name
     docs: list[dict[str, Any]] = []
@@ -590,7 +590,7 @@ def section_fastpath(sec: dict[str, Any], deadline: float, args: argparse.Namesp
     """c(n) over the buckets and one draft level per runtime, capture time, the weights' bandwidth bound."""
     from dynatree_core.runtime.fast_path import fast_path
 
-    pair = pairs.get("float32") or load_pair(args, "float32")
+    pair = pairs.get(args.bench_dtype) or load_pair(args, args.bench_dtype)
     hidden = (pair.drafter_kind or "").startswith("feature")
     weights = sum(p.numel() * p.element_size() for p in pair.target.parameters())
     bandwidth = measure_bandwidth(pair.device)
@@ -835,6 +835,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--pytest-k", default=None, help="pytest -k expression for (a) (default: all tests)")
     p.add_argument("--dtypes", default=",".join(DTYPES), help="dtypes of (b) (float32 is the reference)")
     p.add_argument("--datasets", default="wikitext2,pg19", help="datasets of (c)")
+    p.add_argument("--bench-dtype", default="float32", choices=DTYPES,
+                   help="dtype of the bench and fastpath sections (default float32; bfloat16 for the bf16 table)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     for key, val in FULL.items():  # sizes: defaults from FULL, or QUICK with --quick
         p.add_argument("--" + key.replace("_", "-"), dest=key, type=type(val), default=None,

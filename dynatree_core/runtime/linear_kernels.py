@@ -85,8 +85,10 @@ class WeightPack:
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, pack: WeightPack | None) -> torch.Tensor:
     """``F.linear(x, weight, bias)``, on oneDNN's packed weight when ``pack`` is given and it
     applies: the oneDNN op has no autograd formula, and its packed weight lives on the host, so
-    training and non-CPU inputs take ``F.linear``."""
-    if pack is None or not x.is_cpu or x.dtype != torch.float32 or (torch.is_grad_enabled() and (
+    training and non-CPU inputs take ``F.linear``. Under ``torch.compile`` (the ``compiled``
+    runtime) the graph gets ``F.linear`` too: the packed weight is an opaque tensor dynamo cannot
+    trace, and inductor chooses its own GEMM."""
+    if pack is None or torch.compiler.is_compiling() or not x.is_cpu or x.dtype != torch.float32 or (torch.is_grad_enabled() and (
             x.requires_grad or weight.requires_grad)):
         return F.linear(x, weight, bias)
     return torch.ops.mkldnn._linear_pointwise(x, pack.of(weight), None if bias is None else bias.detach(),
