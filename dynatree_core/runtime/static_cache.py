@@ -24,6 +24,7 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from dynatree_core.runtime.host_syncs import to_device
+from dynatree_core.runtime.target_cache import kept_flags
 
 
 class SlotLayer(CacheLayerMixin):
@@ -173,13 +174,9 @@ class StaticTargetCache:
         ``selected`` (ascending); the entries after the last kept one are free again."""
         if start != self.physical:
             raise ValueError(f"keep: start must be the first unresolved slot ({self.physical}), got {start}")
-        sel = np.asarray(list(selected), dtype=np.int64)
-        if sel.size and (np.any(np.diff(sel) <= 0) or sel[0] < 0 or sel[-1] >= self._pending):
-            raise ValueError(f"keep: selected must be ascending offsets below {self._pending}, got {sel.tolist()}")
-        flags = np.zeros(int(sel[-1]) + 1 if sel.size else 0, dtype=bool)
-        flags[sel] = True
+        flags = kept_flags(selected, self._pending)
         self._alive = np.concatenate([self._alive, flags])
-        self._committed += int(sel.size)
+        self._committed += int(flags.sum())
         self._pending = 0
         self._visible = None
 

@@ -73,6 +73,19 @@ def keep_selected(cache: DynamicCache, start: int, selected: Sequence[int] | tor
     crop(cache, start + count)
 
 
+def kept_flags(selected: Sequence[int], written: int) -> np.ndarray:
+    """The alive flags of a verify forward's entries after ``keep``: True at the ``selected``
+    offsets (ascending, below ``written``, the entries that forward wrote), up to the last kept one
+    (the entries after it are free again). Shared by :class:`TargetCache` and the fast path's
+    ``StaticTargetCache``."""
+    sel = np.asarray(list(selected), dtype=np.int64)
+    if sel.size and (np.any(np.diff(sel) <= 0) or sel[0] < 0 or sel[-1] >= written):
+        raise ValueError(f"keep: selected must be ascending offsets below {written}, got {sel.tolist()}")
+    flags = np.zeros(int(sel[-1]) + 1 if sel.size else 0, dtype=bool)
+    flags[sel] = True
+    return flags
+
+
 class TargetCache:
     """A ``DynamicCache`` plus which of its entries are committed (host bookkeeping only).
 
@@ -135,15 +148,10 @@ class TargetCache:
         ``start + i`` for each i in ``selected`` (ascending), drop the others."""
         if start != len(self._alive):
             raise ValueError(f"keep: start must be the first unresolved entry ({len(self._alive)}), got {start}")
-        sel = np.asarray(list(selected), dtype=np.int64)
-        if sel.size and (np.any(np.diff(sel) <= 0) or sel[0] < 0 or start + sel[-1] >= self.physical):
-            raise ValueError(f"keep: selected must be ascending offsets below {self.physical - start}, got {sel.tolist()}")
-        end = start + (int(sel[-1]) + 1 if sel.size else 0)
-        crop(self.cache, end)  # the rejected entries after the last kept one: a slice, nothing moves
-        flags = np.zeros(end - start, dtype=bool)
-        flags[sel] = True
+        flags = kept_flags(selected, self.physical - start)
+        crop(self.cache, start + len(flags))  # the rejected entries after the last kept one: a slice, nothing moves
         self._alive = np.concatenate([self._alive, flags])
-        self._committed += int(sel.size)
+        self._committed += int(flags.sum())
         self._dead_dev = None  # one host -> device copy per verify while dead entries remain
         if self.dead >= self.compact_after:
             self.compact()
