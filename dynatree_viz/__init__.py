@@ -12,7 +12,8 @@ also of a stepper); their static image is their whole story (:func:`static_figur
 of an animation side by side, :func:`animation_strip`; a race's finish).
 Every view takes ``tokenizer=`` (``.decode(list[int])``) for tokens the trace has no text for.
 Worked examples: :func:`branching_example` (the iteration whose accepted path took a draft
-candidate that was not the first choice, :func:`off_top1`).
+candidate that was not the first choice, :func:`off_top1`), :func:`knob_example` (the iteration
+where the accepted length moves with the explorer's knobs).
 Widgets: :func:`show` (iteration stepper), :func:`explore` (parameter explorer, replay or live).
 Export: :func:`report` (offline HTML report), :func:`figure_html`, :func:`save_html`,
 :func:`save_image` (PNG/SVG via kaleido, where a browser is available).
@@ -32,6 +33,7 @@ from dynatree_viz.animate import (AnimationStep, animate, animation_steps, anima
 from dynatree_viz.compare import compare_figure, load_results
 from dynatree_viz.cost import CostModel, expected_accepted
 from dynatree_viz.examples import EXAMPLE_PROMPTS, OffTop1, branching_example, off_top1
+from dynatree_viz.knob_example import KnobExample, knob_example, knob_sweeps, state_tokens
 from dynatree_viz.export import (ImageExportUnavailable, figure_html, image_export_available, save_html,
                      save_image)
 from dynatree_viz.gif import export_gif
@@ -64,4 +66,5 @@ __all__ = [
     "calibration_figure", "cost_figure", "oracle_gap_figure", "policy_rows", "policy_table",
     "SamplingPanel", "sampling_data", "sampling_view",
     "EXAMPLE_PROMPTS", "OffTop1", "branching_example", "off_top1",
+    "KnobExample", "knob_example", "knob_sweeps", "state_tokens",
 ]

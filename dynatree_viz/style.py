@@ -7,6 +7,7 @@ mask, the text view and the report.
 from __future__ import annotations
 
 import html
+import unicodedata
 import re
 from dataclasses import dataclass
 
@@ -132,11 +133,22 @@ def visible_token(text: str) -> str:
     return (text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥").replace("\r", "␍"))
 
 
+def is_punctuation(text: str) -> bool:
+    """Whether a token is punctuation or symbols only ("," or '."'): a glyph too small to find
+    on a plot unless it is bracketed."""
+    s = text.strip()
+    return bool(s) and all(unicodedata.category(c)[0] in "PS" for c in s)
+
+
 def short_label(text: str, max_chars: int = 8) -> str:
     """A compact node label: the leading space of word tokens dropped (it is on almost every
-    token and only adds noise), whitespace-only tokens made visible, long tokens truncated."""
+    token and only adds noise), whitespace-only tokens made visible, punctuation bracketed
+    (‹,›: a lone comma is invisible at plot size), long tokens truncated."""
     s = text.strip(" ") or text
+    bracket = is_punctuation(s)
     s = visible_token(s) if s.strip() == "" or "\n" in s or "\t" in s else s
+    if bracket:
+        s = f"‹{s}›"
     return s if len(s) <= max_chars else s[: max_chars - 1] + "…"
 
 

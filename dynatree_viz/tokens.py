@@ -4,7 +4,9 @@ A trace stores the text of every tree node and every committed token, but not of
 argmax at a rejected node or of the draft's unverified top-k (pruned candidates included).
 :class:`TokenNamer` collects every (id, text) pair the trace does contain and falls back to an
 optional decoder, then to ``⟨id⟩``. Every view takes ``tokenizer=``: anything with
-``.decode(list[int]) -> str`` (a Hugging Face tokenizer) or a plain ``decode(id) -> str``.
+``.decode(list[int]) -> str`` (a Hugging Face tokenizer) or a plain ``decode(id) -> str``; by
+default the one a trace or record carries in memory (``Trace.tokenizer``, set by the run that
+recorded it), so ``⟨id⟩`` appears only where no tokenizer is known (a trace loaded from JSON).
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ class TokenNamer:
     def from_trace(cls, trace: Trace | IterationRecord | None,
                    decode: Callable[[int], str] | None = None,
                    tokenizer: Any = None) -> "TokenNamer":
+        if tokenizer is None:  # the recording pair's tokenizer, kept in memory by the run
+            tokenizer = getattr(trace, "tokenizer", None)
         namer = cls(decode=decode or as_decoder(tokenizer))
         if isinstance(trace, Trace):
             namer.learn(trace.iterations)
@@ -84,6 +88,8 @@ def resolve_namer(source: Trace | IterationRecord | None, namer: TokenNamer | No
     decoder), else one learned from ``source`` with ``tokenizer`` as the fallback."""
     if namer is None:
         return TokenNamer.from_trace(source, tokenizer=tokenizer)
+    if tokenizer is None:
+        tokenizer = getattr(source, "tokenizer", None)
     if namer.decode is None and tokenizer is not None:
         namer.decode = as_decoder(tokenizer)
     return namer

@@ -496,10 +496,19 @@ def _legend_keys(scene: TreeScene, status: list[str], color_by: str, pruned: boo
         keys.append(_legend_key(LEGEND_SELECTED, "selected", marker=dict(
             symbol="circle", size=11, color="#ffffff", line=dict(color=style.HIGHLIGHT, width=4))))
     for reason in dict.fromkeys(scene.tree.stop_reasons):  # the shapes in use
-        keys.append(_legend_key(f"{STOP_PREFIX}{reason} ({style.STOP_DESCRIPTIONS.get(reason, '')})",
+        keys.append(_legend_key(f"{STOP_PREFIX}{stop_label(reason)}",
                                 "stop", marker=dict(symbol=style.STOP_SYMBOLS.get(reason, "circle"),
                                                     size=10, color="#888888")))
     return keys
+
+
+def stop_label(reason: str) -> str:
+    """``reason (description)``, the reason once ("expanded (has children)", not
+    "expanded (expanded (has children))")."""
+    desc = style.STOP_DESCRIPTIONS.get(reason, "")
+    if not desc or desc == reason:
+        return reason
+    return desc if desc.startswith(reason) else f"{reason} ({desc})"
 
 
 def default_title(scene: TreeScene, drafter: str | None = None) -> str:

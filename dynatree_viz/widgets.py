@@ -515,7 +515,8 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
                 ("E[ℓ] = Σ p(u) (draft-calibrated)", f"{e_l:.2f}"),
                 (f"expected cost ({unit})", f"{cost * scale:.2f}"),
                 (f"expected tokens per {'s' if cm.unit == 's' else 'unit'}",
-                 f"{(e_l + 1) / cost:.2f}" if cost > 0 else "—")]
+                 f"{(e_l + 1) / cost:.2f}" if cost > 0 else "—"),
+                ("cost model", cost_model_text(cm))]
         if self.recorded is not None:
             rows.append(("recorded: nodes / ℓ", f"{self.recorded.num_nodes} / "
                                                 f"{self.recorded.accepted_length}"))
@@ -529,6 +530,17 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
                         f"<td><b>{html.escape(v)}</b></td></tr>" for k, v in rows)
         notes = "".join(f"<div style='color:#8a5a00'>ⓘ {html.escape(n)}</div>" for n in res.notes)
         return f"<table style='font-size:13px'>{table}</table>{notes}"
+
+
+def cost_model_text(cm: CostModel) -> str:
+    """What the cost row's unit means: milliseconds fitted to a trace's timings, or the unit-free
+    defaults (a draft forward = 1 unit) when the explorer has no timings to fit."""
+    if cm.unit == "s":
+        return (f"fitted to the trace's timings: {cm.draft_call_s * 1e3:.1f} ms per draft forward + "
+                f"{cm.verify_base_s * 1e3:.1f} ms + {cm.verify_per_node_s * 1e3:.2f} ms per verified node")
+    return (f"unit-free defaults (no timings given): a draft forward = {cm.draft_call_s:g} unit, "
+            f"a verify = {cm.verify_base_s:g} + {cm.verify_per_node_s:g} per node; "
+            "cost_model=CostModel.fit(trace) gives milliseconds")
 
 
 def show(trace: Trace | str, **kwargs: Any) -> Stepper:

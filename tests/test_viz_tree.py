@@ -92,6 +92,9 @@ def test_stop_reasons_set_marker_symbols_and_legend():
     assert symbols[0] == style.STOP_SYMBOLS["expanded"]
     legend = {t.name.split(" (")[0] for t in fig.data}
     assert {"stop: expanded", "stop: rho_stop", "stop: depth_gate"} <= legend
+    names = [t.name for t in fig.data if t.name and t.name.startswith("stop: ")]
+    assert "stop: expanded (has children)" in names
+    assert not any(n.count("expanded") > 1 or "((" in n for n in names)  # the reason said once
 
 
 def test_colour_by_confidence_or_cum_prob_and_switch_buttons():

@@ -72,6 +72,7 @@ class RunCollector:
                                linear_kernel=getattr(pair, "linear_kernel", None),
                                sampling=None if run.sampling.greedy else run.sampling.to_dict(),
                                runtime=None if run.runtime == "eager" else run.runtime)
+            self.trace.tokenizer = pair.tokenizer  # in memory only: views name tokens with it
         if drafter is not None:  # the chain's top-k only where records are read (a trace, the oracle)
             drafter.keep_chain = trace or bool(run.record_top_k)
         if self.device.type == "cuda":
@@ -193,6 +194,7 @@ class RunCollector:
             rec.target_prob_drafted = [None] + (a["target_prob"].tolist() if "target_prob" in a else [])
             if "choice_prob" in a:
                 rec.sampling = _sampling_record(a)
+            rec.tokenizer = self.run.pair.tokenizer  # in memory only (views name tokens with it)
             rec.token_texts = self._texts(host.tokens)
             rec.committed_texts = self._texts(rec.committed)
             self.trace.iterations.append(rec)

@@ -12,7 +12,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, ClassVar, Iterator
 
 import numpy as np
 
@@ -65,6 +65,10 @@ class IterationRecord:
     #: ``interval`` (a residual draw's uniform and the drawn token's CDF interval it fell in),
     #: ``residual_top`` and ``q_top``. None for greedy runs.
     sampling: dict | None = None
+    #: the recording pair's tokenizer (``.decode(list[int])``), in memory only: set by the run
+    #: that recorded it, never serialized (a loaded trace has None), so views can name every
+    #: token as text, not only those whose text the record stores
+    tokenizer: ClassVar[Any] = None
 
     @property
     def accepted_length(self) -> int:
@@ -142,6 +146,8 @@ class Trace:
     #: what ran the target's forwards when not eager (``"static"``, ``"compiled"``, ``"graphs"``;
     #: :mod:`dynatree_core.runtime.fast_path`); None: eager
     runtime: str | None = None
+    #: the recording pair's tokenizer, in memory only (never serialized; see IterationRecord)
+    tokenizer: ClassVar[Any] = None
 
     @property
     def drafter_kind(self) -> str | None:
