@@ -379,20 +379,24 @@ def test_calibrate_measures_once_then_reads_the_cache(tmp_path, capsys, monkeypa
 def test_bench_at_several_temperatures_writes_table_7_and_checks_match_against_seeded_ar(data_dir, tmp_path, capsys):
     out = tmp_path / "res"
     assert main(bench_args(data_dir, out, "--temperature", "0,0.8", "--verify", "match,rejection", "--top-p", "0.95",
-                           "--sampling-seed", "3", methods="ar,linear,dynatree")) == 0
+                           "--sampling-seed", "3", "--draft-noise", "shared,none", methods="ar,linear,dynatree")) == 0
     stdout = capsys.readouterr().out
-    assert "Table 7: speculative sampling by temperature" in stdout
+    assert "Table 7: speculative sampling by temperature" in stdout and "draft noise" in stdout
     d = json.loads(next(out.glob("*.json")).read_text())
-    cells = {(r["label"], r["temperature"], r["verify"]) for r in d["rows"]}
-    # greedy cells, match and rejection cells at 0.8; AR samples once (the reference of both rules)
-    assert cells == {("ar", 0.0, None), ("linear", 0.0, None), ("dynatree", 0.0, None), ("ar", 0.8, "match"),
-                     ("linear", 0.8, "match"), ("dynatree", 0.8, "match"), ("linear", 0.8, "rejection"),
-                     ("dynatree", 0.8, "rejection")}
+    cells = {(r["label"], r["temperature"], r["verify"], r["draft_noise"]) for r in d["rows"]}
+    # greedy cells; at 0.8 match with shared and independent drafts, and rejection; AR samples once (the
+    # reference of every sampled cell, with no draft noise: it drafts nothing)
+    assert cells == {("ar", 0.0, None, None), ("linear", 0.0, None, None), ("dynatree", 0.0, None, None),
+                     ("ar", 0.8, "match", None), ("linear", 0.8, "match", "shared"), ("linear", 0.8, "match", "none"),
+                     ("dynatree", 0.8, "match", "shared"), ("dynatree", 0.8, "match", "none"),
+                     ("linear", 0.8, "rejection", None), ("dynatree", 0.8, "rejection", None)}
     assert d["protocol"]["greedy"] is False
-    assert d["protocol"]["sampling"][0] == {"temperature": 0.8, "top_p": 0.95, "top_k": 0, "seed": 3, "verify": "match"}
-    assert d["checks"]["outputs_identical_across_methods"]  # match cells: seeded AR's tokens
-    speed = {(a["label"], a["temperature"], a["verify"]): a["speedup"] for a in d["aggregates"]}
-    assert speed[("ar", 0.8, "match")] == 1.0 and speed[("dynatree", 0.8, "rejection")] is not None
+    assert {"temperature": 0.8, "top_p": 0.95, "top_k": 0, "seed": 3, "verify": "match",
+            "draft_noise": "none"} in d["protocol"]["sampling"]
+    assert d["checks"]["outputs_identical_across_methods"]  # match cells: seeded AR's tokens, shared noise or not
+    speed = {(a["label"], a["temperature"], a["verify"], a["draft_noise"]): a["speedup"] for a in d["aggregates"]}
+    assert speed[("ar", 0.8, "match", None)] == 1.0 and speed[("dynatree", 0.8, "rejection", None)] is not None
+    assert speed[("dynatree", 0.8, "match", "none")] is not None  # AR at 0.8 is its reference too
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -402,6 +406,10 @@ def test_bench_at_several_temperatures_writes_table_7_and_checks_match_against_s
     (["--temperature", "0.7", "--verify", "speculative"], "verify must be one of"),
     (["--top-p", "0.9"], "--top-p applies only when sampling"),
     (["--verify", "rejection"], "--verify applies only when sampling"),
+    (["--draft-noise", "shared"], "--draft-noise applies only when sampling"),
+    (["--temperature", "0.7", "--draft-noise", "gumbel"], "draft_noise must be one of"),
+    (["--temperature", "0.7", "--verify", "rejection", "--draft-noise", "none"],
+     "--draft-noise applies only under --verify match"),
     (["--temperature", "0.5", "--methods", "ar,hf_assisted"], "hf_assisted runs Hugging Face's assisted generation greedily"),
 ])
 def test_bad_sampling_options_exit_2_before_any_model_loads(data_dir, tmp_path, capsys, monkeypatch, extra, message):
@@ -423,8 +431,14 @@ def test_generate_samples_with_a_seed_and_refuses_rejection_for_ar(tmp_path, cap
             "--max-new-tokens", "12", "--temperature", "0.9", "--seed", "4", "--trace", str(tmp_path / "t.json")]
     assert main(argv) == 0
     trace = json.loads((tmp_path / "t.json").read_text())
-    assert trace["sampling"] == {"temperature": 0.9, "top_p": 1.0, "top_k": 0, "seed": 4, "verify": "match"}
+    assert trace["sampling"] == {"temperature": 0.9, "top_p": 1.0, "top_k": 0, "seed": 4, "verify": "match",
+                                 "draft_noise": "shared"}
+    assert main(argv[:-2] + ["--draft-noise", "none"]) == 0
     capsys.readouterr()
+    for extra, message in ((["--seed", "4"], "seed=4 applies only when sampling"),
+                           (["--draft-noise", "shared"], "draft_noise='shared' applies only when sampling")):
+        assert main(["generate", "--target", "tiny-llama", "--prompt", "x", *extra]) == 2  # greedy: refused
+        assert message in capsys.readouterr().err
     assert main(["generate", "--target", "tiny-llama", "--prompt", "x", "--method", "ar", "--temperature", "0.9",
                  "--verify", "rejection"]) == 2
     assert "--method ar drafts none" in capsys.readouterr().err

@@ -38,10 +38,10 @@ HF_ASSISTED = "hf_assisted"
 #: row fields that identify a cell (sweep parameters are added to these); the sampling settings
 #: are None in files written before sampling existed
 CELL_KEYS: tuple[str, ...] = ("run_id", "dataset", "max_new_tokens", "max_prompt_len", "temperature", "top_p",
-                              "top_k", "runtime", "label", "verify")
-#: what a cell's baseline shares with it: everything but the method and the verification rule (AR
-#: at the same temperature is the speed reference of match and rejection rows alike)
-_BASELINE_KEYS = tuple(k for k in CELL_KEYS if k not in ("label", "verify"))
+                              "top_k", "runtime", "label", "verify", "draft_noise")
+#: what a cell's baseline shares with it: everything but the method, the verification rule and the
+#: drafts' noise (AR at the same temperature is the speed reference of every sampled row)
+_BASELINE_KEYS = tuple(k for k in CELL_KEYS if k not in ("label", "verify", "draft_noise"))
 
 
 def baseline_key(a: dict[str, Any]) -> tuple:
@@ -218,8 +218,8 @@ def output_checks(rows: Sequence[dict[str, Any]], param_keys: Sequence[str] = ()
             continue
         key = (r.get("dataset"), r.get("max_new_tokens"), r.get("max_prompt_len"), r.get("temperature"),
                r.get("top_p"), r.get("top_k"), r.get("prompt_index"))
-        groups.setdefault(key, {})[r["label"] + json.dumps({k: r.get(k) for k in param_keys}, default=str)] = \
-            r.get("output_sha1")
+        method = {k: r.get(k) for k in (*param_keys, "draft_noise")}  # shared and independent drafts apart
+        groups.setdefault(key, {})[r["label"] + json.dumps(method, default=str)] = r.get("output_sha1")
     bad = sorted({lab for g in groups.values() if len(set(g.values())) > 1 for lab in g})
     return {"outputs_identical_across_methods": not bad, "mismatching_cells": bad}
 

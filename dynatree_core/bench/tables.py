@@ -51,7 +51,7 @@ HEADERS: dict[str, str] = {
     "draft_fwd/iter": "draft fwd/iter", "overhead_ms_iter": "overhead ms/iter", "syncs_iter": "syncs/iter",
     "tree_size": "nodes/iter", "oracle_n": "oracle n", "oracle_l": "oracle ℓ at n", "oracle_gap": "oracle gap",
     "conf_mean": "c(u) mean", "conf_observed": "top-1 = target", "conf_ece": "ECE",
-    "temperature": "temperature", "verify": "verify",
+    "temperature": "temperature", "verify": "verify", "draft_noise": "draft noise",
 }
 _DATASET_ORDER = ["wikitext2", "pg19"]
 _METHOD_ORDER = ["ar", "linear", "fixed_tree", "dynatree", *ABLATION_LABELS, *PRESET_LABELS, COST_LABEL,
@@ -67,7 +67,8 @@ def _order(a: dict[str, Any]) -> tuple:
     d = _DATASET_ORDER.index(ds) if ds in _DATASET_ORDER else len(_DATASET_ORDER)
     nums = tuple(int(v.split("=", 1)[1]) for v in params.split(",") if "=" in v)
     return (str(a.get("run_id")), d, ds, a.get("max_prompt_len") or 0, a.get("max_new_tokens") or 0,
-            a.get("temperature") or 0.0, i, nums, str(a.get("verify")))  # stable: sweep points keep their run order
+            a.get("temperature") or 0.0, i, nums, str(a.get("verify")),
+            str(a.get("draft_noise")))  # stable: sweep points keep their run order
 
 
 def _scale(v: Any, f: float) -> Any:
@@ -81,7 +82,8 @@ def _id_columns(aggs: Sequence[dict[str, Any]], a: dict[str, Any]) -> dict[str, 
         cols["run"] = a.get("run_id")
     cols["dataset"] = a.get("dataset")
     for key, name in (("max_new_tokens", "T"), ("max_prompt_len", "L_max"), ("temperature", "temperature"),
-                      ("top_p", "top_p"), ("top_k", "top_k"), ("verify", "verify"), ("runtime", "runtime")):
+                      ("top_p", "top_p"), ("top_k", "top_k"), ("verify", "verify"), ("draft_noise", "draft_noise"),
+                      ("runtime", "runtime")):
         if len({x.get(key) for x in aggs}) > 1:
             cols[name] = a.get(key)
     cols["method"] = a.get("label")
@@ -171,7 +173,7 @@ def table7(aggs: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
     def body(a: dict[str, Any]) -> dict[str, Any]:
         return {"temperature": a.get("temperature"), "verify": a.get("verify") or "greedy",
-                "acceptance": a.get("acceptance_rate"), "L_bar": a.get("tokens_per_iteration"),
+                "draft_noise": a.get("draft_noise") or "-", "acceptance": a.get("acceptance_rate"), "L_bar": a.get("tokens_per_iteration"),
                 "throughput_tok_s": a.get("tokens_per_s"), "speedup": a.get("speedup")}
 
     return _frame(rows, body)

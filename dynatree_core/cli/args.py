@@ -84,7 +84,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="what the models' linear layers run on: onednn (weights prepacked once; on a CPU in float32 "
                         "a verify forward of 2-16 tokens then costs about what one token does), torch (its default "
                         "kernels) or auto (onednn where it applies, default)")
-    g.add_argument("--draft-noise", type=float, default=0.05, help=argparse.SUPPRESS)  # tiny test pair
+    g.add_argument("--tiny-draft-noise", type=float, default=0.05, help=argparse.SUPPRESS)  # the tiny test pair's draft
 
 
 def _fields(cls: type, names: dict[str, str]) -> dict[str, tuple[type, Any]]:
@@ -203,11 +203,15 @@ def add_sampling_args(p: argparse.ArgumentParser, several: bool) -> None:
     g.add_argument("--verify", type=csv_list(str) if several else str, default=None,
                    help="match (default: exactly seeded AR's tokens) or rejection (drafts sampled from q, recursive "
                         "rejection sampling: exact in distribution)" + (", or both comma-separated" if several else ""))
+    g.add_argument("--draft-noise", type=csv_list(str) if several else str, default=None,
+                   help="under match: shared (default: drafts ranked by log q plus the Gumbel noise the target's draw "
+                        "uses, so the draft's sample is coupled to the target's) or none (the top-B of q)"
+                        + (", or both comma-separated" if several else ""))
     if several:
         g.add_argument("--sampling-seed", type=int, default=None,
                        help="seed of the sampled tokens (default: --seed, which also selects the prompts)")
     else:
-        g.add_argument("--seed", type=int, default=0, help="seed of the sampled tokens (default 0)")
+        g.add_argument("--seed", type=int, default=None, help="seed of the sampled tokens (default 0; sampling only)")
 
 
 def add_runtime_arg(p: argparse.ArgumentParser, several: bool) -> None:

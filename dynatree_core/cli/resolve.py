@@ -118,7 +118,7 @@ def pair_spec(args: argparse.Namespace) -> Any:
             raise CLIError("--device-map with --ray: pass --gpus-per-task G, the GPUs each worker splits the target "
                            "across")
     return PairSpec(target=args.target, draft=args.draft, drafter=getattr(args, "drafter", "auto"),
-                    device=args.device, dtype=args.dtype, draft_noise=getattr(args, "draft_noise", 0.05),
+                    device=args.device, dtype=args.dtype, draft_noise=getattr(args, "tiny_draft_noise", 0.05),
                     device_map=device_map, linear_kernel=getattr(args, "linear_kernel", "auto"))
 
 
@@ -167,11 +167,14 @@ def protocol_note(n: int, w: int, t: int, l_max: dict[str, int]) -> str | None:
 def sampled_points(points: list[RunPoint], args: argparse.Namespace) -> list[RunPoint]:
     """Every point at every ``--temperature`` (and, when sampling, every ``--verify`` rule; AR, the
     speed reference of each temperature, always draws with the position uniforms: ``match``)."""
-    temps, rules = args.temperature, args.verify or ["match"]
+    temps, rules, noises = args.temperature, args.verify or ["match"], args.draft_noise or [None]
     sampling = [t for t in temps if t != 0]
-    for flag, given in (("--top-p", args.top_p != 1.0), ("--top-k", args.top_k != 0), ("--verify", args.verify)):
+    for flag, given in (("--top-p", args.top_p != 1.0), ("--top-k", args.top_k != 0), ("--verify", args.verify),
+                        ("--draft-noise", args.draft_noise)):
         if given and not sampling:
             raise CLIError(f"{flag} applies only when sampling: add a --temperature > 0")
+    if args.draft_noise and "match" not in rules:
+        raise CLIError("--draft-noise applies only under --verify match (rejection samples its drafts from q)")
     seed = args.sampling_seed if args.sampling_seed is not None else args.seed
     out = []
     for t in temps:
@@ -183,16 +186,19 @@ def sampled_points(points: list[RunPoint], args: argparse.Namespace) -> list[Run
                 raise CLIError("hf_assisted runs Hugging Face's assisted generation greedily here; drop it from "
                                "--methods or keep --temperature 0")
             for rule in (["match"] if p.spec.method == "ar" else rules):
-                cfg = SamplingConfig(temperature=t, top_p=args.top_p, top_k=args.top_k, seed=seed, verify=rule)
-                out.append(dataclasses.replace(p, sampling=cfg))
+                # AR drafts nothing: one reference cell per temperature, whatever the drafts' noise
+                for noise in ([None] if p.spec.method == "ar" or rule != "match" else noises):
+                    cfg = SamplingConfig(temperature=t, top_p=args.top_p, top_k=args.top_k, seed=seed, verify=rule,
+                                         draft_noise=noise)
+                    out.append(dataclasses.replace(p, sampling=cfg))
     return out
 
 
 def generate_sampling(args: argparse.Namespace) -> SamplingConfig:
-    """``dynatree generate``'s sampling settings (checked before any model loads)."""
+    """``dynatree generate``'s sampling settings (checked before any model loads: a setting that
+    applies only when sampling, given at temperature 0, is refused)."""
     return SamplingConfig(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
-                          verify=args.verify) if args.temperature != 0 or args.verify or args.top_p != 1.0 \
-        or args.top_k else SamplingConfig()
+                          verify=args.verify, draft_noise=args.draft_noise)
 
 
 def runtime_points(points: list[RunPoint], args: argparse.Namespace, device: str) -> list[RunPoint]:

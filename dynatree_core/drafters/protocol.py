@@ -130,7 +130,9 @@ class Drafter(ABC):
             self.sampler.begin(tree.capacity, tree.device)
         self.chain_topk = None
         logq = scores if warped else self.sampler.log_q(scores)
-        return self.sampler.candidates(logq, self.top_k, ids, vocab_ids)
+        # a level's nodes share a depth (one BFS level): their children fill one absolute position
+        at = tree.position + tree.depth + 1 if tree.position is not None else None
+        return self.sampler.candidates(logq, self.top_k, ids, vocab_ids, at)
 
     def _chain_level(self, ids: torch.Tensor, level: int) -> bool:
         """Whether level ``level`` continues a chain: it feeds one node and every earlier level fed

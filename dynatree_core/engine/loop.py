@@ -28,7 +28,7 @@ from dynatree_core.policy.config import DecoderConfig, DynaTreeConfig, GrowthRul
 from dynatree_core.runtime.device_tree import DeviceTree, Selection
 from dynatree_core.runtime.host_syncs import to_device
 from dynatree_core.drafters import Drafter, LookupDrafter, LookupMix, MixDrafter, make_drafter
-from dynatree_core.policy.history import HistoryAdapter, HistoryState
+from dynatree_core.policy.history import HistoryAdapter, HistoryState, check_history
 from dynatree_core.policy.sampling import GREEDY, SamplingConfig
 from dynatree_core.records.result import GenerationResult
 from dynatree_core.pairs.pair import ModelPair, context_window, eos_token_ids
@@ -115,6 +115,8 @@ class DecodingRun:
         self.sampling = sampling if sampling is not None else GREEDY
         config = resolve_config(method, config)
         _check_run(pair, method, max_new_tokens, self.sampling)
+        label = None if self.sampling.greedy else self.sampling.label()
+        check_history(history, label)  # before any calibration runs
         #: what runs the target's forwards: eager (dynamic caches) or the fast path (static caches,
         #: bucketed trees; compiled or CUDA graphs), see :mod:`dynatree_core.runtime.fast_path`
         self.runtime = resolve_runtime(runtime, pair.device)
@@ -140,7 +142,7 @@ class DecodingRun:
         else:
             self.eos = {int(t) for t in ([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)}
         self.tracing = trace
-        self.adapter = (HistoryAdapter(self.config, history)
+        self.adapter = (HistoryAdapter(self.config, history, label)
                         if isinstance(self.config, DynaTreeConfig) and self.config.adaptive else None)
         self.fast = self._fast_path(buckets, static_len)
         self.result: GenerationResult | None = None
@@ -188,7 +190,7 @@ class DecodingRun:
             remaining = self.max_new_tokens - len(out)
             rule, before = self._rule(remaining), self._history_state()
             # 1. draft: grow the tree, one batched draft forward per level (AR: the root alone)
-            tree = DeviceTree(root, rule, top_k, self.pair.device)
+            tree = DeviceTree(root, rule, top_k, self.pair.device, position=len(self.prompt) + len(out) - 1)
             if drafter is not None:
                 tree.grow(drafter, col.syncs)
                 if tail is not None:
@@ -253,11 +255,13 @@ class DecodingRun:
             return None
         # the trace records top_k candidates per expanded node (config.trace_top_k >= the rule's breadth)
         top_k = self.config.trace_top_k if self.tracing else self.config.growth_rule().max_breadth
-        if self.sampling.rule == "rejection":  # the candidates are draws: as many, traced or not
+        if self.sampling.rule == "rejection":  # the candidates are draws: as many as the rule grows, whoever reads
             top_k = self.config.growth_rule().max_breadth
+        else:  # the benchmark's oracle reads record_top_k candidates (greedy, or ranked under match)
+            top_k = max(top_k, self.record_top_k or 0)
         if getattr(self.config, "cost_aware", False):  # the final fill draws from the candidates past B(u)
-            top_k = self.config.trace_top_k
-        drafter = make_drafter(self.pair.draft, max(top_k, self.record_top_k or 0), self.pair.lookup)
+            top_k = max(top_k, self.config.trace_top_k)
+        drafter = make_drafter(self.pair.draft, top_k, self.pair.lookup)
         if self.fast is not None and drafter.fast_model is not None:  # the draft's levels on the fast path too
             drafter.use_fast(draft_fast_path(drafter.fast_model, self.runtime, len(self.prompt) + self.max_new_tokens,
                                              self.fast.path.buckets[-1], static_len=None))

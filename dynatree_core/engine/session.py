@@ -73,7 +73,8 @@ class TreeSession:
         chooser = None
         if both is not None:
             drafter.sampler, chooser = both
-        grown = DeviceTree(self.root, rule, drafter.top_k, self.pair.device).grow(drafter, HostSyncs())
+        grown = DeviceTree(self.root, rule, drafter.top_k, self.pair.device,
+                           position=len(self.prompt) - 1).grow(drafter, HostSyncs())
         if rule.lookup_tail:  # the prompt-lookup tail reads the prompt as the committed text
             tail, own = tail_lookup(drafter)
             if own:

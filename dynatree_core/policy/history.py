@@ -32,6 +32,9 @@ class HistoryState:
     tau_h: float
     window: list[float] = field(default_factory=list)
     calibration: list[list[float]] = field(default_factory=list)
+    #: the sampling it adapted under (:meth:`SamplingConfig.label`; None: greedy): acceptance, and so
+    #: the D0 and τ_h it settles on, differ by temperature, so a state is carried per temperature
+    sampling: str | None = None
 
     def depth_scale(self, max_depth: int) -> tuple[float, ...]:
         """s_d for d = 0..max_depth: (iterations that accepted >= d tokens + 1) / (Σ p(u) over
@@ -62,21 +65,36 @@ class HistoryState:
              "window_mean": self.window_mean, "d0_effective": self.d0_effective}
         if self.calibration:
             d["calibration"] = [list(r) for r in self.calibration]
+        if self.sampling is not None:  # greedy states stay as they were written
+            d["sampling"] = self.sampling
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "HistoryState":
         return cls(d0=float(d["d0"]), tau_h=float(d["tau_h"]), window=list(d.get("window", [])),
-                   calibration=[list(r) for r in d.get("calibration", [])])
+                   calibration=[list(r) for r in d.get("calibration", [])], sampling=d.get("sampling"))
+
+
+def check_history(state: HistoryState | None, sampling: str | None) -> None:
+    """Refuse a ``state`` adapted under another sampling setting than ``sampling`` (a label; None:
+    greedy): acceptance, and with it D0 and τ_h, differ by temperature."""
+    if state is not None and state.sampling != sampling:
+        raise ValueError(f"history was adapted under {state.sampling or 'greedy decoding'} and this run uses "
+                         f"{sampling or 'greedy decoding'}: acceptance differs by temperature, so carry one "
+                         "history per sampling setting (or pass history=None to start afresh)")
 
 
 class HistoryAdapter:
     """Proportional controller of D0 and τ_h around a target acceptance a* (see HistoryConfig)."""
 
-    def __init__(self, config: DynaTreeConfig, state: HistoryState | None = None):
+    def __init__(self, config: DynaTreeConfig, state: HistoryState | None = None, sampling: str | None = None):
+        """``sampling``: the label of the run's sampling (None: greedy); a ``state`` adapted under
+        another one is refused (a state is carried per temperature)."""
         self.config = config
         h = config.history
-        self.state = state if state is not None else HistoryState(float(config.d0), float(config.tau_h))
+        check_history(state, sampling)
+        self.state = state if state is not None else HistoryState(float(config.d0), float(config.tau_h),
+                                                                  sampling=sampling)
         self._window: deque[float] = deque(self.state.window, maxlen=h.window)
 
     def rule(self) -> GrowthRule:
@@ -105,5 +123,6 @@ class HistoryAdapter:
         calibration = self.state.calibration
         if c.cost_aware and depth_mass is not None:
             calibration = (calibration + [[float(accepted)] + [float(x) for x in depth_mass]])[-CALIBRATION_WINDOW:]
-        self.state = HistoryState(d0=d0, tau_h=tau_h, window=list(self._window), calibration=calibration)
+        self.state = HistoryState(d0=d0, tau_h=tau_h, window=list(self._window), calibration=calibration,
+                                  sampling=self.state.sampling)
         return self.state

@@ -33,6 +33,19 @@ are the deterministic top-B of the draft's warped q; no lossless rule can accept
 p(children) at such a node (the target's token must be one of the children), and this accepts
 exactly when it is.
 
+**Shared draft noise** (``draft_noise="shared"``, the default under ``match``). The target's token at
+position t is argmax(log p + g(seed, t, .)), and anyone holding the seed can compute g. So the
+drafts at a node filling position t are ranked by the draft's own perturbed scores
+s(x) = log q(x) + g(seed, t, x) (:func:`coupled_scores`): the first child is the draft's Gumbel-max
+sample *coupled* to the target's draw, the siblings follow in perturbed order. The two argmaxes
+coincide with probability sum_x 1 / sum_y max(p_y / p_x, q_y / q_x) (:func:`coupled_agreement`;
+Daliri, Musco and Suresh 2024), at least (1 - TV) / (1 + TV), where the top-B of log q alone
+reaches p(children) at best. The output is untouched (the target's draw is still fixed by the seed
+alone); at temperature -> 0 the ranking becomes greedy drafting. What the tree policy reads as a
+child's probability is then the chance that the target's perturbed argmax lands on it,
+softmax(s / beta) (:func:`coupled_confidence`: exact if log p differs from log q by Gumbel noise
+of scale beta), not q.
+
 **verify="rejection"**. Drafts are *sampled*: each expanded node's candidate list is a sample
 without replacement from its warped q (Gumbel-top-k), and the token at a node comes from recursive
 rejection sampling over that list (Jeon et al. 2024, "Recursive Speculative Decoding", the
@@ -61,6 +74,10 @@ import numpy as np
 
 #: the verification rules under sampling
 VERIFY_RULES: tuple[str, ...] = ("match", "rejection")
+#: how drafts are ranked under ``match`` (:attr:`SamplingConfig.draft_noise`)
+DRAFT_NOISE: tuple[str, ...] = ("shared", "none")
+#: the smallest temperature > 0 (below it float32 logits / T overflow; 0 is greedy)
+MIN_TEMPERATURE = 1e-6
 
 
 @dataclass(frozen=True)
@@ -72,9 +89,14 @@ class SamplingConfig:
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
-    seed: int = 0
+    #: None: 0 when sampling; must stay None at temperature 0, where nothing is drawn
+    seed: int | None = None
     #: None: ``"match"`` when sampling; must stay None at temperature 0, where it means nothing
     verify: str | None = None
+    #: how drafts are ranked under ``match``: ``"shared"`` (the default there), by the draft's warped
+    #: log q plus the Gumbel noise seeded AR uses at the position (:func:`coupled_scores`), or ``"none"``,
+    #: by log q alone (the top-B); None elsewhere (rejection samples its drafts; greedy has no noise)
+    draft_noise: str | None = None
 
     def __post_init__(self) -> None:
         t = self.temperature
@@ -85,18 +107,32 @@ class SamplingConfig:
             raise ValueError(f"top_p must be in (0, 1] (1: off), got {p!r}")
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
             raise ValueError(f"top_k must be an integer >= 0 (0: off), got {self.top_k!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2 ** 63:
-            raise ValueError(f"seed must be an integer in [0, 2**63), got {self.seed!r}")
+        if 0 < t < MIN_TEMPERATURE:
+            raise ValueError(f"temperature must be 0 (greedy) or >= {MIN_TEMPERATURE:g}, got {t!r}: below it "
+                             "float32 logits / T overflow and the draw is the argmax anyway; pass 0 for greedy")
+        s = self.seed
+        if s is not None and (isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < 2 ** 63):
+            raise ValueError(f"seed must be an integer in [0, 2**63), got {s!r}")
         if self.verify is not None and self.verify not in VERIFY_RULES:
             raise ValueError(f"verify must be one of {VERIFY_RULES}, got {self.verify!r}")
-        if t == 0 and self.verify is not None:
-            raise ValueError(f"verify={self.verify!r} applies only when sampling (temperature > 0); at "
-                             "temperature 0 every decoder is greedy and emits the target's tokens exactly")
+        if self.draft_noise is not None and self.draft_noise not in DRAFT_NOISE:
+            raise ValueError(f"draft_noise must be one of {DRAFT_NOISE}, got {self.draft_noise!r}")
+        if t == 0:
+            for name in ("verify", "seed", "draft_noise"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name}={getattr(self, name)!r} applies only when sampling (temperature > 0); "
+                                     "at temperature 0 every decoder is greedy and emits the target's tokens exactly")
         if t == 0 and (self.top_p != 1.0 or self.top_k != 0):
             raise ValueError("top_p and top_k apply only when sampling (temperature > 0); at temperature 0 "
                              "decoding is greedy")
+        if self.draft_noise is not None and self.verify == "rejection":
+            raise ValueError(f"draft_noise={self.draft_noise!r} applies only under verify='match': rejection "
+                             "sampling draws its drafts from q with noise of its own (the coins must be "
+                             "independent of the candidates)")
         object.__setattr__(self, "temperature", float(t))
         object.__setattr__(self, "top_p", float(p))
+        if t > 0 and s is None:
+            object.__setattr__(self, "seed", 0)
 
     @property
     def greedy(self) -> bool:
@@ -107,8 +143,14 @@ class SamplingConfig:
         """The verification rule in force: None when greedy, else ``verify`` (default ``"match"``)."""
         return None if self.greedy else (self.verify or "match")
 
+    @property
+    def noise(self) -> str | None:
+        """How the drafts are ranked in force: ``"shared"`` or ``"none"`` under ``match`` (default
+        ``"shared"``), None when greedy or under ``rejection``."""
+        return (self.draft_noise or "shared") if self.rule == "match" else None
+
     def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "verify": self.rule}
+        return {**dataclasses.asdict(self), "verify": self.rule, "draft_noise": self.noise}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "SamplingConfig":
@@ -116,7 +158,9 @@ class SamplingConfig:
             return cls()
         d = dict(d)
         if float(d.get("temperature", 0.0)) == 0.0:
-            d["verify"] = None
+            d.update(verify=None, seed=None, draft_noise=None)
+        elif "draft_noise" not in d and (d.get("verify") or "match") == "match":
+            d["draft_noise"] = "none"  # written before shared noise existed: the drafts were the top-B
         return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
 
     def label(self) -> str:
@@ -125,7 +169,7 @@ class SamplingConfig:
             return "greedy"
         parts = [f"T={self.temperature:g}"] + ([f"top-p={self.top_p:g}"] if self.top_p < 1 else []) + (
             [f"top-k={self.top_k}"] if self.top_k else [])
-        return ", ".join(parts) + f", {self.rule}"
+        return ", ".join(parts) + f", {self.rule}" + (", independent drafts" if self.noise == "none" else "")
 
 
 GREEDY = SamplingConfig()
@@ -133,7 +177,7 @@ GREEDY = SamplingConfig()
 
 def sampling_config(sampling: SamplingConfig | None = None, **settings: Any) -> SamplingConfig:
     """A :class:`SamplingConfig` from an object or keyword settings (``temperature``, ``top_p``,
-    ``top_k``, ``seed``, ``verify``; None values are left at their defaults), not both."""
+    ``top_k``, ``seed``, ``verify``, ``draft_noise``; None values are left at their defaults), not both."""
     given = {k: v for k, v in settings.items() if v is not None}
     if sampling is not None:
         if given:
@@ -258,3 +302,38 @@ def recursive_rejection(p: Sequence[float], q: Sequence[float], candidates: Sequ
         total = q_i.sum()
         q_i = q_i / total if total > 0 else q_i
     return inverse_cdf(p_i, u), steps, p_i
+
+
+# --- shared draft noise (the reference) -------------------------------------------------------------
+#: the scale beta of :func:`coupled_confidence` (log p - log q modelled as Gumbel noise of this scale)
+COUPLING_SCALE = 1.0
+
+
+def coupled_scores(log_q: Sequence[float], seed: int, position: int) -> np.ndarray:
+    """The draft's perturbed scores at ``position``: its warped log q plus the Gumbel noise seeded AR
+    adds to log p there (-inf stays -inf). Their argmax is the draft's coupled sample."""
+    x = np.asarray(log_q, dtype=np.float64)
+    return x + gumbel_noise(seed, position, x.size)
+
+
+def coupled_agreement(p: Sequence[float], q: Sequence[float]) -> float:
+    """P(argmax(log p + g) = argmax(log q + g)) for one Gumbel vector g shared by both: the sum over
+    tokens x in both supports of 1 / sum_y max(p_y / p_x, q_y / q_x)."""
+    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    both = np.flatnonzero((p > 0) & (q > 0))
+    ratio = np.maximum(p[None, :] / p[both, None], q[None, :] / q[both, None])
+    return float((1.0 / ratio.sum(-1)).sum())
+
+
+def total_variation(p: Sequence[float], q: Sequence[float]) -> float:
+    """TV(p, q) = sum |p - q| / 2."""
+    return float(np.abs(np.asarray(p, dtype=np.float64) - np.asarray(q, dtype=np.float64)).sum() / 2)
+
+
+def coupled_confidence(scores: Sequence[float], scale: float = COUPLING_SCALE) -> np.ndarray:
+    """The probability that the target's perturbed argmax lands on each token, from the draft's
+    perturbed ``scores``: softmax(scores / scale) (if log p = log q + Gumbel noise of that scale,
+    exactly so; at scale -> 0 the draft is trusted to be the target)."""
+    x = np.asarray(scores, dtype=np.float64) / scale
+    e = np.exp(x - x.max())
+    return e / e.sum()

@@ -67,8 +67,12 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
     two can be compared element by element.
     """
 
-    def __init__(self, root_token: int, rule: GrowthRule, top_k: int, device: torch.device):
+    def __init__(self, root_token: int, rule: GrowthRule, top_k: int, device: torch.device,
+                 position: int | None = None):
         self.rule, self.top_k, self.device = rule, max(1, int(top_k)), device
+        #: the root's absolute position (its index in prompt + output; node u's child fills
+        #: position + depth(u) + 1): what shared draft noise is keyed by. None: not known (greedy)
+        self.position = position
         cap = max(0, rule.n_max) + 1
         if rule.lookup_tail:  # room for the prompt-lookup tail below the drafted tree
             cap += rule.tail_n_max

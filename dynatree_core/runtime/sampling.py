@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from dynatree_core.policy.sampling import ROUND, SamplingConfig, mix32, position_key
+from dynatree_core.policy.sampling import COUPLING_SCALE, ROUND, SamplingConfig, mix32, position_key
 
 #: entries of p and q kept per node in a trace (the sampling view's bars)
 TRACE_TOP = 8
@@ -88,9 +88,12 @@ def dense(rows: torch.Tensor, vocab_ids: torch.Tensor | None, vocab_size: int, f
 class DraftSampler:
     """A drafter's candidates under sampling (see the module docstring)."""
 
-    def __init__(self, cfg: SamplingConfig, vocab_size: int, generator: torch.Generator | None = None):
+    def __init__(self, cfg: SamplingConfig, vocab_size: int, generator: torch.Generator | None = None,
+                 noise: "NoiseStream | None" = None):
         self.cfg, self.vocab_size, self.generator = cfg, int(vocab_size), generator
         self.rejection = cfg.rule == "rejection"
+        #: match with shared draft noise: the target's Gumbel stream (None: the plain top-k of q)
+        self.noise = noise
         #: rejection: row u holds q(.|u) of the node grown in slot u (float32 [capacity, V])
         self.q_rows: torch.Tensor | None = None
 
@@ -98,22 +101,50 @@ class DraftSampler:
         """The warped draft distribution of each row of ``scores`` (logits, or log counts)."""
         return log_probs(scores, self.cfg)
 
-    def candidates(self, logq: torch.Tensor, k: int, ids: torch.Tensor, vocab_ids: torch.Tensor | None = None
+    def candidates(self, logq: torch.Tensor, k: int, ids: torch.Tensor, vocab_ids: torch.Tensor | None = None,
+                   position: int | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | tuple[torch.Tensor, torch.Tensor]:
         """Candidates of nodes ``ids`` from their warped log q [q, U] (``vocab_ids``: the token id of
-        each column, None: column = token id): ``match``, the top-k (sorted, so the first column
-        carries c(u) = max q); ``rejection``, a sample without replacement in draw order, its log q,
-        and c(u) = max q as a third tensor (the first column is a draw, not the maximum)."""
+        each column, None: column = token id), for the absolute ``position`` their children fill:
+        ``match``, the top-k of q (sorted, so the first column carries c(u) = max q) or, with shared
+        noise, of the perturbed scores log q + g(seed, position, .) with their coupled confidence
+        (:meth:`coupled`); ``rejection``, a sample without replacement in draw order, its log q, and
+        c(u) = max q as a third tensor (the first column is a draw, not the maximum)."""
         k = min(k, logq.shape[-1])
         if not self.rejection:
+            if self.noise is not None:
+                return self.coupled(logq, k, vocab_ids, position)
             top = logq.topk(k, dim=-1)
             return (top.indices if vocab_ids is None else vocab_ids[top.indices]), top.values
-        u = torch.rand(logq.shape, generator=self.generator, device=logq.device, dtype=torch.float32)
+        u = torch.rand(logq.shape, generator=self.generator, device=logq.device, dtype=torch.float64)
         keys = logq - torch.log(-torch.log(u))  # + Gumbel noise: top-k of the keys = a draw w/o replacement
         draw = keys.topk(k, dim=-1).indices
         self._keep_rows(ids, dense(logq.exp(), vocab_ids, self.vocab_size, 0.0))
         tokens = draw if vocab_ids is None else vocab_ids[draw]
         return tokens, logq.gather(1, draw), logq.max(-1).values.exp()
+
+    def perturbed(self, logq: torch.Tensor, vocab_ids: torch.Tensor | None, position: int) -> torch.Tensor:
+        """log q + g(seed, position, .) of each row (float64; -inf stays -inf): the draft's scores
+        perturbed by the noise the target's draw at ``position`` uses."""
+        assert self.noise is not None, "perturbed scores need the shared noise stream"
+        g = self.noise.row(position, logq.shape[-1] if vocab_ids is None else None)
+        return logq.double() + (g if vocab_ids is None else g.index_select(0, vocab_ids))
+
+    def coupled(self, logq: torch.Tensor, k: int, vocab_ids: torch.Tensor | None, position: int | None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Shared noise: the top-k of the perturbed scores (the first is the draft's coupled sample)
+        and, as their log-probabilities, the log of the chance that the target's perturbed argmax
+        lands on each: log softmax(scores / beta) (:func:`~dynatree_core.policy.sampling.
+        coupled_confidence`), what the tree policy reads where it reads q under independent drafts."""
+        if position is None:
+            raise ValueError("shared draft noise needs the absolute position the candidates fill "
+                             "(DeviceTree(..., position=the root's index in prompt + output))")
+        score = self.perturbed(logq, vocab_ids, position)
+        top = score.topk(k, dim=-1)
+        empty = ~torch.isfinite(score).any(-1, keepdim=True)  # a lookup that matched nothing
+        conf = torch.log_softmax(score.masked_fill(empty, 0.0) / COUPLING_SCALE, dim=-1).masked_fill(empty, -math.inf)
+        tokens = top.indices if vocab_ids is None else vocab_ids[top.indices]
+        return tokens, conf.gather(1, top.indices).float()
 
     def _keep_rows(self, ids: torch.Tensor, q: torch.Tensor) -> None:
         assert self.q_rows is not None, "DraftSampler.begin(capacity) comes before a level's candidates"
@@ -138,13 +169,17 @@ class NoiseStream:
         self._token_mix = mix32(torch.arange(vocab, dtype=torch.int64, device=device))  # position-free half
         self._rows: dict[int, torch.Tensor] = {}
 
-    def row(self, position: int) -> torch.Tensor:
+    def row(self, position: int, width: int | None = None) -> torch.Tensor:
+        """[V] noise of ``position`` (``width``: the first ``width`` tokens; a token's noise does not
+        depend on the vocabulary's size, so a wider draft head gets the same values, computed apart)."""
+        if width is not None and width > self.vocab:
+            return NoiseStream(self.seed, width, self.device).row(position)
         if position not in self._rows:
             h1 = mix32(self._token_mix ^ position_key(self.seed, position))
             h2 = mix32(h1 ^ ROUND)
             u = (((h1 << 21) ^ (h2 >> 11)).double() + 0.5) / float(1 << 53)
             self._rows[position] = -torch.log(-torch.log(u))
-        return self._rows[position]
+        return self._rows[position] if width is None else self._rows[position][:width]
 
     def rows(self, first: int, count: int) -> torch.Tensor:
         """[count, V]: the rows of positions first .. first + count - 1 (older ones are forgotten)."""
@@ -182,9 +217,11 @@ class TargetChoice:
 class TargetSampler:
     """The loop's side: the target's token after every node (see the module docstring)."""
 
-    def __init__(self, cfg: SamplingConfig, generator: torch.Generator | None = None):
+    def __init__(self, cfg: SamplingConfig, generator: torch.Generator | None = None,
+                 noise: NoiseStream | None = None):
         self.cfg, self.generator = cfg, generator
-        self.noise: NoiseStream | None = None
+        #: match: the Gumbel stream (shared with the draft's sampler under shared noise)
+        self.noise = noise
 
     def choose(self, logits: torch.Tensor, depths: torch.Tensor, deepest: int, prefix_len: int,
                draft: "DraftCandidates | None" = None) -> TargetChoice:
@@ -210,15 +247,15 @@ class TargetSampler:
         rank = torch.where(draft.fed, -1, -2)
         out = torch.full((n,), -1, dtype=torch.long, device=p.device)
         for i in range(k):
-            x = draft.tokens[:, i:i + 1]
-            px, qx = p_i.gather(1, x)[:, 0], q_i.gather(1, x)[:, 0]
+            cand = draft.tokens[:, i:i + 1]
+            px, qx = p_i.gather(1, cand)[:, 0], q_i.gather(1, cand)[:, 0]
             live = (out < 0) & draft.fed & (qx > 0)
             ok = live & (coins[:, i] * qx < px)
-            out = torch.where(ok, x[:, 0], out)
+            out = torch.where(ok, cand[:, 0], out)
             rank = torch.where(ok, i, rank)
             rej = (live & ~ok)[:, None]
             p_i = torch.where(rej, residual(p_i, q_i), p_i)
-            q_next = q_i.scatter(1, x, 0.0)
+            q_next = q_i.scatter(1, cand, 0.0)
             q_i = torch.where(rej, q_next / q_next.sum(-1, keepdim=True).clamp(min=1e-300), q_i)
         tokens = torch.where(out >= 0, out, inverse_cdf(p_i, last))
         choice = TargetChoice(tokens, x, last, coins, rank, p_i, draft.q)
@@ -229,14 +266,16 @@ class TargetSampler:
 def make_samplers(cfg: SamplingConfig, device: torch.device, vocab_size: int
                   ) -> tuple[DraftSampler, TargetSampler] | None:
     """The draft's and the target's samplers of one run (None: greedy). ``rejection`` draws from one
-    generator on ``device``, seeded once; ``match`` needs none (it reads the counter-based noise)."""
+    generator on ``device``, seeded once; ``match`` needs none (it reads the counter-based noise,
+    one stream that both read under shared draft noise: each row is computed once)."""
     if cfg.greedy:
         return None
-    gen = None
     if cfg.rule == "rejection":
         gen = torch.Generator(device=device)
         gen.manual_seed(cfg.seed)
-    return DraftSampler(cfg, vocab_size, gen), TargetSampler(cfg, gen)
+        return DraftSampler(cfg, vocab_size, gen), TargetSampler(cfg, gen)
+    noise = NoiseStream(cfg.seed, vocab_size, device)
+    return DraftSampler(cfg, vocab_size, noise=noise if cfg.noise == "shared" else None), TargetSampler(cfg, noise=noise)
 
 
 def draft_candidates(tree: Any, sampler: DraftSampler | None) -> "DraftCandidates":
