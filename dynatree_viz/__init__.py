@@ -51,6 +51,7 @@ from dynatree_viz.tokens import TokenNamer
 from dynatree_viz.tree_view import tree_figure
 from dynatree_viz.widgets import ParameterExplorer, Stepper, explore, show
 from dynatree_viz.sampling_view import SamplingPanel, sampling_data, sampling_view
+from dynatree_viz.sampling_examples import RejectionCounts, rejection_counts, rejection_example
 from dynatree_viz.why import WhyPanel, why, why_data
 
 __all__ = [
@@ -65,6 +66,7 @@ __all__ = [
     "StaticFallback", "use_static_fallbacks", "text_html", "timeline_figure", "tree_figure", "tree_graph", "why", "why_data", "WhyPanel",
     "calibration_figure", "cost_figure", "oracle_gap_figure", "policy_rows", "policy_table",
     "SamplingPanel", "sampling_data", "sampling_view",
+    "RejectionCounts", "rejection_counts", "rejection_example",
     "EXAMPLE_PROMPTS", "OffTop1", "branching_example", "off_top1",
     "KnobExample", "knob_example", "knob_sweeps", "state_tokens",
 ]

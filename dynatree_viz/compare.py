@@ -148,7 +148,9 @@ def compare_figure(results: ResultsLike, *, x: str | None = None,
                       height=height or 320 * rows + 80,
                       title=dict(text=title or ("methods compared" if x is None else f"sweep over {x}"),
                                  x=0.01, font=dict(size=14)),
-                      margin=dict(l=60, r=20, t=80, b=50), legend=dict(orientation="h", y=-0.08))
+                      # below the x-axis title when there is one (else the title prints over the legend)
+                      margin=dict(l=60, r=20, t=80, b=50 if x is None else 110),
+                      legend=dict(orientation="h", yanchor="top", y=-0.08 if x is None else -0.3 / rows))
     return fig
 
 

@@ -52,7 +52,7 @@ class SamplingControls:
         self.widgets: dict[str, widgets.ValueWidget] = {
             "temperature": _slider("temperature", self.start.temperature),
             "top_p": _slider("top_p", self.start.top_p),
-            "seed": widgets.IntText(value=self.start.seed, description="seed",
+            "seed": widgets.IntText(value=self.start.seed if self.start.seed is not None else 0, description="seed",
                                     layout=widgets.Layout(width="180px")),
         }
         self.box = widgets.HBox(list(self.widgets.values()) + [widgets.HTML(f"<i>{SAMPLING_NOTE}</i>")])
@@ -65,7 +65,7 @@ class SamplingControls:
         """Back to ``start`` (each change fires the observers; the caller suspends them)."""
         self.widgets["temperature"].value = self.start.temperature
         self.widgets["top_p"].value = self.start.top_p
-        self.widgets["seed"].value = self.start.seed
+        self.widgets["seed"].value = self.start.seed if self.start.seed is not None else 0
 
     def config(self) -> SamplingConfig:
         """The settings in force (ValueError naming the bad one): greedy at temperature 0, whatever
@@ -73,7 +73,8 @@ class SamplingControls:
         for when the temperature comes back up)."""
         t = round(float(self.widgets["temperature"].value), 9)  # float steps: 0.7000000000000001
         seed = self.widgets["seed"].value
-        if t == 0:
-            return SamplingConfig(seed=seed)
+        if t == 0:  # greedy: no seed (nothing is drawn; SamplingConfig may refuse one here) ...
+            SamplingConfig(temperature=1.0, seed=seed)  # ... but a bad seed is still named now
+            return SamplingConfig()
         return SamplingConfig(temperature=t, top_p=round(float(self.widgets["top_p"].value), 9),
                               top_k=self.start.top_k, seed=seed, verify=self.start.verify)

@@ -33,6 +33,7 @@ from dynatree_viz.tokens import TokenNamer, resolve_namer
 P_BARS, Q_BARS, MIN_BARS, RESIDUAL_BARS, UNIFORM_LINE, INTERVAL_BAR, SCORE_BARS, COIN_MARKS = (
     "p: target", "q: draft", "min(p, q)", "residual (p - q)+", "uniform u", "drawn token's CDF interval",
     "log p + Gumbel noise", "coins against min(1, p/q)")
+THRESHOLD_MARKS = "threshold min(1, p/q)"
 
 
 @dataclass
@@ -134,6 +135,16 @@ def _rows(rec: IterationRecord, node: int, namer: TokenNamer) -> list[TokenRow]:
             for t in tokens]
 
 
+def first_threshold(panel: SamplingPanel) -> float | None:
+    """min(1, p/q) of the first candidate where the trace names it (it was accepted: it is the
+    drawn token); None otherwise. Later siblings are tested against the residual, whose p and q
+    the trace does not keep."""
+    if panel.verify != "rejection" or panel.accepted_rank != 0:
+        return None
+    row = next((r for r in panel.rows if r.token == panel.drawn), None)
+    return min(1.0, row.p / row.q) if row is not None and row.p is not None and row.q else None
+
+
 def _reason(panel: SamplingPanel, children: dict[int, int], tree: Any) -> str:
     """One sentence: how the token was drawn and what the walk did with it."""
     tok = f"'{style.visible_token(panel.drawn_text)}'"
@@ -145,7 +156,9 @@ def _reason(panel: SamplingPanel, children: dict[int, int], tree: Any) -> str:
         i = panel.accepted_rank
         row = next((r for r in panel.rows if r.token == panel.drawn), None)
         ratio = f"min(1, p/q) = {min(1.0, row.p / row.q):.3f}" if row and row.p and row.q else "min(1, p/q)"
-        how = f"candidate {i + 1} accepted: its coin {panel.coins[i]:.3f} < {ratio}"
+        how = (f"candidate 1 accepted: its coin {panel.coins[i]:.3f} < {ratio}" if i == 0 else
+               f"candidates 1-{i} rejected, candidate {i + 1} accepted: its coin {panel.coins[i]:.3f} was below "
+               "its ratio against the residual (p - q)+ and q without the rejected tokens")
     elif panel.accepted_rank == -2:
         how = f"no candidates here: drawn from p with u = {panel.uniform:.3f}"
     else:
@@ -163,11 +176,12 @@ def sampling_view(source: Trace | IterationRecord, iteration: int = 0, node: int
     """p and q of the tokens at ``node`` side by side, min(p, q), the residual (rejection), and the
     uniform as a line in the drawn token's CDF interval; the title says what was committed and why."""
     panel = sampling_data(source, iteration, node, namer=namer, tokenizer=tokenizer)
-    fig = make_subplots(rows=2, cols=1, row_heights=[0.7, 0.3], vertical_spacing=0.16,
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.64, 0.36], vertical_spacing=0.3,
                         subplot_titles=("p and q of the tokens the trace knows at this node",
-                                        "the draw: the largest log p + Gumbel noise" if panel.verify == "match"
-                                        else "the draw: the candidates' coins, a residual draw's uniform"))
-    labels = [f"'{style.visible_token(r.text)}'" + (f" #{r.child}" if r.child is not None else "") for r in panel.rows]
+                                        "the draw: the largest log p + Gumbel noise wins" if panel.verify == "match"
+                                        else "the draw: each candidate's coin against its acceptance threshold"))
+    labels = [f"{style.short_label(r.text, 12)}" + (f" (node {r.child})" if r.child is not None else "")
+              for r in panel.rows]
     bars = [(P_BARS, [r.p for r in panel.rows], style.ACCEPTED, ""),
             (Q_BARS, [r.q for r in panel.rows], style.OKABE_ITO["sky_blue"], "/"),
             (MIN_BARS, [r.overlap for r in panel.rows], style.OKABE_ITO["bluish_green"], "")]
@@ -176,18 +190,34 @@ def sampling_view(source: Trace | IterationRecord, iteration: int = 0, node: int
     for name, ys, color, pattern in bars:
         fig.add_trace(go.Bar(x=labels, y=ys, name=name, marker=dict(color=color, pattern=dict(shape=pattern)),
                              hovertemplate="%{x}: %{y:.4f}<extra>" + name + "</extra>"), row=1, col=1)
-    drawn_label = next((lab for lab, r in zip(labels, panel.rows) if r.token == panel.drawn), None)
-    if drawn_label is not None:
-        fig.add_annotation(x=drawn_label, y=max(r.p or 0.0 for r in panel.rows), text="drawn", showarrow=True,
+    drawn = next(((lab, r) for lab, r in zip(labels, panel.rows) if r.token == panel.drawn), None)
+    if drawn is not None:  # the arrow points at the drawn token's own bars
+        fig.add_annotation(x=drawn[0], y=max(drawn[1].p or 0.0, drawn[1].q or 0.0), text="drawn", showarrow=True,
                            arrowhead=2, row=1, col=1)
     _draw_line(fig, panel)
-    fig.update_layout(barmode="group", width=width, height=520, template="plotly_white",
-                      title=title or f"iteration {panel.iteration}, node #{panel.node} ({panel.verify}): {panel.reason}",
-                      title_font_size=12, legend=dict(orientation="h", y=-0.08))
+    heading = title or f"iteration {panel.iteration}, node {panel.node} ({panel.verify}): {panel.reason}"
+    fig.update_layout(barmode="group", width=width, height=640, template="plotly_white",
+                      title=dict(text=wrap(heading, width // 7), font_size=12, y=0.97, yanchor="top"),
+                      margin=dict(t=110, b=120), legend=dict(orientation="h", y=-0.22, yanchor="top"))
+    fig.update_xaxes(tickangle=-30, automargin=True, row=1, col=1)
     fig.update_yaxes(title_text="probability", row=1, col=1)
     if panel.verify == "rejection":
-        fig.update_xaxes(title_text="candidate (coins) / cumulative probability (residual draw)", row=2, col=1)
+        fig.update_xaxes(title_text="coin (◆) and threshold min(1, p/q) (|) on [0, 1]; a residual draw: u in the "
+                                    "drawn token's CDF interval", title_font_size=11, row=2, col=1)
     return fig
+
+
+def wrap(text: str, chars: int) -> str:
+    """``text`` broken at spaces into lines of at most ``chars`` characters (plotly titles do not
+    wrap by themselves: a long one is cut at the figure's edge, mid-word)."""
+    lines, line = [], ""
+    for word in text.split(" "):
+        if line and len(line) + 1 + len(word) > chars:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return "<br>".join(lines + [line])
 
 
 def _draw_line(fig: go.Figure, panel: SamplingPanel) -> None:
@@ -200,11 +230,18 @@ def _draw_line(fig: go.Figure, panel: SamplingPanel) -> None:
                              marker_color=[style.BONUS if i == 0 else style.GHOST for i in range(len(panel.scores))],
                              hovertemplate="%{x}: log p + g = %{y:.3f}<extra></extra>"), row=2, col=1)
         return
-    labels = [f"candidate {i + 1}" for i in range(len(panel.coins))]
-    if panel.coins:
-        fig.add_trace(go.Scatter(x=panel.coins, y=labels, mode="markers", name=COIN_MARKS,
+    used = len(panel.coins) if panel.accepted_rank is None or panel.accepted_rank < 0 else panel.accepted_rank + 1
+    labels = [f"candidate {i + 1}" for i in range(used)]  # coins after the accepted one were never tested
+    if labels:
+        fig.add_trace(go.Scatter(x=panel.coins[:used], y=labels, mode="markers", name=COIN_MARKS,
                                  marker=dict(symbol="diamond", size=11, color=style.REJECTED),
                                  hovertemplate="%{y}: coin %{x:.3f}<extra></extra>"), row=2, col=1)
+    t = first_threshold(panel)
+    if t is not None:  # candidate 1's threshold; a sibling's (against the residual) is not recorded
+        fig.add_trace(go.Scatter(x=[t], y=[labels[0]], mode="markers+text", name=THRESHOLD_MARKS,
+                                 text=[f"min(1, p/q) = {t:.3f}"], textposition="top left",
+                                 marker=dict(symbol="line-ns-open", size=24, line=dict(width=3, color=style.ACCEPTED)),
+                                 hovertemplate="threshold %{x:.3f}<extra></extra>"), row=2, col=1)
     if panel.accepted_rank == -1 and panel.interval is not None:  # every candidate rejected: a residual draw
         lo, hi = panel.interval
         fig.add_trace(go.Bar(x=[hi - lo], base=[lo], y=["residual draw"], orientation="h", name=INTERVAL_BAR,

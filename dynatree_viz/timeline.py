@@ -59,7 +59,8 @@ def timeline_figure(trace: Trace, *, current: int | None = None, height: int | N
     panels = timeline_panels(trace)
     row = {k: i + 1 for i, k in enumerate(panels)}
     fig = make_subplots(
-        rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.16 / len(panels),
+        # about 60 px between panels, room for the next panel's title above it
+        rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=min(0.3, 60 / (170 * len(panels))),
         specs=[[{"secondary_y": PANELS[k][1]}] for k in panels],
         subplot_titles=[PANELS[k][0] for k in panels])
     acc = [r.accepted_length for r in its]

@@ -77,3 +77,25 @@ def test_a_greedy_record_has_no_draw_to_show():
     res = generate(pair, [5, 9, 14], "linear", LinearConfig(k=2), max_new_tokens=6, trace=True, ignore_eos=True)
     with pytest.raises(ValueError, match="decoded greedily"):
         dv.sampling_view(res.trace, 0)
+
+
+def test_the_rejection_example_is_decided_by_the_rule_not_by_luck_and_draws_its_threshold():
+    from dynatree_viz.sampling_examples import rejection_counts, rejection_example
+    from dynatree_viz.sampling_view import THRESHOLD_MARKS, first_threshold
+    trace = sampled("rejection")
+    counts = rejection_counts(trace)
+    assert counts.nodes == counts.first + counts.sibling + counts.residual > 0
+    panel = rejection_example(trace, margin=0.0)
+    if panel is not None:  # accepted by a coin below a threshold < 1
+        t = first_threshold(panel)
+        assert panel.accepted_rank == 0 and t < 1 and panel.coins[0] <= t
+        fig = dv.sampling_view(trace, panel.iteration, panel.node)
+        assert THRESHOLD_MARKS in {tr.name for tr in fig.data}
+    assert rejection_example(trace, margin=2.0) is None  # no coin lies 2 below a threshold <= 1
+
+
+def test_long_titles_wrap_at_spaces():
+    from dynatree_viz.sampling_view import wrap
+    text = "candidate 1 accepted: its coin 0.037 < min(1, p/q) = 0.047; no child carries it, so it was committed"
+    lines = wrap(text, 40).split("<br>")
+    assert all(len(line) <= 40 for line in lines) and " ".join(lines) == text
