@@ -70,19 +70,50 @@ else:
 print(f"target: {pair.target_name}\ndraft:  {pair.draft_name} ({pair.drafter_kind} drafter)\n"
       f"device: {pair.device} (linear kernel: {pair.linear_kernel})")
 
+# %% [markdown]
+# ## Choosing a state where the knobs matter
+#
+# A knob can only teach where it changes what the target accepts. On many iterations it does not: if the
+# target's next token is none of the draft's candidates, ℓ = 0 under every setting. So we record a few
+# prompts under a generous rule (every knob at the end of its range that grows the tree), replay each
+# recorded iteration under every value the tour below tries (no model needed: the trace keeps the draft's
+# top-k at every node), and let `dv.knob_example` pick the iteration where ℓ moves with the most knobs.
+# The explorer and the tour then re-draft that very state live. Two depth gates act only past D0, so
+# their sweeps hold D0 (and, for D_max, ρ_deep) low enough for them to bind on a short path.
+
 # %%
-prompt = "Water boils at 100 degrees Celsius at sea level, but at higher altitudes it boils at"
 base = DynaTreeConfig.paper()
+KNOBS = {"tau_h": [0.5, 0.7, 0.9, 0.99], "tau_l": [0.05, 0.2, 0.4, 0.6], "d0": [1, 2, 3, 5],
+         "d_max": [2, 3, 4, 8], "rho_stop": [0.3, 0.2, 0.1, 0.02], "rho_deep": [0.9, 0.7, 0.5, 0.2],
+         "tau": [0.2, 0.1, 0.05, 0.02, 0.01], "n_max": [2, 4, 8, 16, 64]}
+FIXED = {"d_max": {"d0": 1, "rho_deep": 0.15}, "rho_deep": {"d0": 2}}  # so the gate past D0 acts
+wide = base.replace(tau_h=0.99, tau_l=0.6, d0=7, d_max=12, rho_stop=0.02, rho_deep=0.2, tau=0.01, n_max=64)
+candidates = ["Water boils at 100 degrees Celsius at sea level, but at higher altitudes it boils at",
+              *dv.EXAMPLE_PROMPTS]
+recorded = [generate(pair, p, "dynatree", wide, max_new_tokens=48, trace=True, ignore_eos=True).trace
+            for p in candidates]
+example = dv.knob_example(recorded, base, KNOBS, FIXED)
+res = next(t for t in recorded if example.record in t.iterations)   # the trace it came from
+state = dv.state_tokens(res, example.record)                           # prompt + text up to its root
+assert len(example.moving) >= 5, example.moving  # the tour below must show a trade-off
+display(Markdown(f"Chosen: iteration {example.record.index} of *{res.prompt_text}*; ℓ moves with "
+                 f"{len(example.moving)} of {len(KNOBS)} knobs ({', '.join(example.moving)}). The state "
+                 f"the explorer re-drafts ends in: …*{pair.tokenizer.decode(state[-12:])}*"))
 
 # %% [markdown]
 # ## The live explorer
 #
-# Move a slider: the tree for the prompt's next iteration is re-drafted under the new rule and verified
-# by the target; green nodes are accepted. The panel reports the nodes verified, the accepted length
-# ℓ, and a cost-model estimate of tokens per second. (The widget needs a running kernel.)
+# Move a slider: the tree for the chosen state's next iteration is re-drafted under the new rule and
+# verified by the target. Accepted nodes get a blue ring and a thick blue edge, rejected ones a vermillion
+# ✗, the target's bonus token an orange ★. The panel reports the nodes verified, the accepted length ℓ, and
+# a cost-model estimate: one draft forward per tree level plus a verify forward that grows with the nodes,
+# here fitted to the recorded run's timings, so the cost is in milliseconds (without a trace to fit, the
+# explorer says it uses unit-free defaults). The widget needs a running kernel; a static page shows a
+# snapshot of its starting state.
 
 # %% tags=["nbval-ignore-output"]
-explorer = dv.explore(pair, prompt, config=base)
+cost_model = dv.CostModel.fit(res)
+explorer = dv.explore(pair, state, config=base, cost_model=cost_model)
 explorer
 
 # %% [markdown]
@@ -101,8 +132,7 @@ print("reset restores the starting rule:", explorer.rule == base.growth_rule())
 # re-grown under any rule that stays inside what was recorded — without the models.
 
 # %% tags=["nbval-ignore-output"]
-res = generate(pair, prompt, "dynatree", base, max_new_tokens=24, trace=True, ignore_eos=True)
-replay = dv.explore(res.trace, iteration=1)
+replay = dv.explore(res, iteration=example.record.index, config=base)   # the same iteration, recorded
 replay
 
 # %% [markdown]
@@ -120,7 +150,7 @@ replay
 # %%
 from dynatree_core.engine.session import TreeSession
 
-session = TreeSession(pair, prompt)
+session = TreeSession(pair, state)
 
 def grow(**changes):
     cfg = base.replace(**changes)
@@ -133,8 +163,10 @@ def paths(tree):
     return {tuple(tree.tokens[j] for j in tree.path_to(i)) for i in range(1, len(tree))}
 
 def tour(name, values):
-    """Grow one tree per value; return the table and whether consecutive trees are nested."""
-    trees, rows = zip(*(grow(**{name: v}) for v in values))
+    """Grow one tree per value (with FIXED's settings for this knob); return the table and whether
+    consecutive trees are nested."""
+    trees, rows = zip(*(grow(**{**FIXED.get(name, {}), name: v}) for v in values))
+    rows = [{k: r[k] for k in (name, "nodes", "depth", "draft forwards", "accepted ℓ")} for r in rows]
     nested = all(paths(a) <= paths(b) or paths(b) <= paths(a) for a, b in zip(trees, trees[1:]))
     grows = all(paths(a) <= paths(b) for a, b in zip(trees, trees[1:]))
     effects[name] = effect(name, values, trees)
@@ -173,8 +205,8 @@ tables, effects = {}, {}
 # more nodes count as *unsure* (B_max). Both widen the tree.
 
 # %%
-tables["tau_h"], grows_h, _ = tour("tau_h", [0.5, 0.7, 0.9, 0.99])
-tables["tau_l"], grows_l, _ = tour("tau_l", [0.05, 0.2, 0.4, 0.6])
+tables["tau_h"], grows_h, _ = tour("tau_h", KNOBS["tau_h"])
+tables["tau_l"], grows_l, _ = tour("tau_l", KNOBS["tau_l"])
 print("raising tau_h only adds nodes:", grows_h)
 print("raising tau_l only adds nodes:", grows_l)
 
@@ -188,13 +220,14 @@ Markdown("\n\n".join(effects[k] for k in ("tau_h", "tau_l")))
 # ### Depth: D0, D_max, ρ_stop, ρ_deep
 #
 # D0 is the depth every path with p(u) ≥ ρ_stop reaches; beyond it only paths with p(u) ≥ ρ_deep
-# continue, up to D_max. Raising D0 or D_max deepens; raising ρ_stop or ρ_deep cuts.
+# continue, up to D_max. Raising D0 or D_max deepens; raising ρ_stop or ρ_deep cuts. (The D_max sweep
+# holds D0 = 1 and ρ_deep = 0.15, the ρ_deep sweep D0 = 2: past D0 is where those two act.)
 
 # %%
-tables["d0"], grows_d0, _ = tour("d0", [1, 3, 5, 7])
-tables["d_max"], grows_dm, _ = tour("d_max", [6, 8, 10, 12])
-tables["rho_stop"], grows_rs, _ = tour("rho_stop", [0.3, 0.2, 0.1, 0.02])
-tables["rho_deep"], grows_rd, _ = tour("rho_deep", [0.9, 0.7, 0.5, 0.2])
+tables["d0"], grows_d0, _ = tour("d0", KNOBS["d0"])
+tables["d_max"], grows_dm, _ = tour("d_max", KNOBS["d_max"])
+tables["rho_stop"], grows_rs, _ = tour("rho_stop", KNOBS["rho_stop"])
+tables["rho_deep"], grows_rd, _ = tour("rho_deep", KNOBS["rho_deep"])
 print("raising D0 only adds nodes:", grows_d0)
 print("raising D_max only adds nodes:", grows_dm)
 print("lowering rho_stop only adds nodes:", grows_rs)
@@ -214,8 +247,8 @@ Markdown("\n\n".join(effects[k] for k in ("d0", "d_max", "rho_stop", "rho_deep")
 # does not nest — a larger budget spent on one level can change which nodes the next level keeps.
 
 # %%
-tables["tau"], grows_tau, _ = tour("tau", [0.2, 0.1, 0.05, 0.02, 0.01])
-tables["n_max"], _, _ = tour("n_max", [2, 4, 8, 16, 64])
+tables["tau"], grows_tau, _ = tour("tau", KNOBS["tau"])
+tables["n_max"], _, _ = tour("n_max", KNOBS["n_max"])
 print("lowering tau only adds nodes:", grows_tau)
 print("never more than N_max nodes:", all(row["nodes"] <= n for n, row in tables["n_max"].iterrows()))
 
@@ -226,21 +259,44 @@ display(tables["tau"], tables["n_max"])
 Markdown("\n\n".join(effects[k] for k in ("tau", "n_max")))
 
 # %% [markdown]
-# ## A small sweep, plotted
+# ## The trade-off, plotted
 #
 # Every point is one re-grown tree: verified nodes (what the target pays for) against accepted length
-# (what it gains), for each knob of the tour. Good settings sit top-left. Remember this is *one*
-# iteration of *one* prompt — **05** measures averages over many.
+# (what it gains), one panel per knob, each point labelled with the knob's value. Good settings sit
+# top-left: the ℓ a knob buys, at the fewest nodes. Remember this is *one* iteration of *one* prompt —
+# **05** measures averages over many.
+
+# %%
+live_moving = [k for k, df in tables.items() if df["accepted ℓ"].nunique() > 1]
+gain = {k: (int(df["accepted ℓ"].min()), int(df["accepted ℓ"].max()), int(df["nodes"].min()), int(df["nodes"].max()))
+        for k, df in tables.items()}
+assert len(live_moving) >= 5, live_moving  # the panels below show a trade-off, not a flat line
+display(Markdown("ℓ moved with " + ", ".join(
+    f"**{k}** ({gain[k][0]} → {gain[k][1]} over {gain[k][2]}–{gain[k][3]} nodes)" for k in live_moving)
+    + "; it stayed at " + ", ".join(f"**{k}** = {gain[k][1]}" for k in tables if k not in live_moving)
+    + " (the sentences under each table say why)."))
 
 # %% tags=["nbval-ignore-output"]
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
-fig = go.Figure()
-for name, df in tables.items():
-    fig.add_trace(go.Scatter(x=df["nodes"], y=df["accepted ℓ"], mode="lines+markers+text", name=name,
-                             text=[f"{v:g}" for v in df.index], textposition="top center"))
-fig.update_layout(template="plotly_white", height=500, title="nodes verified vs accepted length, one iteration",
-                  xaxis_title="verified nodes", yaxis_title="accepted ℓ")
+names = list(tables)
+fig = make_subplots(rows=2, cols=4, subplot_titles=names, horizontal_spacing=0.06, vertical_spacing=0.2)
+for k, name in enumerate(names):
+    df = tables[name]
+    # values that grew the same tree share one point: one label "0.7, 0.9, 0.99", not three overprinted
+    points = df.reset_index().groupby(["nodes", "accepted ℓ"], sort=False)[name].apply(
+        lambda v: ", ".join(f"{x:g}" for x in v)).reset_index()
+    fig.add_trace(go.Scatter(x=points["nodes"], y=points["accepted ℓ"], mode="lines+markers+text", showlegend=False,
+                             text=points[name], textposition="top left",
+                             textfont=dict(size=10), marker=dict(size=8, color="#0072B2"),
+                             line=dict(color="#0072B2")), row=k // 4 + 1, col=k % 4 + 1)
+ell_max = max(int(df["accepted ℓ"].max()) for df in tables.values())
+fig.update_yaxes(range=[-0.5, ell_max + 1], dtick=1)
+fig.update_xaxes(title_text="verified nodes", row=2)
+fig.update_yaxes(title_text="accepted ℓ", col=1)
+fig.update_layout(template="plotly_white", height=560, width=1100, margin=dict(t=80),
+                  title="nodes paid (x) against ℓ gained (y), one knob per panel; labels: the knob's value")
 fig
 
 # %% [markdown]
@@ -249,9 +305,9 @@ fig
 # %% tags=["nbval-ignore-output"]
 from plotly.subplots import make_subplots
 
-d0s, tau_hs = [2, 3, 4, 5, 6], [0.6, 0.75, 0.9, 0.97]
+d0s, tau_hs = [1, 2, 3, 4, 5], [0.5, 0.7, 0.9, 0.99]
 grid = [[grow(d0=d, tau_h=h)[1] for d in d0s] for h in tau_hs]
-fig = make_subplots(rows=1, cols=2, subplot_titles=("verified nodes", "accepted ℓ"))
+fig = make_subplots(rows=1, cols=2, subplot_titles=("verified nodes (paid)", "accepted ℓ (gained)"))
 for k, key in enumerate(["nodes", "accepted ℓ"]):
     fig.add_trace(go.Heatmap(z=[[c[key] for c in row] for row in grid], x=[str(d) for d in d0s],
                              y=[str(h) for h in tau_hs], coloraxis=f"coloraxis{k + 1}", texttemplate="%{z}"),
@@ -264,6 +320,10 @@ fig
 
 # %%
 print("sweep cells:", sum(len(row) for row in grid))
+ells = {c["accepted ℓ"] for row in grid for c in row}
+assert len(ells) > 1, ells  # the ℓ map is not flat
+print(f"ℓ over the grid: {min(ells)} to {max(ells)}; nodes: {min(c['nodes'] for row in grid for c in row)} to "
+      f"{max(c['nodes'] for row in grid for c in row)}")
 print("within each row, a larger D0 never shrinks the tree:",
       all(a["nodes"] <= b["nodes"] for row in grid for a, b in zip(row, row[1:])))
 
@@ -274,4 +334,4 @@ print("within each row, a larger D0 never shrinks the tree:",
 # * Toggle *dynamic breadth* / *dynamic depth* in the explorer: with both off you get the paper's
 #   fixed backbone.
 # * `DynaTreeConfig.cpu()` as `base`: the CPU preset's trees, and why small budgets win on a CPU.
-# * Replay other iterations: `dv.explore(res.trace, iteration=k)`.
+# * Replay other iterations: `dv.explore(res, iteration=k)`.

@@ -22,8 +22,10 @@
 #   rejection rule, shown on a tiny case where the exact distribution can be enumerated;
 # * the two verification rules of this toolkit: `match` (the target draws its token and the walk follows the child
 #   that carries it: token for token the same output as seeded autoregressive sampling) and `rejection` (drafts
-#   sampled from the draft's q, accepted with min(1, p/q): exact in distribution, and it accepts more);
-# * how temperature changes what a tree buys: acceptance and L̄ fall as the target's distribution flattens.
+#   sampled from the draft's q, the first accepted with min(1, p/q), later siblings tested against the
+#   residual: exact in distribution);
+# * the Gumbel-max trick, which `match` and seeded AR use to draw from p;
+# * how temperature changes what a tree buys, measured on one prompt below.
 #
 # Everything runs offline on a CPU in about two minutes. The rules and their proofs are in
 # `docs/engine.md` (speculative sampling) and `dynatree_core/policy/sampling.py`.
@@ -52,7 +54,13 @@ pd.set_option("display.precision", 3)
 #
 # The target's distribution p and the draft's q over four tokens. Speculative sampling draws a candidate x from q
 # and accepts it with probability min(1, p(x)/q(x)); on a rejection it draws from the residual
-# norm((p - q)+). Whatever q is, the token that comes out is distributed exactly as p. We check it with 20,000
+# norm((p - q)+). Whatever q is, the token that comes out is distributed exactly as p. Two lines say why:
+#
+# * *accepted from the draft:* P(x proposed and kept) = q(x) · min(1, p(x)/q(x)) = **min(p(x), q(x))**;
+# * *from the residual:* P(rejected) = 1 - Σ_y min(p(y), q(y)) = Σ_y (p(y) - q(y))+, times the residual's
+#   (p(x) - q(x))+ / Σ_y (p(y) - q(y))+, gives **(p(x) - q(x))+**;
+#
+# and min(p, q) + (p - q)+ = p, token by token. The stacked bars below are that sum. We check it with 20,000
 # draws, by the same reference function the engine's device code is tested against
 # (`recursive_rejection`; with one candidate it is Leviathan's rule).
 
@@ -73,6 +81,17 @@ fig.update_layout(barmode="group", title="speculative sampling reproduces p, wha
                   xaxis_title="token", yaxis_title="probability", width=700, height=380)
 fig.show()
 overlap = np.minimum(p, q).sum()
+assert np.allclose(np.minimum(p, q) + np.maximum(p - q, 0), p)   # the two-line proof, token by token
+split = go.Figure([go.Bar(x=list(range(4)), y=np.minimum(p, q), name="min(p, q): the draft's token, kept",
+                          marker_color="#009E73"),
+                   go.Bar(x=list(range(4)), y=np.maximum(p - q, 0), name="(p - q)+: drawn from the residual",
+                          marker_color="#D55E00", marker_pattern_shape="x"),
+                   go.Scatter(x=list(range(4)), y=p, mode="markers", name="p (target)",
+                              marker=dict(symbol="line-ew-open", size=40, line=dict(width=3, color="#0072B2")))])
+split.update_layout(barmode="stack", title="p = min(p, q) + (p - q)+: where each token's probability comes from",
+                    xaxis_title="token", yaxis_title="probability", width=700, height=380,
+                    legend=dict(orientation="h", y=-0.25))
+split.show()
 display(Markdown(
     f"Largest gap between the draws and p: **{np.abs(empirical - p).max():.4f}** (20,000 draws: about "
     f"{np.sqrt(p.max() * (1 - p.max()) / 20_000):.4f} is one standard error). The draft's candidate was accepted "
@@ -113,13 +132,49 @@ gap = max(abs(counts.get(k, 0) / 3_000 - exact[k]) for k in exact)
 display(Markdown(f"Largest gap over the 16 pairs: **{gap:.3f}**."))
 
 # %% [markdown]
-# ## 2. Temperature and what a tree buys
+# ## 2. Gumbel-max: how `match` and seeded AR draw from p
+#
+# Add to every token's log-probability an independent Gumbel noise g = -log(-log U), U uniform on (0, 1), and
+# take the largest: argmax_x (log p(x) + g_x) is distributed exactly as p (the Gumbel-max trick). Seeded AR and
+# `match` give each position of the output its own noise vector, fixed by the seed and the position; whichever
+# method asks, the target's draw at that position is the same token. That is why a speculative run under `match`
+# emits seeded AR's tokens exactly: the walk only follows a drafted child when it carries the token the target's
+# noise picks. Left: one draw (the noise lifts a less likely token above the most likely one or not); right:
+# 20,000 draws against p.
+
+# %% tags=["nbval-ignore-output"]
+from plotly.subplots import make_subplots
+
+g = rng.gumbel(size=(20_000, 4))
+picks = np.argmax(np.log(p) + g, axis=1)
+freq = np.bincount(picks, minlength=4) / len(picks)
+one = np.log(p) + g[0]
+fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.15,
+                    subplot_titles=("one draw: log p and log p + g", "20,000 draws: argmax frequency against p"))
+fig.add_trace(go.Bar(x=list(range(4)), y=np.log(p), name="log p", marker_color="#56B4E9"), row=1, col=1)
+fig.add_trace(go.Bar(x=list(range(4)), y=one, name="log p + g (largest wins)",
+                     marker_color=["#E69F00" if i == one.argmax() else "#a8a8a8" for i in range(4)]), row=1, col=1)
+fig.add_trace(go.Bar(x=list(range(4)), y=p, name="p", marker_color="#0072B2"), row=1, col=2)
+fig.add_trace(go.Bar(x=list(range(4)), y=freq, name="Gumbel-max frequency", marker_color="#009E73"), row=1, col=2)
+fig.update_xaxes(title_text="token")
+fig.update_yaxes(title_text="score", col=1)
+fig.update_yaxes(title_text="probability", col=2)
+fig.update_layout(barmode="group", width=900, height=400, legend=dict(orientation="h", y=-0.25))
+fig.show()
+assert np.abs(freq - p).max() < 0.02
+display(Markdown(f"Largest gap between the Gumbel-max frequencies and p: **{np.abs(freq - p).max():.4f}**; in the "
+                 f"single draw token {one.argmax()} won (log p + g = {one.max():.2f})."))
+
+# %% [markdown]
+# ## 3. Temperature and what a tree buys
 #
 # Now the real pair. We decode one prompt at temperature 0 (greedy), 0.3, 0.7 and 1.0 with AR, linear speculative
 # decoding (K = 4) and DynaTree, all with `seed=0` and the default `verify="match"`. At every temperature the three
 # outputs are the same tokens: under `match` the target draws the token at each position with that position's
-# uniform, whichever method asked, so a speculative run is seeded AR token for token. What changes with the
-# temperature is how often the draft's children hold the token the target draws.
+# Gumbel noise, whichever method asked, so a speculative run is seeded AR token for token. What changes with the
+# temperature is how often the draft's children hold the token the target draws. These are **one prompt and one
+# seed** (48 tokens): a single sample, so neighbouring temperatures can swap places; the benchmark's Table 7
+# (`docs/benchmarks.md`) averages over prompts.
 
 # %% tags=["nbval-ignore-output"]
 if PAIR == "tiny":
@@ -134,7 +189,8 @@ prompt = ("The river flows through the old town, past the mill and the church. I
           "and the river") if PAIR != "tiny" else [5, 9, 14, 3, 22, 7]
 rows, same = [], []
 for temp in (0.0, 0.3, 0.7, 1.0):
-    runs = {m: generate(pair, prompt, m, c, max_new_tokens=48, ignore_eos=True, temperature=temp, seed=0)
+    runs = {m: generate(pair, prompt, m, c, max_new_tokens=48, ignore_eos=True, temperature=temp,
+                        seed=0 if temp > 0 else None)   # a seed only where something is drawn
             for m, c in (("ar", None), ("linear", LinearConfig(k=4)), ("dynatree", DynaTreeConfig.cpu()))}
     same.append(runs["linear"].tokens == runs["ar"].tokens == runs["dynatree"].tokens)
     for m in ("linear", "dynatree"):
@@ -144,10 +200,13 @@ table = pd.DataFrame(rows)
 display(table)
 assert all(same), "under match every method emits seeded AR's tokens"
 dt = table[table.method == "dynatree"].set_index("temperature")["L̄ (tokens per target forward)"]
+trend = "fell" if dt.iloc[-1] < dt.iloc[0] else "rose" if dt.iloc[-1] > dt.iloc[0] else "stayed"
+steps = ", ".join(f"{t:g}: {v:.2f}" for t, v in dt.items())
 display(Markdown(
-    f"All {len(same)} temperatures: linear, DynaTree and AR produced the same tokens. DynaTree's L̄ went from "
-    f"**{dt.iloc[0]:.2f}** greedy to **{dt.iloc[-1]:.2f}** at temperature 1.0: a flatter p spreads the target's "
-    f"draw over more tokens than the draft's top children hold."))
+    f"All {len(same)} temperatures: linear, DynaTree and AR produced the same tokens. On this prompt DynaTree's L̄ "
+    f"{trend} from **{dt.iloc[0]:.2f}** greedy to **{dt.iloc[-1]:.2f}** at temperature 1.0 ({steps})"
+    + (": a flatter p spreads the target's draw over more tokens than the draft's top children hold."
+       if trend == "fell" else ".")))
 
 # %% tags=["nbval-ignore-output"]
 fig = go.Figure()
@@ -158,14 +217,16 @@ fig.update_layout(title="L̄ against temperature (verify='match')", xaxis_title=
 fig.show()
 
 # %% [markdown]
-# ## 3. `match` against `rejection` on one tree
+# ## 4. `match` against `rejection` on one prompt
 #
-# The same DynaTree step at temperature 0.7, verified both ways. Under `match` the children are the draft's top-B
-# and the walk goes on only if the target draws one of them: at most Σ p(children) of the time. Under `rejection`
-# the children are *sampled* from q and each is accepted with min(1, p/q): the papers' rule, which keeps p exactly
-# in distribution and, where q resembles p, accepts more. `dv.sampling_view` shows, at the node where the first
-# iteration's path ended, p and q side by side, their overlap min(p, q) (what rejection sampling accepts), the
-# residual, and where the uniform fell.
+# The same DynaTree run at temperature 0.7, verified both ways. Under `match` the children are the draft's top-B
+# and the walk goes on only if the target's draw is one of them: at most Σ p(children) of the time. Under
+# `rejection` the children are *sampled* from q without replacement and tested in turn (recursive rejection
+# sampling): the first candidate x₁ is accepted with min(1, p(x₁)/q(x₁)); if it is rejected, p is replaced by the
+# residual norm((p - q)+) and q by q with x₁ removed (renormalised), and the second candidate is accepted with
+# min(1, p'(x₂)/q'(x₂)) under those; and so on; if every candidate is rejected the token is drawn from the last
+# residual. Each step keeps the output distributed as p (the proof above, applied to p' and q'), so the rule is
+# exact in distribution.
 
 # %% tags=["nbval-ignore-output"]
 cfg = DynaTreeConfig.cpu()
@@ -173,10 +234,14 @@ match = generate(pair, prompt, "dynatree", cfg, max_new_tokens=48, ignore_eos=Tr
                  seed=1)
 rejection = generate(pair, prompt, "dynatree", cfg, max_new_tokens=48, ignore_eos=True, trace=True,
                      temperature=0.7, seed=1, verify="rejection")
+lm, lr = match.metrics.tokens_per_iteration, rejection.metrics.tokens_per_iteration
+am, ar_ = match.metrics.acceptance_rate, rejection.metrics.acceptance_rate
+verdict = ("rejection accepted more" if lr > lm + 0.05 else "match accepted more" if lm > lr + 0.05
+           else "the two are within 0.05 of each other")
 display(Markdown(
-    f"Over 48 tokens: L̄ **{match.metrics.tokens_per_iteration:.2f}** under match, "
-    f"**{rejection.metrics.tokens_per_iteration:.2f}** under rejection (acceptance "
-    f"{match.metrics.acceptance_rate:.2f} against {rejection.metrics.acceptance_rate:.2f})."))
+    f"Over 48 tokens of one prompt and seed: L̄ **{lm:.2f}** under match, **{lr:.2f}** under rejection (acceptance "
+    f"{am:.2f} against {ar_:.2f}): {verdict}. One run of 48 tokens is a small sample; Table 7 in "
+    f"`docs/benchmarks.md` compares the rules over prompts."))
 
 # %% [markdown]
 # The first iteration's tree under `match`, coloured by **p(token)**: the target's (warped) probability of each
@@ -186,16 +251,39 @@ display(Markdown(
 # %% tags=["nbval-ignore-output"]
 dv.tree_figure(match.trace.iterations[0], title="DynaTree at temperature 0.7 (match), iteration 0: colour = p(token)")
 
+# %% [markdown]
+# `dv.sampling_view` shows one node's draw: p and q side by side for the tokens the trace knows there, their
+# overlap min(p, q) (what is kept from the draft), and below it the draw itself. Under `match`: the perturbed
+# scores log p + g, the largest wins (the drawn token in orange).
+
 # %% tags=["nbval-ignore-output"]
 dv.sampling_view(match.trace, 0).show()
 
+# %% [markdown]
+# Under `rejection`: each tested candidate's coin (◆) against its threshold (|). One coin is one draw, so we do
+# not show an arbitrary node (an accepted p/q of 0.05 is true but a fluke): `dv.rejection_example` picks a node
+# where the first candidate was accepted with a coin clearly below a threshold under 1, and the counts over every
+# node of the run sit beside it.
+
+# %%
+counts = dv.rejection_counts(rejection.trace)
+example = dv.rejection_example(rejection.trace)
+display(Markdown(
+    f"Over the {counts.nodes} nodes of the rejection run that had candidates, the first candidate was accepted at "
+    f"**{counts.first}** ({counts.first_rate:.0%}), a later sibling (tested against the residual) at "
+    f"**{counts.sibling}**, and the residual supplied the token at **{counts.residual}**."
+    + (f" The example: iteration {example.iteration}, node {example.node}." if example else
+       " No node had a first candidate accepted by a clear margin, so the view shows iteration 0.")))
+
 # %% tags=["nbval-ignore-output"]
-dv.sampling_view(rejection.trace, 0).show()
+(dv.sampling_view(rejection.trace, example.iteration, example.node) if example
+ else dv.sampling_view(rejection.trace, 0)).show()
 
 # %% [markdown]
 # **Take-aways.** Sampling costs speculative decoding nothing in exactness: `match` reproduces seeded AR token
-# for token, `rejection` reproduces the target's distribution. It does cost acceptance: the hotter the target,
-# the less of its mass the draft's top children cover, and the smaller the gain.
+# for token, `rejection` reproduces the target's distribution (min(p, q) + (p - q)+ = p). What it costs in
+# acceptance depends on how much of the target's mass the draft's children cover at each temperature: measure
+# it on your prompts (section 3 is one prompt; Table 7 averages).
 #
 # ## What to try next
 #

@@ -165,7 +165,7 @@ def seeded_ar(arch: str, attn: str, prompt: tuple[int, ...], n: int, cfg: Sampli
 
 def test_seeded_ar_token_depends_on_seed_position_and_p_alone():
     """Continuing from the first half of a seeded run reproduces its second half: each token was
-    drawn by its absolute position's uniform."""
+    drawn by Gumbel-max with its absolute position's noise."""
     cfg = SamplingConfig(temperature=1.0, seed=11)
     prompt = (5, 9, 14, 3)
     full = seeded_ar("llama", "sdpa", prompt, 24, cfg)

@@ -166,7 +166,7 @@ def protocol_note(n: int, w: int, t: int, l_max: dict[str, int]) -> str | None:
 
 def sampled_points(points: list[RunPoint], args: argparse.Namespace) -> list[RunPoint]:
     """Every point at every ``--temperature`` (and, when sampling, every ``--verify`` rule; AR, the
-    speed reference of each temperature, always draws with the position uniforms: ``match``)."""
+    speed reference of each temperature, always draws with the positions' Gumbel noise: ``match``)."""
     temps, rules, noises = args.temperature, args.verify or ["match"], args.draft_noise or [None]
     sampling = [t for t in temps if t != 0]
     for flag, given in (("--top-p", args.top_p != 1.0), ("--top-k", args.top_k != 0), ("--verify", args.verify),

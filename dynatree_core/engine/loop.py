@@ -89,7 +89,8 @@ def _check_run(pair: ModelPair, method: str, max_new_tokens: int, sampling: Samp
         raise TypeError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
     if sampling.rule == "rejection" and method == "ar":
         raise ValueError("verify='rejection' checks drafted tokens; method='ar' drafts none (seeded AR "
-                         "sampling draws each token from p with its position's uniform: use verify='match')")
+                         "sampling draws each token from p by Gumbel-max with its position's noise: use "
+                         "verify='match')")
 
 
 class DecodingRun:
