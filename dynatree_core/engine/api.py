@@ -62,8 +62,9 @@ def generate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method
         temperature: 0 (default) decodes greedily, bit for bit as before; T > 0 samples from the
             target's distribution warped by temperature, then ``top_k`` (0: off), then ``top_p``
             (1: off), as Hugging Face's ``generate(do_sample=True)`` orders them.
-        seed: the sampling seed (default 0): seeded AR draws the token at each position with that
-            position's uniform, and ``verify="match"`` emits exactly seeded AR's tokens.
+        seed: the sampling seed (default 0 when sampling; refused at temperature 0, where nothing is
+            drawn): seeded AR draws the token at each position by Gumbel-max with that position's
+            noise, and ``verify="match"`` emits exactly seeded AR's tokens.
         verify: ``"match"`` (default when sampling: token for token equal to seeded AR) or
             ``"rejection"`` (drafts sampled from q, recursive rejection sampling: exact in
             distribution, the acceptance the papers report).
