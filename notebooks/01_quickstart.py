@@ -77,8 +77,9 @@ print(f"target: {pair.target_name}\ndraft:  {pair.draft_name} ({pair.drafter_kin
 
 # %% tags=["nbval-ignore-output"]
 # The paper's settings are tuned for a GPU; on a CPU the verify pass grows with the tree,
-# so the CPU preset uses smaller trees (narrower breadth, N_max = 6) and lets prompt lookup continue
-# the most probable leaf by up to 6 tokens (a *lookup tail*: no draft forward; ▷ nodes in the tree view).
+# so the CPU preset caps the drafted nodes (narrower breadth, N_max = 6) and lets prompt lookup continue
+# the most probable leaf by up to 6 tokens (a *lookup tail*: no draft forward; ▷ nodes in the tree view;
+# its tokens count in the tables' tree size, so a cpu tree can hold more nodes than N_max).
 config = DynaTreeConfig.paper() if pair.device.type == "cuda" else DynaTreeConfig.cpu()
 config
 
@@ -210,8 +211,11 @@ pd.DataFrame([summary(f"DynaTree, {pair.drafter_kind} (the default)", dt)]
 # With `trace=True` the run records every iteration: the draft tree (tokens, draft probabilities,
 # why each branch stopped), the target's choices, the accepted path, the committed tokens and the
 # history adapter's state. The text view colours each token by the iteration that produced it
-# (hover for details); the stepper steps through the iterations with the tree, its attention mask
-# and the per-iteration timeline side by side (run the notebook to get the live widget).
+# (in a live notebook, hover a token for its iteration); the stepper steps through the iterations with
+# the tree, its attention mask and the per-iteration timeline side by side (run the notebook to get the
+# live widget; a static page shows the iteration it opens on). It opens on an iteration chosen by
+# `dv.branching_example`: a tree that branched and whose accepted path took a draft candidate that was
+# not its parent's first choice, where a chain would have stopped.
 
 # %%
 trace = dt.trace
@@ -221,8 +225,16 @@ print("the records' committed tokens are the output:", trace.committed_tokens() 
 # %% tags=["nbval-ignore-output"]
 HTML(dv.text_html(trace))
 
+# %%
+opening = dv.branching_example(trace, min_nodes=3)
+position = trace.iterations.index(opening) if opening is not None else 0
+if opening is not None:
+    won = dv.off_top1(opening)[0]
+    display(Markdown(f"The stepper opens on iteration {opening.index}: {opening.num_nodes} drafted nodes, ℓ = "
+                     f"{opening.accepted_length}, and node {won.node} was the draft's choice number {won.rank}."))
+
 # %% tags=["nbval-ignore-output"]
-dv.show(trace)
+dv.show(trace, start=position)
 
 # %% [markdown]
 # Traces are plain data: save them as JSON and render them later, even on a machine without torch.
