@@ -164,8 +164,14 @@ dv.why(rec)
 # %%
 ft = list(iterate(pair, prompt, "fixed_tree", FixedTreeConfig(d=3, b=2, tau=0.0), max_new_tokens=40,
                   trace=True, ignore_eos=True))
-rec_ft = ft[0]
+rec_ft = dv.branching_example(ft, min_nodes=1) or ft[0]  # an iteration where a second child won
 print("drafted nodes:", rec_ft.num_nodes, "| a full binary tree of depth 3:", rec_ft.num_nodes == 2 + 4 + 8)
+won = dv.off_top1(rec_ft)
+assert won, "the figure below must show a second choice accepted"
+display(Markdown(f"Iteration {rec_ft.index}: the draft's choice number {won[0].rank} at node {won[0].parent} "
+                 f"('{pair.tokenizer.decode([rec_ft.tree.tokens[won[0].node]])}', q = {won[0].q:.2f}) was accepted, "
+                 f"where a chain would have followed its first choice "
+                 f"('{pair.tokenizer.decode([won[0].top1_token])}', q = {won[0].top1_q:.2f}) and stopped."))
 
 
 # %% tags=["nbval-ignore-output"]
@@ -175,7 +181,7 @@ def off_top1(r):  # accepted nodes that were NOT the draft's first choice: a cha
 
 print("accepted per iteration:", [r.accepted_length for r in ft])
 print("accepted tokens that were the draft's 2nd choice:", sum(off_top1(r) for r in ft))
-dv.tree_figure(rec_ft, title="fixed tree D=3, B=2, iteration 0")
+dv.tree_figure(rec_ft, title=f"fixed tree D=3, B=2, iteration {rec_ft.index}: a second choice accepted")
 
 # %% [markdown]
 # ## 4 · DynaTree: breadth from confidence, depth from probability
@@ -183,7 +189,7 @@ dv.tree_figure(rec_ft, title="fixed tree D=3, B=2, iteration 0")
 # A fixed tree spends as many nodes on easy positions as on hard ones. DynaTree decides per node u:
 #
 # * **breadth** from the draft's confidence c(u) = its top probability after u:
-#   B(u) = B_min if c(u) ≥ τ_h (sure: one guess is enough), B_max if c(u) < τ_l (unsure: hedge),
+#   B(u) = B_min if c(u) ≥ τ_h (sure: the fewest guesses), B_max if c(u) < τ_l (unsure: hedge),
 #   else B_mid;
 # * **depth** from the path probability p(u) = product of the draft probabilities along the path:
 #   u is expanded only if d(u) < D_max and p(u) ≥ ρ_stop, and beyond the base depth D0 only if
