@@ -100,3 +100,50 @@ def test_traces_record_the_draft_noise_and_old_ones_load_as_independent():
     del old["draft_noise"]  # a trace written before shared noise existed drafted the top-B of q
     assert SamplingConfig.from_dict(old).noise == "none"
     assert Trace.from_dict(d).sampling["draft_noise"] == "shared"
+
+
+def test_a_trace_records_the_drafts_perturbed_scores_beside_the_targets():
+    """Each expanded node's draft side of the coupling: its children are the draft's largest log q + g,
+    each score is log q plus the noise of the position the children fill, and the JSON round-trips."""
+    from dynatree_core.policy.sampling import gumbel_noise
+
+    pair = cached_pair("llama", "sdpa", 0.3)
+    cfg = SamplingConfig(temperature=0.9, seed=8)
+    res = generate(pair, [5, 9, 2, 33], "dynatree", DynaTreeConfig(tau=0.0, n_max=12), max_new_tokens=10,
+                   trace=True, ignore_eos=True, sampling=cfg)
+    checked = 0
+    for rec in res.trace:
+        if rec.draft_forwards == 0:  # the last round drafts nothing (one token left: the bonus)
+            assert "draft_score_top" not in rec.sampling
+            continue
+        rows = rec.sampling["draft_score_top"]
+        for u, row in enumerate(rows):
+            if rec.tree.topk_tokens[u] is None:
+                assert row is None
+                continue
+            tokens, scores, logq = row
+            assert tokens[:len(rec.tree.topk_tokens[u])] == rec.tree.topk_tokens[u]
+            assert scores == sorted(scores, reverse=True)
+            position = rec.prefix_len + rec.tree.depths[u] + 1
+            g = gumbel_noise(8, position, int(pair.target.config.vocab_size))
+            np.testing.assert_allclose(np.array(scores) - np.array(logq), g[tokens], atol=1e-9)
+            checked += 1
+    assert checked >= 5
+    again = Trace.from_json(res.trace.to_json())
+    assert again.iterations[0].sampling["draft_score_top"] == res.trace.iterations[0].sampling["draft_score_top"]
+
+
+@pytest.mark.parametrize("sampling", [None, SamplingConfig(temperature=0.9, seed=6)])
+def test_a_tree_session_returns_the_targets_probability_of_every_drafted_token(sampling):
+    """What the live explorer colours by: the same p(token | parent) a traced run records."""
+    from dynatree_core.engine.session import TreeSession
+
+    pair = cached_pair("llama", "sdpa", 0.3)
+    cfg = DynaTreeConfig(tau=0.0, n_max=12)
+    first = generate(pair, [7, 3, 9, 12], "dynatree", cfg, max_new_tokens=8, ignore_eos=True, trace=True,
+                     sampling=sampling).trace[0]
+    got = TreeSession(pair, [7, 3, 9, 12], top_k=cfg.trace_top_k).regrow(cfg.growth_rule(), sampling)
+    tree, choices = got  # unpacks as the pair it always was
+    assert tree.tokens == first.tree.tokens and choices == first.target_argmax
+    assert got.target_prob[0] is None
+    np.testing.assert_allclose(got.target_prob[1:], first.target_prob_drafted[1:], rtol=1e-5)

@@ -125,6 +125,9 @@ class RunCollector:
             return out
         if choice is not None:
             out.update(self._sampling_extras(tree, choice))
+            sampler = self.drafter.sampler if self.drafter is not None else None
+            if sampler is not None and sampler.score_rows is not None and tree.draft_calls:
+                out.update(_draft_scores(tree, sampler.score_rows))
         if tree.n < 2:
             return out
         probs = torch.softmax(verified.logits.float(), dim=-1) if choice is None else choice.p
@@ -230,6 +233,17 @@ class RunCollector:
                                 prompt_tokens=list(self.run.prompt), history_state=history_state)
 
 
+def _draft_scores(tree: DeviceTree, rows: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
+    """Shared noise: each node's largest draft scores log q + g and their log q (the slot it was
+    grown in: an EAGLE-2 rerank compacts the tree), masked where the node was not expanded."""
+    n = tree.n
+    slots = tree.orig[:n] if tree.orig is not None else torch.arange(n, device=tree.device)
+    fed = tree.fed[:n, None]
+    tokens, scores, logq = (r.index_select(0, slots) for r in rows)
+    return {"draft_score_top_tokens": torch.where(fed, tokens, -1), "draft_score_top_probs": scores,
+            "draft_logq_top": logq}
+
+
 def _sampling_record(a: dict[str, np.ndarray]) -> dict[str, Any]:
     """The fetched sampling arrays as a record's ``sampling`` dict (lists per node)."""
     def pairs(name: str) -> list:
@@ -238,6 +252,9 @@ def _sampling_record(a: dict[str, np.ndarray]) -> dict[str, Any]:
     out: dict[str, Any] = {"choice_prob": a["choice_prob"].tolist(), "p_top": pairs("p_top")}
     if "gumbel" in a:
         out.update(gumbel=a["gumbel"].tolist(), score_top=pairs("score_top"))
+    if "draft_score_top_tokens" in a:  # shared noise: per expanded node [tokens, log q + g, log q]; None elsewhere
+        out["draft_score_top"] = [[t, sc, lq] if t[0] >= 0 else None for t, sc, lq in zip(
+            a["draft_score_top_tokens"].tolist(), a["draft_score_top_probs"].tolist(), a["draft_logq_top"].tolist())]
     if "coins" in a:
         out.update(uniform=a["uniform"].tolist(),
                    interval=[[lo, hi] for lo, hi in zip(a["interval_lo"].tolist(), a["interval_hi"].tolist())])

@@ -270,7 +270,7 @@ class DecodingRun:
 
     def _samplers(self, drafter: Drafter | None) -> TargetSampler | None:
         """Under sampling: give the drafter its sampler and return the loop's (None: greedy)."""
-        both = make_samplers(self.sampling, self.pair.device, int(self.pair.target.config.vocab_size))
+        both = make_samplers(self.sampling, self.pair.device, int(self.pair.target.config.vocab_size), self.tracing)
         if both is None:
             return None
         if drafter is not None:

@@ -27,6 +27,19 @@ from dynatree_core.policy.tree import DraftTree
 from dynatree_core.runtime.sampling import draft_candidates, make_samplers
 
 
+class Regrown(tuple):
+    """What :meth:`TreeSession.regrow` returns: the pair ``(tree, choices)`` (unpacks as before), with
+    ``target_prob``, the target's p of each node's token given its parent (None for the root; the
+    warped p under sampling): what the live explorer colours by."""
+
+    target_prob: list[float | None]
+
+    def __new__(cls, tree: DraftTree, choices: list[int], target_prob: list[float | None]) -> "Regrown":
+        out = super().__new__(cls, (tree, choices))
+        out.target_prob = target_prob
+        return out
+
+
 class TreeSession:
     """Draft + verify one tree for a fixed prompt, as often as needed.
 
@@ -59,11 +72,11 @@ class TreeSession:
         return self._drafter.kind
 
     @torch.inference_mode()
-    def regrow(self, rule: GrowthRule, sampling: SamplingConfig | None = None) -> tuple[DraftTree, list[int]]:
+    def regrow(self, rule: GrowthRule, sampling: SamplingConfig | None = None) -> Regrown:
         """Draft a tree under ``rule`` and verify it: returns (tree, the target's token per node: its
         argmax, or under ``sampling`` the token drawn there, as the decode loop's first iteration
         would; a fixed seed draws with the same randomness every time, so moving a slider changes
-        only what it should)."""
+        only what it should), with the target's p of every drafted token (:class:`Regrown`)."""
         sampling = sampling if sampling is not None else GREEDY
         drafter = self._drafter.fork()
         drafter.top_k = max(self.top_k, rule.max_breadth)
@@ -82,12 +95,16 @@ class TreeSession:
             grown.add_tail(tail.committed_on(grown.device), tail.source, HostSyncs(), rule.d_max + rule.lookup_tail)
         v = pl.verify_device(self.pair.target, grown, copy.deepcopy(self._target_cache))
         arrays = grown.fetch(HostSyncs())
+        n = grown.n
         if chooser is None:
-            return host_tree(arrays, grown.draft_calls), v.argmax.tolist()
-        deepest = grown.depth + (rule.lookup_tail if grown.tail_nodes else 0)
-        draft = draft_candidates(grown, drafter.sampler) if sampling.rule == "rejection" else None
-        choice = chooser.choose(v.logits, grown.depths[:grown.n], deepest, v.prefix_len, draft)
-        return host_tree(arrays, grown.draft_calls), choice.tokens.tolist()
+            choices, p = v.argmax, torch.softmax(v.logits.float(), dim=-1)
+        else:
+            deepest = grown.depth + (rule.lookup_tail if grown.tail_nodes else 0)
+            draft = draft_candidates(grown, drafter.sampler) if sampling.rule == "rejection" else None
+            choice = chooser.choose(v.logits, grown.depths[:n], deepest, v.prefix_len, draft)
+            choices, p = choice.tokens, choice.p
+        drafted = p[grown.parents[1:n], grown.tokens[1:n]].tolist()
+        return Regrown(host_tree(arrays, grown.draft_calls), choices.tolist(), [None] + drafted)
 
     __call__ = regrow
 

@@ -89,13 +89,17 @@ class DraftSampler:
     """A drafter's candidates under sampling (see the module docstring)."""
 
     def __init__(self, cfg: SamplingConfig, vocab_size: int, generator: torch.Generator | None = None,
-                 noise: "NoiseStream | None" = None):
+                 noise: "NoiseStream | None" = None, trace: bool = False):
         self.cfg, self.vocab_size, self.generator = cfg, int(vocab_size), generator
         self.rejection = cfg.rule == "rejection"
         #: match with shared draft noise: the target's Gumbel stream (None: the plain top-k of q)
         self.noise = noise
         #: rejection: row u holds q(.|u) of the node grown in slot u (float32 [capacity, V])
         self.q_rows: torch.Tensor | None = None
+        #: shared noise, traced: row u holds the largest perturbed scores log q + g after the node
+        #: grown in slot u (tokens [capacity, TRACE_TOP], scores float64) and log q of those tokens
+        self.trace = trace and noise is not None
+        self.score_rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     def log_q(self, scores: torch.Tensor) -> torch.Tensor:
         """The warped draft distribution of each row of ``scores`` (logits, or log counts)."""
@@ -113,7 +117,7 @@ class DraftSampler:
         k = min(k, logq.shape[-1])
         if not self.rejection:
             if self.noise is not None:
-                return self.coupled(logq, k, vocab_ids, position)
+                return self.coupled(logq, k, vocab_ids, position, ids)
             top = logq.topk(k, dim=-1)
             return (top.indices if vocab_ids is None else vocab_ids[top.indices]), top.values
         u = torch.rand(logq.shape, generator=self.generator, device=logq.device, dtype=torch.float64)
@@ -130,8 +134,8 @@ class DraftSampler:
         g = self.noise.row(position, logq.shape[-1] if vocab_ids is None else None)
         return logq.double() + (g if vocab_ids is None else g.index_select(0, vocab_ids))
 
-    def coupled(self, logq: torch.Tensor, k: int, vocab_ids: torch.Tensor | None, position: int | None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+    def coupled(self, logq: torch.Tensor, k: int, vocab_ids: torch.Tensor | None, position: int | None,
+                ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Shared noise: the top-k of the perturbed scores (the first is the draft's coupled sample)
         and, as their log-probabilities, the log of the chance that the target's perturbed argmax
         lands on each: log softmax(scores / beta) (:func:`~dynatree_core.policy.sampling.
@@ -144,7 +148,18 @@ class DraftSampler:
         empty = ~torch.isfinite(score).any(-1, keepdim=True)  # a lookup that matched nothing
         conf = torch.log_softmax(score.masked_fill(empty, 0.0) / COUPLING_SCALE, dim=-1).masked_fill(empty, -math.inf)
         tokens = top.indices if vocab_ids is None else vocab_ids[top.indices]
+        if self.trace and ids is not None:  # what the sampling view shows beside the target's scores
+            self._keep_scores(ids, score, logq, vocab_ids)
         return tokens, conf.gather(1, top.indices).float()
+
+    def _keep_scores(self, ids: torch.Tensor, score: torch.Tensor, logq: torch.Tensor,
+                     vocab_ids: torch.Tensor | None) -> None:
+        assert self.score_rows is not None, "DraftSampler.begin(capacity) comes before a level's candidates"
+        top = score.topk(min(TRACE_TOP, score.shape[-1]), dim=-1)
+        tokens = top.indices if vocab_ids is None else vocab_ids[top.indices]
+        m = tokens.shape[1]
+        for buf, rows in zip(self.score_rows, (tokens, top.values, logq.double().gather(1, top.indices))):
+            buf[:, :m].index_copy_(0, ids, rows.to(buf.dtype))
 
     def _keep_rows(self, ids: torch.Tensor, q: torch.Tensor) -> None:
         assert self.q_rows is not None, "DraftSampler.begin(capacity) comes before a level's candidates"
@@ -156,6 +171,10 @@ class DraftSampler:
         if self.rejection and (self.q_rows is None or self.q_rows.shape[0] < capacity
                                or self.q_rows.device != device):
             self.q_rows = torch.zeros((capacity, self.vocab_size), dtype=torch.float32, device=device)
+        if self.trace and (self.score_rows is None or self.score_rows[0].shape[0] < capacity):
+            self.score_rows = (torch.zeros((capacity, TRACE_TOP), dtype=torch.long, device=device),
+                               torch.full((capacity, TRACE_TOP), -math.inf, dtype=torch.float64, device=device),
+                               torch.full((capacity, TRACE_TOP), -math.inf, dtype=torch.float64, device=device))
 
 
 class NoiseStream:
@@ -263,11 +282,12 @@ class TargetSampler:
         return choice
 
 
-def make_samplers(cfg: SamplingConfig, device: torch.device, vocab_size: int
+def make_samplers(cfg: SamplingConfig, device: torch.device, vocab_size: int, trace: bool = False
                   ) -> tuple[DraftSampler, TargetSampler] | None:
     """The draft's and the target's samplers of one run (None: greedy). ``rejection`` draws from one
     generator on ``device``, seeded once; ``match`` needs none (it reads the counter-based noise,
-    one stream that both read under shared draft noise: each row is computed once)."""
+    one stream that both read under shared draft noise: each row is computed once). ``trace``: the
+    draft's sampler keeps each expanded node's largest perturbed scores for the trace."""
     if cfg.greedy:
         return None
     if cfg.rule == "rejection":
@@ -275,7 +295,8 @@ def make_samplers(cfg: SamplingConfig, device: torch.device, vocab_size: int
         gen.manual_seed(cfg.seed)
         return DraftSampler(cfg, vocab_size, gen), TargetSampler(cfg, gen)
     noise = NoiseStream(cfg.seed, vocab_size, device)
-    return DraftSampler(cfg, vocab_size, noise=noise if cfg.noise == "shared" else None), TargetSampler(cfg, noise=noise)
+    shared = noise if cfg.noise == "shared" else None
+    return DraftSampler(cfg, vocab_size, noise=shared, trace=trace), TargetSampler(cfg, noise=noise)
 
 
 def draft_candidates(tree: Any, sampler: DraftSampler | None) -> "DraftCandidates":
