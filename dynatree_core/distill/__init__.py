@@ -23,8 +23,9 @@ Pipeline (``dynatree distill`` / ``python -m dynatree_core.distill``):
    its distribution over the head ids), so no labels are stored and every position of every sequence is a training position.
    The 2-layer student starts from the target (layers 0-1, final norm, head rows of the H
    most frequent target tokens) and minimises
-   ``alpha * CE(teacher head distribution) + (1-alpha) * CE(greedy token)`` with AdamW and a
-   cosine schedule; seeded; checkpoints under ``<work-dir>/ckpt`` (resumable).  With
+   ``alpha * KL(teacher head distribution || draft) + (1-alpha) * CE(greedy token)`` with AdamW and a
+   cosine schedule (``--temperature T``: the KL between both distributions at T, to train a draft
+   for sampling at T; 1 by default); seeded; checkpoints under ``<work-dir>/ckpt`` (resumable).  With
    ``--time-limit`` the schedule is compressed to fit (the export records the steps done).
    ``--init-from DIR`` fine-tunes an exported draft instead; a ``--head-size`` above its head's
    grows the head by the ids the training data uses most that it lacks.
@@ -44,7 +45,8 @@ Modules: ``config`` (:class:`DistillConfig`: every option, its default, help and
 ``cli`` (the command line generated from it; torch-free), ``prompts`` (prompt banks, held-out
 evaluation prompts), ``decode`` (sampling loops), ``data`` (the data stage, shards, training pools),
 ``training`` (train + export of the independent draft), ``evaluation`` (agreement, bootstrap, step
-cost), ``feature`` (the feature draft's stages and evaluation), ``pipeline`` (:func:`run_distill`).
+cost), ``feature`` (the feature draft's stages and evaluation), ``pipeline`` (:func:`run_distill`),
+``divergence`` (TV and coupled agreement of a draft with the target under sampling).
 The names below are re-exported lazily, so importing ``dynatree_core.distill.cli`` or ``.config``
 does not load torch. Imports the engine, pairs, drafters, runtime and policy; independent of
 :mod:`dynatree_core.bench`.
@@ -63,11 +65,13 @@ _EXPORTS = {
     "decode": ("eos_ids", "self_prompts", "_continue", "_decode_equal_length"),
     "data": ("FORBIDDEN_TRAIN_NAMES", "SeqPools", "build_data", "find_data_dir", "seq_rows", "training_text_files",
              "_length_batches", "_save_seqs"),
-    "training": ("cosine_lr", "export_checkpoint", "train", "_backward_batch", "_micro_batches", "_teacher_targets"),
+    "training": ("cosine_lr", "export_checkpoint", "loss_temperature", "tempered_kl", "train", "_backward_batch",
+                 "_micro_batches", "_teacher_targets"),
     "evaluation": ("EVAL_SCHEMA_VERSION", "bootstrap_ci", "evaluate_draft", "pooled_rate", "_greedy_continue",
                    "_step_cost"),
     "feature": ("FeatureRows", "build_features", "evaluate_feature_draft", "train_feature", "unrolled_forward"),
     "pipeline": ("run_distill",),
+    "divergence": ("PairScores", "continuations", "coupled_agreement_rows", "measure", "pair_scores", "position_stats"),
 }
 _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
 __all__ = sorted(n for n in _WHERE if not n.startswith("_"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -71,8 +72,9 @@ class DistillConfig:
                                   "like the bank")
     max_prompts: int = option(0, "use only the first N bundled prompts (0 = all)")
     samples_per_prompt: int = option(7, "sampled continuations per bundled prompt, besides the greedy one")
-    temperature: float = option(0.8)
-    top_p: float = option(0.95)
+    gen_temperature: float = option(0.8, "temperature of the sampled continuations (--temperature before "
+                                         "2026-11-28; that option now sets the loss's temperature)")
+    gen_top_p: float = option(0.95, "top-p of the sampled continuations")
     gen_batch: int = option(1024)
     gen_new_tokens: int = option(256)
     passages: int = option(16384, "training-text passages to continue with the target")
@@ -104,6 +106,10 @@ class DistillConfig:
     teacher_dtype: str = option("float32", "dtype of the labelling target (bfloat16: much faster on CPUs with AMX, "
                                            "labels may differ at near-ties)", choices=("float32", "bfloat16"))
     alpha: float = option(0.5, "weight of the soft (teacher distribution) loss")
+    temperature: float = option(1.0, "the soft loss is KL(p_T || q_T) between the teacher's and the draft's "
+                                     "distributions over the head at this temperature (both logits / T, no T^2 "
+                                     "factor): train a draft for sampling at T (e.g. 0.7; with --alpha 1 the loss is "
+                                     "that KL alone). 1: the default loss. The greedy-token term is unchanged")
     gen_frac: float = option(0.8, "share of batches drawn from target continuations")
     val_rows: int = option(64, "continuation rows held out to report val_acc")
     train_bf16: bool = option(True, negatable=True)
@@ -162,6 +168,10 @@ def _check_ranges(c: DistillConfig) -> None:
     _need(c.steps >= 1, f"--steps must be >= 1 (got {c.steps})")
     _need(c.batch_tokens >= 1, f"--batch-tokens must be >= 1 (got {c.batch_tokens})")
     _need(0.0 <= c.alpha <= 1.0, f"--alpha must be in [0, 1] (got {c.alpha})")
+    _need(_positive_finite(c.temperature), f"--temperature must be a finite number > 0: the soft loss's temperature "
+                                           f"(1: the default loss; got {c.temperature!r})")
+    _need(_positive_finite(c.gen_temperature), f"--gen-temperature must be a finite number > 0 (got {c.gen_temperature!r})")
+    _need(0.0 < c.gen_top_p <= 1.0, f"--gen-top-p must be in (0, 1] (got {c.gen_top_p})")
     _need(0.0 <= c.gen_frac <= 1.0, f"--gen-frac must be in [0, 1] (got {c.gen_frac})")
     _need(0.0 < c.data_share < 1.0, f"--data-share must be in (0, 1) (got {c.data_share})")
     _need(c.time_limit >= 0, f"--time-limit must be >= 0 (got {c.time_limit})")
@@ -171,6 +181,10 @@ def _check_ranges(c: DistillConfig) -> None:
           f"need 1 <= --passage-min <= --passage-max (got {c.passage_min}, {c.passage_max})")
     _need(c.prompt_bank >= 0 and c.text_prompts >= 0 and c.bank_samples >= 0 and c.self_prompts >= 0,
           "--prompt-bank, --text-prompts, --self-prompts and --bank-samples must be >= 0")
+
+
+def _positive_finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
 def _check_model(c: DistillConfig) -> None:

@@ -205,7 +205,7 @@ def _run_jobs(args, sdir: Path, todo, gen_model, tok, eos: set[int], deadline) -
             print(f"[distill] data time share used up: {done}/{len(todo)} jobs done (rerun to resume)", flush=True)
             break
         torch.manual_seed(args.seed * 1_000_003 + i)  # per-job seed: resumable runs sample the same text
-        rows = _continue(gen_model, pad, payload, mx, eos, sample, args.temperature, args.top_p)
+        rows = _continue(gen_model, pad, payload, mx, eos, sample, args.gen_temperature, args.gen_top_p)
         ntok += _save_seqs(sdir / f"{name}.pt", rows, kind)
         done += 1
     return ntok, done

@@ -12,8 +12,9 @@ target continuations of prompts and passages, plus chunks of the training text; 
    ``--unroll`` steps (training-time test): step s feeds the features step s-1 predicted, under the
    attention pattern a tree node at depth s-1 sees (:func:`~dynatree_core.drafters.feature_draft.unrolled_mask`),
    so deeper tree levels are trained on the inputs they get at decode time. Loss per step:
-   ``alpha * CE(teacher distribution over the head) + (1-alpha) * CE(greedy token)
-   + reg_weight * SmoothL1(predicted feature, target feature)``, steps weighted 0.8^(s-1).
+   ``alpha * KL(teacher distribution over the head || draft) + (1-alpha) * CE(greedy token)
+   + reg_weight * SmoothL1(predicted feature, target feature)``, steps weighted 0.8^(s-1); the KL
+   between both distributions at ``--temperature`` T (both logits / T; 1 by default).
    With ``--time-limit`` the cosine schedule follows the wall-clock budget.
 3. **export** - fp16 weights and ``feature_draft_config.json`` to
    ``dynatree_core/assets/smollm2-135m-feature-draft/`` with the command, data and timing.
@@ -41,7 +42,7 @@ from dynatree_core.pairs.pair import resolve_device, resolve_dtype
 from dynatree_core.distill import evaluation as ev
 from dynatree_core.distill.data import seq_rows
 from dynatree_core.distill.runtime import autocast, device_name, dir_size, head_lut, set_threads
-from dynatree_core.distill.training import _micro_batches, cosine_lr
+from dynatree_core.distill.training import _micro_batches, cosine_lr, loss_temperature, tempered, tempered_kl
 
 STEP_DECAY = 0.8
 
@@ -231,20 +232,20 @@ def step_valid(m: torch.Tensor, s: int) -> torch.Tensor:
 
 
 def feature_loss(model: FeatureDraftModel, x, f, y, m, steps: int, alpha: float, reg_weight: float,
-                 teacher_w: torch.Tensor, lut: torch.Tensor):
-    """Total loss and per-step top-1 agreement (with the full-vocabulary greedy token)."""
+                 teacher_w: torch.Tensor, lut: torch.Tensor, temperature: float = 1.0):
+    """Total loss and per-step top-1 agreement (with the full-vocabulary greedy token); the soft term
+    is KL(p_T || q_T) over the head at ``temperature`` (:func:`~dynatree_core.distill.training.tempered_kl`)."""
     outs = unrolled_forward(model, x, f, steps)
     tgt_f = f[:, 1:, -model.config.hidden_size:]  # the target's final state: the teacher and the regression target
     labels = lut[y[:, 1:]]  # -1: the greedy token is outside the head (counts as a miss)
     with torch.no_grad():
-        teacher = torch.softmax((tgt_f @ teacher_w.T).float(), dim=-1)
+        teacher = torch.softmax(tempered(tgt_f @ teacher_w.T, temperature), dim=-1)
     total = 0.0
     accs = []
     for s, out in enumerate(outs, start=1):
         v = step_valid(m, s)
         logits = model.head.forward_compact(out).float()[v]
-        logq = torch.log_softmax(logits, dim=-1)
-        soft = -(teacher[v] * logq).sum(-1).mean()
+        soft = tempered_kl(teacher[v], logits, temperature)
         lab = labels[v]
         ok = lab >= 0
         hard = nn.functional.cross_entropy(logits, lab.clamp(min=0), reduction="none")
@@ -378,7 +379,8 @@ def _feature_step(args, model, opt, params, batch: list, ntok: int, teacher_w, l
     for group in _micro_batches(batch, args.micro_tokens, length=lambda r: len(r[0])):
         x, f, y, m = collate(group, dev)
         with autocast(dev, args.train_bf16):
-            loss, accs = feature_loss(model, x, f, y, m, args.unroll, args.alpha, args.reg_weight, teacher_w, lut)
+            loss, accs = feature_loss(model, x, f, y, m, args.unroll, args.alpha, args.reg_weight, teacher_w, lut,
+                                      loss_temperature(args))
         w = int(m.sum()) / ntok
         (loss * w).backward()
         accs_sum = [a * w for a in accs] if accs_sum is None else [s + a * w for s, a in zip(accs_sum, accs)]
@@ -391,6 +393,7 @@ def _feature_meta(args, model, data: FeatureRows, head_ids, cover: float, lut, s
                   dev) -> dict:
     return {"command": args.command_line, "seed": args.seed, "steps_done": step, "steps_planned": args.steps,
             "batch_tokens": args.batch_tokens, "unroll": args.unroll, "lr": args.lr, "alpha": args.alpha,
+            "temperature": loss_temperature(args),  # the soft loss's: KL(p_T || q_T)
             "reg_weight": args.reg_weight, "warm_lr_frac": args.warm_lr_frac if args.init_from else None,
             "train_seconds": round(train_s, 1), "device": str(dev), "device_name": device_name(dev),
             "teacher_dtype": args.teacher_dtype, "data": {"rows": len(data.rows), "tokens": data.tokens,

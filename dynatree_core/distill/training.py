@@ -86,10 +86,33 @@ def _pick_pool(rng: random.Random, names: list[str], gen_frac: float) -> str:
     return "gen" if rng.random() < gen_frac else "text"
 
 
+def loss_temperature(args) -> float:
+    """The soft loss's temperature of a run (``--temperature``; 1 for settings written before it)."""
+    return float(getattr(args, "temperature", 1.0))
+
+
+def tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``logits / temperature`` (float32), or the logits themselves at 1 (the default loss, op for op)."""
+    logits = logits.float()
+    return logits if temperature == 1.0 else logits / temperature
+
+
+def tempered_kl(teacher_probs: torch.Tensor, student_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Mean over rows of KL(p_T || q_T): ``teacher_probs`` is p_T (each row over the head, already at
+    ``temperature``), q_T = softmax(student_logits / T). No T^2 factor: the draft is trained for the
+    temperature it will serve at, so the KL at T is the objective itself (AdamW makes the overall scale
+    of the gradient nearly irrelevant; --alpha and --reg-weight set the weights of the other terms).
+    At T = 1 its gradient is the old soft cross-entropy's: they differ by the teacher's entropy, a
+    constant."""
+    logq = torch.log_softmax(tempered(student_logits, temperature), dim=-1)
+    return (torch.xlogy(teacher_probs, teacher_probs) - teacher_probs * logq).sum(-1).mean()
+
+
 @torch.no_grad()
-def _teacher_targets(target, x: torch.Tensor, m: torch.Tensor, head_ids: torch.Tensor, chunk: int = 8192):
-    """The target's greedy token (full vocabulary) and its distribution renormalised over the head ids,
-    at every real position of the batch."""
+def _teacher_targets(target, x: torch.Tensor, m: torch.Tensor, head_ids: torch.Tensor, chunk: int = 8192,
+                     temperature: float = 1.0):
+    """The target's greedy token (full vocabulary) and its distribution at ``temperature``
+    renormalised over the head ids, at every real position of the batch."""
     h = target.model(input_ids=x).last_hidden_state[m]
     W = target.get_output_embeddings().weight
     greedy, probs = [], []
@@ -98,7 +121,7 @@ def _teacher_targets(target, x: torch.Tensor, m: torch.Tensor, head_ids: torch.T
         # argmax in the teacher's own dtype: a full-vocabulary fp32 copy of low-precision logits
         # would cost more memory traffic than the matmul, and cannot change a bf16 argmax anyway
         greedy.append(lg.argmax(-1))
-        probs.append(torch.softmax(lg[:, head_ids].float(), dim=-1))
+        probs.append(torch.softmax(tempered(lg[:, head_ids], temperature), dim=-1))
     return torch.cat(greedy), torch.cat(probs)
 
 
@@ -108,12 +131,12 @@ def _draft_head_logits(draft, x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     return draft.lm_head.forward_compact(h)
 
 
-def _distill_loss(draft, x, m, greedy, probs, lut, alpha: float):
-    """``alpha * CE(teacher probs over head) + (1 - alpha) * CE(greedy token)``; also top-1 agreement
-    with the full-vocabulary greedy token (a greedy token outside the head counts as a miss)."""
+def _distill_loss(draft, x, m, greedy, probs, lut, alpha: float, temperature: float = 1.0):
+    """``alpha * KL(teacher probs || draft) over the head at the temperature + (1 - alpha) * CE(greedy
+    token)``; also top-1 agreement with the full-vocabulary greedy token (a greedy token outside the
+    head counts as a miss)."""
     logits = _draft_head_logits(draft, x, m).float()
-    logq = torch.log_softmax(logits, dim=-1)
-    soft = -(probs * logq).sum(-1).mean()
+    soft = tempered_kl(probs, logits, temperature)
     idx = lut[greedy]
     gv = idx >= 0
     hard = torch.nn.functional.cross_entropy(logits, idx.clamp(min=0), reduction="none")
@@ -123,16 +146,16 @@ def _distill_loss(draft, x, m, greedy, probs, lut, alpha: float):
 
 
 def _backward_batch(draft, teacher, rows, micro_tokens: int, head_dev, lut, alpha: float, dev,
-                    bf16: bool) -> tuple[float, float]:
+                    bf16: bool, temperature: float = 1.0) -> tuple[float, float]:
     """Label ``rows`` with the teacher and accumulate the draft's gradients over length-sorted
     micro-batches; returns the batch's (loss, top-1 agreement), both position-weighted means."""
     n_all = sum(len(r) for r in rows)
     loss_v = acc_v = 0.0
     for group in _micro_batches(rows, micro_tokens):
         x, m = _collate(group, dev)
-        greedy, probs = _teacher_targets(teacher, x, m, head_dev)
+        greedy, probs = _teacher_targets(teacher, x, m, head_dev, temperature=temperature)
         with autocast(dev, bf16):
-            loss, acc = _distill_loss(draft, x, m, greedy, probs, lut, alpha)
+            loss, acc = _distill_loss(draft, x, m, greedy, probs, lut, alpha, temperature)
         w = int(m.sum()) / n_all  # position-weighted: the same mean loss as one big batch
         (loss * w).backward()
         loss_v += float(loss.detach()) * w
@@ -295,7 +318,7 @@ class _TrainLoop:
             g["lr"] = args.lr * self.lr_factor(self.step, self.progress)
         self.opt.zero_grad(set_to_none=True)
         loss, acc = _backward_batch(self.draft, self.teacher, self.next_rows(), args.micro_tokens, self.head_dev,
-                                    self.lut, args.alpha, self.dev, args.train_bf16)
+                                    self.lut, args.alpha, self.dev, args.train_bf16, loss_temperature(args))
         torch.nn.utils.clip_grad_norm_(self.params, 1.0)
         self.opt.step()
         self.step += 1
@@ -352,6 +375,8 @@ def _export(args, draft, head_ids, stats, step, train_s, partial: bool, stopped_
         "head_size": int(len(head_ids)),
         "layers": int(draft.config.num_hidden_layers),
         "teacher_dtype": args.teacher_dtype,
+        "alpha": args.alpha,
+        "temperature": loss_temperature(args),  # the soft loss's: KL(p_T || q_T)
         "date": time.strftime("%Y-%m-%d"),
     }
     if args.init_from:
