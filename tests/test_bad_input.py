@@ -189,3 +189,37 @@ def test_device_and_dtype_errors_name_the_option(monkeypatch):
     check_dtype_on_device(torch.bfloat16, torch.device("cpu"))  # CPUs compute in bf16
     with pytest.raises(ValueError, match="dtype must be a floating-point type"):
         check_dtype_on_device(torch.int8, torch.device("cpu"))
+
+
+# --- sampling settings (issue 39) -----------------------------------------------------------------
+@pytest.mark.parametrize("kwargs,match", [
+    # a seed at temperature 0 draws nothing: refused, never silently ignored
+    (dict(seed=3), r"seed=3 applies only when sampling \(temperature > 0\)"),
+    (dict(temperature=0, seed=0), r"seed=0 applies only when sampling"),
+    (dict(temperature=0.0, verify="match"), r"verify='match' applies only when sampling"),
+    # below MIN_TEMPERATURE, float32 logits / T overflow (1e-40 gave inf logits): refused, naming the range
+    (dict(temperature=1e-40), r"temperature must be 0 \(greedy\) or >= 1e-06, got 1e-40"),
+    (dict(temperature=5e-7, verify="rejection"), r"temperature must be 0 \(greedy\) or >= 1e-06, got 5e-07"),
+])
+def test_bad_sampling_keywords_fail_before_any_model_work(kwargs, match, pair, monkeypatch):
+    monkeypatch.setattr(type(pair.target), "forward", lambda *a, **k: pytest.fail("a model ran"))
+    monkeypatch.setattr(type(pair.draft), "forward", lambda *a, **k: pytest.fail("a model ran"))
+    with pytest.raises(ValueError, match=match):
+        generate(pair, [3, 4, 5], "dynatree", max_new_tokens=4, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(temperature=0.7, draft_noise="gumbel"), r"draft_noise must be one of \('shared', 'none'\), got 'gumbel'"),
+    (dict(draft_noise="shared"), r"draft_noise='shared' applies only when sampling"),
+    (dict(temperature=0.7, verify="rejection", draft_noise="none"),
+     r"draft_noise='none' applies only under verify='match'"),
+    (dict(temperature=0.7, verify="rejection", draft_noise="shared"),
+     r"draft_noise='shared' applies only under verify='match'"),
+    (dict(temperature=1e-7), r"temperature must be 0 \(greedy\) or >= 1e-06"),
+    (dict(temperature=0.7, seed=-1), r"seed must be an integer in \[0, 2\*\*63\)"),
+])
+def test_bad_sampling_configs_name_the_parameter(kwargs, match):
+    from dynatree_core.policy.sampling import SamplingConfig
+
+    with pytest.raises(ValueError, match=match):
+        SamplingConfig(**kwargs)
