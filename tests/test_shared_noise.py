@@ -12,7 +12,7 @@ import torch
 
 from dynatree_core import generate
 from dynatree_core.policy.config import DynaTreeConfig, LinearConfig
-from dynatree_core.policy.sampling import SamplingConfig, coupled_confidence, coupled_scores
+from dynatree_core.policy.sampling import SamplingConfig, coupled_confidence, coupled_scores, coupling_scale
 from dynatree_core.records.trace import Trace
 from dynatree_core.runtime.sampling import DraftSampler, make_samplers
 
@@ -30,7 +30,8 @@ def test_candidates_are_the_top_of_the_perturbed_scores_with_their_coupled_confi
     for r in range(3):
         ref = coupled_scores(logq[r].numpy(), 123, 17)
         assert tokens[r].tolist() == list(np.argsort(-ref, kind="stable")[:4])
-        np.testing.assert_allclose(logc[r].numpy(), np.log(coupled_confidence(ref)[tokens[r].numpy()]), rtol=1e-5)
+        conf = coupled_confidence(ref, coupling_scale(0.8))  # beta_0 / T
+        np.testing.assert_allclose(logc[r].numpy(), np.log(conf[tokens[r].numpy()]), rtol=1e-5)
     # a sparse head: columns map to token ids, and each token keeps its own noise
     vocab_ids = torch.tensor([3, 7, 11, 40, 49])
     tokens, _ = draft.candidates(logq[:1, :5], 2, torch.arange(1), vocab_ids, position=17)

@@ -44,7 +44,7 @@ reaches p(children) at best. The output is untouched (the target's draw is still
 alone); at temperature -> 0 the ranking becomes greedy drafting. What the tree policy reads as a
 child's probability is then the chance that the target's perturbed argmax lands on it,
 softmax(s / beta) (:func:`coupled_confidence`: exact if log p differs from log q by Gumbel noise
-of scale beta), not q.
+of scale beta = beta_0 / T, :func:`coupling_scale`), not q.
 
 **verify="rejection"**. Drafts are *sampled*: each expanded node's candidate list is a sample
 without replacement from its warped q (Gumbel-top-k), and the token at a node comes from recursive
@@ -305,8 +305,17 @@ def recursive_rejection(p: Sequence[float], q: Sequence[float], candidates: Sequ
 
 
 # --- shared draft noise (the reference) -------------------------------------------------------------
-#: the scale beta of :func:`coupled_confidence` (log p - log q modelled as Gumbel noise of this scale)
+#: beta_0 of :func:`coupling_scale`: the draft's logits modelled as the target's plus Gumbel noise of this
+#: scale. Fitted on training text with the default pair (docs/bench/2026-11-28-shared-noise/fit.json:
+#: the best single beta was about 1.2 at temperature 0.7 and 1.0 at 1.0; beta_0 / T puts the two within
+#: 0.06 of their observed agreement)
 COUPLING_SCALE = 1.0
+
+
+def coupling_scale(temperature: float) -> float:
+    """beta at ``temperature`` T: a mismatch of the logits of scale beta_0 is one of beta_0 / T in the warped
+    log-probabilities (logits / T)."""
+    return COUPLING_SCALE / temperature
 
 
 def coupled_scores(log_q: Sequence[float], seed: int, position: int) -> np.ndarray:
@@ -330,10 +339,11 @@ def total_variation(p: Sequence[float], q: Sequence[float]) -> float:
     return float(np.abs(np.asarray(p, dtype=np.float64) - np.asarray(q, dtype=np.float64)).sum() / 2)
 
 
-def coupled_confidence(scores: Sequence[float], scale: float = COUPLING_SCALE) -> np.ndarray:
+def coupled_confidence(scores: Sequence[float], scale: float) -> np.ndarray:
     """The probability that the target's perturbed argmax lands on each token, from the draft's
     perturbed ``scores``: softmax(scores / scale) (if log p = log q + Gumbel noise of that scale,
-    exactly so; at scale -> 0 the draft is trusted to be the target)."""
+    exactly so; at scale -> 0 the draft is trusted to be the target). The engine's scale is
+    :func:`coupling_scale` of the temperature."""
     x = np.asarray(scores, dtype=np.float64) / scale
     e = np.exp(x - x.max())
     return e / e.sum()

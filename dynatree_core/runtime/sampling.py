@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from dynatree_core.policy.sampling import COUPLING_SCALE, ROUND, SamplingConfig, mix32, position_key
+from dynatree_core.policy.sampling import ROUND, SamplingConfig, coupling_scale, mix32, position_key
 
 #: entries of p and q kept per node in a trace (the sampling view's bars)
 TRACE_TOP = 8
@@ -138,15 +138,16 @@ class DraftSampler:
                 ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Shared noise: the top-k of the perturbed scores (the first is the draft's coupled sample)
         and, as their log-probabilities, the log of the chance that the target's perturbed argmax
-        lands on each: log softmax(scores / beta) (:func:`~dynatree_core.policy.sampling.
-        coupled_confidence`), what the tree policy reads where it reads q under independent drafts."""
+        lands on each: log softmax(scores / beta), beta = beta_0 / T (:func:`~dynatree_core.policy.
+        sampling.coupled_confidence`), what the tree policy reads where it reads q under independent drafts."""
         if position is None:
             raise ValueError("shared draft noise needs the absolute position the candidates fill "
                              "(DeviceTree(..., position=the root's index in prompt + output))")
         score = self.perturbed(logq, vocab_ids, position)
         top = score.topk(k, dim=-1)
         empty = ~torch.isfinite(score).any(-1, keepdim=True)  # a lookup that matched nothing
-        conf = torch.log_softmax(score.masked_fill(empty, 0.0) / COUPLING_SCALE, dim=-1).masked_fill(empty, -math.inf)
+        beta = coupling_scale(self.cfg.temperature)
+        conf = torch.log_softmax(score.masked_fill(empty, 0.0) / beta, dim=-1).masked_fill(empty, -math.inf)
         tokens = top.indices if vocab_ids is None else vocab_ids[top.indices]
         if self.trace and ids is not None:  # what the sampling view shows beside the target's scores
             self._keep_scores(ids, score, logq, vocab_ids)
