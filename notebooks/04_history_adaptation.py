@@ -107,8 +107,11 @@ fig.add_trace(go.Scatter(x=x, y=[r.history_before["d0_effective"] for r in recs]
                          line=dict(color="#2166ac", dash="dot")), row=2, col=1)
 fig.add_trace(go.Scatter(x=x, y=[r.history_before["tau_h"] for r in recs], name="τ_h", line_color="#b2182b"),
               row=2, col=1, secondary_y=True)
-fig.update_layout(template="plotly_white", height=600)
+fig.update_layout(template="plotly_white", height=600, legend=dict(orientation="h", y=-0.15))
 fig.update_xaxes(title_text="iteration", row=2, col=1)
+fig.update_yaxes(title_text="acceptance", range=[-0.05, 1.05], row=1, col=1)
+fig.update_yaxes(title_text="D0 (depth)", dtick=1, row=2, col=1, secondary_y=False)
+fig.update_yaxes(title_text="τ_h", tickformat=".2f", nticks=5, showgrid=False, row=2, col=1, secondary_y=True)
 fig
 
 # %% [markdown]
@@ -153,6 +156,22 @@ def row(name, r):
             "draft forwards": m.draft_forwards, "tokens/s": m.tokens_per_s}
 
 pd.DataFrame([row("AR", ar), row("adaptation off", off), row("adaptation on", full)]).set_index("run")
+
+# %%
+l_on, l_off = full.metrics.tokens_per_iteration, off.metrics.tokens_per_iteration
+a_mean = float(np.mean([r.acceptance for r in full.trace]))
+d0_used = float(np.mean([r.history_before["d0_effective"] for r in full.trace]))
+tau_mean = float(np.mean([r.history_before["tau_h"] for r in full.trace]))
+side = "below" if a_mean < h.target_acceptance else "above"
+moved = ("lowered D0 (shallower trees) and raised τ_h (wider ones)" if side == "below"
+         else "raised D0 (deeper trees) and lowered τ_h (narrower ones)")
+display(Markdown(
+    f"Here adaptation {'helped' if l_on > l_off else 'did not help'}: L̄ **{l_on:.2f}** on against **{l_off:.2f}** off. "
+    f"The rule steers the *acceptance rate* toward a* = {h.target_acceptance}, not L̄: this run's mean acceptance "
+    f"was {a_mean:.2f}, {side} a*, so it {moved}: D0 used averaged {d0_used:.1f} (start {full_cfg.d0}), τ_h "
+    f"{tau_mean:.2f} (start {full_cfg.tau_h})."
+    + (" A shallower tree wastes fewer nodes but also caps how far a good guess can run, which costs L̄ on a "
+       "prompt where long paths do get accepted." if l_on <= l_off and side == "below" else "")))
 
 # %% [markdown]
 # ## Carrying the state across prompts

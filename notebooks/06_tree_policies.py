@@ -117,12 +117,26 @@ for name, cm in (("torch", torch_cost), (kernel, cost)):
 # %% [markdown]
 # **The curve is a fact about the machine, kernels included.** Most of a small model's verify forward
 # on a CPU is its fp32 matrix products. With torch's default kernels (MKL GEMM on the plain weight)
-# this project's 2-core CPU verified 2-3 tokens *slower* than 4-8: the library picks a different
-# kernel by shape. The pair here runs its linear layers on oneDNN with weights reordered once
-# (`pair.linear_kernel`, the default on a CPU in float32; `dynatree_core/linear_kernels.py`), which
-# reads each weight once for all rows: the curve is lower and much flatter. The next cell measures
-# the same pair on both kernels.
-#
+# the library picks a different kernel by shape, so c(n) need not grow with n. The pair here runs its
+# linear layers on oneDNN with weights reordered once (`pair.linear_kernel`, the default on a CPU in
+# float32; `dynatree_core/linear_kernels.py`), which reads each weight once for all rows. The cell
+# above measured the same pair on both kernels; the next one says what those numbers show on this
+# machine.
+
+# %%
+def curve_facts(name, cm):
+    r = {n: cm.verify(n) / cm.verify(1) for n in (2, 3, 4, 8, 16)}
+    dips = [n for n in (2, 3) if any(r[n] > r[m] for m in (4, 8))]
+    return (f"**{name}**: c(1) = {1e3 * cm.verify(1):.0f} ms, c(16) = {r[16]:.2f} × c(1)"
+            + (f"; {', '.join(map(str, dips))} tokens cost more than a larger tree (a dip)" if dips
+               else "; c(n) grows with n (no dip)"))
+
+lower = kernel if cost.verify(1) < torch_cost.verify(1) else "torch"
+flatter = kernel if cost.verify(16) / cost.verify(1) < torch_cost.verify(16) / torch_cost.verify(1) else "torch"
+display(Markdown(f"{curve_facts('torch', torch_cost)}. {curve_facts(kernel, cost)}. Here {lower} is the "
+                 f"cheaper kernel for one token and {flatter} the flatter curve (c(16) / c(1))."))
+
+# %% [markdown]
 # **What the cost-aware rule does with it** (`GrowthRule` in `dynatree_core/config.py`,
 # `grow_tree` and `_fill` in `dynatree_core/tree.py`). With v(u) = min(1, s_d · p(u)) the calibrated
 # chance that node u is accepted, an iteration is expected to commit E = 1 + Σ v(u) tokens in
@@ -355,9 +369,10 @@ display(Markdown(
 # ## 5 · One tree per policy, and the new stop reasons
 #
 # Every policy's **first** iteration starts from the same context (the prompt), so these trees are
-# directly comparable: same root, same draft distributions. Green nodes are the accepted path, the
-# dashed node is the target's bonus token. Hover a node for its stop reason: why it did not grow
-# children. Besides DynaTree's `depth_gate`, `rho_stop`, `d_max`, `tau` and `n_max`:
+# directly comparable: same root, same draft distributions. The accepted path is drawn with blue rings
+# and thick blue edges, the target's bonus token as an orange ★. A node's marker shape is its stop reason
+# (the legend names each; in a live notebook the hover text says it too): why it did not grow children.
+# Besides DynaTree's `depth_gate`, `rho_stop`, `d_max`, `tau` and `n_max`:
 #
 # * `static` (Sequoia): the static shape gives this node no children;
 # * `top_k` (EAGLE-2): the node could be expanded, but it was not among the level's k most probable
