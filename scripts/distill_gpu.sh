@@ -25,9 +25,15 @@
 #   dynatree bench --methods ar,linear,dynatree:cpu --linear-k 3,4,5 --num-prompts 8 --warmup 1 \
 #       --drafter feature+lookup --draft <copied folder>
 #
+# A draft for speculative *sampling* at temperature T (issue 39): the soft loss becomes KL(p_T || q_T)
+# between the target's and the draft's distributions at T (both logits / T), recorded in the draft's
+# metadata ("temperature"); --alpha 1 drops the greedy-token term, leaving that KL alone:
+#   bash scripts/distill_gpu.sh --temperature 0.7 --alpha 1      # or TEMPERATURE=0.7 bash scripts/distill_gpu.sh
+#
 # Environment: DATA_DIR (../shared/data), WORK (.distill/gpu), OUT ($WORK/draft), DEVICE (cuda),
-# TIME_LIMIT (390 s: data + features + training). Extra arguments are passed on and override the
-# defaults below (the CPU test runs the same pipeline at a tiny size this way).
+# TIME_LIMIT (390 s: data + features + training), TEMPERATURE (1: the shipped draft's loss). Extra
+# arguments are passed on and override the defaults below (the CPU test runs the same pipeline at a
+# tiny size this way).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA_DIR=${DATA_DIR:-../shared/data}
@@ -46,7 +52,7 @@ $PY -m dynatree_core.distill --kind feature --device "$DEVICE" --eval-device "$D
   --feature-text-tokens 2000000 --feature-batch-tokens 65536 --max-len 384 \
   --batch-tokens 24576 --micro-tokens 0 --lr 5e-4 --warm-lr-frac 0.25 --reg-weight 0.1 --warmup 50 \
   --steps 100000 --unroll 3 --val-rows 64 --log-every 50 \
-  --part-mb 15 --evaluate --with-lookup "$@"
+  --temperature "${TEMPERATURE:-1}" --part-mb 15 --evaluate --with-lookup "$@"
 elapsed=$(( $(date +%s) - start ))
 echo "[distill_gpu] done in ${elapsed} s; the draft (parts of <= 15 MB each):"
 ls -l "$OUT"

@@ -151,8 +151,9 @@ def test_the_gpu_recipe_runs_its_pipeline_at_a_tiny_size_on_the_cpu(tmp_path):
     work, out = tmp_path / "work", tmp_path / "draft"
     env = {**os.environ, "DATA_DIR": str(_tiny_data_dir(tmp_path / "data")), "WORK": str(work), "OUT": str(out),
            "DEVICE": "cpu", "PYTHON": sys.executable, "HF_HUB_OFFLINE": "1"}
-    run = subprocess.run(["bash", str(ROOT / "scripts" / "distill_gpu.sh"), *TINY], env=env, capture_output=True,
-                         text=True, timeout=900)
+    # --temperature passes through: the soft loss at T = 0.7, recorded in the draft's metadata (issue 39)
+    run = subprocess.run(["bash", str(ROOT / "scripts" / "distill_gpu.sh"), *TINY, "--temperature", "0.7"], env=env,
+                         capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     parts = _parts(out)
     assert len(parts) == 2 and all(p.stat().st_size <= 15 * MB for p in parts)
@@ -160,6 +161,7 @@ def test_the_gpu_recipe_runs_its_pipeline_at_a_tiny_size_on_the_cpu(tmp_path):
     meta = json.loads((out / FEATURE_CONFIG_FILE).read_text())["metadata"]
     assert meta["steps_done"] == 2 and meta["init_from"].endswith("smollm2-135m-draft")
     assert "--part-mb 15" in meta["command"]
+    assert meta["temperature"] == 0.7 and meta["command"].endswith("--temperature 0.7")
     ev = json.loads((work / "eval.json").read_text())
     assert ev["heldout_prompts"] == 1 and 0 <= ev["agree_passages"] <= 1 and "with_lookup" in ev
     assert '"agree_passages"' in run.stdout and "done in" in run.stdout
