@@ -225,7 +225,7 @@ print("the records' committed tokens are the output:", trace.committed_tokens() 
 # %% tags=["nbval-ignore-output"]
 HTML(dv.text_html(trace))
 
-# %%
+# %% tags=["nbval-ignore-output"]
 opening = dv.branching_example(trace, min_nodes=3)
 position = trace.iterations.index(opening) if opening is not None else 0
 if opening is not None:

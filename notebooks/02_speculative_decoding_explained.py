@@ -161,17 +161,17 @@ dv.why(rec)
 # keeps the top-B guesses at every node, to depth D, and the target still checks **all** of them in
 # one forward. A full binary tree of depth 3 has 2 + 4 + 8 = 14 drafted nodes.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 ft = list(iterate(pair, prompt, "fixed_tree", FixedTreeConfig(d=3, b=2, tau=0.0), max_new_tokens=40,
                   trace=True, ignore_eos=True))
 rec_ft = dv.branching_example(ft, min_nodes=1) or ft[0]  # an iteration where a second child won
 print("drafted nodes:", rec_ft.num_nodes, "| a full binary tree of depth 3:", rec_ft.num_nodes == 2 + 4 + 8)
 won = dv.off_top1(rec_ft)
 assert won, "the figure below must show a second choice accepted"
-display(Markdown(f"Iteration {rec_ft.index}: the draft's choice number {won[0].rank} at node {won[0].parent} "
+print(f"Iteration {rec_ft.index}: the draft's choice number {won[0].rank} at node {won[0].parent} "
                  f"('{pair.tokenizer.decode([rec_ft.tree.tokens[won[0].node]])}', q = {won[0].q:.2f}) was accepted, "
                  f"where a chain would have followed its first choice "
-                 f"('{pair.tokenizer.decode([won[0].top1_token])}', q = {won[0].top1_q:.2f}) and stopped."))
+                 f"('{pair.tokenizer.decode([won[0].top1_token])}', q = {won[0].top1_q:.2f}) and stopped.")
 
 
 # %% tags=["nbval-ignore-output"]

@@ -81,7 +81,7 @@ print(f"target: {pair.target_name}\ndraft:  {pair.draft_name} ({pair.drafter_kin
 # The explorer and the tour then re-draft that very state live. Two depth gates act only past D0, so
 # their sweeps hold D0 (and, for D_max, ρ_deep) low enough for them to bind on a short path.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 base = DynaTreeConfig.paper()
 KNOBS = {"tau_h": [0.5, 0.7, 0.9, 0.99], "tau_l": [0.05, 0.2, 0.4, 0.6], "d0": [1, 2, 3, 5],
          "d_max": [2, 3, 4, 8], "rho_stop": [0.3, 0.2, 0.1, 0.02], "rho_deep": [0.9, 0.7, 0.5, 0.2],
@@ -266,7 +266,7 @@ Markdown("\n\n".join(effects[k] for k in ("tau", "n_max")))
 # top-left: the ℓ a knob buys, at the fewest nodes. Remember this is *one* iteration of *one* prompt —
 # **05** measures averages over many.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 live_moving = [k for k, df in tables.items() if df["accepted ℓ"].nunique() > 1]
 gain = {k: (int(df["accepted ℓ"].min()), int(df["accepted ℓ"].max()), int(df["nodes"].min()), int(df["nodes"].max()))
         for k, df in tables.items()}
@@ -288,9 +288,13 @@ for k, name in enumerate(names):
     points = df.reset_index().groupby(["nodes", "accepted ℓ"], sort=False)[name].apply(
         lambda v: ", ".join(f"{x:g}" for x in v)).reset_index()
     fig.add_trace(go.Scatter(x=points["nodes"], y=points["accepted ℓ"], mode="lines+markers+text", showlegend=False,
-                             text=points[name], textposition="top left",
+                             text=points[name],  # neighbours alternate above-left / below-right, the last above-left
+                             textposition=["top left" if (len(points) - 1 - i) % 2 == 0 else "bottom right"
+                                           for i in range(len(points))],
                              textfont=dict(size=10), marker=dict(size=8, color="#0072B2"),
                              line=dict(color="#0072B2")), row=k // 4 + 1, col=k % 4 + 1)
+    lo, hi = int(df["nodes"].min()), int(df["nodes"].max())
+    fig.update_xaxes(range=[lo - 0.25 * (hi - lo) - 1.5, hi + 1], row=k // 4 + 1, col=k % 4 + 1)  # labels clear the edge
 ell_max = max(int(df["accepted ℓ"].max()) for df in tables.values())
 fig.update_yaxes(range=[-0.5, ell_max + 1], dtick=1)
 fig.update_xaxes(title_text="verified nodes", row=2)

@@ -157,7 +157,7 @@ def row(name, r):
 
 pd.DataFrame([row("AR", ar), row("adaptation off", off), row("adaptation on", full)]).set_index("run")
 
-# %%
+# %% tags=["nbval-ignore-output"]
 l_on, l_off = full.metrics.tokens_per_iteration, off.metrics.tokens_per_iteration
 a_mean = float(np.mean([r.acceptance for r in full.trace]))
 d0_used = float(np.mean([r.history_before["d0_effective"] for r in full.trace]))

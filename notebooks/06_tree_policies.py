@@ -123,7 +123,7 @@ for name, cm in (("torch", torch_cost), (kernel, cost)):
 # above measured the same pair on both kernels; the next one says what those numbers show on this
 # machine.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 def curve_facts(name, cm):
     r = {n: cm.verify(n) / cm.verify(1) for n in (2, 3, 4, 8, 16)}
     dips = [n for n in (2, 3) if any(r[n] > r[m] for m in (4, 8))]

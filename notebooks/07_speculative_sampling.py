@@ -265,7 +265,7 @@ dv.sampling_view(match.trace, 0).show()
 # where the first candidate was accepted with a coin clearly below a threshold under 1, and the counts over every
 # node of the run sit beside it.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 counts = dv.rejection_counts(rejection.trace)
 example = dv.rejection_example(rejection.trace)
 display(Markdown(
