@@ -34,6 +34,8 @@ P_BARS, Q_BARS, MIN_BARS, RESIDUAL_BARS, UNIFORM_LINE, INTERVAL_BAR, SCORE_BARS,
     "p: target", "q: draft", "min(p, q)", "residual (p - q)+", "uniform u", "drawn token's CDF interval",
     "log p + Gumbel noise", "coins against min(1, p/q)")
 THRESHOLD_MARKS = "threshold min(1, p/q)"
+#: shared draft noise: the draft's perturbed scores beside the target's
+DRAFT_SCORE_BARS = "log q + Gumbel noise (draft)"
 
 
 @dataclass
@@ -65,6 +67,11 @@ class SamplingPanel:
     drawn_text: str
     #: match: the largest perturbed scores (token, text, log p + g), the drawn token first
     scores: list[tuple[int, str, float]] = field(default_factory=list)
+    #: match with shared draft noise: the draft's largest log q + g at the same position (token, text,
+    #: score), its coupled sample first; empty when the drafts were independent or the node not expanded
+    draft_scores: list[tuple[int, str, float]] = field(default_factory=list)
+    #: rejection: each tested candidate's threshold min(1, p_i / q_i) (None: not tested or not recorded)
+    thresholds: list[float | None] = field(default_factory=list)
     #: rejection: the candidate accepted (-1: drawn from the residual, -2: no candidates), the coins,
     #: and a residual draw's uniform and the drawn token's CDF interval
     accepted_rank: int | None = None
@@ -102,9 +109,14 @@ def sampling_data(source: Trace | IterationRecord, iteration: int = 0, node: int
                           drawn_text=namer(drawn), followed=followed)
     if verify == "match":
         panel.scores = [(int(t), namer(t), float(v)) for t, v in zip(*s["score_top"][node])]
+        drafted = (s.get("draft_score_top") or [None] * (node + 1))[node]
+        if drafted is not None:
+            panel.draft_scores = [(int(t), namer(t), float(v)) for t, v in zip(drafted[0], drafted[1])
+                                  if math.isfinite(v)]
     else:
         panel.accepted_rank, panel.coins = rank, list(s["coins"][node])
         panel.uniform, panel.interval = float(s["uniform"][node]), tuple(s["interval"][node])
+        panel.thresholds = list(s["thresholds"][node]) if "thresholds" in s else [first_threshold(panel)]
     panel.reason = _reason(panel, children, tree)
     return panel
 
@@ -115,8 +127,14 @@ def _rows(rec: IterationRecord, node: int, namer: TokenNamer) -> list[TokenRow]:
     s, tree = rec.sampling, rec.tree
     p = dict(zip(*s["p_top"][node]))
     q: dict[int, float] = {}
+    # under shared draft noise a node's log-probabilities are its coupled confidence, not q: q comes
+    # from the draft scores the trace kept (log q beside log q + g)
+    coupled = "draft_score_top" in s
     if "q_top" in s:
         q.update(zip(*s["q_top"][node]))
+    elif coupled:
+        kept = s["draft_score_top"][node] or [[], [], []]
+        q.update((t, math.exp(lq)) for t, lq in zip(kept[0], kept[2]) if math.isfinite(lq))
     elif tree.topk_tokens[node] is not None:
         q.update((t, math.exp(lp)) for t, lp in zip(tree.topk_tokens[node], tree.topk_logps[node]))
     child_of: dict[int, int] = {}
@@ -125,7 +143,7 @@ def _rows(rec: IterationRecord, node: int, namer: TokenNamer) -> list[TokenRow]:
         child_of[tok] = c
         if rec.target_prob_drafted and rec.target_prob_drafted[c] is not None:
             p.setdefault(tok, rec.target_prob_drafted[c])
-        if tree.stop_reasons[c] != "lookup_tail":  # a copied span's token has no draft probability
+        if tree.stop_reasons[c] != "lookup_tail" and not coupled:  # a copied span's token has no q
             q.setdefault(tok, math.exp(tree.logps[c]))
     drawn = int(rec.target_argmax[node])
     p.setdefault(drawn, s["choice_prob"][node])
@@ -137,8 +155,7 @@ def _rows(rec: IterationRecord, node: int, namer: TokenNamer) -> list[TokenRow]:
 
 def first_threshold(panel: SamplingPanel) -> float | None:
     """min(1, p/q) of the first candidate where the trace names it (it was accepted: it is the
-    drawn token); None otherwise. Later siblings are tested against the residual, whose p and q
-    the trace does not keep."""
+    drawn token); None otherwise: what a trace written before thresholds were recorded shows."""
     if panel.verify != "rejection" or panel.accepted_rank != 0:
         return None
     row = next((r for r in panel.rows if r.token == panel.drawn), None)
@@ -152,13 +169,16 @@ def _reason(panel: SamplingPanel, children: dict[int, int], tree: Any) -> str:
         how = f"drawn from p by Gumbel-max: its log p + g = {panel.scores[0][2]:.2f} was the largest"
         if len(panel.scores) > 1:
             how += f" ('{style.visible_token(panel.scores[1][1])}' next, {panel.scores[1][2]:.2f})"
+        how += _coupling(panel)
     elif panel.accepted_rank is not None and panel.accepted_rank >= 0:
         i = panel.accepted_rank
         row = next((r for r in panel.rows if r.token == panel.drawn), None)
         ratio = f"min(1, p/q) = {min(1.0, row.p / row.q):.3f}" if row and row.p and row.q else "min(1, p/q)"
+        t = panel.thresholds[i] if i < len(panel.thresholds) and panel.thresholds[i] is not None else None
+        against = f" = {t:.3f}" if t is not None else ""
         how = (f"candidate 1 accepted: its coin {panel.coins[i]:.3f} < {ratio}" if i == 0 else
-               f"candidates 1-{i} rejected, candidate {i + 1} accepted: its coin {panel.coins[i]:.3f} was below "
-               "its ratio against the residual (p - q)+ and q without the rejected tokens")
+               f"{'candidate 1' if i == 1 else f'candidates 1-{i}'} rejected, candidate {i + 1} accepted: its coin {panel.coins[i]:.3f} was below "
+               f"its min(1, p/q){against} against the residual (p - q)+ and q without the rejected tokens")
     elif panel.accepted_rank == -2:
         how = f"no candidates here: drawn from p with u = {panel.uniform:.3f}"
     else:
@@ -170,6 +190,27 @@ def _reason(panel: SamplingPanel, children: dict[int, int], tree: Any) -> str:
     return f"{tok} {how}; no child carries it, so it was committed as the bonus token"
 
 
+def _lower_title(panel: SamplingPanel) -> str:
+    if panel.verify == "rejection":
+        return "the draw: each candidate's coin against its acceptance threshold"
+    if panel.draft_scores:
+        return "the draw: the largest log p + g wins; the draft ranked by log q + the same g"
+    return "the draw: the largest log p + Gumbel noise wins"
+
+
+def _coupling(panel: SamplingPanel) -> str:
+    """Shared draft noise: whether the draft's largest log q + g was the target's draw, and why."""
+    if not panel.draft_scores:
+        return ""
+    tok, text, score = panel.draft_scores[0]
+    mine = f"; the draft, ranking by log q + the same noise, put '{style.visible_token(text)}' first ({score:.2f})"
+    if tok == panel.drawn:
+        return mine + ": the two perturbed argmaxes agreed"
+    rank = next((i for i, (t, _, _) in enumerate(panel.draft_scores) if t == panel.drawn), None)
+    where = f"its #{rank + 1}" if rank is not None else "below the draft's recorded top"
+    return mine + f": q and p differ enough that the noise picked another token (the draw was {where})"
+
+
 def sampling_view(source: Trace | IterationRecord, iteration: int = 0, node: int | None = None, *,
                   namer: TokenNamer | None = None, tokenizer: Any = None, title: str | None = None,
                   width: int = 820) -> go.Figure:
@@ -178,8 +219,7 @@ def sampling_view(source: Trace | IterationRecord, iteration: int = 0, node: int
     panel = sampling_data(source, iteration, node, namer=namer, tokenizer=tokenizer)
     fig = make_subplots(rows=2, cols=1, row_heights=[0.64, 0.36], vertical_spacing=0.3,
                         subplot_titles=("p and q of the tokens the trace knows at this node",
-                                        "the draw: the largest log p + Gumbel noise wins" if panel.verify == "match"
-                                        else "the draw: each candidate's coin against its acceptance threshold"))
+                                        _lower_title(panel)))
     labels = [f"{style.short_label(r.text, 12)}" + (f" (node {r.child})" if r.child is not None else "")
               for r in panel.rows]
     bars = [(P_BARS, [r.p for r in panel.rows], style.ACCEPTED, ""),
@@ -225,21 +265,22 @@ def _draw_line(fig: go.Figure, panel: SamplingPanel) -> None:
     candidate's acceptance probability min(1, p/q) beside it) and a residual draw's uniform inside the
     drawn token's CDF interval (rejection)."""
     if panel.verify == "match":
-        fig.add_trace(go.Bar(x=[f"'{style.visible_token(t)}'" for _, t, _ in panel.scores],
-                             y=[v for _, _, v in panel.scores], name=SCORE_BARS,
-                             marker_color=[style.BONUS if i == 0 else style.GHOST for i in range(len(panel.scores))],
-                             hovertemplate="%{x}: log p + g = %{y:.3f}<extra></extra>"), row=2, col=1)
+        _draw_scores(fig, panel)
         return
     used = len(panel.coins) if panel.accepted_rank is None or panel.accepted_rank < 0 else panel.accepted_rank + 1
-    labels = [f"candidate {i + 1}" for i in range(used)]  # coins after the accepted one were never tested
+    # coins after the accepted one were never tested; a row names its threshold (text beside a mark at
+    # 0 or 1 would leave the axis)
+    thr = list(panel.thresholds) + [None] * used
+    labels = [f"candidate {i + 1}" + (f" (min(1, p/q) = {thr[i]:.3f})" if thr[i] is not None else "")
+              for i in range(used)]
     if labels:
         fig.add_trace(go.Scatter(x=panel.coins[:used], y=labels, mode="markers", name=COIN_MARKS,
                                  marker=dict(symbol="diamond", size=11, color=style.REJECTED),
                                  hovertemplate="%{y}: coin %{x:.3f}<extra></extra>"), row=2, col=1)
-    t = first_threshold(panel)
-    if t is not None:  # candidate 1's threshold; a sibling's (against the residual) is not recorded
-        fig.add_trace(go.Scatter(x=[t], y=[labels[0]], mode="markers+text", name=THRESHOLD_MARKS,
-                                 text=[f"min(1, p/q) = {t:.3f}"], textposition="top left",
+    shown = [(t, lab) for t, lab in zip(panel.thresholds, labels) if t is not None]
+    if shown:  # each tested candidate's min(1, p_i/q_i), against the residual from the second on
+        fig.add_trace(go.Scatter(x=[t for t, _ in shown], y=[lab for _, lab in shown], mode="markers",
+                                 name=THRESHOLD_MARKS,
                                  marker=dict(symbol="line-ns-open", size=24, line=dict(width=3, color=style.ACCEPTED)),
                                  hovertemplate="threshold %{x:.3f}<extra></extra>"), row=2, col=1)
     if panel.accepted_rank == -1 and panel.interval is not None:  # every candidate rejected: a residual draw
@@ -252,3 +293,25 @@ def _draw_line(fig: go.Figure, panel: SamplingPanel) -> None:
                                  marker=dict(symbol="line-ns-open", size=22, line=dict(width=3, color=style.BONUS))),
                       row=2, col=1)
     fig.update_xaxes(range=[0, 1], row=2, col=1)
+
+
+def _draw_scores(fig: go.Figure, panel: SamplingPanel) -> None:
+    """match: the target's largest log p + g (the first won); with shared draft noise the draft's
+    log q + g of the same tokens beside them (the draft's own largest marked)."""
+    tokens = [t for t, _, _ in panel.scores]
+    tokens += [t for t, _, _ in panel.draft_scores if t not in tokens]
+    text = {t: x for t, x, _ in panel.scores + panel.draft_scores}
+    labels = [f"'{style.visible_token(text[t])}'" for t in tokens]
+    target = {t: v for t, _, v in panel.scores}
+    fig.add_trace(go.Bar(x=labels, y=[target.get(t) for t in tokens], name=SCORE_BARS,
+                         marker_color=[style.BONUS if t == panel.drawn else style.GHOST for t in tokens],
+                         hovertemplate="%{x}: log p + g = %{y:.3f}<extra></extra>"), row=2, col=1)
+    if panel.draft_scores:
+        draft = {t: v for t, _, v in panel.draft_scores}
+        first = panel.draft_scores[0][0]
+        fig.add_trace(go.Bar(x=labels, y=[draft.get(t) for t in tokens], name=DRAFT_SCORE_BARS,
+                             marker=dict(color=style.OKABE_ITO["sky_blue"], pattern=dict(shape="/"),
+                                         line=dict(color=[style.ACCEPTED if t == first else style.OKABE_ITO["sky_blue"]
+                                                          for t in tokens], width=3)),
+                             hovertemplate="%{x}: log q + g = %{y:.3f}<extra></extra>"), row=2, col=1)
+        fig.update_yaxes(title_text="perturbed score", row=2, col=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 
 import pytest
 
@@ -10,8 +11,8 @@ import dynatree_viz as dv
 from dynatree_core import generate
 from dynatree_core.policy.config import DynaTreeConfig, LinearConfig
 from dynatree_core.records.trace import Trace
-from dynatree_viz.sampling_view import (COIN_MARKS, MIN_BARS, P_BARS, Q_BARS, RESIDUAL_BARS,
-                                         SCORE_BARS)
+from dynatree_viz.sampling_view import (COIN_MARKS, DRAFT_SCORE_BARS, MIN_BARS, P_BARS, Q_BARS, RESIDUAL_BARS,
+                                         SCORE_BARS, THRESHOLD_MARKS)
 
 from conftest import cached_pair
 
@@ -69,7 +70,41 @@ def test_the_figure_shows_p_q_their_overlap_and_the_draw(verify):
     assert {P_BARS, Q_BARS, MIN_BARS} <= names
     assert (RESIDUAL_BARS in names) == (COIN_MARKS in names) == (verify == "rejection")
     assert (SCORE_BARS in names) == (verify == "match")
-    assert "committed as the bonus" in fig.layout.title.text or "verified" in fig.layout.title.text
+    assert (DRAFT_SCORE_BARS in names) == (verify == "match")  # shared draft noise: the draft's scores beside
+    title = fig.layout.title.text.replace("<br>", " ")  # the title wraps at spaces
+    assert "committed as the bonus" in title or "verified" in title
+
+
+def test_shared_noise_panels_show_the_drafts_perturbed_scores_and_whether_they_agreed():
+    trace = sampled("match")
+    nodes = [(i, u) for i, rec in enumerate(trace) for u in [0] + rec.accepted_path
+             if rec.sampling.get("draft_score_top") and rec.sampling["draft_score_top"][u] is not None]
+    assert nodes
+    panels = [dv.sampling_data(trace, i, node=u) for i, u in nodes]
+    for (i, u), p in zip(nodes, panels):
+        first = p.draft_scores[0][0]
+        assert ("perturbed argmaxes agreed" in p.reason) == (first == p.drawn)
+        # q comes from the draft's own log q, not from the coupled confidence the tree reads
+        tokens, _, logq = trace.iterations[i].sampling["draft_score_top"][u]
+        q = {r.token: r.q for r in p.rows}
+        assert all(abs(q[t] - math.exp(lq)) < 1e-9 for t, lq in zip(tokens, logq) if math.isfinite(lq))
+    assert any("agreed" in p.reason for p in panels) and any("picked another token" in p.reason for p in panels)
+
+
+def test_rejection_panels_draw_every_tested_candidates_threshold():
+    trace = sampled("rejection")
+    panels = [dv.sampling_data(trace, i, node=u) for i, rec in enumerate(trace) for u in [0] + rec.accepted_path]
+    tested = [p for p in panels if p.accepted_rank is not None and p.accepted_rank != -2]
+    assert tested
+    for p in tested:
+        used = len(p.coins) if p.accepted_rank < 0 else p.accepted_rank + 1
+        assert all(t is not None and 0.0 <= t <= 1.0 for t in p.thresholds[:used])
+        if p.accepted_rank >= 0:  # the accepted candidate's coin fell below its threshold, the others' did not
+            assert p.coins[p.accepted_rank] < p.thresholds[p.accepted_rank]
+        assert all(p.coins[i] >= p.thresholds[i] for i in range(used) if i != p.accepted_rank)
+    fig = dv.sampling_view(trace, 0, node=0)
+    marks = [t for t in fig.data if t.name == THRESHOLD_MARKS]
+    assert marks and len(marks[0].x) == sum(t is not None for t in dv.sampling_data(trace, 0, node=0).thresholds)
 
 
 def test_a_greedy_record_has_no_draw_to_show():

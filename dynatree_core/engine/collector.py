@@ -8,6 +8,8 @@ nothing else (gpt-fast keeps its ``speculative_decode`` the same way). The loop 
 
 from __future__ import annotations
 
+import math
+
 import resource
 import sys
 import time
@@ -156,6 +158,8 @@ class RunCollector:
         hi = cdf.gather(1, drawn)[:, 0] / cdf[:, -1]
         out.update(uniform=choice.noise, interval_hi=hi, interval_lo=hi - choice.residual.gather(1, drawn)[:, 0] / cdf[:, -1])
         out["coins"], out["accepted_rank"] = choice.coins, choice.accepted_rank
+        if choice.thresholds is not None:
+            out["thresholds"] = choice.thresholds
         res = choice.residual.topk(m, dim=-1)
         out["residual_top_tokens"], out["residual_top_probs"] = res.indices, res.values
         if choice.q is not None:
@@ -260,6 +264,8 @@ def _sampling_record(a: dict[str, np.ndarray]) -> dict[str, Any]:
                    interval=[[lo, hi] for lo, hi in zip(a["interval_lo"].tolist(), a["interval_hi"].tolist())])
         out.update(coins=a["coins"].tolist(), accepted_rank=a["accepted_rank"].tolist(),
                    residual_top=pairs("residual_top"))
+        if "thresholds" in a:  # each tested candidate's min(1, p_i/q_i); None where it was not tested
+            out["thresholds"] = [[None if math.isnan(v) else v for v in row] for row in a["thresholds"].tolist()]
         if "q_top_tokens" in a:
             out["q_top"] = pairs("q_top")
     return out

@@ -225,6 +225,9 @@ class TargetChoice:
     residual: torch.Tensor | None = None
     #: rejection: the draft's q rows the candidates were drawn from ([n, V]; None: nothing drafted)
     q: torch.Tensor | None = None
+    #: rejection: each tested candidate's acceptance probability min(1, p_i(x_i) / q_i(x_i)) against
+    #: the residual and the reduced q at its turn [n, k] (NaN: not tested)
+    thresholds: torch.Tensor | None = None
 
     @property
     def p(self) -> torch.Tensor:
@@ -266,10 +269,12 @@ class TargetSampler:
         q_i = draft.q.double() if k else None
         rank = torch.where(draft.fed, -1, -2)
         out = torch.full((n,), -1, dtype=torch.long, device=p.device)
+        thresholds = torch.full((n, k), math.nan, dtype=torch.float64, device=p.device)
         for i in range(k):
             cand = draft.tokens[:, i:i + 1]
             px, qx = p_i.gather(1, cand)[:, 0], q_i.gather(1, cand)[:, 0]
             live = (out < 0) & draft.fed & (qx > 0)
+            thresholds[:, i] = torch.where(live, (px / qx.clamp(min=1e-300)).clamp(max=1.0), math.nan)
             ok = live & (coins[:, i] * qx < px)
             out = torch.where(ok, cand[:, 0], out)
             rank = torch.where(ok, i, rank)
@@ -278,7 +283,7 @@ class TargetSampler:
             q_next = q_i.scatter(1, cand, 0.0)
             q_i = torch.where(rej, q_next / q_next.sum(-1, keepdim=True).clamp(min=1e-300), q_i)
         tokens = torch.where(out >= 0, out, inverse_cdf(p_i, last))
-        choice = TargetChoice(tokens, x, last, coins, rank, p_i, draft.q)
+        choice = TargetChoice(tokens, x, last, coins, rank, p_i, draft.q, thresholds)
         choice._p = p
         return choice
 
