@@ -453,15 +453,15 @@ _STRIP_LEFT, _STRIP_GAP_X, _STRIP_GAP_Y, _STRIP_TOP, _STRIP_RIGHT = 30, 36, 56, 
 def animation_strip(fig: go.Figure, *, columns: int | None = None, scale: float | None = None,
                     max_width: int = 1250) -> go.Figure:
     """Every step of an :func:`animate` figure in one picture (small multiples): one panel per
-    frame, the tree scaled by ``scale`` (default: panels about 330 px wide, at least 0.45 of the
-    animation), ``columns`` panels a row (default: as many as fit in ``max_width``). Each panel
-    is titled with its step; the accepted path and the bonus are labelled from the select step
-    on; one legend for all. This is the image notebooks store for an animation."""
+    frame, the tree scaled by ``scale`` (default: panels about 460 px wide, at least 0.7 of the
+    animation, so that every node keeps its token label as in the GIF), ``columns`` panels a row
+    (default: as many as fit in ``max_width``). Each panel is titled with its step; one legend for
+    all. This is the image notebooks store for an animation."""
     figs = frame_figures(fig)
     lay0 = figs[0].layout
     plot_w = lay0.width - lay0.margin.l - lay0.margin.r
     plot_h = lay0.height - lay0.margin.t - lay0.margin.b
-    s = scale or min(max(330 / plot_w, 0.45), 1.0)
+    s = scale or min(max(460 / plot_w, 0.7), 1.0)
     pw, ph = plot_w * s, plot_h * s
     cols = columns or max(1, min(len(figs), int((max_width - _STRIP_LEFT) // (pw + _STRIP_GAP_X))))
     rows = -(-len(figs) // cols)
@@ -506,15 +506,11 @@ def _add_panel(out: go.Figure, f: go.Figure, k: int, s: float, xdom: list, ydom:
     """One step of the strip on axes ``k``: the frame's tree scaled by ``s``, its title above."""
     meta = f.layout.meta if isinstance(f.layout.meta, dict) else {}
     ax = "" if k == 1 else str(k)  # plotly's names: x, x2, x3 …
-    labelled = meta.get("phase") in ("select", "commit")
-    keep = {0, meta.get("bonus_key")} | set(meta.get("accepted") or [])  # the root, the path, ★
     for tr in f.data:
         if tr.x == (None,) or tr.name in (TARGET_CHOICES, tv.COLORBAR):
             continue
         t = _scaled(go.Scatter(tr), s)
-        if tr.name == tv.LABELS:
-            ids = [j for j, key in enumerate(tr.customdata or []) if labelled and key in keep]
-            t = _take(t, ids, len(tr.customdata or []))
+        if tr.name == tv.LABELS:  # every node named by its token, as in the GIF
             t.update(text=[text_lines(v)[0] for v in t.text or []], textfont_size=10)  # token only
         t.update(xaxis=f"x{ax}", yaxis=f"y{ax}", showlegend=False)
         out.add_trace(t)

@@ -143,7 +143,10 @@ class LiveBackend:
             for tok, t in zip(tree.tokens, texts):
                 self.namer.known.setdefault(int(tok), t)
         sampled = sampling is not None and not sampling.greedy
-        return RegrowResult(scene=TreeScene.from_partial(tree, argmax, self.namer, texts, sampled=sampled))
+        # a TreeSession's result also carries the target's p of every drafted token: the colour under sampling
+        target_prob = list(getattr(out, "target_prob", None) or [])
+        return RegrowResult(scene=TreeScene.from_partial(tree, argmax, self.namer, texts, target_prob,
+                                                         sampled=sampled))
 
 
 def takes_sampling(fn: Callable) -> bool:

@@ -25,7 +25,9 @@
 #   sampled from the draft's q, the first accepted with min(1, p/q), later siblings tested against the
 #   residual: exact in distribution);
 # * the Gumbel-max trick, which `match` and seeded AR use to draw from p;
-# * how temperature changes what a tree buys, measured on one prompt below.
+# * how temperature changes what a tree buys, measured on one prompt below;
+# * sharing the noise: drafts ranked by log q plus the target's own Gumbel noise, whose first proposal is the
+#   target's draw far more often than the draft's most probable token, with the same output.
 #
 # Everything runs offline on a CPU in about two minutes. The rules and their proofs are in
 # `docs/engine.md` (speculative sampling) and `dynatree_core/policy/sampling.py`.
@@ -220,7 +222,8 @@ fig.show()
 # ## 4. `match` against `rejection` on one prompt
 #
 # The same DynaTree run at temperature 0.7, verified both ways. Under `match` the children are the draft's top-B
-# and the walk goes on only if the target's draw is one of them: at most Σ p(children) of the time. Under
+# by log q plus the target's own Gumbel noise (section 5 says why) and the walk goes on only if the target's draw
+# is one of them. Under
 # `rejection` the children are *sampled* from q without replacement and tested in turn (recursive rejection
 # sampling): the first candidate x₁ is accepted with min(1, p(x₁)/q(x₁)); if it is rejected, p is replaced by the
 # residual norm((p - q)+) and q by q with x₁ removed (renormalised), and the second candidate is accepted with
@@ -278,6 +281,100 @@ display(Markdown(
 # %% tags=["nbval-ignore-output"]
 (dv.sampling_view(rejection.trace, example.iteration, example.node) if example
  else dv.sampling_view(rejection.trace, 0)).show()
+
+# %% [markdown]
+# ## 5. Sharing the noise: drafts that know the target's dice
+#
+# Under `match` the target's token at position t is argmax(log p + g), and g is fixed by the seed and the position
+# alone: the draft can compute it too. So the drafters rank their candidates by **log q + g** with the *same* g
+# (`draft_noise="shared"`, the default under `match`): the first child is the draft's own Gumbel-max sample,
+# *coupled* to the target's, and where q is close to p the two perturbed argmaxes are the same token. How often,
+# exactly: P(agree) = Σ_x 1 / Σ_y max(p_y / p_x, q_y / q_x), which is at least (1 - TV) / (1 + TV) and at most
+# 1 - TV, the best any way of pairing a draw from q with a draw from p can do (Daliri, Musco and Suresh 2024).
+# Ranked by q alone (`draft_noise="none"`) the first child is q's most probable token, accepted with probability
+# p(argmax q). The output does not change either way (it is seeded AR's); only what the draft proposes does.
+#
+# On the four-token p and q of section 1 (a draft that gets the order wrong), 20,000 of the engine's own noise
+# vectors (one per position), shared by p and q, against the closed form:
+
+# %% tags=["nbval-ignore-output"]
+from dynatree_core.policy.sampling import coupled_agreement, gumbel_noise, total_variation
+
+G = np.stack([gumbel_noise(0, t, 4) for t in range(20_000)])       # seed 0, positions 0 .. 19,999
+G_other = np.stack([gumbel_noise(1, t, 4) for t in range(20_000)])  # another seed: noise the draft does not share
+target_draw = np.argmax(np.log(p) + G, axis=1)
+shared_rate = np.mean(target_draw == np.argmax(np.log(q) + G, axis=1))
+independent_rate = np.mean(target_draw == np.argmax(np.log(q) + G_other, axis=1))
+closed, tv = coupled_agreement(p, q), total_variation(p, q)
+top1 = p[np.argmax(q)]
+se = np.sqrt(closed * (1 - closed) / 20_000)
+assert abs(shared_rate - closed) < 5 * se and (1 - tv) / (1 + tv) <= closed <= 1 - tv
+assert shared_rate > max(top1, independent_rate)
+names = ["q's most probable token<br>(draft_noise='none')", "a sample from q,<br>its own noise",
+         "shared noise:<br>closed form", "shared noise:<br>20,000 draws", "(1 - TV) / (1 + TV)", "1 - TV"]
+values = [top1, independent_rate, closed, shared_rate, (1 - tv) / (1 + tv), 1 - tv]
+colours = ["#a8a8a8", "#a8a8a8", "#009E73", "#009E73", "#56B4E9", "#56B4E9"]
+fig = go.Figure(go.Bar(x=names, y=values, marker_color=colours, text=[f"{v:.3f}" for v in values],
+                       textposition="outside"))
+fig.update_layout(title="how often the draft's first proposal is the target's draw (p and q of section 1)",
+                  yaxis_title="probability", yaxis_range=[0, 1], width=820, height=420)
+fig.show()
+display(Markdown(
+    f"The draft's first proposal is the target's draw **{shared_rate:.1%}** of the time with shared noise (closed form "
+    f"{closed:.3f}, one standard error {se:.4f}), against **{top1:.0%}** for q's most probable token and "
+    f"{independent_rate:.1%} for a sample from q with noise of its own. TV(p, q) = {tv:.2f} bounds it between "
+    f"{(1 - tv) / (1 + tv):.3f} and {1 - tv:.3f}."))
+
+# %% [markdown]
+# On the real pair: DynaTree and linear drafting (K = 3) at temperature 0.7 and 1.0, shared against independent
+# noise, on two prompts with seed 0 (48 tokens a run). Acceptance is the share of drafted nodes the target
+# accepted. Every run's tokens are seeded AR's, shared noise or not (asserted).
+
+# %% tags=["nbval-ignore-output"]
+prompts2 = [prompt, "Photosynthesis is the process by which green plants"] if PAIR != "tiny" else [prompt, [7, 1, 40, 12]]
+rows2, traced = [], {}
+for temp in (0.7, 1.0):
+    for i, pr in enumerate(prompts2):
+        for seed in (0,):
+            ar = generate(pair, pr, "ar", max_new_tokens=48, ignore_eos=True, temperature=temp, seed=seed).tokens
+            for m, c in (("linear", LinearConfig(k=3)), ("dynatree", DynaTreeConfig.cpu())):
+                for noise in ("shared", "none"):
+                    keep = (temp, i, seed, m) == (0.7, 0, 0, "dynatree")  # one tree, drawn both ways, below
+                    res = generate(pair, pr, m, c, max_new_tokens=48, ignore_eos=True, temperature=temp, seed=seed,
+                                   draft_noise=noise, trace=keep)
+                    assert res.tokens == ar, "under match every run is seeded AR's tokens"
+                    traced.update({noise: res.trace} if keep else {})
+                    rows2.append({"temperature": temp, "method": m, "draft noise": noise,
+                                  "acceptance": res.metrics.acceptance_rate, "L̄": res.metrics.tokens_per_iteration})
+noise_table = pd.DataFrame(rows2).groupby(["temperature", "method", "draft noise"]).mean().reset_index()
+display(noise_table)
+fig = go.Figure()
+for (m, noise), sub in noise_table.groupby(["method", "draft noise"]):
+    fig.add_trace(go.Bar(x=[f"T={t:g}" for t in sub.temperature], y=sub.acceptance, name=f"{m}, {noise}",
+                         marker_color="#0072B2" if m == "dynatree" else "#E69F00",
+                         marker_pattern_shape="" if noise == "shared" else "/",
+                         opacity=1.0 if noise == "shared" else 0.55))
+fig.update_layout(barmode="group", title="acceptance per drafted node: shared against independent draft noise",
+                  yaxis_title="acceptance", width=760, height=400)
+fig.show()
+wide = noise_table.pivot_table(index=["temperature", "method"], columns="draft noise", values="L̄")
+gains = ", ".join(f"{m} at {t:g}: {r['none']:.2f} → {r['shared']:.2f}" for (t, m), r in wide.iterrows())
+better = int((wide["shared"] > wide["none"]).sum())
+display(Markdown(f"L̄ with independent → shared noise, averaged over the 2 prompts: {gains}. Shared noise drafted "
+                 f"the longer accepted paths in **{better} of {len(wide)}** settings here; the benchmark "
+                 f"(`docs/benchmarks.md`, Table 7) measures it over more prompts, with speed."))
+
+# %% [markdown]
+# The same first iteration drafted both ways (temperature 0.7, seed 0, the same prompt): the target's draw at
+# every position is the same in the two pictures; what differs is which children the draft put there. Below,
+# the root's draw with shared noise: the target's log p + g and the draft's log q + g side by side.
+
+# %% tags=["nbval-ignore-output"]
+for noise in ("none", "shared"):
+    rec = traced[noise].iterations[0]
+    dv.tree_figure(rec, title=f"draft_noise='{noise}', iteration 0: {len(rec.accepted_path)} drafted token(s) "
+                              "accepted").show()
+dv.sampling_view(traced["shared"], 0, node=0).show()
 
 # %% [markdown]
 # **Take-aways.** Sampling costs speculative decoding nothing in exactness: `match` reproduces seeded AR token

@@ -148,3 +148,15 @@ def test_a_tree_session_returns_the_targets_probability_of_every_drafted_token(s
     assert tree.tokens == first.tree.tokens and choices == first.target_argmax
     assert got.target_prob[0] is None
     np.testing.assert_allclose(got.target_prob[1:], first.target_prob_drafted[1:], rtol=1e-5)
+
+
+def test_generate_and_iterate_take_draft_noise_as_a_keyword():
+    pair = cached_pair("llama", "sdpa", 0.3)
+    a = generate(pair, [5, 9, 2], "linear", max_new_tokens=8, temperature=0.7, seed=1, draft_noise="none", trace=True)
+    assert a.trace.sampling["draft_noise"] == "none"
+    from dynatree_core import iterate
+
+    run = iterate(pair, [5, 9, 2], "linear", max_new_tokens=8, temperature=0.7, seed=1, draft_noise="shared")
+    assert [t for rec in run for t in rec.committed] == a.tokens  # the same seeded AR tokens
+    with pytest.raises(ValueError, match="draft_noise"):
+        generate(pair, [5, 9, 2], "linear", max_new_tokens=8, draft_noise="shared")  # greedy: refused

@@ -140,3 +140,14 @@ def test_a_one_argument_regrow_gets_no_sampling_controls_and_keeps_working():
     assert backend(ex.rule).tree.tokens == ex.result.tree.tokens  # sampling=None: the rule alone
     with pytest.raises(TypeError, match="no sampling"):
         backend(ex.rule, SamplingConfig(temperature=0.7))
+
+
+def test_a_live_session_colours_the_sampled_tree_by_the_targets_p_of_each_token(explorer):
+    """TreeSession.regrow returns p(token | parent) beside the draws: the live scene carries it (what
+    color_by="target_p" reads), the same numbers the session reports."""
+    ex = explorer
+    _set(ex, top_p=1.0, seed=3, temperature=0.9)
+    got = ex.backend.regrow.__self__.regrow(ex.rule, SamplingConfig(temperature=0.9, seed=3))
+    scene = ex.result.scene
+    assert scene.sampled and scene.target_prob == got.target_prob
+    assert scene.target_prob[0] is None and all(0.0 <= v <= 1.0 for v in scene.target_prob[1:])

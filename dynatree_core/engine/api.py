@@ -24,12 +24,13 @@ from dynatree_core.records.result import GenerationResult
 def iterate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method: str = "dynatree",
             config: DecoderConfig | None = None, max_new_tokens: int = 128, trace: bool = False, *,
             temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
-            seed: int | None = None, verify: str | None = None, sampling: SamplingConfig | None = None,
-            **kwargs: Any) -> DecodingRun:
+            seed: int | None = None, verify: str | None = None, draft_noise: str | None = None,
+            sampling: SamplingConfig | None = None, **kwargs: Any) -> DecodingRun:
     """Step through decoding: ``for rec in iterate(...)`` yields one IterationRecord per round
     (keyword arguments as :func:`generate`'s, plus ``record_top_k``); afterwards ``run.result`` holds
     the :class:`GenerationResult`."""
-    cfg = sampling_config(sampling, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, verify=verify)
+    cfg = sampling_config(sampling, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, verify=verify,
+                          draft_noise=draft_noise)
     return DecodingRun(pair, prompt, method, config, max_new_tokens, trace, prepare=prepare_config, sampling=cfg,
                        **kwargs)
 
@@ -39,7 +40,7 @@ def generate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method
              eos_token_id: int | Sequence[int] | None = None, ignore_eos: bool = False,
              history: HistoryState | None = None, allow_long_context: bool = False, *,
              temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
-             seed: int | None = None, verify: str | None = None,
+             seed: int | None = None, verify: str | None = None, draft_noise: str | None = None,
              sampling: SamplingConfig | None = None, runtime: str = "auto",
              buckets: tuple[int, ...] | None = None, static_len: int | None = None) -> GenerationResult:
     """Decode ``max_new_tokens`` tokens with ``method``: exactly the target's greedy output, or under
@@ -68,6 +69,10 @@ def generate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method
         verify: ``"match"`` (default when sampling: token for token equal to seeded AR) or
             ``"rejection"`` (drafts sampled from q, recursive rejection sampling: exact in
             distribution, the acceptance the papers report).
+        draft_noise: under ``match``, ``"shared"`` (default: every drafter ranks its candidates by its
+            warped log q plus the Gumbel noise the target's draw uses at that position, so the draft's
+            first child is coupled to the target's draw) or ``"none"`` (the top-B of q); the output is the
+            same either way.
         sampling: the same settings as one :class:`SamplingConfig` (instead of the keywords).
         runtime: what runs the target's forwards: ``"eager"``, or the fast path (static KV cache,
             trees padded to ``buckets``): ``"graphs"`` (CUDA graphs), ``"compiled"``
@@ -77,7 +82,8 @@ def generate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method
     Returns:
         :class:`GenerationResult` with ``tokens``, ``text``, ``metrics``, ``trace``.
     """
-    cfg = sampling_config(sampling, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, verify=verify)
+    cfg = sampling_config(sampling, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, verify=verify,
+                          draft_noise=draft_noise)
     return DecodingRun(pair, prompt, method, config, max_new_tokens, trace, eos_token_id=eos_token_id,
                        ignore_eos=ignore_eos, history=history, allow_long_context=allow_long_context,
                        prepare=prepare_config, sampling=cfg, runtime=runtime, buckets=buckets,
