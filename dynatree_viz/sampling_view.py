@@ -27,6 +27,7 @@ from plotly.subplots import make_subplots
 from dynatree_core.records.trace import IterationRecord, Trace
 
 from dynatree_viz import style
+from dynatree_viz.style import wrap
 from dynatree_viz.tokens import TokenNamer, resolve_namer
 
 #: names of the figure's traces (tests look them up)
@@ -245,19 +246,6 @@ def sampling_view(source: Trace | IterationRecord, iteration: int = 0, node: int
         fig.update_xaxes(title_text="coin (◆) and threshold min(1, p/q) (|) on [0, 1]; a residual draw: u in the "
                                     "drawn token's CDF interval", title_font_size=11, row=2, col=1)
     return fig
-
-
-def wrap(text: str, chars: int) -> str:
-    """``text`` broken at spaces into lines of at most ``chars`` characters (plotly titles do not
-    wrap by themselves: a long one is cut at the figure's edge, mid-word)."""
-    lines, line = [], ""
-    for word in text.split(" "):
-        if line and len(line) + 1 + len(word) > chars:
-            lines.append(line)
-            line = word
-        else:
-            line = f"{line} {word}" if line else word
-    return "<br>".join(lines + [line])
 
 
 def _draw_line(fig: go.Figure, panel: SamplingPanel) -> None:

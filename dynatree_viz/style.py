@@ -196,3 +196,16 @@ def group_styles(groups: list) -> dict:
     for k, g in enumerate(others):
         out[g] = MethodStyle(SERIES_COLORS[k % len(SERIES_COLORS)])
     return out
+
+
+def wrap(text: str, chars: int) -> str:
+    """``text`` broken at spaces into lines of at most ``chars`` characters, joined by ``<br>`` (plotly
+    titles and annotations do not wrap by themselves: a long one is cut at the figure's edge, mid-word)."""
+    lines, line = [], ""
+    for word in text.split(" "):
+        if line and len(line) + 1 + len(word) > chars:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return "<br>".join(lines + [line])

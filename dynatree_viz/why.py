@@ -282,7 +282,7 @@ def _decorate(fig: go.Figure, p: WhyPanel, labels: list[str], title: str | None,
     annotations.append(dict(
         name=CALLOUT if p.callout else "why explanation", xref="paper", yref="paper", x=0,
         y=-0.18, xanchor="left", yanchor="top", align="left", showarrow=False,
-        text=_wrap(box, 95), font=dict(size=12, color="#222"),
+        text=style.wrap(box, 95), font=dict(size=12, color="#222"),
         bgcolor="#fff3e0" if p.callout else "#f4f4f4",
         bordercolor=style.REJECTED if p.callout else "#bbbbbb", borderwidth=2 if p.callout else 1,
         borderpad=6))
@@ -291,25 +291,12 @@ def _decorate(fig: go.Figure, p: WhyPanel, labels: list[str], title: str | None,
         f"#{p.at} {_q(p.at_text)} (p(u) = {p.p_at:.3f}, c(u) → B(u) = {b}) vs the target's "
         f"choice {_q(p.target_text)}")
     rows = max(len(labels), 1)
-    bottom = 150 + 16 * _wrap(box, 95).count("<br>")
+    bottom = 150 + 16 * style.wrap(box, 95).count("<br>")
     fig.update_layout(
-        title=dict(text=_wrap(head, 90), x=0.01, font=dict(size=13)), template="plotly_white",
+        title=dict(text=style.wrap(head, 90), x=0.01, font=dict(size=13)), template="plotly_white",
         width=width, height=int(80 + bottom + 40 * rows + 60), barmode="overlay",
         margin=dict(l=150, r=40, t=80, b=bottom),
         xaxis=dict(title="draft probability q(token | u)", range=[0, 1.15], zeroline=True),
         yaxis=dict(categoryorder="array", categoryarray=labels, autorange="reversed"),
         legend=dict(font=dict(size=10), title=dict(text="fate of each top-k token")),
         shapes=shapes, annotations=annotations, showlegend=True)
-
-
-def _wrap(text: str, width: int) -> str:
-    """Break a long line into <br>-separated lines (plotly does not wrap text)."""
-    out, line = [], ""
-    for word in text.split(" "):
-        if line and len(line) + 1 + len(word) > width:
-            out.append(line)
-            line = word
-        else:
-            line = f"{line} {word}" if line else word
-    out.append(line)
-    return "<br>".join(out)
