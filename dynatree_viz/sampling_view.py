@@ -177,8 +177,9 @@ def _reason(panel: SamplingPanel, children: dict[int, int], tree: Any) -> str:
         ratio = f"min(1, p/q) = {min(1.0, row.p / row.q):.3f}" if row and row.p and row.q else "min(1, p/q)"
         t = panel.thresholds[i] if i < len(panel.thresholds) and panel.thresholds[i] is not None else None
         against = f" = {t:.3f}" if t is not None else ""
+        rejected = "candidate 1" if i == 1 else f"candidates 1-{i}"
         how = (f"candidate 1 accepted: its coin {panel.coins[i]:.3f} < {ratio}" if i == 0 else
-               f"{'candidate 1' if i == 1 else f'candidates 1-{i}'} rejected, candidate {i + 1} accepted: its coin {panel.coins[i]:.3f} was below "
+               f"{rejected} rejected, candidate {i + 1} accepted: its coin {panel.coins[i]:.3f} was below "
                f"its min(1, p/q){against} against the residual (p - q)+ and q without the rejected tokens")
     elif panel.accepted_rank == -2:
         how = f"no candidates here: drawn from p with u = {panel.uniform:.3f}"

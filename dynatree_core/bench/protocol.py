@@ -46,7 +46,8 @@ class RunPoint:
         """The row fields that say how this cell sampled (temperature 0: greedy, verify None)."""
         s = self.sampling
         noise = s.noise if self.spec.method != "ar" else None  # AR drafts nothing: no draft noise
-        return {"temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k, "verify": s.rule, "draft_noise": noise}
+        return {"temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k, "verify": s.rule,
+                "draft_noise": noise}
 
     def l_max(self, dataset: str, defaults: dict[str, int]) -> int:
         return self.max_prompt_len if self.max_prompt_len is not None else defaults[dataset]

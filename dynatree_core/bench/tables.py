@@ -173,7 +173,8 @@ def table7(aggs: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
     def body(a: dict[str, Any]) -> dict[str, Any]:
         return {"temperature": a.get("temperature"), "verify": a.get("verify") or "greedy",
-                "draft_noise": a.get("draft_noise") or "-", "acceptance": a.get("acceptance_rate"), "L_bar": a.get("tokens_per_iteration"),
+                "draft_noise": a.get("draft_noise") or "-", "acceptance": a.get("acceptance_rate"),
+                "L_bar": a.get("tokens_per_iteration"),
                 "throughput_tok_s": a.get("tokens_per_s"), "speedup": a.get("speedup")}
 
     return _frame(rows, body)

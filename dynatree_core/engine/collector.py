@@ -9,7 +9,6 @@ nothing else (gpt-fast keeps its ``speculative_decode`` the same way). The loop 
 from __future__ import annotations
 
 import math
-
 import resource
 import sys
 import time

@@ -51,7 +51,11 @@ def warp(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
 def log_probs(scores: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
     """log of the warped distribution of each row (float32); a row with no finite score (a
     lookup that matched nothing) stays -inf everywhere instead of becoming NaN."""
-    x = warp(scores, cfg)
+    return log_softmax_rows(warp(scores, cfg))
+
+
+def log_softmax_rows(x: torch.Tensor) -> torch.Tensor:
+    """log_softmax of each row; a row with no finite entry stays -inf everywhere instead of NaN."""
     empty = ~torch.isfinite(x).any(-1, keepdim=True)
     return torch.log_softmax(x.masked_fill(empty, 0.0), dim=-1).masked_fill(empty, -math.inf)
 
@@ -145,9 +149,7 @@ class DraftSampler:
                              "(DeviceTree(..., position=the root's index in prompt + output))")
         score = self.perturbed(logq, vocab_ids, position)
         top = score.topk(k, dim=-1)
-        empty = ~torch.isfinite(score).any(-1, keepdim=True)  # a lookup that matched nothing
-        beta = coupling_scale(self.cfg.temperature)
-        conf = torch.log_softmax(score.masked_fill(empty, 0.0) / beta, dim=-1).masked_fill(empty, -math.inf)
+        conf = log_softmax_rows(score / coupling_scale(self.cfg.temperature))  # a lookup may match nothing
         tokens = top.indices if vocab_ids is None else vocab_ids[top.indices]
         if self.trace and ids is not None:  # what the sampling view shows beside the target's scores
             self._keep_scores(ids, score, logq, vocab_ids)
