@@ -2,7 +2,7 @@
 
 A refactor that claims "behaviour unchanged" runs this before and after and compares the two files
 (``cmp`` or ``--compare``): the same tokens, trees, masks, target predictions, history states and
-counters, for every method, drafter kind and both tiny architectures. Wall-clock fields (timings,
+counters, for every method, drafter kind and both tiny architectures, greedy and sampled. Wall-clock fields (timings,
 peak memory, versions, tokens/s) are dropped: they are the only things allowed to differ.
 
     python scripts/trace_digest.py --out /tmp/before.json
@@ -30,6 +30,11 @@ VOLATILE = {"timings", "wall_s", "tokens_per_s", "peak_memory", "versions", "ela
             "time_s", "ms", "host", "machine", "prefill_s", "draft_s_measured"}
 #: repeats, so prompt lookup finds n-grams
 PROMPT = [5, 9, 14, 3, 22, 7, 31, 12, 18, 4, 9, 14, 3, 22, 7, 31, 12, 5, 9, 14]
+#: greedy, and sampled under both verifications (shared and independent draft noise under match)
+SAMPLING = {"greedy": {},
+            "match": {"temperature": 0.8, "seed": 3},
+            "match-none": {"temperature": 0.8, "seed": 3, "draft_noise": "none"},
+            "rejection": {"temperature": 0.8, "seed": 3, "verify": "rejection"}}
 COST = CostModel(verify_s=(0.010, 0.011, 0.012, 0.014, 0.016, 0.019, 0.023, 0.028), draft_s=0.002)
 
 
@@ -60,7 +65,7 @@ def strip(obj):
     return obj
 
 
-def digest(n_tokens: int) -> dict:
+def digest(n_tokens: int, runtime: str = "eager") -> dict:
     torch.manual_seed(0)
     pairs = {"llama": tiny_pair("llama", noise=0.05), "gpt_neox": tiny_pair("gpt_neox", noise=0.05),
              "feature": tiny_feature_pair()}
@@ -69,10 +74,14 @@ def digest(n_tokens: int) -> dict:
     out = {}
     for pname, pair in pairs.items():
         for label, (method, cfg) in configs().items():
-            res = generate(pair, PROMPT, method=method, config=cfg, max_new_tokens=n_tokens, trace=True,
-                           ignore_eos=True)
-            out[f"{pname}/{label}"] = {"tokens": res.tokens, "trace": strip(json.loads(res.trace.to_json())),
-                                       "metrics": strip(res.metrics.to_dict())}
+            for mode, kw in SAMPLING.items():
+                if method == "ar" and kw.get("verify") == "rejection":
+                    continue  # refused: AR drafts nothing to reject
+                res = generate(pair, PROMPT, method=method, config=cfg, max_new_tokens=n_tokens, trace=True,
+                               ignore_eos=True, runtime=runtime, **kw)
+                out[f"{pname}/{label}/{mode}"] = {"tokens": res.tokens,
+                                                  "trace": strip(json.loads(res.trace.to_json())),
+                                                  "metrics": strip(res.metrics.to_dict())}
     return out
 
 
@@ -80,10 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--tokens", type=int, default=40)
+    ap.add_argument("--runtime", default="eager", help="eager, or a fast path run on this machine (static)")
     ap.add_argument("--compare", help="a digest written earlier: exit 1 if any run differs")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    d = digest(args.tokens)
+    d = digest(args.tokens, args.runtime)
     with open(args.out, "w") as f:
         json.dump(d, f, sort_keys=True, indent=1)
     if args.compare:

@@ -22,6 +22,7 @@ from dynatree_core import generate, iterate
 from dynatree_core.policy.config import (DynaTreeConfig, Eagle2Config, FixedTreeConfig, GrowthRule, HistoryConfig,
                                   LinearConfig, SequoiaConfig)
 from dynatree_core.policy.cost_model import CostModel
+from dynatree_core.drafters import Proposal
 from dynatree_core.runtime.device_tree import DeviceTree
 from dynatree_core.runtime.host_syncs import HostSyncs, to_device
 from dynatree_core.runtime.host_tree import host_tree
@@ -70,8 +71,8 @@ class FakeDrafter:
         else:
             self.keys[ids] = (self.keys[tree.parents[ids]] * 31 + tree.tokens[ids]) % MOD
         rows = [_dist(int(key), self.k, self.ties) for key in self.keys[ids].tolist()]
-        return (torch.tensor([r[0] for r in rows], dtype=torch.long),
-                torch.tensor(np.stack([r[1] for r in rows]), dtype=torch.float32))
+        return Proposal(torch.tensor([r[0] for r in rows], dtype=torch.long),
+                        torch.tensor(np.stack([r[1] for r in rows]), dtype=torch.float32))
 
 
 rules = st.builds(
@@ -185,8 +186,7 @@ def test_budget_ties_keep_parent_then_rank_order():
 
         def propose(self, tree, ids, level):
             q = ids.shape[0]
-            return (torch.arange(3).repeat(q, 1),
-                    torch.full((q, 3), float(np.float32(math.log(1 / 3)))))
+            return Proposal(torch.arange(3).repeat(q, 1), torch.full((q, 3), float(np.float32(math.log(1 / 3)))))
 
     ref = grow_tree(0, rule, Flat(3, False).host_propose)
     dev = DeviceTree(0, rule, 3, CPU).grow(Flat(3, False), HostSyncs())

@@ -95,7 +95,7 @@ def test_compactions_keep_the_output_exact():
                   static_len=4 + 120 + 13 + 3)
     list(run)
     assert run.result.tokens == reference_greedy("llama", "sdpa", prompt, 120)
-    assert run.fast.cache.compactions >= 1
+    assert run.target.cache.compactions >= 1
 
 
 def test_the_kept_fast_path_serves_later_prompts_without_building_again():

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from dynatree_core import generate
 from dynatree_core.policy.config import DynaTreeConfig, FixedTreeConfig, GrowthRule
 from dynatree_core.runtime.device_tree import DeviceTree
-from dynatree_core.drafters import FeatureDrafter, ModelDrafter, make_drafter
+from dynatree_core.drafters import DraftContext, FeatureDrafter, LookupMix, ModelDrafter, make_drafter
 from dynatree_core.drafters.feature_draft import (FEATURE_CONFIG_FILE, FEATURE_WEIGHTS_FILE, FeatureDraftModel,
                                          build_feature_draft, load_feature_draft, save_feature_draft,
                                          unrolled_mask)
@@ -152,8 +152,8 @@ def test_unrolled_training_forward_equals_the_drafter_on_a_tree_path():
         outs = unrolled_forward(model, x, f, 3)
     ids = x[0].tolist()
     for r in (3, 6):  # root at position r
-        d = FeatureDrafter(model, top_k=2)
-        d.start(ids[:r + 1], f[0, :r])
+        d = FeatureDrafter(model)
+        d.start(ids[:r + 1], DraftContext(top_k=2), f[0, :r])
         tree = DeviceTree(ids[r], GrowthRule.chain(2), 2, torch.device("cpu"))
         d.propose(tree, torch.tensor([0]), level=0)
         torch.testing.assert_close(d.feats[0], outs[0][0, r - 1], atol=1e-5, rtol=1e-4)
@@ -335,10 +335,12 @@ def test_from_pretrained_takes_a_feature_draft_directory(tmp_path):
 
 def test_make_drafter_picks_the_drafter_by_draft_kind():
     target = cached_target("llama", "sdpa")
-    assert isinstance(make_drafter(build_feature_draft(target, torch.arange(VOCAB_SIZE)), 3), FeatureDrafter)
-    assert isinstance(make_drafter(tiny_model("llama", seed=3), 3), ModelDrafter)
-    with pytest.raises(TypeError, match="not a Drafter"):
-        make_drafter(ModelDrafter(tiny_model("llama", seed=3), 3), 3)
+    assert isinstance(make_drafter(build_feature_draft(target, torch.arange(VOCAB_SIZE))), FeatureDrafter)
+    assert isinstance(make_drafter(tiny_model("llama", seed=3)), ModelDrafter)
+    own = ModelDrafter(tiny_model("llama", seed=3))
+    assert make_drafter(own) is own  # a Drafter of one's own is used as it is
+    with pytest.raises(TypeError, match="not into a Drafter of one's own"):
+        make_drafter(own, LookupMix())
 
 
 def test_default_pair_draft_choice_is_checked_before_loading():

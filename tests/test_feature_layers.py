@@ -10,7 +10,7 @@ from argparse import Namespace
 import pytest
 import torch
 
-from dynatree_core.drafters import FeatureDrafter
+from dynatree_core.drafters import DraftContext, FeatureDrafter
 from dynatree_core.drafters.feature_draft import (FeatureDraftConfig, build_feature_draft, check_feature_target,
                                                   feature_draft_from_model_draft, load_feature_draft,
                                                   save_feature_draft, target_states, unrolled_forward)
@@ -96,14 +96,14 @@ def test_a_saved_multi_layer_draft_loads_with_its_layers(target, tmp_path):
 
 def test_the_drafter_refuses_target_states_of_the_wrong_width(target):
     model = build_feature_draft(target, torch.arange(VOCAB_SIZE), seed=1, target_layers=(1,))
-    d = FeatureDrafter(model, top_k=2)
+    d = FeatureDrafter(model)
     ids = X[0].tolist()
     with torch.no_grad():
         final = target_states(target, X)[0]
         both = target_states(target, X, (1,))[0]
     with pytest.raises(ValueError, match=r"after layers \[1\]"):
-        d.start(ids, final[:-1])
-    d.start(ids, both[:-1])  # the right width
+        d.start(ids, DraftContext(top_k=2), final[:-1])
+    d.start(ids, DraftContext(top_k=2), both[:-1])  # the right width
     assert d.pending_feats.shape == (len(ids) - 1, target.config.hidden_size)
 
 

@@ -17,7 +17,7 @@ from dynatree_core.runtime.device_tree import DeviceTree
 from dynatree_core.runtime.host_syncs import HostSyncs
 from dynatree_core.runtime.host_tree import host_tree
 from dynatree_core.runtime.ngram import CompactVocab, lookup_topk
-from dynatree_core.drafters import LookupDrafter, PromptLookup, make_drafter
+from dynatree_core.drafters import DraftContext, LookupDrafter, PromptLookup, make_drafter
 
 from conftest import cached_target, reference_greedy
 from test_exactness import ARCHS, EDGE_CONFIGS, method_configs
@@ -77,14 +77,12 @@ def test_the_chain_view_sees_each_position_as_it_was(seq, n, k, fresh):
     """With keep_chain, level 0 also reports what the lookup would have proposed after each token
     committed since the last level 0 (the oracle's view), from the tokens known at that point."""
     source = PromptLookup(max_ngram=n)
-    d = LookupDrafter(source, top_k=k)
-    d.keep_chain = True
+    d = LookupDrafter(source)
     prefix = seq[:max(1, len(seq) - fresh)]
-    d.start(prefix)
+    d.start(prefix, DraftContext(top_k=k, keep_chain=True))
     d.propose(DeviceTree(prefix[-1], GrowthRule.chain(1), k, CPU), torch.tensor([0]), level=0)
     d.commit([], seq[len(prefix):])  # the rest arrives as one iteration's commit
-    d.propose(DeviceTree(seq[-1], GrowthRule.chain(1), k, CPU), torch.tensor([0]), level=0)
-    ids, lps = d.chain_topk
+    ids, lps = d.propose(DeviceTree(seq[-1], GrowthRule.chain(1), k, CPU), torch.tensor([0]), level=0).chain
     rows = min(len(seq) - len(prefix), 17) - 1  # at most CHAIN_ROWS, the root excluded
     assert ids.shape[0] == rows
     for r in range(rows):
@@ -99,8 +97,8 @@ def test_the_chain_view_sees_each_position_as_it_was(seq, n, k, fresh):
 def test_node_contexts_are_the_committed_tokens_then_the_path(seq, n, d):
     """Grow a real tree with the drafter; each level's contexts are what the reference reads."""
     source = PromptLookup(max_ngram=n)
-    drafter = LookupDrafter(source, top_k=3)
-    drafter.start(seq)
+    drafter = LookupDrafter(source)
+    drafter.start(seq, DraftContext(top_k=3))
     seen = []
     real = drafter._contexts
 
@@ -186,7 +184,7 @@ def test_bad_lookup_settings_name_the_parameter():
         PromptLookup(max_ngram=2.5)
     with pytest.raises(ValueError, match=r"min_ngram \(3\) must be <= max_ngram \(2\)"):
         PromptLookup(max_ngram=2, min_ngram=3)
-    assert isinstance(make_drafter(PromptLookup(), top_k=2), LookupDrafter)
+    assert isinstance(make_drafter(PromptLookup()), LookupDrafter)
 
 
 @settings(max_examples=60, deadline=None)
@@ -195,8 +193,8 @@ def test_bad_lookup_settings_name_the_parameter():
 def test_the_compact_vocabulary_follows_the_commits(prompt, commits):
     """The drafter's device copy of the committed tokens and of their distinct tokens, extended at
     each commit, equals one built from scratch (and a fork keeps its own)."""
-    d = LookupDrafter(PromptLookup(), top_k=2)
-    d.start(prompt)
+    d = LookupDrafter(PromptLookup())
+    d.start(prompt, DraftContext(top_k=2))
     tree = DeviceTree(prompt[-1], GrowthRule.chain(1), 2, CPU)
     d.propose(tree, torch.tensor([0]), level=0)
     seq = list(prompt)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from dynatree_core import ModelPair, generate
 from dynatree_core.policy.config import DynaTreeConfig, LinearConfig
 from dynatree_core.runtime.ngram import CompactVocab, lookup_matches
-from dynatree_core.drafters import LookupMix, MixDrafter, PromptLookup, make_drafter, mix_topk
+from dynatree_core.drafters import DraftContext, LookupMix, MixDrafter, PromptLookup, make_drafter, mix_topk
 
 from conftest import cached_pair, reference_greedy
 from test_exactness import ARCHS, EDGE_CONFIGS, method_configs
@@ -164,14 +164,15 @@ def test_kind_settings_and_forwards_come_from_the_model_drafter():
     assert pair.drafter_kind == "model+lookup"
     fpair = dataclasses.replace(feature_pair("sdpa", 0), lookup=LookupMix())
     assert fpair.drafter_kind == "feature+lookup"
-    d = make_drafter(fpair.draft, 3, fpair.lookup)
+    d = make_drafter(fpair.draft, fpair.lookup)
     assert isinstance(d, MixDrafter) and d.kind == "feature+lookup" and d.needs_target_hidden
+    ctx = DraftContext(top_k=3, keep_chain=True)
+    d.start([4, 7], ctx, torch.zeros((1, fpair.draft.config.feature_width)))
     s = d.settings()
     assert s["kind"] == "feature+lookup" and s["lookup"]["max_ngram"] == 5 and s["top_k"] == 3
-    d.forwards = 5
-    assert d.base.forwards == 5 and d.forwards == 5
-    d.keep_chain = True
-    assert d.base.keep_chain
+    assert d.base.ctx is ctx and d.lookup.ctx is ctx  # one context for the model drafter and the lookup
+    d.base.forwards = 5
+    assert d.forwards == 5
 
 
 def test_the_chain_view_mixes_the_model_rows_with_the_lookup_as_it_stood():
@@ -183,23 +184,20 @@ def test_the_chain_view_mixes_the_model_rows_with_the_lookup_as_it_stood():
     base = generate(cached_pair("llama", "sdpa", 0.5), prompt, "dynatree", DynaTreeConfig(), max_new_tokens=40,
                     ignore_eos=True, trace=True)
     assert res.tokens == base.tokens
-    drafter = make_drafter(pair.draft, 8, pair.lookup)
-    drafter.keep_chain = True
+    ctx = DraftContext(top_k=8, keep_chain=True)
+    drafter = make_drafter(pair.draft, pair.lookup)
     from dynatree_core.policy.config import GrowthRule
     from dynatree_core.runtime.device_tree import DeviceTree
 
-    drafter.start(prompt)
+    drafter.start(prompt, ctx)
     tree = DeviceTree(prompt[-1], GrowthRule.chain(1), 8, torch.device("cpu"))
-    drafter.propose(tree, torch.zeros(1, dtype=torch.long), 0)
-    ids, lps = drafter.chain_topk
+    ids, lps = drafter.propose(tree, torch.zeros(1, dtype=torch.long), 0).chain
     rows = ids.shape[0]
     assert rows == len(prompt) - 1
-    alone = make_drafter(pair.draft, 8)
-    alone.keep_chain = True
-    alone.start(prompt)
-    base_ids, base_lps = alone.propose(DeviceTree(prompt[-1], GrowthRule.chain(1), 8, torch.device("cpu")),
-                                       torch.zeros(1, dtype=torch.long), 0)
-    b_ids, b_lps = alone.chain_topk
+    alone = make_drafter(pair.draft)
+    alone.start(prompt, ctx)
+    b_ids, b_lps = alone.propose(DeviceTree(prompt[-1], GrowthRule.chain(1), 8, torch.device("cpu")),
+                                 torch.zeros(1, dtype=torch.long), 0).chain
     for r in range(rows):
         p = len(prompt) - 1 - rows + r  # the row stands after prompt[p]
         ref = reference_mix(prompt[:p + 1], prompt[:p + 1], dict(zip(b_ids[r].tolist(), b_lps[r].exp().tolist())),
@@ -230,7 +228,7 @@ def test_a_mix_needs_a_model_draft():
         ModelPair(target=pair.target, draft=pair.draft, lookup=PromptLookup())
     with pytest.raises(ValueError, match="draft is None"):
         ModelPair(target=pair.target, draft=None, lookup=LookupMix())
-    with pytest.raises(ValueError, match="already a PromptLookup"):
+    with pytest.raises(ValueError, match="draft is a PromptLookup"):
         ModelPair(target=pair.target, draft=PromptLookup(), lookup=LookupMix())
 
 

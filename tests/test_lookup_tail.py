@@ -18,7 +18,7 @@ from dynatree_core.policy.config import (ARConfig, DynaTreeConfig, Eagle2Config,
 from dynatree_core.runtime.device_tree import DeviceTree
 from dynatree_core.runtime.host_syncs import HostSyncs
 from dynatree_core.runtime.host_tree import host_tree
-from dynatree_core.drafters import LookupDrafter, PromptLookup
+from dynatree_core.drafters import DraftContext, LookupDrafter, PromptLookup
 from dynatree_core.runtime.ngram import lookup_spans
 from dynatree_core.policy.tree import LOOKUP_TAIL
 from dynatree_core.policy.growth import grow_tree
@@ -81,8 +81,8 @@ def test_device_tail_builds_the_reference_tree_and_path(rule, seq, m, budget, ro
     root = seq[-1]
     k = rule.max_breadth
     max_depth = rule.d_max + room
-    lookup = LookupDrafter(PromptLookup(max_ngram=5), 1)
-    lookup.start(seq)
+    lookup = LookupDrafter(PromptLookup(max_ngram=5))
+    lookup.start(seq, DraftContext())
 
     def tail(tree, leaves):
         return [lookup_span(seq, seq + list(tree.token_path(i))[1:], m) for i in leaves]

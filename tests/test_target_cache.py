@@ -11,29 +11,32 @@ from dynatree_core import generate
 from dynatree_core.runtime import plumbing as pl
 from dynatree_core.runtime import target_cache
 from dynatree_core.policy.config import DynaTreeConfig, Eagle2Config, FixedTreeConfig, LinearConfig
+from dynatree_core.runtime.backend import EagerTarget
 from dynatree_core.runtime.target_cache import TargetCache
-from dynatree_core.policy.growth import grow_tree
 
 from conftest import cached_pair, cached_target, reference_greedy
-from test_tree_attention import _fake_propose as _propose
+from test_tree_attention import _grow
 
 
 def _tree(root: int, d: int = 3, b: int = 2):
-    return grow_tree(root, FixedTreeConfig(d=d, b=b, tau=0.0).growth_rule(), _propose)
+    """(the tree on the device, the same tree on the host)."""
+    return _grow(root, FixedTreeConfig(d=d, b=b, tau=0.0).growth_rule(), torch.device("cpu"))
 
 
 def _prefilled(model, prefix: list[int], **kw) -> TargetCache:
     kv = TargetCache(**kw)
-    pl.forward(model, torch.tensor([prefix[:-1]], device=model.device), kv.cache)
-    kv.commit_written()
+    EagerTarget(model, kv).prefill(torch.tensor([prefix[:-1]], device=model.device), False, None)
     return kv
 
 
+def _verify(model, kv: TargetCache, tree):
+    """The decode loop's verify step (the eager backend) of a device tree over ``kv``."""
+    return EagerTarget(model, kv).verify(tree, False, None)
+
+
 def _fresh_logits(model, tokens: list[int], tree) -> torch.Tensor:
-    """A tree verified over a plain cache holding exactly ``tokens`` (all but the tree's root)."""
-    cache = DynamicCache()
-    pl.forward(model, torch.tensor([tokens], device=model.device), cache)
-    return pl.verify_tree(model, tree, cache).logits
+    """A tree verified over a cache holding exactly ``tokens`` (all but the tree's root)."""
+    return _verify(model, _prefilled(model, tokens + [0]), tree).logits
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt_neox"])
@@ -44,20 +47,20 @@ def test_dead_entries_are_invisible(arch, attn):
     model = cached_target(arch, attn)
     prefix = [9, 8, 7, 6]
     kv = _prefilled(model, prefix)
-    first = _tree(prefix[-1])
-    v = pl.verify_tree(model, first, kv)
+    first_dev, first = _tree(prefix[-1])
+    v = _verify(model, kv, first_dev)
     leaf = len(first) - 1  # the last node: its path skips the siblings before it
     path = first.path_to(leaf)
     kv.keep(len(prefix) - 1, [0] + path)
     assert kv.dead > 0 and kv.committed == len(prefix) + len(path)
     assert v.prefix_len == len(prefix) - 1
     committed = prefix + [first.tokens[j] for j in path]
-    second = _tree(97 % 60 + 2, d=2, b=3)
-    got = pl.verify_tree(model, second, kv)
+    second, _ = _tree(97 % 60 + 2, d=2, b=3)
+    got = _verify(model, kv, second)
     assert got.prefix_len == len(committed)  # positions are logical: the dead entries take none
     want = _fresh_logits(model, committed, second)
     torch.testing.assert_close(got.logits, want, rtol=1e-4, atol=1e-4)
-    assert got.argmax == want.argmax(dim=-1).tolist()
+    assert got.argmax.tolist() == want.argmax(dim=-1).tolist()
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt_neox"])
@@ -65,8 +68,8 @@ def test_compaction_leaves_the_cache_of_the_committed_tokens(arch):
     model = cached_target(arch, "sdpa")
     prefix = [3, 14, 15, 42]
     kv = _prefilled(model, prefix)
-    tree = _tree(prefix[-1])
-    pl.verify_tree(model, tree, kv)
+    dev, tree = _tree(prefix[-1])
+    _verify(model, kv, dev)
     path = tree.path_to(len(tree) - 1)
     kv.keep(len(prefix) - 1, [0] + path)
     dead = kv.dead
@@ -84,12 +87,12 @@ def test_a_chain_never_leaves_dead_entries_and_the_threshold_compacts():
     model = cached_target("llama", "sdpa")
     prefix = [5, 6, 7]
     kv = _prefilled(model, prefix, compact_after=3)
-    chain = _tree(prefix[-1], d=4, b=1)
-    pl.verify_tree(model, chain, kv)
+    chain, _ = _tree(prefix[-1], d=4, b=1)
+    _verify(model, kv, chain)
     kv.keep(2, [0, 1, 2])  # root + the first two: the rejected tail is cropped
     assert (kv.committed, kv.dead, kv.physical) == (5, 0, 5) and kv.dead_mask(model.device) is None
-    tree = _tree(9)
-    pl.verify_tree(model, tree, kv)
+    dev, tree = _tree(9)
+    _verify(model, kv, dev)
     path = tree.path_to(len(tree) - 1)
     kv.keep(5, [0] + path)  # more dead entries than compact_after: compacted at once
     assert kv.dead == 0 and kv.compactions == 1 and kv.physical == kv.committed == 5 + 1 + len(path)
@@ -98,7 +101,7 @@ def test_a_chain_never_leaves_dead_entries_and_the_threshold_compacts():
 def test_bad_use_is_refused():
     model = cached_target("llama", "sdpa")
     kv = _prefilled(model, [5, 6, 7])
-    pl.verify_tree(model, _tree(7), kv)
+    _verify(model, kv, _tree(7)[0])
     with pytest.raises(ValueError, match="start must be the first unresolved entry"):
         kv.keep(0, [0])
     with pytest.raises(ValueError, match="ascending"):

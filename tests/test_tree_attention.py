@@ -10,9 +10,15 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from dynatree_core.runtime import plumbing as pl
+from dynatree_core.drafters import Proposal
 from dynatree_core.policy.config import FixedTreeConfig
 from dynatree_core.policy.growth import grow_tree
+from dynatree_core.policy.tree import DraftTree
+from dynatree_core.runtime import plumbing as pl
+from dynatree_core.runtime.backend import EagerTarget
+from dynatree_core.runtime.device_tree import DeviceTree
+from dynatree_core.runtime.host_syncs import HostSyncs
+from dynatree_core.runtime.host_tree import host_tree
 
 from conftest import cached_target
 
@@ -31,19 +37,40 @@ def _fake_propose(tree, ids):
     return out
 
 
+class _FakeDrafter:
+    """:func:`_fake_propose` as a device drafter: grows on a DeviceTree the tree grow_tree builds."""
+
+    def propose(self, tree, ids, level):
+        rows = _fake_propose(None, ids.tolist())
+        return Proposal(torch.tensor([r[0] for r in rows]), torch.tensor([r[1] for r in rows], dtype=torch.float32))
+
+
+def _grow(root: int, rule, device) -> tuple[DeviceTree, DraftTree]:
+    """A tree grown on the device by the fake drafter, and the same tree on the host."""
+    tree = DeviceTree(root, rule, 4, device).grow(_FakeDrafter(), HostSyncs())
+    return tree, host_tree(tree.fetch(HostSyncs()), tree.draft_calls)
+
+
+def _prefilled(model, prefix: list[int]) -> EagerTarget:
+    """The eager target backend holding ``prefix[:-1]`` (the last token is the tree's root)."""
+    target = EagerTarget(model)
+    target.prefill(torch.tensor([prefix[:-1]], device=model.device), False, None)
+    return target
+
+
 @pytest.mark.parametrize("arch", ["llama", "gpt_neox"])
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 def test_tree_logits_equal_sequential_path_logits(arch, attn):
     model = cached_target(arch, attn)
     prefix = [5, 17, 29, 3, 11, 40]
-    tree = grow_tree(prefix[-1], FixedTreeConfig(d=3, b=3, tau=0.0, n_max=30).growth_rule(), _fake_propose)
+    dev, tree = _grow(prefix[-1], FixedTreeConfig(d=3, b=3, tau=0.0, n_max=30).growth_rule(), model.device)
+    ref = grow_tree(prefix[-1], FixedTreeConfig(d=3, b=3, tau=0.0, n_max=30).growth_rule(), _fake_propose)
+    assert (tree.tokens, tree.parents, tree.depths) == (ref.tokens, ref.parents, ref.depths)
     assert len(tree) > 10 and tree.depth == 3
-    cache = DynamicCache()
-    pl.forward(model, torch.tensor([prefix[:-1]], device=model.device), cache)
-    v = pl.verify_tree(model, tree, cache)  # the engine's and the session's verify step
+    v = _prefilled(model, prefix).verify(dev, False, None)  # the engine's and the session's verify step
     logits = v.logits
-    assert v.prefix_len == len(prefix) - 1 and list(v.position_ids) == [v.prefix_len + d for d in tree.depths]
-    assert v.argmax == logits.argmax(dim=-1).tolist()
+    assert v.prefix_len == len(prefix) - 1 and v.start == len(prefix) - 1
+    assert v.argmax.tolist() == logits.argmax(dim=-1).tolist()
     for i in range(len(tree)):
         path = prefix + [tree.tokens[j] for j in tree.path_to(i)]
         torch.testing.assert_close(logits[i], _sequential_logits(model, path), rtol=1e-4, atol=1e-4)
@@ -76,10 +103,10 @@ def test_float_mask_is_additive_zero_or_dtype_min():
 def test_keep_selected_equals_a_fresh_cache_of_the_kept_tokens(arch):
     model = cached_target(arch, "sdpa")
     prefix = [9, 8, 7, 6]
-    tree = grow_tree(prefix[-1], FixedTreeConfig(d=3, b=2, tau=0.0).growth_rule(), _fake_propose)
-    cache = DynamicCache()
-    pl.forward(model, torch.tensor([prefix[:-1]], device=model.device), cache)
-    past = pl.verify_tree(model, tree, cache).prefix_len
+    dev, tree = _grow(prefix[-1], FixedTreeConfig(d=3, b=2, tau=0.0).growth_rule(), model.device)
+    target = _prefilled(model, prefix)
+    past = target.verify(dev, False, None).prefix_len
+    cache = target.cache.cache
     leaf = len(tree) - 1
     path = tree.path_to(leaf)
     pl.keep_selected(cache, past, [0] + path)

@@ -158,6 +158,6 @@ def _drafter_settings(pair: Any) -> dict[str, Any] | None:
         return None
     from dynatree_core.drafters import make_drafter
 
-    d = make_drafter(pair.draft, top_k=1, lookup=pair.lookup).settings()
+    d = make_drafter(pair.draft, pair.lookup).settings()
     d.pop("top_k", None)  # set per method by the engine
     return d

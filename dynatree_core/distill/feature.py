@@ -466,12 +466,12 @@ def feature_step_cost(model: FeatureDraftModel, target, ctx: list[int], steps: i
     """Median seconds of one cached decode step (one token through fusion, layer and head, top-k)."""
     from dynatree_core.policy.config import GrowthRule
     from dynatree_core.runtime.device_tree import DeviceTree
-    from dynatree_core.drafters import FeatureDrafter
+    from dynatree_core.drafters import DraftContext, FeatureDrafter
 
     dev = next(target.parameters()).device
     h = target_states(target, torch.tensor([ctx[:-1]], device=dev), model.config.target_layers)[0]
-    d = FeatureDrafter(model, top_k=3)
-    d.start(ctx, h)
+    d = FeatureDrafter(model)
+    d.start(ctx, DraftContext(top_k=3), h)
     d.prefill()
     times = []
     tok = ctx[-1]
@@ -479,8 +479,7 @@ def feature_step_cost(model: FeatureDraftModel, target, ctx: list[int], steps: i
     for i in range(steps):
         tree = DeviceTree(tok, GrowthRule.chain(1), 3, dev)
         s = time.perf_counter()
-        top_ids, _ = d.propose(tree, root, level=0)
-        tok = int(top_ids[0, 0])  # the read-back ends the step (a GPU finishes its work here)
+        tok = int(d.propose(tree, root, level=0).tokens[0, 0])  # the read-back ends the step (a GPU finishes its work here)
         times.append(time.perf_counter() - s)
         d.commit([], [tok], h[-1:])  # the real feature does not matter for timing
     return statistics.median(times[3:])

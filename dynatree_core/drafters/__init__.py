@@ -46,8 +46,8 @@ from dynatree_core.drafters.feature_drafter import FeatureDrafter
 from dynatree_core.drafters.lookup import LookupDrafter
 from dynatree_core.drafters.mix import LookupMix, MixDrafter, mix_topk
 from dynatree_core.drafters.model_drafter import ModelDrafter
-from dynatree_core.drafters.protocol import CHAIN_ROWS, DRAFTER_KINDS, Drafter, level_visibility
+from dynatree_core.drafters.protocol import CHAIN_ROWS, DRAFTER_KINDS, DraftContext, Drafter, Proposal, level_visibility
 from dynatree_core.policy.lookup import PromptLookup
 
-__all__ = ["CHAIN_ROWS", "DRAFTER_KINDS", "Drafter", "FeatureDrafter", "LookupDrafter", "LookupMix", "MixDrafter",
+__all__ = ["CHAIN_ROWS", "DRAFTER_KINDS", "DraftContext", "Drafter", "Proposal", "FeatureDrafter", "LookupDrafter", "LookupMix", "MixDrafter",
            "ModelDrafter", "PromptLookup", "drafter_kind", "level_visibility", "make_drafter", "mix_topk"]

@@ -18,22 +18,27 @@ def drafter_kind(draft: Any, lookup: LookupMix | None = None) -> str | None:
     when prompt lookup is mixed in (``ModelPair.lookup``)."""
     if draft is None:
         return None
+    if isinstance(draft, Drafter):
+        return draft.kind or type(draft).__name__
     if isinstance(draft, PromptLookup):
         return "lookup"
     kind = "feature" if isinstance(draft, FeatureDraftModel) else "model"
     return kind + ("+lookup" if lookup is not None else "")
 
 
-def make_drafter(draft: Any, top_k: int, lookup: LookupMix | None = None) -> Drafter:
-    """The drafter for a ``ModelPair.draft``: a feature draft, a :class:`PromptLookup` or an
-    independent causal LM; with ``lookup`` (a :class:`LookupMix`), prompt lookup mixed into the
-    model draft's distributions."""
-    if isinstance(draft, Drafter):
-        raise TypeError("pass the draft model, not a Drafter instance, as ModelPair.draft")
+def make_drafter(draft: Any, lookup: LookupMix | None = None) -> Drafter:
+    """The drafter for a ``ModelPair.draft``: a feature draft, a :class:`PromptLookup`, an
+    independent causal LM, or a :class:`Drafter` of one's own (returned as it is); with ``lookup`` (a :class:`LookupMix`), prompt lookup mixed into the
+    model draft's distributions. What a run gives it (top-k, clock, sampler, fast path) comes at
+    :meth:`~dynatree_core.drafters.protocol.Drafter.start`."""
+    if isinstance(draft, Drafter):  # one of one's own: the run starts it (``start`` forgets any earlier run)
+        if lookup is not None:
+            raise TypeError("LookupMix mixes prompt lookup into a model draft, not into a Drafter of one's own")
+        return draft
     if isinstance(draft, FeatureDraftModel):
-        base: Drafter = FeatureDrafter(draft, top_k)
+        base: Drafter = FeatureDrafter(draft)
     elif isinstance(draft, PromptLookup):
-        base = LookupDrafter(draft, top_k)
+        base = LookupDrafter(draft)
     else:
-        base = ModelDrafter(draft, top_k)
+        base = ModelDrafter(draft)
     return base if lookup is None else MixDrafter(base, lookup)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
 from dynatree_core.drafters.feature_draft import FeatureDraftModel
-from dynatree_core.drafters.protocol import Drafter, level_visibility
+from dynatree_core.drafters.protocol import DraftContext, Drafter, Proposal, level_visibility
 from dynatree_core.runtime import plumbing as pl
 from dynatree_core.runtime.host_syncs import to_device
 from dynatree_core.runtime.ngram import TopKTensors
@@ -30,15 +29,16 @@ class FeatureDrafter(Drafter):
     kind = "feature"
     needs_target_hidden = True
 
-    def __init__(self, model: FeatureDraftModel, top_k: int):
-        super().__init__(top_k)
+    def __init__(self, model: FeatureDraftModel):
+        super().__init__()
         self.model = model
         p = model.fc_emb.weight
         self.device, self.dtype = p.device, p.dtype
-        self.start([0])
+        self.start([0], self.ctx)
 
     # --- state -----------------------------------------------------------------------------
-    def start(self, prompt: Sequence[int], target_hidden: torch.Tensor | None = None) -> None:
+    def start(self, prompt: Sequence[int], ctx: DraftContext, target_hidden: torch.Tensor | None = None) -> None:
+        self.ctx = ctx  # no fast path: the head's forwards stay eager (ctx.fast is not read)
         prompt = list(prompt)
         H = self.model.config.hidden_size
         self.kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # per layer, [1, kv_heads, n, head_dim]
@@ -74,8 +74,8 @@ class FeatureDrafter(Drafter):
                              f"and its final state ({width} wide); got {hidden.shape[-1]}-wide states")
         return self.model.reduce(hidden.to(self.device, self.dtype))
 
-    def fork(self) -> "FeatureDrafter":
-        new = copy.copy(self)
+    def fork(self, ctx: DraftContext | None = None) -> "FeatureDrafter":
+        new = super().fork(ctx)
         new.pending = list(self.pending)
         new.slot = None if self.slot is None else self.slot.clone()
         new.feats = None if self.feats is None else self.feats.clone()
@@ -91,7 +91,7 @@ class FeatureDrafter(Drafter):
         if allowed is None:
             allowed = pl.causal_allowed(q, past, self.device)
         mask = pl.additive_mask(allowed, self.dtype, self.device)
-        with pl.timed(self.clock):
+        with pl.timed(self.ctx.clock):
             out, new = self.model(tokens[None], feats[None], positions[None], mask, self.kv)
         self.kv = new if self.kv is None else [(torch.cat([k0, k], dim=2), torch.cat([v0, v], dim=2))
                                                for (k0, v0), (k, v) in zip(self.kv, new)]
@@ -111,15 +111,11 @@ class FeatureDrafter(Drafter):
 
     # --- the protocol ----------------------------------------------------------------------
     @torch.inference_mode()
-    def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> TopKTensors:
+    def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> Proposal:
         out = self._forward_level(tree, ids, level)
-        if self.sampler is not None:
+        if self.ctx.sampler is not None:
             return self._sampled(tree, ids, level, *self._head_logits(out[-1:] if level == 0 else out))
-        top_ids, top_lps = self._head_topk(out)
-        if level == 0:  # the rows of the pending chain before the root: the oracle's view
-            self.chain_topk = (top_ids[:-1], top_lps[:-1]) if self.keep_chain else None
-            return top_ids[-1:], top_lps[-1:]
-        return top_ids, top_lps
+        return self._greedy(self._head_topk(out), level)
 
     def level_scores(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> tuple[torch.Tensor, torch.Tensor]:
         out = self._forward_level(tree, ids, level)
@@ -154,14 +150,14 @@ class FeatureDrafter(Drafter):
 
     def _head_logits(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The head's logits over its ids only (compact) and the token id of each column."""
-        with pl.timed(self.clock):  # the head is part of the draft model's forward
+        with pl.timed(self.ctx.clock):  # the head is part of the draft model's forward
             return self.model.head.forward_compact(out), self.model.head.vocab_ids
 
     def _head_topk(self, out: torch.Tensor) -> TopKTensors:
         # Top-k over the head ids only: ids outside the head have logit dtype-min (probability 0).
         logits, vocab_ids = self._head_logits(out)
         compact = torch.log_softmax(logits.float(), dim=-1)
-        k = min(self.top_k, compact.shape[-1])
+        k = min(self.ctx.top_k, compact.shape[-1])
         top = compact.topk(k, dim=-1)
         return vocab_ids[top.indices], top.values
 

@@ -3,12 +3,11 @@ context, counted on the device (:mod:`dynatree_core.runtime.ngram`)."""
 
 from __future__ import annotations
 
-import copy
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
-from dynatree_core.drafters.protocol import CHAIN_ROWS, Drafter
+from dynatree_core.drafters.protocol import CHAIN_ROWS, DraftContext, Drafter, Proposal
 from dynatree_core.policy.lookup import PromptLookup
 from dynatree_core.runtime.host_syncs import to_device
 from dynatree_core.runtime.ngram import (CompactVocab, LookupMatches, TopKTensors, compact_ids, contexts_ending_at,
@@ -24,12 +23,13 @@ class LookupDrafter(Drafter):
 
     kind = "lookup"
 
-    def __init__(self, source: PromptLookup, top_k: int):
-        super().__init__(top_k)
+    def __init__(self, source: PromptLookup):
+        super().__init__()
         self.source = source
-        self.start([])
+        self.start([], self.ctx)
 
-    def start(self, prompt: Sequence[int], target_hidden: torch.Tensor | None = None) -> None:
+    def start(self, prompt: Sequence[int], ctx: DraftContext, target_hidden: torch.Tensor | None = None) -> None:
+        self.ctx = ctx
         self.seq: list[int] = list(prompt)  # the committed tokens, the root last
         # the distinct tokens (first-occurrence order) and each position's index among them, kept
         # on the host as tokens are committed: counting runs over them, not the whole vocabulary
@@ -38,20 +38,21 @@ class LookupDrafter(Drafter):
         self._dev: tuple[torch.Tensor, CompactVocab] | None = None  # seq and vocab on the tree's device
         self._fresh = len(self.seq)  # tokens committed since the last level 0 (the chain it reports)
 
-    def fork(self) -> "LookupDrafter":
-        new = copy.copy(self)
+    def fork(self, ctx: DraftContext | None = None) -> "LookupDrafter":
+        new = super().fork(ctx)
         new.seq, new._index, new._seq_index = list(self.seq), dict(self._index), list(self._seq_index)
         return new
 
-    def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> TopKTensors:
+    def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> Proposal:
+        chain = None
         if level == 0:
             self._on(tree.device)
-            if self.sampler is None:
-                self._chain()
+            if self.ctx.sampler is None:
+                chain = self._chain()
         m = self.matches(tree, ids, level)
-        if self.sampler is not None:  # q: the followers' shares, warped (none where nothing matched)
+        if self.ctx.sampler is not None:  # q: the followers' shares, warped (none where nothing matched)
             return self._sampled(tree, ids, level, m.log_shares(), m.tokens)
-        return m.topk(self.top_k)
+        return Proposal(*m.topk(self.ctx.top_k), chain=chain)
 
     def matches(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> LookupMatches:
         """The lookup's counts for tree level ``ids`` (what :class:`MixDrafter` mixes in)."""
@@ -81,13 +82,13 @@ class LookupDrafter(Drafter):
                          CompactVocab(to_device(list(self._index), device), to_device(self._seq_index, device)))
         return self._dev
 
-    def _chain(self) -> None:
+    def _chain(self) -> TopKTensors | None:
         """With ``keep_chain``: what the lookup proposed after each token committed since the last
         level 0 (before the root, at most :data:`CHAIN_ROWS`), each from the tokens known then - the
         oracle's view, as a model drafter gives it from the committed tokens it feeds."""
         c = min(self._fresh, CHAIN_ROWS + 1) - 1
         self._fresh = 0
-        self.chain_topk = self.chain_matches(max(c, 0)).topk(self.top_k) if self.keep_chain else None
+        return self.chain_matches(max(c, 0)).topk(self.ctx.top_k) if self.ctx.keep_chain else None
 
     def _contexts(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> torch.Tensor:
         """[q, max_ngram + level]: the last max_ngram committed tokens (-1 before the start), then

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
@@ -10,9 +9,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 
 from dynatree_core.drafters.lookup import LookupDrafter
-from dynatree_core.drafters.protocol import Drafter
+from dynatree_core.drafters.protocol import DraftContext, Drafter, Proposal
 from dynatree_core.policy.lookup import PromptLookup
-from dynatree_core.runtime import plumbing as pl
 from dynatree_core.runtime.host_syncs import to_device
 from dynatree_core.runtime.ngram import LookupMatches, TopKTensors
 from dynatree_core.runtime.sampling import dense
@@ -110,79 +108,55 @@ class MixDrafter(Drafter):
             raise TypeError("LookupMix mixes prompt lookup into a model draft: the draft must be a model "
                             "(an independent draft LM or a feature draft)")
         self.base, self.mix = base, mix
-        self.lookup = LookupDrafter(mix.lookup, base.top_k)
-        self._keep = False
-        super().__init__(base.top_k)
+        self.lookup = LookupDrafter(mix.lookup)
+        super().__init__()
         self.kind = f"{base.kind}+lookup"  # type: ignore[misc]
         self.needs_target_hidden = base.needs_target_hidden  # type: ignore[misc]
 
-    # the loop sets and reads these on the drafter; they belong to the model drafter it wraps
     @property  # type: ignore[override]
     def forwards(self) -> int:
+        """The wrapped model drafter's forwards (the lookup runs none)."""
         return self.base.forwards
-
-    @forwards.setter
-    def forwards(self, value: int) -> None:
-        self.base.forwards = value
-
-    @property  # type: ignore[override]
-    def clock(self) -> pl.ForwardClock | None:
-        return self.base.clock
-
-    @clock.setter
-    def clock(self, value: pl.ForwardClock | None) -> None:
-        self.base.clock = value
-
-    @property  # type: ignore[override]
-    def keep_chain(self) -> bool:
-        return self._keep
-
-    @keep_chain.setter
-    def keep_chain(self, value: bool) -> None:
-        self._keep = self.base.keep_chain = bool(value)
-
-    def use_fast(self, fast: Any) -> None:
-        self.base.use_fast(fast)
 
     @property
     def fast_model(self) -> torch.nn.Module | None:
         return self.base.fast_model
 
-    def start(self, prompt: Sequence[int], target_hidden: torch.Tensor | None = None) -> None:
-        self.base.start(prompt, target_hidden)
-        self.lookup.start(prompt)
+    def start(self, prompt: Sequence[int], ctx: DraftContext, target_hidden: torch.Tensor | None = None) -> None:
+        self.ctx = ctx
+        self.base.start(prompt, ctx, target_hidden)
+        self.lookup.start(prompt, ctx)
 
     def prefill(self) -> None:
         self.base.prefill()
 
-    def fork(self) -> "MixDrafter":
-        new = copy.copy(self)
-        new.base, new.lookup = self.base.fork(), self.lookup.fork()
+    def fork(self, ctx: DraftContext | None = None) -> "MixDrafter":
+        new = super().fork(ctx)
+        new.base, new.lookup = self.base.fork(new.ctx), self.lookup.fork(new.ctx)
         return new
 
-    def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> TopKTensors:
-        if self.sampler is not None:
+    def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> Proposal:
+        if self.ctx.sampler is not None:
             return self._sampled_mix(tree, ids, level)
-        top = mix_topk(self.base.propose(tree, ids, level), self.lookup.matches(tree, ids, level), self.mix,
-                       self.top_k)
-        if level == 0:  # the chain view: the model's rows, each mixed with the lookup as it stood then
-            chain, self.base.chain_topk = self.base.chain_topk, None
-            self.chain_topk = None if chain is None else mix_topk(
-                chain, self.lookup.chain_matches(chain[0].shape[0]), self.mix, self.top_k)
-        return top
+        k = self.ctx.top_k
+        base = self.base.propose(tree, ids, level)
+        top = mix_topk((base.tokens, base.logps), self.lookup.matches(tree, ids, level), self.mix, k)
+        # the chain view (level 0): the model's rows, each mixed with the lookup as it stood then
+        chain = None if base.chain is None else mix_topk(
+            base.chain, self.lookup.chain_matches(base.chain[0].shape[0]), self.mix, k)
+        return Proposal(*top, chain=chain)
 
-    def _sampled_mix(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> TopKTensors:
+    def _sampled_mix(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> Proposal:
         """Under sampling, the mixture over the whole vocabulary: q = λ r + (1 - λ) q_D with q_D the
         model draft's warped distribution, r the lookup's (its shares, warped) and λ from the
         counts as seen (the prior's pseudo-counts weigh occurrences, not warped shares)."""
-        s = self.sampler
+        s = self.ctx.sampler
         assert s is not None
         scores, vocab_ids = self.base.level_scores(tree, ids, level)
         m = self.lookup.matches(tree, ids, level)
         q_d = dense(s.log_q(scores).exp(), vocab_ids, s.vocab_size, 0.0)
         r = dense(s.log_q(m.log_shares()).exp(), m.tokens, s.vocab_size, 0.0)
         lam = self.mix.weights(m)[:, None]
-        self.base.chain_topk = None
         return self._sampled(tree, ids, level, torch.log(lam * r + (1 - lam) * q_d), warped=True)
 
     def commit(self, path: list[int], committed: list[int], target_hidden: torch.Tensor | None = None,

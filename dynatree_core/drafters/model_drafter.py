@@ -8,10 +8,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 from transformers import DynamicCache
 
-from dynatree_core.drafters.protocol import Drafter, level_visibility
+from dynatree_core.drafters.protocol import DraftContext, Drafter, Proposal, level_visibility
 from dynatree_core.runtime import plumbing as pl
 from dynatree_core.runtime.host_syncs import to_device
-from dynatree_core.runtime.ngram import TopKTensors
 from dynatree_core.runtime.static_draft import DraftStaticForwards
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,23 +23,21 @@ class ModelDrafter(Drafter):
 
     kind = "model"
 
-    def __init__(self, model: torch.nn.Module, top_k: int):
-        super().__init__(top_k)
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
         self.model = model
         self.device = pl.model_device(model)
-        #: on the fast path (:meth:`use_fast`): a static cache and captured level forwards
+        #: on the fast path (the context's ``fast``): a static cache and captured level forwards
         self.fast: DraftStaticForwards | None = None
-        self.start([])
+        self.start([], self.ctx)
 
     @property
     def fast_model(self) -> torch.nn.Module:
         return self.model
 
-    def use_fast(self, fast: DraftStaticForwards) -> None:
-        self.fast = fast
-        fast.book.reset()
-
-    def start(self, prompt: Sequence[int], target_hidden: torch.Tensor | None = None) -> None:
+    def start(self, prompt: Sequence[int], ctx: DraftContext, target_hidden: torch.Tensor | None = None) -> None:
+        self.ctx = ctx
+        self.fast = ctx.fast
         if self.fast is not None:
             self.fast.book.reset()
         self.cache = DynamicCache()
@@ -50,26 +47,22 @@ class ModelDrafter(Drafter):
 
     def prefill(self) -> None:
         if len(self.pending) > 1:
-            pl.forward(self.model, to_device(self.pending[:-1], self.device)[None], self.cache, clock=self.clock)
+            pl.forward(self.model, to_device(self.pending[:-1], self.device)[None], self.cache, clock=self.ctx.clock)
             self.forwards += 1
             self.pending = self.pending[-1:]
 
-    def fork(self) -> "ModelDrafter":
-        new = copy.copy(self)
+    def fork(self, ctx: DraftContext | None = None) -> "ModelDrafter":
+        new = super().fork(ctx)
         new.cache = copy.deepcopy(self.cache)
         new.pending = list(self.pending)
         new.slot = None if self.slot is None else self.slot.clone()
         return new
 
-    def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> TopKTensors:
+    def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> Proposal:
         logits = self._forward_level(tree, ids, level)
-        if self.sampler is not None:
+        if self.ctx.sampler is not None:
             return self._sampled(tree, ids, level, logits[-1:] if level == 0 else logits)
-        top_ids, top_lps = self._topk(logits)
-        if level == 0:  # the rows of the pending chain before the root: the oracle's view
-            self.chain_topk = (top_ids[:-1], top_lps[:-1]) if self.keep_chain else None
-            return top_ids[-1:], top_lps[-1:]
-        return top_ids, top_lps
+        return self._greedy(self._topk(logits), level)
 
     def level_scores(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> tuple[torch.Tensor, None]:
         logits = self._forward_level(tree, ids, level)
@@ -83,7 +76,7 @@ class ModelDrafter(Drafter):
         if level == 0:
             # Level 0: feed the pending committed tokens, the root last, as a causal chain.
             inp = to_device(self.pending, self.device)[None]
-            logits = pl.forward(self.model, inp, self.cache, clock=self.clock)[self._chain_rows():]
+            logits = pl.forward(self.model, inp, self.cache, clock=self.ctx.clock)[self._chain_rows():]
             self.forwards += 1
             self.base = pl.cache_length(self.cache)
             self.slot = torch.full((tree.capacity,), -1, dtype=torch.long, device=self.device)
@@ -93,11 +86,11 @@ class ModelDrafter(Drafter):
         assert self.slot is not None, "propose: level 0 (the root) comes first"
         past = pl.cache_length(self.cache)
         if self._chain_level(ids, level):  # the default causal mask and next position
-            logits = pl.forward(self.model, tree.tokens[ids][None], self.cache, clock=self.clock)
+            logits = pl.forward(self.model, tree.tokens[ids][None], self.cache, clock=self.ctx.clock)
         else:
             allowed, depth = level_visibility(tree, ids, self.slot, self.base, past)
             logits = pl.forward(self.model, tree.tokens[ids][None], self.cache, allowed, self.base - 1 + depth,
-                                clock=self.clock)
+                                clock=self.ctx.clock)
         self.slot[ids] = past + torch.arange(ids.shape[0], device=self.device)
         self.forwards += 1
         return logits
@@ -108,14 +101,14 @@ class ModelDrafter(Drafter):
         assert self.fast is not None
         self.forwards += 1
         if level == 0:
-            logits, start = self.fast.chain(to_device(self.pending, self.device), self.clock)
+            logits, start = self.fast.chain(to_device(self.pending, self.device), self.ctx.clock)
             self.base = self.fast.book.committed
             self.slot = torch.full((tree.capacity,), -1, dtype=torch.long, device=self.device)
             self.slot[:1].fill_(start + len(self.pending) - 1)  # the root's slot
             self.pending = []
             return logits[self._chain_rows():]
         assert self.slot is not None, "propose: level 0 (the root) comes first"
-        return self.fast.level(tree, ids, self.slot, self.base - 1, self.clock)
+        return self.fast.level(tree, ids, self.slot, self.base - 1, self.ctx.clock)
 
     def commit(self, path: list[int], committed: list[int], target_hidden: torch.Tensor | None = None,
                fed: int = 0) -> None:

@@ -1,6 +1,7 @@
 """The drafter protocol: what the decode loop asks of any source of draft distributions.
 
-:class:`Drafter` (``start`` / ``propose`` / ``commit``), the per-level draft mask and positions
+:class:`Drafter` (``start`` / ``propose`` / ``commit``), what a run gives it (:class:`DraftContext`,
+once, at start) and what it answers (:class:`Proposal`), the per-level draft mask and positions
 (:func:`level_visibility`, the one place they are built) and the shared constants.
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 import torch
@@ -47,42 +49,72 @@ def level_visibility(tree: "DeviceTree", ids: torch.Tensor, slot: torch.Tensor, 
     return allowed[:, :past + q].bool(), tree.depths[ids]
 
 
+@dataclass(frozen=True)
+class DraftContext:
+    """What a run gives its drafter, once, at :meth:`Drafter.start` (nobody sets a drafter's attributes).
+
+    ``top_k``: candidates per expanded node; ``clock``: times the draft's forwards (engine
+    overhead); ``sampler``: under sampling, turns a level's scores into the warped q and its
+    candidates (None: greedy top-k); ``fast``: the draft model's fast-path forwards (a
+    :class:`~dynatree_core.runtime.static_draft.DraftStaticForwards`: static cache, captured levels,
+    built for :attr:`Drafter.fast_model`; None: eager); ``keep_chain``: report the chain view at level 0
+    (:attr:`Proposal.chain`; a trace or the benchmark's oracle reads it)."""
+
+    top_k: int = 1
+    clock: pl.ForwardClock | None = None
+    sampler: "DraftSampler | None" = None
+    fast: Any = None
+    keep_chain: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 1:
+            raise ValueError(f"DraftContext top_k must be an integer >= 1, got {self.top_k!r}")
+
+
+@dataclass
+class Proposal:
+    """What :meth:`Drafter.propose` returns for one tree level (device tensors, one row per node).
+
+    ``tokens`` / ``logps`` [q, k]: the candidates in rank order (greedy: sorted by q; shared
+    noise: by log q + g; rejection: in draw order) and their log q; ``confidence`` [q]: c(u) when
+    the first candidate is not the maximum (a draw, or the coupled confidence), else None;
+    ``chain``: at level 0 with ``keep_chain``, the draft's top-k after each committed token it fed
+    before the root (at most :data:`CHAIN_ROWS`: the oracle's view), else None."""
+
+    tokens: torch.Tensor
+    logps: torch.Tensor
+    confidence: torch.Tensor | None = None
+    chain: TopKTensors | None = None
+
+
 class Drafter(ABC):
     """The protocol between the decode loop and a source of draft distributions.
 
-    Lifecycle: :meth:`start` once per sequence, then per iteration :meth:`propose` once per tree
-    level (level 0 is the root alone) and :meth:`commit` with the accepted path.
+    Lifecycle: :meth:`start` once per sequence (with the run's :class:`DraftContext`), then per
+    iteration :meth:`propose` once per tree level (level 0 is the root alone) and :meth:`commit`
+    with the accepted path. :meth:`fork` copies the state for an explorer; :meth:`prefill` warms it.
     """
 
     #: short name recorded in traces and benchmark JSON
     kind: ClassVar[str] = ""
     #: whether :meth:`start` / :meth:`commit` need the target's final hidden states
     needs_target_hidden: ClassVar[bool] = False
+    #: draft forwards spent (what "draft fwd/iter" counts; the collector reads it)
+    forwards: int = 0
 
-    def __init__(self, top_k: int):
-        self.top_k = top_k
-        self.forwards = 0  # draft forwards spent (what "draft fwd/iter" counts)
-        self.clock: pl.ForwardClock | None = None  # times the draft's forwards (engine overhead)
-        #: the draft's top-k after each committed token level 0 fed before the root (at most
-        #: :data:`CHAIN_ROWS`, the last ones), or None: the oracle's view of the committed sequence
-        #: where the tree had no fed node (an accepted leaf). Set by level 0 only when
-        #: ``keep_chain`` (the engine asks for it when a trace or the benchmark reads records).
-        self.chain_topk: TopKTensors | None = None
-        self.keep_chain = False
+    def __init__(self) -> None:
+        self.ctx = DraftContext()
         self._single = True  # every level of the current tree fed one node so far (a chain)
-        #: under sampling (the engine sets it): turns a level's scores into the warped q and its
-        #: candidates (:class:`~dynatree_core.runtime.sampling.DraftSampler`); None: greedy top-k
-        self.sampler: DraftSampler | None = None
 
     @abstractmethod
-    def start(self, prompt: Sequence[int], target_hidden: torch.Tensor | None = None) -> None:
-        """Begin a sequence (and forget any previous one). ``target_hidden`` [L-1, H]: the target's
-        final hidden states of ``prompt[:-1]`` (only for drafters that need them)."""
+    def start(self, prompt: Sequence[int], ctx: DraftContext, target_hidden: torch.Tensor | None = None) -> None:
+        """Begin a sequence (and forget any previous one) under the run's ``ctx``. ``target_hidden``
+        [L-1, H]: the target's final hidden states of ``prompt[:-1]`` (drafters that need them)."""
 
     @abstractmethod
-    def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> TopKTensors:
-        """The draft's top-k after each node of ``ids`` (one tree level, BFS order, on the device;
-        level 0 is ``[0]``, the root): token ids and log-probs, ``[len(ids), k]`` each, sorted."""
+    def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> Proposal:
+        """The draft's candidates after each node of ``ids`` (one tree level, BFS order, on the
+        device; level 0 is ``[0]``, the root)."""
 
     @abstractmethod
     def commit(self, path: list[int], committed: list[int], target_hidden: torch.Tensor | None = None,
@@ -96,43 +128,35 @@ class Drafter(ABC):
         """Consume the pending committed tokens except the root now (explorers call this once so
         that every regrown tree starts from a warm cache)."""
 
-    def fork(self) -> "Drafter":
-        """An independent copy of the current state (the model itself is shared)."""
-        return copy.copy(self)
-
-    def settings(self) -> dict[str, Any]:
-        """What to record about this drafter in traces and results (JSON-safe)."""
-        return {"kind": self.kind, "top_k": self.top_k}
-
-    def use_fast(self, fast: Any) -> None:
-        """Run the draft's forwards on the fast path (a :class:`~dynatree_core.runtime.static_draft.
-        DraftStaticForwards`); drafters without a model (prompt lookup) have nothing to run there."""
+    def fork(self, ctx: DraftContext | None = None) -> "Drafter":
+        """An independent copy of the current state (the model itself is shared), under ``ctx``
+        (default: this drafter's context)."""
+        new = copy.copy(self)
+        new.ctx = ctx if ctx is not None else self.ctx
+        return new
 
     @property
     def fast_model(self) -> torch.nn.Module | None:
-        """The draft model the fast path captures the forwards of (None: this drafter runs no
-        forward there, or has no fast path yet: it stays eager)."""
+        """The draft model whose level forwards a fast-path run builds for it (the context's
+        ``fast``); None: this drafter runs no forward there (prompt lookup; the feature head)."""
         return None
 
-    def level_scores(self, tree: "DeviceTree", ids: torch.Tensor, level: int
-                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The draft's scores after each node of ``ids`` (one row per node; logits, or log counts),
-        and the token id of each column (None: column = token id): what a mixture reads under
-        sampling. Model drafters implement it."""
-        raise NotImplementedError(f"{type(self).__name__} has no level scores")
+    def settings(self) -> dict[str, Any]:
+        """What to record about this drafter in traces and results (JSON-safe)."""
+        return {"kind": self.kind, "top_k": self.ctx.top_k}
 
     def _sampled(self, tree: "DeviceTree", ids: torch.Tensor, level: int, scores: torch.Tensor,
-                 vocab_ids: torch.Tensor | None = None, warped: bool = False) -> TopKTensors:
+                 vocab_ids: torch.Tensor | None = None, warped: bool = False) -> Proposal:
         """Under sampling: the candidates of ``ids`` from their scores (``warped``: already the warped
         log q), by the sampler; no chain view (the oracle reads greedy runs)."""
-        assert self.sampler is not None
+        sampler = self.ctx.sampler
+        assert sampler is not None
         if level == 0:
-            self.sampler.begin(tree.capacity, tree.device)
-        self.chain_topk = None
-        logq = scores if warped else self.sampler.log_q(scores)
+            sampler.begin(tree.capacity, tree.device)
+        logq = scores if warped else sampler.log_q(scores)
         # a level's nodes share a depth (one BFS level): their children fill one absolute position
         at = tree.position + tree.depth + 1 if tree.position is not None else None
-        return self.sampler.candidates(logq, self.top_k, ids, vocab_ids, at)
+        return Proposal(*sampler.candidates(logq, self.ctx.top_k, ids, vocab_ids, at))
 
     def _chain_level(self, ids: torch.Tensor, level: int) -> bool:
         """Whether level ``level`` continues a chain: it feeds one node and every earlier level fed
@@ -144,10 +168,18 @@ class Drafter(ABC):
 
     def _chain_rows(self) -> int:
         """Level 0's last rows whose top-k to compute: the root's, plus the chain's when kept."""
-        return -CHAIN_ROWS - 1 if self.keep_chain else -1
+        return -CHAIN_ROWS - 1 if self.ctx.keep_chain else -1
 
     def _topk(self, logits: torch.Tensor) -> TopKTensors:
-        k = min(self.top_k, logits.shape[-1])
+        k = min(self.ctx.top_k, logits.shape[-1])
         top = torch.log_softmax(logits.float(), dim=-1).topk(k, dim=-1)
         return top.indices, top.values
+
+    def _greedy(self, top: TopKTensors, level: int) -> Proposal:
+        """A model draft's greedy proposal from the top-k of its level's rows: at level 0 the last
+        row is the root's and the rows before it are the chain view (kept only with keep_chain)."""
+        ids, lps = top
+        if level:
+            return Proposal(ids, lps)
+        return Proposal(ids[-1:], lps[-1:], chain=(ids[:-1], lps[:-1]) if self.ctx.keep_chain else None)
 

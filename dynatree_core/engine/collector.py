@@ -21,7 +21,7 @@ from dynatree_core.runtime import plumbing as pl
 from dynatree_core.runtime.device_tree import DeviceTree, Selection
 from dynatree_core.runtime.host_syncs import HostSyncs
 from dynatree_core.runtime.host_tree import host_tree
-from dynatree_core.runtime.sampling import TRACE_TOP, TargetChoice
+from dynatree_core.runtime.sampling import TRACE_TOP, DraftSampler, TargetChoice
 from dynatree_core.records.metrics import Metrics, summarize
 from dynatree_core.records.result import GenerationResult
 from dynatree_core.records.trace import IterationRecord, Trace
@@ -47,6 +47,21 @@ def versions() -> dict[str, str]:
             "python": sys.version.split()[0]}
 
 
+def new_trace(pair: Any, config: Any, prompt: Sequence[int], eos: set[int], max_new_tokens: int,
+              drafter: dict[str, Any] | None, sampling: dict[str, Any] | None, runtime: str) -> Trace:
+    """The empty :class:`Trace` of a run: what ran (config, pair, drafter settings, sampling,
+    runtime, versions); the collector appends one record per iteration."""
+    trace = Trace(method=config.method, config=config.to_dict(), target_name=pair.target_name,
+                  draft_name=pair.draft_name if config.drafts else None, prompt_tokens=list(prompt),
+                  prompt_text=pair.tokenizer.decode(prompt) if pair.tokenizer else None,
+                  eos_token_id=min(eos) if eos else None, max_new_tokens=max_new_tokens, device=str(pair.device),
+                  dtype=str(pair.dtype).replace("torch.", ""), versions=versions(), drafter=drafter,
+                  linear_kernel=getattr(pair, "linear_kernel", None), sampling=sampling,
+                  runtime=None if runtime == "eager" else runtime)
+    trace.tokenizer = pair.tokenizer  # in memory only: views name tokens with it
+    return trace
+
+
 class RunCollector:
     """Times the phases and the model forwards, counts forwards, host synchronisations and
     accepted/committed tokens, builds :class:`IterationRecord` s and, with ``trace``, the
@@ -57,25 +72,12 @@ class RunCollector:
     with its last level's sync, the verify phase with the selection's. Model forwards are timed
     by a :class:`~dynatree_core.runtime.plumbing.ForwardClock` (CUDA events on a GPU)."""
 
-    def __init__(self, run: Any, drafter: Any, trace: bool) -> None:
-        pair = run.pair
-        self.run, self.drafter, self.device = run, drafter, pair.device
-        self.trace: Trace | None = None
-        if trace:
-            self.trace = Trace(method=run.method, config=run.config.to_dict(), target_name=pair.target_name,
-                               draft_name=pair.draft_name if run.method != "ar" else None,
-                               prompt_tokens=list(run.prompt),
-                               prompt_text=pair.tokenizer.decode(run.prompt) if pair.tokenizer else None,
-                               eos_token_id=min(run.eos) if run.eos else None,
-                               max_new_tokens=run.max_new_tokens, device=str(self.device),
-                               dtype=str(pair.dtype).replace("torch.", ""), versions=versions(),
-                               drafter=drafter.settings() if drafter is not None else None,
-                               linear_kernel=getattr(pair, "linear_kernel", None),
-                               sampling=None if run.sampling.greedy else run.sampling.to_dict(),
-                               runtime=None if run.runtime == "eager" else run.runtime)
-            self.trace.tokenizer = pair.tokenizer  # in memory only: views name tokens with it
-        if drafter is not None:  # the chain's top-k only where records are read (a trace, the oracle)
-            drafter.keep_chain = trace or bool(run.record_top_k)
+    def __init__(self, device: torch.device, tokenizer: Any, prompt: Sequence[int], trace: Trace | None,
+                 draft_sampler: DraftSampler | None = None) -> None:
+        #: ``tokenizer`` names tokens in records; ``draft_sampler`` holds the draft's perturbed scores
+        #: under shared noise (what a traced record shows next to the target's)
+        self.device, self.tokenizer, self.prompt = device, tokenizer, list(prompt)
+        self.trace, self.draft_sampler = trace, draft_sampler
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         self.accepted: list[int] = []
@@ -117,16 +119,14 @@ class RunCollector:
         drew each node's token, :meth:`_sampling_extras`); with a trace or ``record_top_k``, the
         draft's top-k along the committed tokens level 0 fed (the oracle's)."""
         out: dict[str, torch.Tensor] = {}
-        chain = self.drafter.chain_topk if self.drafter is not None else None
-        if chain is not None:
-            self.drafter.chain_topk = None  # this iteration's; never read twice
-            if chain[0].shape[0]:
-                out["chain_tokens"], out["chain_logps"] = chain
+        chain = tree.chain
+        if chain is not None and chain[0].shape[0]:
+            out["chain_tokens"], out["chain_logps"] = chain
         if self.trace is None:
             return out
         if choice is not None:
             out.update(self._sampling_extras(tree, choice))
-            sampler = self.drafter.sampler if self.drafter is not None else None
+            sampler = self.draft_sampler
             if sampler is not None and sampler.score_rows is not None and tree.draft_calls:
                 out.update(_draft_scores(tree, sampler.score_rows))
         if tree.n < 2:
@@ -200,18 +200,19 @@ class RunCollector:
             rec.target_prob_drafted = [None] + (a["target_prob"].tolist() if "target_prob" in a else [])
             if "choice_prob" in a:
                 rec.sampling = _sampling_record(a)
-            rec.tokenizer = self.run.pair.tokenizer  # in memory only (views name tokens with it)
+            rec.tokenizer = self.tokenizer  # in memory only (views name tokens with it)
             rec.token_texts = self._texts(host.tokens)
             rec.committed_texts = self._texts(rec.committed)
             self.trace.iterations.append(rec)
         return rec
 
     def _texts(self, tokens: Sequence[int]) -> list[str]:
-        tok = self.run.pair.tokenizer
+        tok = self.tokenizer
         return [tok.decode([t]) for t in tokens] if tok is not None else []
 
-    def result(self, out: list[int], history_state: Any) -> Any:
-        """The :class:`~dynatree_core.records.result.GenerationResult` of the run."""
+    def result(self, out: list[int], history_state: Any, draft_forwards: int, speculative: bool) -> GenerationResult:
+        """The :class:`~dynatree_core.records.result.GenerationResult` of the run (``draft_forwards``:
+        the drafter's count; ``speculative``: whether the method drafts)."""
 
         pl.synchronize(self.device)
         wall = time.perf_counter() - self.t_start
@@ -221,19 +222,18 @@ class RunCollector:
             new_tokens=len(out), wall_time_s=wall, ttft_s=self.ttft, iterations=len(self.accepted),
             accepted=self.accepted, committed=self.committed, depths=self.depths, tree_sizes=self.sizes,
             target_forwards=self.target_forwards,
-            draft_forwards=self.drafter.forwards if self.drafter is not None else 0,
+            draft_forwards=draft_forwards,
             prefill_time_s=self.prefill_s, draft_time_s=self.totals["draft"], verify_time_s=self.totals["verify"],
             commit_time_s=self.totals["commit"], peak_memory_bytes=peak, peak_memory_kind=kind,
-            stopped_by=self.stopped_by, speculative=self.run.method != "ar", forward_time_s=forward_s,
+            stopped_by=self.stopped_by, speculative=speculative, forward_time_s=forward_s,
             host_syncs=self.iteration_syncs, draft_levels=self.draft_levels)
-        pair = self.run.pair
-        text = pair.tokenizer.decode(out) if pair.tokenizer is not None else None
+        text = self.tokenizer.decode(out) if self.tokenizer is not None else None
         if self.trace is not None:
             self.trace.tokens = list(out)
             self.trace.text = text
             self.trace.metrics = metrics.to_dict()
         return GenerationResult(tokens=out, text=text, metrics=metrics, trace=self.trace,
-                                prompt_tokens=list(self.run.prompt), history_state=history_state)
+                                prompt_tokens=list(self.prompt), history_state=history_state)
 
 
 def _draft_scores(tree: DeviceTree, rows: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:

@@ -1,7 +1,10 @@
 """The decode loop: one loop, four phases (draft, verify, select, commit) plus history.
 
-All four methods run through :class:`DecodingRun`; they differ only in the
+Every method runs through :class:`DecodingRun`; methods differ only in the
 :class:`~dynatree_core.policy.config.GrowthRule` their config lowers to (AR drafts an empty tree).
+The target's forwards come from one backend chosen when the run starts (eager or the fast path,
+:mod:`dynatree_core.runtime.backend`); the drafter gets what the run gives it once, at start
+(:class:`~dynatree_core.drafters.DraftContext`).
 
 Cache invariant between iterations: the target cache holds every committed token except the
 last one, the *root*. Each iteration verifies ``[root] + tree`` in one target forward; the
@@ -22,22 +25,21 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from dynatree_core.runtime import plumbing as pl
-from dynatree_core.engine.collector import RunCollector
+from dynatree_core.drafters import DraftContext, Drafter, LookupDrafter, LookupMix, MixDrafter, make_drafter
+from dynatree_core.engine.collector import RunCollector, new_trace
+from dynatree_core.pairs.pair import ModelPair, context_window, eos_token_ids
 from dynatree_core.policy.config import DecoderConfig, DynaTreeConfig, GrowthRule, resolve_config
-from dynatree_core.runtime.device_tree import DeviceTree, Selection
-from dynatree_core.runtime.host_syncs import to_device
-from dynatree_core.drafters import Drafter, LookupDrafter, LookupMix, MixDrafter, make_drafter
 from dynatree_core.policy.history import HistoryAdapter, HistoryState, check_history
 from dynatree_core.policy.sampling import GREEDY, SamplingConfig
-from dynatree_core.records.result import GenerationResult
-from dynatree_core.pairs.pair import ModelPair, context_window, eos_token_ids
-from dynatree_core.runtime.fast_path import StaticForwards, fast_path, resolve_runtime
-from dynatree_core.runtime.static_draft import draft_fast_path
-from dynatree_core.runtime.sampling import DraftCandidates, TargetSampler, draft_candidates, make_samplers
-from dynatree_core.runtime.target_cache import TargetCache
-from dynatree_core.records.trace import IterationRecord
 from dynatree_core.policy.tree import LOOKUP_TAIL, STOP_REASONS
+from dynatree_core.records.result import GenerationResult
+from dynatree_core.records.trace import IterationRecord, Trace
+from dynatree_core.runtime import plumbing as pl
+from dynatree_core.runtime.backend import TargetBackend, target_backend
+from dynatree_core.runtime.device_tree import DeviceTree, Selection
+from dynatree_core.runtime.fast_path import resolve_runtime
+from dynatree_core.runtime.host_syncs import to_device
+from dynatree_core.runtime.sampling import DraftSampler, TargetSampler, draft_candidates, make_samplers
 
 _TAIL_CODE = STOP_REASONS.index(LOOKUP_TAIL)
 
@@ -49,7 +51,7 @@ def tail_lookup(drafter: Drafter) -> tuple[LookupDrafter, bool]:
         return drafter, False
     if isinstance(drafter, MixDrafter):
         return drafter.lookup, False
-    return LookupDrafter(LookupMix().lookup, 1), True
+    return LookupDrafter(LookupMix().lookup), True
 
 
 def encode_prompt(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor) -> list[int]:
@@ -77,20 +79,40 @@ def encode_prompt(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor) -
     return ids
 
 
-def _check_run(pair: ModelPair, method: str, max_new_tokens: int, sampling: SamplingConfig) -> None:
+def _check_run(pair: ModelPair, config: DecoderConfig, max_new_tokens: int, sampling: SamplingConfig) -> None:
     """The checks that need no model work (bad input fails before any calibration or forward)."""
     if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool):
         raise TypeError(f"max_new_tokens must be an integer >= 0, got {type(max_new_tokens).__name__}")
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    if method != "ar" and pair.draft is None:
-        raise ValueError(f"method={method!r} needs a draft model; the ModelPair has draft=None")
+    if config.drafts and pair.draft is None:
+        raise ValueError(f"method={config.method!r} needs a draft model; the ModelPair has draft=None")
     if not isinstance(sampling, SamplingConfig):
         raise TypeError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
-    if sampling.rule == "rejection" and method == "ar":
-        raise ValueError("verify='rejection' checks drafted tokens; method='ar' drafts none (seeded AR "
+    if sampling.rule == "rejection" and not config.drafts:
+        raise ValueError(f"verify='rejection' checks drafted tokens; method={config.method!r} drafts none (seeded AR "
                          "sampling draws each token from p by Gumbel-max with its position's noise: use "
                          "verify='match')")
+
+
+def _check_window(pair: ModelPair, drafts: bool, prompt_len: int, max_new_tokens: int, allow: bool) -> None:
+    """The prompt and the new tokens fit both models' context windows (unless ``allow``)."""
+    for role, m in (("target", pair.target), ("draft", pair.draft if drafts else None)):
+        win = context_window(m) if m is not None else None
+        if win is not None and prompt_len + max_new_tokens > win and not allow:
+            raise ValueError(
+                f"prompt length ({prompt_len}) + max_new_tokens ({max_new_tokens}) = "
+                f"{prompt_len + max_new_tokens} exceeds the {role}'s context window of {win} "
+                f"positions; shorten the prompt, lower max_new_tokens, or pass allow_long_context=True "
+                f"to decode past the trained window anyway")
+
+
+def _eos_set(pair: ModelPair, eos_token_id: int | Sequence[int] | None, ignore_eos: bool) -> set[int]:
+    if ignore_eos:
+        return set()
+    if eos_token_id is None:
+        return set(eos_token_ids(pair.target, pair.tokenizer))
+    return {int(t) for t in ([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)}
 
 
 class DecodingRun:
@@ -108,44 +130,32 @@ class DecodingRun:
                  prepare: Callable[[DecoderConfig, ModelPair], DecoderConfig] | None = None,
                  sampling: SamplingConfig | None = None, runtime: str = "auto",
                  buckets: tuple[int, ...] | None = None, static_len: int | None = None):
-        self.method = method
         #: draft candidates per fed node kept in untraced records too (the benchmark's oracle reads
         #: them); None: only what the growth rule needs
         self.record_top_k = record_top_k
         #: how the target's token is chosen: greedy, or sampled (verify "match" / "rejection")
         self.sampling = sampling if sampling is not None else GREEDY
-        config = resolve_config(method, config)
-        _check_run(pair, method, max_new_tokens, self.sampling)
+        config = resolve_config(method, config)  # from here on the config says what to do, not the name
+        _check_run(pair, config, max_new_tokens, self.sampling)
         label = None if self.sampling.greedy else self.sampling.label()
         check_history(history, label)  # before any calibration runs
-        #: what runs the target's forwards: eager (dynamic caches) or the fast path (static caches,
-        #: bucketed trees; compiled or CUDA graphs), see :mod:`dynatree_core.runtime.fast_path`
+        #: what runs the target's forwards: "eager" (dynamic caches) or a fast path (static caches,
+        #: bucketed trees; compiled or CUDA graphs), see :mod:`dynatree_core.runtime.backend`
         self.runtime = resolve_runtime(runtime, pair.device)
         self.pair = pair
         # what a policy measures about the pair (cost curve, per-rank acceptance) is filled in here
         # by ``prepare`` (the API passes calibrate.prepare_config: cached on disk), after the cheap
         # checks and before the run, so the config the trace records is the one that ran
-        self.config = prepare(config, pair) if prepare is not None and method != "ar" else config
+        self.config = prepare(config, pair) if prepare is not None and config.drafts else config
+        self.method = self.config.method
         self.prompt = encode_prompt(pair, prompt)
-        for role, m in (("target", pair.target), ("draft", pair.draft if method != "ar" else None)):
-            win = context_window(m) if m is not None else None
-            if win is not None and len(self.prompt) + max_new_tokens > win and not allow_long_context:
-                raise ValueError(
-                    f"prompt length ({len(self.prompt)}) + max_new_tokens ({max_new_tokens}) = "
-                    f"{len(self.prompt) + max_new_tokens} exceeds the {role}'s context window of {win} "
-                    f"positions; shorten the prompt, lower max_new_tokens, or pass allow_long_context=True "
-                    f"to decode past the trained window anyway")
+        _check_window(pair, config.drafts, len(self.prompt), max_new_tokens, allow_long_context)
         self.max_new_tokens = max_new_tokens
-        if ignore_eos:
-            self.eos: set[int] = set()
-        elif eos_token_id is None:
-            self.eos = set(eos_token_ids(pair.target, pair.tokenizer))
-        else:
-            self.eos = {int(t) for t in ([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)}
+        self.eos = _eos_set(pair, eos_token_id, ignore_eos)
         self.tracing = trace
         self.adapter = (HistoryAdapter(self.config, history, label)
                         if isinstance(self.config, DynaTreeConfig) and self.config.adaptive else None)
-        self.fast = self._fast_path(buckets, static_len)
+        self.target = self._backend(buckets, static_len)
         self.result: GenerationResult | None = None
         self._steps = self._run()
 
@@ -174,31 +184,33 @@ class DecodingRun:
 
         The tree lives on the model's device (:mod:`dynatree_core.runtime.device_tree`): the loop reads
         the device once per draft level and once per verification, nowhere else."""
-        drafter = self._drafter()
+        drafter = make_drafter(self.pair.draft, self.pair.lookup) if self.config.drafts else None
+        fast = self._draft_forwards(drafter)  # built (captured, compiled) before the clock starts
+        samplers = make_samplers(self.sampling, self.pair.device, int(self.pair.target.config.vocab_size),
+                                 self.tracing)
+        draft_sampler, chooser = samplers if samplers is not None else (None, None)
+        top_k = self._draft_top_k()
+        col = RunCollector(self.pair.device, self.pair.tokenizer, self.prompt, self._trace(drafter, top_k),
+                           draft_sampler)
+        ctx = DraftContext(top_k, col.clock, draft_sampler, fast, keep_chain=self.tracing or bool(self.record_top_k))
         tail, own_tail = tail_lookup(drafter) if drafter is not None and self.config.lookup_tail else (None, False)
         need_hidden = drafter is not None and drafter.needs_target_hidden  # a feature drafter reads them
-        col = RunCollector(self, drafter, self.tracing)
-        if drafter is not None:
-            drafter.clock = col.clock
-        chooser = self._samplers(drafter)
-        # the target's cache: a verified tree's rejected entries are masked, not moved (target_cache)
-        cache, out, root = (TargetCache() if self.fast is None else self.fast.cache), [], self.prompt[-1]
-        top_k = drafter.top_k if drafter is not None else 1
-        self._prefill(cache, drafter, need_hidden, col)
+        out, root = [], self.prompt[-1]
+        self._prefill(drafter, ctx, need_hidden, col)
         if own_tail:
-            tail.start(self.prompt)  # a lookup of the loop's own: it follows the committed tokens
+            tail.start(self.prompt, ctx)  # a lookup of the loop's own: it follows the committed tokens
         while len(out) < self.max_new_tokens:
             remaining = self.max_new_tokens - len(out)
             rule, before = self._rule(remaining), self._history_state()
             # 1. draft: grow the tree, one batched draft forward per level (AR: the root alone)
-            tree = DeviceTree(root, rule, top_k, self.pair.device, position=len(self.prompt) + len(out) - 1)
+            tree = DeviceTree(root, rule, ctx.top_k, self.pair.device, position=len(self.prompt) + len(out) - 1)
             if drafter is not None:
                 tree.grow(drafter, col.syncs)
                 if tail is not None:
                     tree.add_tail(tail.committed_on(tree.device), tail.source, col.syncs, remaining - 1)
             col.lap("draft")
             # 2. verify and 3. select
-            v, sel = self._verify(tree, cache, need_hidden, drafter, chooser, col)
+            v, sel = self._verify(tree, need_hidden, chooser, draft_sampler, col)
             col.lap("verify")
             path = sel.path
             # 4. commit: cut at EOS / the budget, bring the caches back to the committed prefix
@@ -206,7 +218,7 @@ class DecodingRun:
             out.extend(new)
             forwards = 1
             if stop is None:
-                forwards += self._commit(cache, v, root, sel, new, drafter, tail if own_tail else None, col)
+                forwards += self._commit(v, root, sel, new, drafter, tail if own_tail else None, col)
                 root = new[-1]
             # the history reads the draft's acceptance: lookup-tail nodes on the path do not count
             after = self._adapt(int((sel.arrays["stop"][path] != _TAIL_CODE).sum()) if tree.tail_nodes else len(path),
@@ -216,31 +228,30 @@ class DecodingRun:
             if stop == "eos":
                 col.stopped_by = "eos"
                 break
-        self.result = col.result(out, self.adapter.state if self.adapter is not None else None)
+        self.result = col.result(out, self.adapter.state if self.adapter is not None else None,
+                                 drafter.forwards if drafter is not None else 0, self.config.drafts)
 
-    def _verify(self, tree: DeviceTree, cache: TargetCache, need_hidden: bool, drafter: Drafter | None,
-                chooser: TargetSampler | None, col: RunCollector) -> tuple[pl.DeviceVerified, Selection]:
+    def _verify(self, tree: DeviceTree, need_hidden: bool, chooser: TargetSampler | None,
+                draft_sampler: DraftSampler | None, col: RunCollector) -> tuple[pl.DeviceVerified, Selection]:
         """2. verify: root + every node in ONE target forward under the tree mask. 3. select: the
         longest path whose every node carries the target's token after its parent (greedy: the
         argmax; sampling: the token drawn there from p), plus that token after its last node (the
         bonus)."""
-        if self.fast is not None:
-            v = self.fast.verify(tree, need_hidden, col.clock)
-        else:
-            v = pl.verify_device(self.pair.target, tree, cache, need_hidden, col.clock)
+        v = self.target.verify(tree, need_hidden, col.clock)
         choice = None
         if chooser is not None:
             deepest = tree.depth + (tree.rule.lookup_tail if tree.tail_nodes else 0)  # a tail reaches below
-            choice = chooser.choose(v.logits, tree.depths[:tree.n], deepest, v.prefix_len,
-                                    self._candidates(tree, drafter))
+            # under rejection: each node's candidates in draw order and its q row
+            draft = draft_candidates(tree, draft_sampler) if self.sampling.rule == "rejection" else None
+            choice = chooser.choose(v.logits, tree.depths[:tree.n], deepest, v.prefix_len, draft)
         target = v.argmax if choice is None else choice.tokens
         return v, tree.select(target, col.syncs, col.verify_extras(tree, v, choice))
 
-    def _commit(self, cache: TargetCache, v: pl.DeviceVerified, root: int, sel: Selection, new: list[int],
-                drafter: Drafter | None, own_tail: LookupDrafter | None, col: RunCollector) -> int:
+    def _commit(self, v: pl.DeviceVerified, root: int, sel: Selection, new: list[int], drafter: Drafter | None,
+                own_tail: LookupDrafter | None, col: RunCollector) -> int:
         """Bring the caches back to the committed prefix; returns the extra target forwards."""
         path = sel.path
-        forwards = self._restore(cache, v.start, root, path, new, col)
+        forwards = self._restore(v.start, root, path, new, col)
         if drafter is not None:
             hidden = v.hidden[to_device([0] + path, self.pair.device)] if v.hidden is not None else None
             # the drafter's cache slots refer to the tree as grown (an EAGLE-2 rerank compacts it)
@@ -251,64 +262,53 @@ class DecodingRun:
         return forwards
 
     # --- the phases' details -------------------------------------------------------------------
-    def _drafter(self) -> Drafter | None:
-        if self.pair.draft is None or self.method == "ar":
-            return None
-        # the trace records top_k candidates per expanded node (config.trace_top_k >= the rule's breadth)
-        top_k = self.config.trace_top_k if self.tracing else self.config.growth_rule().max_breadth
+    def _draft_top_k(self) -> int:
+        """Draft candidates per expanded node: what the growth rule reads, what the trace records
+        (config.trace_top_k >= the rule's breadth) and what the benchmark's oracle reads."""
+        if not self.config.drafts:
+            return 1
+        breadth = self.config.growth_rule().max_breadth
         if self.sampling.rule == "rejection":  # the candidates are draws: as many as the rule grows, whoever reads
-            top_k = self.config.growth_rule().max_breadth
+            top_k = breadth
         else:  # the benchmark's oracle reads record_top_k candidates (greedy, or ranked under match)
-            top_k = max(top_k, self.record_top_k or 0)
+            top_k = max(self.config.trace_top_k if self.tracing else breadth, self.record_top_k or 0)
         if getattr(self.config, "cost_aware", False):  # the final fill draws from the candidates past B(u)
             top_k = max(top_k, self.config.trace_top_k)
-        drafter = make_drafter(self.pair.draft, top_k, self.pair.lookup)
-        if self.fast is not None and drafter.fast_model is not None:  # the draft's levels on the fast path too
-            drafter.use_fast(draft_fast_path(drafter.fast_model, self.runtime, len(self.prompt) + self.max_new_tokens,
-                                             self.fast.path.buckets[-1], static_len=None))
-        return drafter
+        return max(1, top_k)
 
-    def _samplers(self, drafter: Drafter | None) -> TargetSampler | None:
-        """Under sampling: give the drafter its sampler and return the loop's (None: greedy)."""
-        both = make_samplers(self.sampling, self.pair.device, int(self.pair.target.config.vocab_size), self.tracing)
-        if both is None:
-            return None
-        if drafter is not None:
-            drafter.sampler = both[0]
-        return both[1]
+    def _draft_forwards(self, drafter: Drafter | None) -> object | None:
+        """The draft model's level forwards on the target's runtime (None: it drafts eagerly)."""
+        model = drafter.fast_model if drafter is not None else None
+        return self.target.draft_forwards(model, len(self.prompt) + self.max_new_tokens) if model is not None else None
 
-    def _candidates(self, tree: DeviceTree, drafter: Drafter | None) -> DraftCandidates | None:
-        """Under rejection: each node's candidates in draw order and its q row (None otherwise)."""
-        if self.sampling.rule != "rejection":
+    def _trace(self, drafter: Drafter | None, top_k: int) -> Trace | None:
+        """A new trace for this run (None when not tracing); the drafter's settings with the top-k
+        the run gives it."""
+        if not self.tracing:
             return None
-        return draft_candidates(tree, drafter.sampler if drafter is not None else None)
+        return new_trace(self.pair, self.config, self.prompt, self.eos, self.max_new_tokens,
+                         {**drafter.settings(), "top_k": top_k} if drafter is not None else None,
+                         None if self.sampling.greedy else self.sampling.to_dict(), self.runtime)
 
-    def _fast_path(self, buckets: tuple[int, ...] | None, static_len: int | None) -> StaticForwards | None:
-        """The target's fast path when the runtime is not eager: kept for the target and reused, its
-        forwards built (captured, compiled) now, before the run is timed."""
-        if self.runtime == "eager":
-            return None
+    def _backend(self, buckets: tuple[int, ...] | None, static_len: int | None) -> TargetBackend:
+        """The target's forwards: eager, or the fast path kept for the target (its forwards built
+        now, before the run is timed)."""
         rule = self.config.growth_rule()
-        max_tree = 1 + (rule.n_max + (rule.tail_n_max if rule.lookup_tail else 0) if self.method != "ar" else 0)
-        path = fast_path(self.pair.target, self.runtime, len(self.prompt) + self.max_new_tokens, max_tree,
-                         buckets, static_len)
-        path.prepare(hidden=self.method != "ar" and (self.pair.drafter_kind or "").startswith("feature"))
-        return StaticForwards(path)
+        drafts = self.config.drafts
+        max_tree = 1 + (rule.n_max + (rule.tail_n_max if rule.lookup_tail else 0) if drafts else 0)
+        hidden = drafts and (self.pair.drafter_kind or "").startswith("feature")
+        return target_backend(self.pair.target, self.runtime, len(self.prompt) + self.max_new_tokens, max_tree,
+                              hidden, buckets, static_len)
 
-    def _prefill(self, cache: TargetCache, drafter: Drafter | None, need_hidden: bool, col: RunCollector) -> None:
+    def _prefill(self, drafter: Drafter | None, ctx: DraftContext, need_hidden: bool, col: RunCollector) -> None:
         """Both models read the prompt; the last prompt token stays out of the caches: it is the
         first iteration's root."""
         hidden = None
         if len(self.prompt) > 1 and self.max_new_tokens > 0:
-            ids = to_device(self.prompt[:-1], self.pair.device)[None]
-            if self.fast is not None:
-                hidden = self.fast.prefill(ids, need_hidden, col.clock)
-            else:
-                hidden = pl.prefill(self.pair.target, ids, cache.cache, need_hidden, col.clock)
-            cache.commit_written()
+            hidden = self.target.prefill(to_device(self.prompt[:-1], self.pair.device)[None], need_hidden, col.clock)
             col.target_forwards += 1
         if drafter is not None and self.max_new_tokens > 0:
-            drafter.start(self.prompt, hidden)
+            drafter.start(self.prompt, ctx, hidden)
         col.lap("prefill")
 
     def _cut(self, new: list[int], remaining: int) -> tuple[list[int], str | None]:
@@ -322,19 +322,13 @@ class DecodingRun:
             new, stop = new[:remaining], stop or "max_new_tokens"
         return new, stop
 
-    def _restore(self, cache: TargetCache, start: int, root: int, path: list[int], new: list[int],
-                 col: RunCollector) -> int:
+    def _restore(self, start: int, root: int, path: list[int], new: list[int], col: RunCollector) -> int:
         """Bring the target cache back to root + accepted path; returns the extra target forwards."""
         if self.config.kv_mode == "gather":  # keep the verified entries of root + path where they are
-            cache.keep(start, [0] + path)
+            self.target.keep(start, [0] + path)
             return 0
-        cache.drop_written()  # the paper's mode: crop to the prefix and re-run the committed tokens
-        ids = to_device([root] + new[:-1], self.pair.device)[None]
-        if self.fast is not None:
-            self.fast.rerun(ids, col.clock)
-        else:
-            pl.forward(self.pair.target, ids, cache.cache, clock=col.clock)
-        cache.commit_written()
+        # the paper's mode: crop to the prefix and re-run the committed tokens
+        self.target.rerun(to_device([root] + new[:-1], self.pair.device)[None], col.clock)
         return 1
 
     def _history_state(self) -> dict | None:

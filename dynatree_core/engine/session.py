@@ -2,20 +2,19 @@
 
 :class:`TreeSession` prefills both models on a prompt once, then :meth:`TreeSession.regrow`
 drafts a tree under any :class:`~dynatree_core.policy.config.GrowthRule` and verifies it with the
-target, each time from copies of the prefilled caches, so moving a slider never re-reads the
+target (the decode loop's eager backend and drafters), each time from copies of the prefilled caches, so moving a slider never re-reads the
 prompt. ``dynatree_viz.explore`` uses it as its live backend.
 """
 
 from __future__ import annotations
 
-import copy
 from typing import Sequence
 
 import torch
-from transformers import DynamicCache
 
-from dynatree_core.runtime import plumbing as pl
+from dynatree_core.drafters import DraftContext
 from dynatree_core.policy.config import GrowthRule
+from dynatree_core.runtime.backend import EagerTarget
 from dynatree_core.runtime.device_tree import DeviceTree
 from dynatree_core.runtime.host_syncs import HostSyncs, to_device
 from dynatree_core.runtime.host_tree import host_tree
@@ -56,14 +55,13 @@ class TreeSession:
         self.prompt = encode_prompt(pair, prompt)
         self.top_k = top_k
         self.root = self.prompt[-1]
-        device = pair.device
-        self._target_cache = DynamicCache()
-        self._drafter = make_drafter(pair.draft, top_k, pair.lookup)
+        self._target = EagerTarget(pair.target)  # the decode loop's eager backend; every tree verifies on a copy
+        self._drafter = make_drafter(pair.draft, pair.lookup)
         hidden = None
         if len(self.prompt) > 1:
-            hidden = pl.prefill(pair.target, to_device(self.prompt[:-1], device)[None], self._target_cache,
-                                self._drafter.needs_target_hidden)
-        self._drafter.start(self.prompt, hidden)
+            hidden = self._target.prefill(to_device(self.prompt[:-1], pair.device)[None],
+                                          self._drafter.needs_target_hidden, None)
+        self._drafter.start(self.prompt, DraftContext(top_k), hidden)
         self._drafter.prefill()  # every regrown tree starts from the warm cache
 
     @property
@@ -78,29 +76,26 @@ class TreeSession:
         would; a fixed seed draws with the same randomness every time, so moving a slider changes
         only what it should), with the target's p of every drafted token (:class:`Regrown`)."""
         sampling = sampling if sampling is not None else GREEDY
-        drafter = self._drafter.fork()
-        drafter.top_k = max(self.top_k, rule.max_breadth)
-        if sampling.rule == "rejection":  # the candidates are draws: as many as the rule's breadth
-            drafter.top_k = rule.max_breadth
+        # the candidates are draws under rejection: as many as the rule's breadth
+        top_k = rule.max_breadth if sampling.rule == "rejection" else max(self.top_k, rule.max_breadth)
         both = make_samplers(sampling, self.pair.device, int(self.pair.target.config.vocab_size))
-        chooser = None
-        if both is not None:
-            drafter.sampler, chooser = both
-        grown = DeviceTree(self.root, rule, drafter.top_k, self.pair.device,
+        draft_sampler, chooser = both if both is not None else (None, None)
+        drafter = self._drafter.fork(DraftContext(max(1, top_k), sampler=draft_sampler))
+        grown = DeviceTree(self.root, rule, drafter.ctx.top_k, self.pair.device,
                            position=len(self.prompt) - 1).grow(drafter, HostSyncs())
         if rule.lookup_tail:  # the prompt-lookup tail reads the prompt as the committed text
             tail, own = tail_lookup(drafter)
             if own:
-                tail.start(self.prompt)
+                tail.start(self.prompt, drafter.ctx)
             grown.add_tail(tail.committed_on(grown.device), tail.source, HostSyncs(), rule.d_max + rule.lookup_tail)
-        v = pl.verify_device(self.pair.target, grown, copy.deepcopy(self._target_cache))
+        v = self._target.fork().verify(grown, False, None)
         arrays = grown.fetch(HostSyncs())
         n = grown.n
         if chooser is None:
             choices, p = v.argmax, torch.softmax(v.logits.float(), dim=-1)
         else:
             deepest = grown.depth + (rule.lookup_tail if grown.tail_nodes else 0)
-            draft = draft_candidates(grown, drafter.sampler) if sampling.rule == "rejection" else None
+            draft = draft_candidates(grown, draft_sampler) if sampling.rule == "rejection" else None
             choice = chooser.choose(v.logits, grown.depths[:n], deepest, v.prefix_len, draft)
             choices, p = choice.tokens, choice.p
         drafted = p[grown.parents[1:n], grown.tokens[1:n]].tolist()

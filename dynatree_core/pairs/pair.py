@@ -137,7 +137,8 @@ class ModelPair:
     """
 
     target: torch.nn.Module
-    #: a draft LM, a feature draft, a model-free :class:`~dynatree_core.drafters.PromptLookup`, or None
+    #: a draft LM, a feature draft, a model-free :class:`~dynatree_core.drafters.PromptLookup`, a
+    #: :class:`~dynatree_core.drafters.Drafter` of one's own (one run at a time), or None
     draft: Any = None
     tokenizer: Any = None
     target_name: str = "target"
@@ -154,16 +155,18 @@ class ModelPair:
 
     def validate(self) -> None:
         """Raise a clear error if the two models cannot be paired."""
-        from dynatree_core.drafters import LookupMix, PromptLookup
+        from dynatree_core.drafters import Drafter, LookupMix, PromptLookup
 
-        model_free = isinstance(self.draft, PromptLookup)  # reads the committed tokens only: nothing to pair
+        # prompt lookup reads the committed tokens only, a drafter of one's own brings its own model:
+        # nothing to pair
+        model_free = isinstance(self.draft, (PromptLookup, Drafter))
         if self.lookup is not None:
             if not isinstance(self.lookup, LookupMix):
                 raise TypeError(f"lookup must be a LookupMix (or None), got {type(self.lookup).__name__}")
             if self.draft is None or model_free:
                 raise ValueError("lookup (a LookupMix) mixes prompt lookup into a model draft; draft is "
-                                 f"{'None' if self.draft is None else 'already a PromptLookup'}: pass a draft model, "
-                                 "or drop lookup")
+                                 f"{'None' if self.draft is None else 'a ' + type(self.draft).__name__}: pass a draft "
+                                 "model, or drop lookup")
         for role, m in (("target", self.target), ("draft", None if model_free else self.draft)):
             if m is None:
                 continue

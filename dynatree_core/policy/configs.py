@@ -30,6 +30,9 @@ class DecoderConfig:
     """Fields shared by every decoder."""
 
     method: ClassVar[str] = ""
+    #: whether the decoder drafts at all (AR does not: no draft model, no draft forwards); the loop
+    #: reads this, never the method's name
+    drafts: ClassVar[bool] = True
     #: how the target KV cache is brought back to the committed prefix:
     #: ``"gather"`` keeps the accepted path's entries (no extra forward), ``"recompute"`` is the
     #: paper's crop-to-prefix-then-re-run (one extra target forward per iteration).
@@ -64,8 +67,8 @@ class DecoderConfig:
         _check_kv_mode(self.kv_mode)
         check_int("lookup_tail", self.lookup_tail, 0)
         check_int("tail_n_max", self.tail_n_max, 1)
-        if self.lookup_tail and self.method == "ar":
-            raise ValueError("lookup_tail must be 0 for method 'ar' (it drafts nothing to put a tail under)")
+        if self.lookup_tail and not self.drafts:
+            raise ValueError(f"lookup_tail must be 0 for method {self.method!r} (it drafts nothing to put a tail under)")
 
     def _with_tail(self, rule: GrowthRule) -> GrowthRule:
         """``rule`` with this config's lookup tail (none: ``rule`` itself): every ``growth_rule``
@@ -90,6 +93,7 @@ class ARConfig(DecoderConfig):
     """Autoregressive greedy decoding with a KV cache (the baseline)."""
 
     method: ClassVar[str] = "ar"
+    drafts: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         self._validate_common()

@@ -41,12 +41,21 @@ from dynatree_core.runtime.host_syncs import HostSyncs, read_counts, to_device
 from dynatree_core.runtime.host_tree import unpack
 
 
+class Proposed(Protocol):
+    """What a drafter's proposal for one level carries (:class:`~dynatree_core.drafters.Proposal`)."""
+
+    tokens: torch.Tensor  # [q, k] candidates in rank order
+    logps: torch.Tensor  # [q, k] their log q
+    confidence: torch.Tensor | None  # [q] c(u) when the first candidate is not the maximum
+    chain: tuple[torch.Tensor, torch.Tensor] | None  # level 0: the chain view (the oracle's)
+
+
 class Proposer(Protocol):
     """What :meth:`DeviceTree.grow` asks of a drafter (:class:`~dynatree_core.drafters.Drafter`
-    implements it): the draft's top-k after each node of one tree level."""
+    implements it): the draft's candidates after each node of one tree level."""
 
-    def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Top-k token ids and log-probs ``[len(ids), k]`` each, sorted, on the tree's device."""
+    def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> Proposed:
+        """One row per node of ``ids``, on the tree's device."""
 
 
 @dataclass
@@ -106,6 +115,9 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
         self.draft_calls = 0
         self.tail_nodes = 0  # prompt-lookup tail nodes (host)
         self.tail_reads = 0  # host reads the tail took (one when it ran)
+        #: the draft's top-k after each committed token its level 0 fed before the root, when the
+        #: run keeps that chain view (the oracle's; :attr:`~dynatree_core.drafters.Proposal.chain`)
+        self.chain: tuple[torch.Tensor, torch.Tensor] | None = None
         #: after an EAGLE-2 rerank: each node's index in the tree as grown (what the drafter's
         #: cache slots refer to); None while the two are the same
         self.orig: torch.Tensor | None = None
@@ -137,11 +149,13 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
                 self.stop[lo:hi] = codes  # the expanded ones are overwritten by _add_children
                 # expanded frontier nodes, in BFS order (a stable compaction with a size known on the host)
                 ids = lo + torch.argsort((codes != 0).to(torch.int8), stable=True)[:n_expand]
-            top_ids, top_lps, *conf = drafter.propose(self, ids, level=self.draft_calls)
+            prop = drafter.propose(self, ids, level=self.draft_calls)
+            if self.draft_calls == 0:
+                self.chain = prop.chain
             self.draft_calls += 1
-            if conf:  # the drafter states c(u) (sampled candidates): keep it for B(u) and the trace
-                self._confidence().index_copy_(0, ids, conf[0].double())
-            kept, expandable, codes = self._add_children(ids, top_ids, top_lps, budget, log_tau)
+            if prop.confidence is not None:  # the drafter states c(u) (sampled candidates): for B(u), the trace
+                self._confidence().index_copy_(0, ids, prop.confidence.double())
+            kept, expandable, codes = self._add_children(ids, prop.tokens, prop.logps, budget, log_tau)
             counts = {"kept": kept, "expand": expandable}
             if rule.cost_aware:  # should growth end here: how many leaves the final fill would add
                 counts.update(zip(("fill", "fill_depth"), self._fill_count(budget - kept)))

@@ -12,7 +12,9 @@ hidden or not) forward is captured once and replayed:
 * ``runtime="compiled"``: ``torch.compile`` per bucket (inductor, static shapes; CPU or GPU);
 * ``runtime="static"``: the same caches, buckets and padding run eagerly (what the CPU tests
   check the other two against; the graphs runtime's bookkeeping without a GPU);
-* ``runtime="eager"``: the dynamic caches of :mod:`dynatree_core.runtime.target_cache`, no padding.
+* ``runtime="eager"``: the dynamic caches of :mod:`dynatree_core.runtime.target_cache`, no padding
+  (:class:`~dynatree_core.runtime.backend.EagerTarget`; :class:`~dynatree_core.runtime.backend.StaticTarget`
+  runs the decode loop's forwards on a :class:`FastPath`).
 
 Captures happen when a :class:`FastPath` is built for a target (all buckets at once, timed apart:
 :attr:`FastPath.capture_s`), and the path is kept for that target and reused by every later run that
@@ -134,7 +136,7 @@ class FastPath:
                               torch.full((1, 1, b, self.capacity), torch.finfo(dtype).min, dtype=dtype, device=dev),
                               torch.zeros((1, b), dtype=torch.long, device=dev))
         inputs.mask[0, 0, :, self.capacity - b:].diagonal().fill_(0.0)  # the scratch rows see themselves
-        fn = _forward_fn(self.model, self.cache.cache, inputs, hidden)
+        fn = forward_fn(self.model, self.cache.cache, inputs, hidden)
         written = self.cache.cache.written
         self.cache.cache.write_at(self.capacity - b, b)
         fn()
@@ -168,7 +170,7 @@ class FastPath:
         return replay
 
 
-def _forward_fn(model: torch.nn.Module, cache: SlotCache, inputs: StaticInputs, hidden: bool, logits: bool = True
+def forward_fn(model: torch.nn.Module, cache: SlotCache, inputs: StaticInputs, hidden: bool, logits: bool = True
                 ) -> Callable[[], tuple[torch.Tensor | None, torch.Tensor | None]]:
     """The forward over ``inputs`` writing into ``cache``: (logits [b, V], hidden [b, H]), each None
     when not asked for (a prefill that feeds a feature draft needs the hidden states only)."""
@@ -226,70 +228,3 @@ def check_owner(path: FastPath, user: object) -> None:
     if path.owner is not user:
         raise RuntimeError("another decode on the fast path of the same model started since this one: runs on "
                            "one model's static cache cannot interleave (finish one first, or use runtime='eager')")
-
-
-@dataclass
-class StaticForwards:
-    """The decode loop's target forwards on a :class:`FastPath`: prefill (eager: its length
-    varies), verify (the bucket's captured forward) and the recompute mode's re-run (eager)."""
-
-    path: FastPath
-
-    def __post_init__(self) -> None:
-        self.path.owner = self  # a later run on the same target takes the path over
-
-    @property
-    def cache(self) -> StaticTargetCache:
-        check_owner(self.path, self)
-        return self.path.cache
-
-    @torch.inference_mode()
-    def prefill(self, ids: torch.Tensor, want_hidden: bool, clock: pl.ForwardClock | None) -> torch.Tensor | None:
-        """Extend the committed entries by the causal chain ``ids`` [1, q]; the final hidden states
-        with ``want_hidden``. The entries are left for the caller's ``commit_written``."""
-        return self._chain(ids, want_hidden, clock, logits=False)[1]
-
-    @torch.inference_mode()
-    def rerun(self, ids: torch.Tensor, clock: pl.ForwardClock | None) -> None:
-        """The recompute mode: re-run the committed tokens ``ids`` [1, q] as a causal chain."""
-        self._chain(ids, False, clock)
-
-    def _chain(self, ids: torch.Tensor, want_hidden: bool, clock: pl.ForwardClock | None, logits: bool = True
-               ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        model, cache = self.path.model, self.cache
-        q, dev, dtype = ids.shape[1], ids.device, pl.model_dtype(model)
-        committed = cache.committed
-        start = cache.reserve(q)  # first: it may compact, which moves the committed entries
-        visible = cache.visible(dev)
-        mask = torch.full((1, 1, q, cache.capacity), torch.finfo(dtype).min, dtype=dtype, device=dev)
-        mask[0, 0].masked_fill_(visible[None, :], 0.0)
-        mask[0, 0, :, start:start + q].masked_fill_(pl.causal_allowed(q, 0, dev), 0.0)
-        inputs = StaticInputs(ids, mask, torch.arange(committed, committed + q, device=dev)[None])
-        with pl.timed(clock):
-            return _forward_fn(model, cache.cache, inputs, want_hidden, logits)()
-
-    @torch.inference_mode()
-    def verify(self, tree: Any, want_hidden: bool, clock: pl.ForwardClock | None) -> pl.DeviceVerified:
-        """:func:`~dynatree_core.runtime.plumbing.verify_device` on the fast path: the tree padded to
-        its bucket with dummy nodes that see only themselves, one replayed forward."""
-        n, cache = tree.n, self.cache
-        b = bucket(n, self.path.buckets)
-        entry = self.path.entry(b, want_hidden)
-        committed = cache.committed
-        start = cache.reserve(b)  # first: it may compact, which moves the committed entries
-        visible = cache.visible(tree.device)
-        x = entry.inputs
-        x.ids[0, :n].copy_(tree.tokens[:n])
-        x.ids[0, n:].fill_(0)
-        torch.add(tree.position_offsets(), committed, out=x.pos[0, :n])
-        x.pos[0, n:].fill_(committed)
-        x.mask.fill_(torch.finfo(x.mask.dtype).min)
-        rows = x.mask[0, 0, :n]
-        rows.masked_fill_(visible[None, :], 0.0)
-        rows[:, start:start + n].masked_fill_(tree.tree_mask(), 0.0)
-        x.mask[0, 0, n:, start + n:start + b].diagonal().fill_(0.0)
-        with pl.timed(clock):
-            logits, hidden = entry.run()
-        logits = logits[:n]
-        return pl.DeviceVerified(logits, None if hidden is None else hidden[:n], committed, logits.argmax(dim=-1),
-                                 start)

@@ -26,7 +26,7 @@ from dynatree_core.runtime.compat import cache_kwargs
 from dynatree_core.runtime.host_syncs import to_device
 from dynatree_core.policy.masks import causal_visibility, with_prefix  # noqa: F401 (part of the plumbing API)
 # the per-layer cache surgery lives with the target cache that builds on it (part of the plumbing API)
-from dynatree_core.runtime.target_cache import TargetCache, cache_length, crop, keep_selected  # noqa: F401
+from dynatree_core.runtime.target_cache import cache_length, crop, keep_selected  # noqa: F401
 
 
 def additive_mask(allowed: np.ndarray | torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -191,77 +191,15 @@ def run_with_hidden(model: torch.nn.Module, inputs: dict, logits: bool = True
 
 
 @dataclass
-class Verified:
-    """What one verification forward over ``[root] + tree`` gives."""
-
-    logits: torch.Tensor  # [n, vocab], row i: the target's next-token scores after node i
-    hidden: torch.Tensor | None  # [n, hidden] final hidden states (for a feature drafter), or None
-    prefix_len: int  # cache length before the forward: the committed tokens except the root
-    position_ids: np.ndarray  # prefix_len + depth(u): positions follow depth, not the BFS index
-    argmax: list[int]  # the target's greedy choice after every node
-
-
-@torch.inference_mode()
-def verify_tree(model: torch.nn.Module, tree: Any, cache: DynamicCache | TargetCache, want_hidden: bool = False
-                ) -> Verified:
-    """The target reads the root and every node of ``tree`` (a :class:`~dynatree_core.policy.tree.DraftTree`)
-    in ONE forward: each node sees the cached prefix, its ancestors and itself (tree mask), at
-    position prefix + depth. The cache is extended by all nodes (the commit phase cuts it back)."""
-    dev = model_device(model)
-    logits, hidden, prefix_len, _ = _tree_forward(model, to_device(tree.tokens, dev),
-                                                  to_device(tree.ancestor_mask(), dev, torch.bool),
-                                                  to_device(tree.position_offsets(), dev), cache, want_hidden, None)
-    return Verified(logits, hidden, prefix_len, prefix_len + tree.position_offsets(), logits.argmax(dim=-1).tolist())
-
-
-def _tree_forward(model: torch.nn.Module, tokens: torch.Tensor, tree_visible: torch.Tensor, offsets: torch.Tensor,
-                  cache: DynamicCache | TargetCache, want_hidden: bool, clock: ForwardClock | None
-                  ) -> tuple[torch.Tensor, torch.Tensor | None, int, int]:
-    """The verify forward both tree kinds share: ``tokens`` [n] see the committed cache plus
-    ``tree_visible`` [n, n] among themselves, at positions prefix + ``offsets`` (depths).
-    Returns (logits, hidden states or None, prefix length, the root's cache slot): the prefix
-    length counts committed entries (a :class:`TargetCache` may still hold dead ones, which the
-    mask hides), the slot is where the forward's first entry landed."""
-    kv = cache if isinstance(cache, TargetCache) else None
-    dyn = kv.cache if kv is not None else cache
-    start = cache_length(dyn)
-    prefix_len, dead = (kv.committed, kv.dead_mask(tokens.device)) if kv is not None else (start, None)
-    n = tokens.shape[0]
-    dtype = model_dtype(model)
-    # the additive mask written directly (no bool [n, past + n] first): the fewer ops, the
-    # cheaper on a launch-bound GPU host
-    mask = torch.zeros((1, 1, n, start + n), dtype=dtype, device=tokens.device)
-    lowest = torch.finfo(dtype).min
-    if dead is not None:
-        mask[0, 0, :, :start].masked_fill_(dead, lowest)
-    mask[0, 0, :, start:].masked_fill_(~tree_visible, lowest)
-    pos = prefix_len + offsets
-    if want_hidden:
-        logits, hidden = forward_with_hidden(model, tokens[None], dyn, mask, pos, clock)
-        return logits, hidden, prefix_len, start
-    return forward(model, tokens[None], dyn, mask, pos, clock), None, prefix_len, start
-
-
-@dataclass
 class DeviceVerified:
-    """One verification forward over ``[root] + tree`` of a :class:`~dynatree_core.runtime.device_tree.DeviceTree`,
-    still on the device: nothing here has been read back to the host."""
+    """One verification forward over ``[root] + tree`` of a :class:`~dynatree_core.runtime.device_tree.DeviceTree`
+    (a target backend's ``verify``), still on the device: nothing here has been read back to the host."""
 
     logits: torch.Tensor  # [n, vocab]
     hidden: torch.Tensor | None  # [n, hidden] final hidden states, or None
     prefix_len: int  # committed tokens before the root (the root's position)
     argmax: torch.Tensor  # [n] the target's greedy choice after every node
     start: int  # the cache slot the root's entry landed in (entries [start, start + n) are the tree's)
-
-
-@torch.inference_mode()
-def verify_device(model: torch.nn.Module, tree: Any, cache: DynamicCache | TargetCache, want_hidden: bool = False,
-                  clock: ForwardClock | None = None) -> DeviceVerified:
-    """:func:`verify_tree` for a device tree: tokens, tree mask and positions (prefix + depth) are
-    taken from its tensors, and the argmax stays on the device for the tree's vectorised selection."""
-    logits, hidden, prefix_len, start = _tree_forward(model, tree.tokens[:tree.n], tree.tree_mask(),
-                                                      tree.position_offsets(), cache, want_hidden, clock)
-    return DeviceVerified(logits, hidden, prefix_len, logits.argmax(dim=-1), start)
 
 
 @torch.inference_mode()

@@ -7,7 +7,8 @@ the forward: the forward itself has static shapes and addresses, what graph capt
 ``torch.compile`` need) and attends over all ``capacity`` slots under the caller's mask.
 
 :class:`StaticTargetCache` keeps the target's committed entries in such a cache with the
-bookkeeping of :class:`~dynatree_core.runtime.target_cache.TargetCache`: a verified tree writes its
+bookkeeping the eager :class:`~dynatree_core.runtime.target_cache.TargetCache` uses
+(:class:`~dynatree_core.runtime.entry_book.EntryBook`): a verified tree writes its
 nodes at the next free slots; the root and the accepted path are committed where they are, the
 rejected entries between them stay dead (masked), the rejected suffix is simply written over by the
 next forward, and once the free room runs out the live entries are gathered to the front in place
@@ -24,7 +25,7 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from dynatree_core.runtime.host_syncs import to_device
-from dynatree_core.runtime.target_cache import kept_flags
+from dynatree_core.runtime.entry_book import EntryBook
 
 
 class SlotLayer(CacheLayerMixin):
@@ -114,8 +115,7 @@ class StaticTargetCache:
 
     def reset(self) -> None:
         """Forget every entry (a new sequence; the buffers stay where they are)."""
-        self._alive = np.zeros(0, dtype=bool)
-        self._committed = 0
+        self.book = EntryBook()
         self._pending = 0  # entries the last forward wrote after the resolved ones
         self._visible: torch.Tensor | None = None
         self.compactions = 0
@@ -127,21 +127,21 @@ class StaticTargetCache:
 
     @property
     def physical(self) -> int:
-        return len(self._alive)
+        return self.book.resolved
 
     @property
     def committed(self) -> int:
-        return self._committed
+        return self.book.committed
 
     @property
     def dead(self) -> int:
-        return len(self._alive) - self._committed
+        return self.book.dead
 
     def visible(self, device: torch.device) -> torch.Tensor:
         """Bool [capacity]: True at the committed slots (what every new token may attend to)."""
         if self._visible is None or self._visible.device != device:
             flags = np.zeros(self.capacity, dtype=bool)
-            flags[: len(self._alive)] = self._alive
+            flags[: self.book.resolved] = self.book.alive
             self._visible = to_device(flags, device, torch.bool)
         return self._visible
 
@@ -163,20 +163,14 @@ class StaticTargetCache:
     def commit_written(self, count: int | None = None) -> None:
         """The first ``count`` (default: all) entries the last forward wrote are committed (a causal
         forward: prefill, or the recompute mode's re-run)."""
-        n = self._pending if count is None else count
-        self._alive = np.concatenate([self._alive, np.ones(n, dtype=bool)])
-        self._committed += n
+        self.book.commit(self._pending if count is None else count)
         self._pending = 0
         self._visible = None
 
     def keep(self, start: int, selected: Sequence[int]) -> None:
         """After a verify forward that wrote from ``start``: commit ``start + i`` for i in
         ``selected`` (ascending); the entries after the last kept one are free again."""
-        if start != self.physical:
-            raise ValueError(f"keep: start must be the first unresolved slot ({self.physical}), got {start}")
-        flags = kept_flags(selected, self._pending)
-        self._alive = np.concatenate([self._alive, flags])
-        self._committed += int(flags.sum())
+        self.book.keep(start, selected, self._pending)
         self._pending = 0
         self._visible = None
 
@@ -188,9 +182,8 @@ class StaticTargetCache:
         """Gather the committed entries to the front, in place (one index_select per buffer)."""
         if not self.dead:
             return
-        live = np.flatnonzero(self._alive)
+        live = self.book.compacted()
         if self.cache.allocated:
             self.cache.move(to_device(live, self.cache.slots.device), 0)
-        self._alive = np.ones(len(live), dtype=bool)
         self._visible = None
         self.compactions += 1

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from dynatree_core.runtime import plumbing as pl
-from dynatree_core.runtime.fast_path import (FastPath, StaticInputs, _forward_fn, bucket, buckets_for, check_owner,
+from dynatree_core.runtime.fast_path import (FastPath, StaticInputs, forward_fn, bucket, buckets_for, check_owner,
                                              keep_or_make)
 from dynatree_core.runtime.static_cache import SlotCache
 
@@ -160,7 +160,7 @@ class DraftStaticForwards:
             if b in self.path.buckets:
                 logits, _ = self.path.entry(b, False).run()
             else:
-                logits, _ = _forward_fn(self.path.model, self.path.cache.cache, x, False)()
+                logits, _ = forward_fn(self.path.model, self.path.cache.cache, x, False)()
         return logits[:q]
 
 

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
 import torch
 from transformers import DynamicCache
 
+from dynatree_core.runtime.entry_book import EntryBook
 from dynatree_core.runtime.host_syncs import to_device
 
 #: dead entries that trigger a compaction (a gather per layer). On a GPU the dead entries' extra
@@ -73,19 +73,6 @@ def keep_selected(cache: DynamicCache, start: int, selected: Sequence[int] | tor
     crop(cache, start + count)
 
 
-def kept_flags(selected: Sequence[int], written: int) -> np.ndarray:
-    """The alive flags of a verify forward's entries after ``keep``: True at the ``selected``
-    offsets (ascending, below ``written``, the entries that forward wrote), up to the last kept one
-    (the entries after it are free again). Shared by :class:`TargetCache` and the fast path's
-    ``StaticTargetCache``."""
-    sel = np.asarray(list(selected), dtype=np.int64)
-    if sel.size and (np.any(np.diff(sel) <= 0) or sel[0] < 0 or sel[-1] >= written):
-        raise ValueError(f"keep: selected must be ascending offsets below {written}, got {sel.tolist()}")
-    flags = np.zeros(int(sel[-1]) + 1 if sel.size else 0, dtype=bool)
-    flags[sel] = True
-    return flags
-
-
 class TargetCache:
     """A ``DynamicCache`` plus which of its entries are committed (host bookkeeping only).
 
@@ -100,9 +87,8 @@ class TargetCache:
             raise ValueError(f"compact_after must be >= 1, got {compact_after}")
         self.cache = cache if cache is not None else DynamicCache()
         self.compact_after = compact_after
-        self._alive = np.ones(0, dtype=bool)  # one flag per resolved physical entry
-        self._committed = 0
-        self._dead_dev: torch.Tensor | None = None  # device copy of ~_alive, made once per change
+        self.book = EntryBook()
+        self._dead_dev: torch.Tensor | None = None  # device copy of ~alive, made once per change
         #: compactions so far (a gather per layer each)
         self.compactions = 0
 
@@ -115,59 +101,53 @@ class TargetCache:
     @property
     def committed(self) -> int:
         """Committed entries: the logical length, and the position of the next token."""
-        return self._committed
+        return self.book.committed
 
     @property
     def dead(self) -> int:
-        return len(self._alive) - self._committed
+        return self.book.dead
 
     def dead_mask(self, device: torch.device) -> torch.Tensor | None:
         """Bool [physical] on ``device``, True at the dead entries; None when there are none
         (then every entry is visible: the caller's mask needs no prefix part)."""
         if not self.dead:
             return None
-        if len(self._alive) != self.physical:
-            raise RuntimeError(f"TargetCache: {self.physical - len(self._alive)} cache entries were written "
+        if self.book.resolved != self.physical:
+            raise RuntimeError(f"TargetCache: {self.physical - self.book.resolved} cache entries were written "
                                f"and never resolved by keep() or commit_written()")
         if self._dead_dev is None or self._dead_dev.device != device:
-            self._dead_dev = to_device(~self._alive, device, torch.bool)
+            self._dead_dev = to_device(~self.book.alive, device, torch.bool)
         return self._dead_dev
 
     # --- resolving what a forward wrote --------------------------------------------------------
     def commit_written(self) -> None:
         """Every entry written since the last resolve is committed (a causal forward: prefill,
         or the committed tokens re-run in the paper's recompute mode)."""
-        new = self.physical - len(self._alive)
+        new = self.physical - self.book.resolved
         if new:
-            self._alive = np.concatenate([self._alive, np.ones(new, dtype=bool)])
-            self._committed += new
+            self.book.commit(new)
             self._dead_dev = None
 
     def keep(self, start: int, selected: Sequence[int]) -> None:
         """After a verification forward that wrote entries [start, physical): commit
         ``start + i`` for each i in ``selected`` (ascending), drop the others."""
-        if start != len(self._alive):
-            raise ValueError(f"keep: start must be the first unresolved entry ({len(self._alive)}), got {start}")
-        flags = kept_flags(selected, self.physical - start)
-        crop(self.cache, start + len(flags))  # the rejected entries after the last kept one: a slice, nothing moves
-        self._alive = np.concatenate([self._alive, flags])
-        self._committed += int(flags.sum())
+        kept = self.book.keep(start, selected, self.physical - start)
+        crop(self.cache, start + kept)  # the rejected entries after the last kept one: a slice, nothing moves
         self._dead_dev = None  # one host -> device copy per verify while dead entries remain
         if self.dead >= self.compact_after:
             self.compact()
 
     def drop_written(self) -> None:
         """Drop every entry written since the last resolve (the recompute mode's crop)."""
-        crop(self.cache, len(self._alive))
+        crop(self.cache, self.book.resolved)
 
     def compact(self) -> None:
         """Move the committed entries down over the dead ones: one gather per key/value tensor."""
         if not self.dead:
             return
-        if len(self._alive) != self.physical:
+        if self.book.resolved != self.physical:
             raise RuntimeError("compact: resolve the last forward's entries first")
         first = self.cache.layers[0].keys.device
-        keep_selected(self.cache, 0, to_device(np.flatnonzero(self._alive), first))
-        self._alive = np.ones(self._committed, dtype=bool)
+        keep_selected(self.cache, 0, to_device(self.book.compacted(), first))
         self._dead_dev = None
         self.compactions += 1

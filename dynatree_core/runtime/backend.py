@@ -1,0 +1,195 @@
+"""The target's forwards, one object per run: what the decode loop and the explorer call, whatever the runtime.
+
+:class:`EagerTarget` (dynamic cache, any tree size) and :class:`StaticTarget` (the fast path's
+static cache, trees padded to buckets, forwards compiled or captured) have the same methods: ``prefill`` (commits the prompt),
+``verify`` (root + tree in one forward; its entries stay pending), ``keep`` (the gather mode:
+root + accepted path committed where they are) and ``rerun`` (the recompute mode: the pending
+entries dropped, the committed tokens re-run), and ``draft_forwards`` gives a draft model the same
+runtime. :func:`target_backend` picks one when a run starts.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
+
+import torch
+
+from dynatree_core.runtime import plumbing as pl
+from dynatree_core.runtime.fast_path import FastPath, StaticInputs, bucket, check_owner, fast_path, forward_fn
+from dynatree_core.runtime.static_cache import StaticTargetCache
+from dynatree_core.runtime.static_draft import DraftStaticForwards, draft_fast_path
+from dynatree_core.runtime.target_cache import TargetCache
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dynatree_core.runtime.device_tree import DeviceTree
+
+
+class TargetBackend(Protocol):
+    """The target's forwards of one run (see the module docstring)."""
+
+    runtime: str
+
+    def prefill(self, ids: torch.Tensor, want_hidden: bool, clock: pl.ForwardClock | None) -> torch.Tensor | None:
+        """Commit the causal chain ``ids`` [1, q]; with ``want_hidden`` its final hidden states [q, H]."""
+
+    def verify(self, tree: "DeviceTree", want_hidden: bool, clock: pl.ForwardClock | None) -> pl.DeviceVerified:
+        """Root + every node of ``tree`` in ONE forward under the tree mask, at positions prefix + depth."""
+
+    def keep(self, start: int, selected: Sequence[int]) -> None:
+        """Commit the verified entries ``start + i`` for i in ``selected``; the rest are dead or freed."""
+
+    def rerun(self, ids: torch.Tensor, clock: pl.ForwardClock | None) -> None:
+        """Drop the verified entries and commit the causal chain ``ids`` [1, q] instead."""
+
+    def draft_forwards(self, model: torch.nn.Module, length: int) -> DraftStaticForwards | None:
+        """A draft model's level forwards on the same runtime (None: the draft stays eager)."""
+
+
+class EagerTarget:
+    """The target's forwards on a :class:`TargetCache` (a ``DynamicCache``; no padding)."""
+
+    runtime = "eager"
+
+    def __init__(self, model: torch.nn.Module, cache: TargetCache | None = None):
+        self.model = model
+        self.cache = cache if cache is not None else TargetCache()
+
+    def fork(self) -> "EagerTarget":
+        """An independent copy (the explorer verifies each regrown tree on a copy of the prefilled cache)."""
+        return EagerTarget(self.model, copy.deepcopy(self.cache))
+
+    @torch.inference_mode()
+    def prefill(self, ids: torch.Tensor, want_hidden: bool, clock: pl.ForwardClock | None) -> torch.Tensor | None:
+        hidden = pl.prefill(self.model, ids, self.cache.cache, want_hidden, clock)
+        self.cache.commit_written()
+        return hidden
+
+    @torch.inference_mode()
+    def verify(self, tree: "DeviceTree", want_hidden: bool, clock: pl.ForwardClock | None) -> pl.DeviceVerified:
+        n, dev = tree.n, tree.device
+        start, prefix_len = self.cache.physical, self.cache.committed  # dead entries sit below start, masked
+        dtype = pl.model_dtype(self.model)
+        lowest = torch.finfo(dtype).min
+        # the additive mask written directly (no bool [n, past + n] first): fewer ops, cheaper on a GPU host
+        mask = torch.zeros((1, 1, n, start + n), dtype=dtype, device=dev)
+        dead = self.cache.dead_mask(dev)
+        if dead is not None:
+            mask[0, 0, :, :start].masked_fill_(dead, lowest)
+        mask[0, 0, :, start:].masked_fill_(~tree.tree_mask(), lowest)
+        ids, pos = tree.tokens[:n][None], prefix_len + tree.position_offsets()
+        if want_hidden:
+            logits, hidden = pl.forward_with_hidden(self.model, ids, self.cache.cache, mask, pos, clock)
+        else:
+            logits, hidden = pl.forward(self.model, ids, self.cache.cache, mask, pos, clock), None
+        return pl.DeviceVerified(logits, hidden, prefix_len, logits.argmax(dim=-1), start)
+
+    def keep(self, start: int, selected: Sequence[int]) -> None:
+        self.cache.keep(start, selected)
+
+    @torch.inference_mode()
+    def rerun(self, ids: torch.Tensor, clock: pl.ForwardClock | None) -> None:
+        self.cache.drop_written()
+        pl.forward(self.model, ids, self.cache.cache, clock=clock)
+        self.cache.commit_written()
+
+    def draft_forwards(self, model: torch.nn.Module, length: int) -> None:
+        return None  # an eager run drafts eagerly too
+
+
+@dataclass
+class StaticTarget:
+    """The decode loop's target forwards on a :class:`FastPath` (the methods of
+    :class:`~dynatree_core.runtime.backend.EagerTarget`): prefill (eager: its length varies),
+    verify (the bucket's captured forward), keep, and the recompute mode's re-run (eager)."""
+
+    path: FastPath
+    runtime: str = ""
+
+    def __post_init__(self) -> None:
+        self.path.owner = self  # a later run on the same target takes the path over
+        self.runtime = self.path.runtime
+
+    @property
+    def cache(self) -> StaticTargetCache:
+        check_owner(self.path, self)
+        return self.path.cache
+
+    def draft_forwards(self, model: torch.nn.Module, length: int) -> DraftStaticForwards:
+        """A draft model's level forwards on the same runtime, levels up to this path's largest bucket."""
+        return draft_fast_path(model, self.runtime, length, self.path.buckets[-1], static_len=None)
+
+    @torch.inference_mode()
+    def prefill(self, ids: torch.Tensor, want_hidden: bool, clock: pl.ForwardClock | None) -> torch.Tensor | None:
+        """Commit the causal chain ``ids`` [1, q]; the final hidden states with ``want_hidden``."""
+        hidden = self._chain(ids, want_hidden, clock, logits=False)[1]
+        self.cache.commit_written()
+        return hidden
+
+    def keep(self, start: int, selected: Sequence[int]) -> None:
+        self.cache.keep(start, selected)
+
+    @torch.inference_mode()
+    def rerun(self, ids: torch.Tensor, clock: pl.ForwardClock | None) -> None:
+        """The recompute mode: drop the verified entries, re-run the committed tokens ``ids`` [1, q]."""
+        self.cache.drop_written()
+        self._chain(ids, False, clock)
+        self.cache.commit_written()
+
+    def _chain(self, ids: torch.Tensor, want_hidden: bool, clock: pl.ForwardClock | None, logits: bool = True
+               ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        model, cache = self.path.model, self.cache
+        q, dev, dtype = ids.shape[1], ids.device, pl.model_dtype(model)
+        committed = cache.committed
+        start = cache.reserve(q)  # first: it may compact, which moves the committed entries
+        visible = cache.visible(dev)
+        mask = torch.full((1, 1, q, cache.capacity), torch.finfo(dtype).min, dtype=dtype, device=dev)
+        mask[0, 0].masked_fill_(visible[None, :], 0.0)
+        mask[0, 0, :, start:start + q].masked_fill_(pl.causal_allowed(q, 0, dev), 0.0)
+        inputs = StaticInputs(ids, mask, torch.arange(committed, committed + q, device=dev)[None])
+        with pl.timed(clock):
+            return forward_fn(model, cache.cache, inputs, want_hidden, logits)()
+
+    @torch.inference_mode()
+    def verify(self, tree: Any, want_hidden: bool, clock: pl.ForwardClock | None) -> pl.DeviceVerified:
+        """Root + tree in one forward, the tree padded to its bucket with dummy nodes that see only
+        themselves: one replayed forward. Its entries stay pending (``keep`` or ``rerun`` resolve them)."""
+        n, cache = tree.n, self.cache
+        b = bucket(n, self.path.buckets)
+        entry = self.path.entry(b, want_hidden)
+        committed = cache.committed
+        start = cache.reserve(b)  # first: it may compact, which moves the committed entries
+        visible = cache.visible(tree.device)
+        x = entry.inputs
+        x.ids[0, :n].copy_(tree.tokens[:n])
+        x.ids[0, n:].fill_(0)
+        torch.add(tree.position_offsets(), committed, out=x.pos[0, :n])
+        x.pos[0, n:].fill_(committed)
+        x.mask.fill_(torch.finfo(x.mask.dtype).min)
+        rows = x.mask[0, 0, :n]
+        rows.masked_fill_(visible[None, :], 0.0)
+        rows[:, start:start + n].masked_fill_(tree.tree_mask(), 0.0)
+        x.mask[0, 0, n:, start + n:start + b].diagonal().fill_(0.0)
+        with pl.timed(clock):
+            logits, hidden = entry.run()
+        logits = logits[:n]
+        return pl.DeviceVerified(logits, None if hidden is None else hidden[:n], committed, logits.argmax(dim=-1),
+                                 start)
+
+
+def target_backend(model: torch.nn.Module, runtime: str, length: int, max_tree: int, hidden: bool,
+                   buckets: tuple[int, ...] | None = None, static_len: int | None = None) -> TargetBackend:
+    """The target's forwards for a resolved ``runtime`` (see
+    :func:`~dynatree_core.runtime.fast_path.resolve_runtime`): eager, or the fast path kept for the
+    target that holds ``length`` tokens plus a tree of ``max_tree`` nodes, every bucket's forward
+    built (captured, compiled) now, before the run is timed; ``hidden``: with the final hidden
+    states (a feature draft reads them)."""
+    if runtime == "eager":
+        return EagerTarget(model)
+    path = fast_path(model, runtime, length, max_tree, buckets, static_len)
+    path.prepare(hidden=hidden)
+    return StaticTarget(path)
+
+
+
