@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from dynatree_core import DynaTreeConfig, ModelPair, generate
 from dynatree_core.bench.data import hf_tokenize, load_corpus, select_prompts
+from dynatree_core.drafters import Proposal
 from dynatree_core.drafters import mix as mix_module
 from dynatree_core.policy.sampling import SamplingConfig
 from dynatree_core.runtime.sampling import dense
@@ -31,11 +32,11 @@ from dynatree_core.runtime.sampling import dense
 def sibling_mix(self, tree, ids, level):
     """The variant: the model draft ranked by its own perturbed scores, the lookup's top follower
     as the last sibling (its probability λ r), the rest unchanged."""
-    s = self.sampler
+    s = self.ctx.sampler
     scores, vocab_ids = self.base.level_scores(tree, ids, level)
     m = self.lookup.matches(tree, ids, level)
-    self.base.chain_topk = None
-    tokens, logc = self._sampled(tree, ids, level, scores, vocab_ids)
+    first = self._sampled(tree, ids, level, scores, vocab_ids)
+    tokens, logc = first.tokens, first.logps
     lam = self.mix.weights(m)
     r = dense(s.log_q(m.log_shares()).exp(), m.tokens, s.vocab_size, 0.0)
     best = r.argmax(-1)
@@ -47,7 +48,7 @@ def sibling_mix(self, tree, ids, level):
     tokens[:, -1] = torch.where(use, best, tokens[:, -1])
     logc[:, -1] = torch.where(use, weight.log().float(), logc[:, -1])
     order = logc.argsort(-1, descending=True)  # the tree reads candidates sorted by probability
-    return tokens.gather(1, order), logc.gather(1, order)
+    return Proposal(tokens.gather(1, order), logc.gather(1, order))
 
 
 def run(pair, prompts, temperature, tokens, variant):
