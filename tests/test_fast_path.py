@@ -60,6 +60,10 @@ def test_every_drafter_on_the_fast_path_is_exact(kind):
         eager = generate(pair, prompt, method, config, max_new_tokens=30, ignore_eos=True, runtime="eager")
         fast = generate(pair, prompt, method, config, max_new_tokens=30, ignore_eos=True, runtime=STATIC)
         assert fast.tokens == eager.tokens
+        assert fast.metrics.draft_forwards == eager.metrics.draft_forwards
+    if kind != "lookup":  # a model draft's levels run on the fast path too, the feature draft's included
+        path = fp._PATHS[pair.draft][f"draft:{STATIC}"]
+        assert path.entries and (path.spec.feature_width > 0) == kind.startswith("feature")
 
 
 def test_sampling_on_the_fast_path_draws_what_the_eager_path_draws():

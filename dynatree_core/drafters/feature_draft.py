@@ -37,12 +37,13 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
 from dynatree_core.drafters.draft_model import SparseLMHead
+from dynatree_core.runtime.fast_path import StaticInputs, StaticSpec
 
 FEATURE_WEIGHTS_FILE = "model.safetensors"
 FEATURE_CONFIG_FILE = "feature_draft_config.json"
@@ -154,9 +155,11 @@ class _DecoderLayer(nn.Module):
         self.down_proj = nn.Linear(c.intermediate_size, H, bias=False)
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor | None,
-                past: tuple[torch.Tensor, torch.Tensor] | None = None
+                past: tuple[torch.Tensor, torch.Tensor] | None = None, slots: Any = None
                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """``past`` keys/values come before the new ones; ``mask`` covers [past | new]."""
+        """``past`` keys/values come before the new ones; ``mask`` covers [past | new]. On the fast path
+        ``slots`` is the layer's static cache (a ``SlotLayer``): the new keys/values are written at its
+        slots and ``mask`` covers all of its buffers."""
         c = self.c
         B, T, _ = x.shape
         cos, sin = rope
@@ -167,7 +170,10 @@ class _DecoderLayer(nn.Module):
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         new_kv = (k, v)
-        K, V = (k, v) if past is None else (torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2))
+        if slots is not None:
+            K, V = slots.update(k, v)
+        else:
+            K, V = (k, v) if past is None else (torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2))
         rep = c.num_heads // c.num_kv_heads
         if rep > 1:
             K, V = K.repeat_interleave(rep, dim=1), V.repeat_interleave(rep, dim=1)
@@ -184,6 +190,18 @@ class _DecoderLayer(nn.Module):
 
 #: per-layer (keys, values), each [B, kv_heads, S, head_dim]
 KV = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def _static_forward(model: "FeatureDraftModel", cache: Any, inputs: StaticInputs, hidden: bool = False,
+                    logits: bool = True) -> Callable[[], tuple[torch.Tensor, None]]:
+    """The feature draft's forward on the fast path: ``inputs`` (tokens, features, positions, the mask over
+    every slot) in, the predicted features ``[b, H]`` out; the keys/values land in ``cache``'s slots."""
+
+    def run() -> tuple[torch.Tensor, None]:
+        out, _ = model.stack(model.fuse(inputs.ids, inputs.feats), inputs.pos, inputs.mask, slots=cache)
+        return out[0], None
+
+    return run
 
 
 class FeatureDraftModel(nn.Module):
@@ -245,14 +263,20 @@ class FeatureDraftModel(nn.Module):
         return self.fc_emb(e) + self.fc_feat(self.feat_norm(features.to(e.dtype)))
 
     def stack(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None,
-              past: KV | None = None) -> tuple[torch.Tensor, KV]:
-        """The decoder layers and the final norm over fused inputs ``x``."""
+              past: KV | None = None, slots: Any = None) -> tuple[torch.Tensor, KV]:
+        """The decoder layers and the final norm over fused inputs ``x`` (``slots``: a static
+        ``SlotCache`` written in place instead of ``past``)."""
         rope = self.rope(positions, x.dtype)
         new: KV = []
         for i, layer in enumerate(self.layers):
-            x, kv = layer(x, rope, mask, None if past is None else past[i])
+            x, kv = layer(x, rope, mask, None if past is None else past[i], None if slots is None else slots.layers[i])
             new.append(kv)
         return self.norm(x), new
+
+    def static_spec(self) -> StaticSpec:
+        """How the fast path runs this draft: its layers' static caches, its input features (H wide)
+        beside the tokens, and :func:`_static_forward` (predicted features out)."""
+        return StaticSpec(self.config.num_layers, _static_forward, self.config.hidden_size)
 
     # --- public ----------------------------------------------------------------------------
     def forward(self, tokens: torch.Tensor, features: torch.Tensor, positions: torch.Tensor,

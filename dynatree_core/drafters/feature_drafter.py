@@ -37,8 +37,16 @@ class FeatureDrafter(Drafter):
         self.start([0], self.ctx)
 
     # --- state -----------------------------------------------------------------------------
+    @property
+    def fast_model(self) -> FeatureDraftModel:
+        return self.model
+
     def start(self, prompt: Sequence[int], ctx: DraftContext, target_hidden: torch.Tensor | None = None) -> None:
-        self.ctx = ctx  # no fast path: the head's forwards stay eager (ctx.fast is not read)
+        self.ctx = ctx
+        #: on the fast path: static slots and compiled (captured) level forwards; the head stays eager
+        self.fast = ctx.fast
+        if self.fast is not None:
+            self.fast.book.reset()
         prompt = list(prompt)
         H = self.model.config.hidden_size
         self.kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # per layer, [1, kv_heads, n, head_dim]
@@ -124,6 +132,8 @@ class FeatureDrafter(Drafter):
     def _forward_level(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> torch.Tensor:
         """One draft forward for tree level ``ids``: the predicted features (level 0: one row per
         pending committed token, the root last, after the chain rows kept)."""
+        if self.fast is not None:
+            return self._forward_level_static(tree, ids, level)
         if level == 0:
             n = len(self.pending)
             out = self._run(to_device(self.pending, self.device), self.pending_feats,
@@ -146,6 +156,28 @@ class FeatureDrafter(Drafter):
         out = self._run(tree.tokens[ids], self.feats[tree.parents[ids]], positions, allowed)
         self.slot[ids] = past + torch.arange(ids.shape[0], device=self.device)
         self.feats[ids] = out
+        return out
+
+    def _forward_level_static(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> torch.Tensor:
+        """:meth:`_forward_level` on the fast path: the pending chain and each tree level written at
+        static slots (the tree's slots are freed again at commit, as the eager cache is cropped)."""
+        self.forwards += 1
+        if level > 0:
+            assert self.slot is not None and self.feats is not None, "propose: level 0 (the root) comes first"
+            out = self.fast.level(tree, ids, self.slot, self.root_pos, self.ctx.clock, self.feats[tree.parents[ids]])
+            self.feats[ids] = out
+            return out
+        n = len(self.pending)
+        out, start = self.fast.chain(to_device(self.pending, self.device), self.ctx.clock, self.pending_feats,
+                                     self.pos0)
+        out = out[self._chain_rows():]
+        self.base = start + n  # the chain's end: the tree writes after it
+        self.slot = torch.full((tree.capacity,), -1, dtype=torch.long, device=self.device)
+        self.slot[:1].fill_(self.base - 1)
+        self.feats = torch.zeros((tree.capacity, out.shape[-1]), device=self.device, dtype=out.dtype)
+        self.root_pos = self.pos0 + n - 1
+        self.pending, self.pending_feats = [], self.pending_feats[:0]
+        self.feats[ids] = out[-1:]
         return out
 
     def _head_logits(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -171,7 +203,10 @@ class FeatureDrafter(Drafter):
             self.pending_feats = torch.cat([self.pending_feats, new_feats])
             return
         # Drop the tree's entries (made from predicted features); the root's entry stays.
-        self.kv = [(k[:, :, : self.base], v[:, :, : self.base]) for k, v in self.kv]
+        if self.fast is not None:
+            self.fast.book.physical = self.base  # the tree's slots are free again
+        else:
+            self.kv = [(k[:, :, : self.base], v[:, :, : self.base]) for k, v in self.kv]
         self.pending, self.pending_feats = list(committed), new_feats
         self.pos0 = self.root_pos + 1
         self.slot, self.feats = None, None

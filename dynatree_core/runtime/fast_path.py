@@ -85,6 +85,7 @@ class StaticInputs:
     ids: torch.Tensor  # [1, b]
     mask: torch.Tensor  # [1, 1, b, capacity] additive
     pos: torch.Tensor  # [1, b]
+    feats: torch.Tensor | None = None  # [1, b, F]: a feature draft's input features (None: a plain LM)
 
 
 @dataclass
@@ -107,6 +108,8 @@ class FastPath:
     capture_s: float = 0.0
     #: the run that holds the path now: its static cache serves one decode at a time
     owner: object = None
+    #: how the model runs here (its forward over the static inputs; a plain HF causal LM by default)
+    spec: "StaticSpec | None" = None
     _pool: Any = None
 
     def fits(self, length: int, max_tree: int) -> bool:
@@ -131,12 +134,11 @@ class FastPath:
         """Bucket ``b``'s input buffers and forward. One eager call first (into scratch slots at the
         cache's end, which no live entry can occupy while building) allocates the cache buffers, so
         compiled and captured forwards only ever write into existing memory."""
-        dev, dtype = self.cache.cache.slots.device, pl.model_dtype(self.model)
-        inputs = StaticInputs(torch.zeros((1, b), dtype=torch.long, device=dev),
-                              torch.full((1, 1, b, self.capacity), torch.finfo(dtype).min, dtype=dtype, device=dev),
-                              torch.zeros((1, b), dtype=torch.long, device=dev))
+        spec = self.spec or static_spec(self.model)
+        inputs = static_inputs(b, self.capacity, self.cache.cache.slots.device, pl.model_dtype(self.model),
+                               spec.feature_width)
         inputs.mask[0, 0, :, self.capacity - b:].diagonal().fill_(0.0)  # the scratch rows see themselves
-        fn = forward_fn(self.model, self.cache.cache, inputs, hidden)
+        fn = spec.forward(self.model, self.cache.cache, inputs, hidden)
         written = self.cache.cache.written
         self.cache.cache.write_at(self.capacity - b, b)
         fn()
@@ -186,6 +188,33 @@ def forward_fn(model: torch.nn.Module, cache: SlotCache, inputs: StaticInputs, h
     return run
 
 
+@dataclass(frozen=True)
+class StaticSpec:
+    """How a model runs on a fast path: its layers (one static buffer pair each), the width of the
+    per-token features it reads besides the tokens (0: none) and its forward over :class:`StaticInputs`
+    (``forward(model, cache, inputs, hidden) -> fn``, ``fn() -> (out [b, ...], hidden or None)``). A
+    Hugging Face causal LM needs none (:func:`static_spec`); a model of one's own (the feature draft)
+    offers one as ``model.static_spec()``."""
+
+    layers: int
+    forward: Callable[..., Callable[[], tuple[torch.Tensor | None, torch.Tensor | None]]] = forward_fn
+    feature_width: int = 0
+
+
+def static_spec(model: torch.nn.Module) -> StaticSpec:
+    own = getattr(model, "static_spec", None)
+    return own() if callable(own) else StaticSpec(int(model.config.num_hidden_layers))
+
+
+def static_inputs(b: int, capacity: int, device: torch.device, dtype: torch.dtype, feature_width: int = 0
+                  ) -> StaticInputs:
+    """Input buffers for a forward of ``b`` entries over ``capacity`` slots (every slot masked)."""
+    return StaticInputs(torch.zeros((1, b), dtype=torch.long, device=device),
+                        torch.full((1, 1, b, capacity), torch.finfo(dtype).min, dtype=dtype, device=device),
+                        torch.zeros((1, b), dtype=torch.long, device=device),
+                        torch.zeros((1, b, feature_width), dtype=dtype, device=device) if feature_width else None)
+
+
 #: per target model: its fast paths by runtime (dropped with the model)
 _PATHS: "weakref.WeakKeyDictionary[torch.nn.Module, dict[str, FastPath]]" = weakref.WeakKeyDictionary()
 
@@ -217,8 +246,9 @@ def keep_or_make(model: torch.nn.Module, key: str, runtime: str, length: int, ma
         kept.owner = None
         return kept
     capacity = static_len or STATIC_LEN_STEP * math.ceil(need / STATIC_LEN_STEP)
-    slots = SlotCache(int(model.config.num_hidden_layers), capacity, capacity, pl.model_device(model))
-    path = FastPath(runtime, model, capacity, sizes, book(slots))
+    spec = static_spec(model)
+    slots = SlotCache(spec.layers, capacity, capacity, pl.model_device(model))
+    path = FastPath(runtime, model, capacity, sizes, book(slots), spec=spec)
     _PATHS[model][key] = path
     return path
 

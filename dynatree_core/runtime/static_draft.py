@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import torch
 
 from dynatree_core.runtime import plumbing as pl
-from dynatree_core.runtime.fast_path import (FastPath, StaticInputs, forward_fn, bucket, buckets_for, check_owner,
-                                             keep_or_make)
+from dynatree_core.runtime.fast_path import (FastPath, StaticInputs, bucket, buckets_for, check_owner, forward_fn,
+                                             keep_or_make, static_inputs)
 from dynatree_core.runtime.static_cache import SlotCache
 
 
@@ -96,16 +96,21 @@ class DraftStaticForwards:
         return self.path.cache
 
     @torch.inference_mode()
-    def chain(self, ids: torch.Tensor, clock: pl.ForwardClock | None) -> tuple[torch.Tensor, int]:
+    def chain(self, ids: torch.Tensor, clock: pl.ForwardClock | None, feats: torch.Tensor | None = None,
+              first_pos: int | None = None) -> tuple[torch.Tensor, int]:
         """Level 0: the causal chain ``ids`` [q] after the committed entries, committed at once (they
-        are committed tokens); returns its logits [q, V] and its first slot. Padded to a bucket
-        when one holds it, else run eagerly (a first level that reads the whole prompt)."""
+        are committed tokens); returns its outputs [q, ...] (logits; a feature draft's predicted
+        features) and its first slot. ``feats`` [q, F]: a feature draft's input features; ``first_pos``:
+        the first token's position (default: the committed count). Padded to a bucket when one holds
+        it, else run eagerly (a first level that reads the whole prompt)."""
         q, book = ids.shape[0], self.book
         committed, b = book.committed, self._bucket(q)
         start = book.reserve(b, room=self.tree_room)
         x = self._inputs(b, q, start)
         x.ids[0, :q].copy_(ids)
-        torch.add(self.path.cache.cache._ar[:q], committed, out=x.pos[0, :q])
+        if feats is not None:
+            x.feats[0, :q].copy_(feats)
+        torch.add(self.path.cache.cache._ar[:q], committed if first_pos is None else first_pos, out=x.pos[0, :q])
         rows = x.mask[0, 0, :q]
         rows.masked_fill_(book.alive[None, :], 0.0)
         rows[:, start:start + q].masked_fill_(pl.causal_allowed(q, 0, ids.device), 0.0)
@@ -116,14 +121,17 @@ class DraftStaticForwards:
 
     @torch.inference_mode()
     def level(self, tree: "object", ids: torch.Tensor, slot: torch.Tensor, root_pos: int,
-              clock: pl.ForwardClock | None) -> torch.Tensor:
+              clock: pl.ForwardClock | None, feats: torch.Tensor | None = None) -> torch.Tensor:
         """One tree level ``ids`` [q]: each node sees the committed entries, its fed ancestors (their
-        ``slot``) and itself, at position ``root_pos`` + depth; ``slot`` gets the level's slots."""
+        ``slot``) and itself, at position ``root_pos`` + depth; ``slot`` gets the level's slots.
+        ``feats`` [q, F]: a feature draft's input features."""
         q, book = ids.shape[0], self.book
         b = self._bucket(q)
         start = book.reserve(b)
         x = self._inputs(b, q, start)
         x.ids[0, :q].copy_(tree.tokens[ids])
+        if feats is not None:
+            x.feats[0, :q].copy_(feats)
         torch.add(tree.depths[ids], root_pos, out=x.pos[0, :q])
         rows = x.mask[0, 0, :q]
         rows.masked_fill_(book.alive[None, :], 0.0)
@@ -145,11 +153,11 @@ class DraftStaticForwards:
         if b in self.path.buckets:
             x = self.path.entry(b, False).inputs
         else:
-            dev, dtype = self.book.alive.device, pl.model_dtype(self.path.model)
-            x = StaticInputs(torch.zeros((1, b), dtype=torch.long, device=dev),
-                             torch.empty((1, 1, b, self.book.capacity), dtype=dtype, device=dev),
-                             torch.zeros((1, b), dtype=torch.long, device=dev))
+            x = static_inputs(b, self.book.capacity, self.book.alive.device, pl.model_dtype(self.path.model),
+                              self.path.spec.feature_width if self.path.spec is not None else 0)
         x.ids[0, q:].fill_(0)
+        if x.feats is not None:
+            x.feats[0, q:].fill_(0.0)
         x.pos[0, q:].fill_(self.book.committed)
         x.mask.fill_(torch.finfo(x.mask.dtype).min)
         x.mask[0, 0, q:, start + q:start + b].diagonal().fill_(0.0)  # a dummy row sees only itself
@@ -160,7 +168,8 @@ class DraftStaticForwards:
             if b in self.path.buckets:
                 logits, _ = self.path.entry(b, False).run()
             else:
-                logits, _ = forward_fn(self.path.model, self.path.cache.cache, x, False)()
+                forward = self.path.spec.forward if self.path.spec is not None else forward_fn
+                logits, _ = forward(self.path.model, self.path.cache.cache, x, False)()
         return logits[:q]
 
 
