@@ -67,7 +67,3 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return __all__
 
-
-# Modules that moved when the flat core became layered packages keep their old import paths, with a
-# DeprecationWarning (a script written against 0.1's `dynatree_core.config` still runs).
-importlib.import_module("dynatree_core.moved").install()

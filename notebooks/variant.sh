@@ -2,7 +2,7 @@
 # Run the notebooks with other parameters through papermill (their first code cell is tagged
 # "parameters"), writing executed copies elsewhere; the committed notebooks are not touched.
 # Usage: bash notebooks/variant.sh OUT_DIR [PAIR]   e.g. bash notebooks/variant.sh /tmp/nb tiny
-# PAIR=tiny: the tiny random pair from dynatree_core.testing (seconds per notebook; for development).
+# PAIR=tiny: the tiny random pair from dynatree_core.pairs.tiny (seconds per notebook; for development).
 set -euo pipefail
 out="$(realpath -m "${1:?usage: bash notebooks/variant.sh OUT_DIR [PAIR]}")"
 pair="${2:-tiny}"

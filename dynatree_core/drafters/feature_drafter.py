@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class FeatureDrafter(Drafter):
-    """Drafts with a :class:`~dynatree_core.feature_draft.FeatureDraftModel`.
+    """Drafts with a :class:`~dynatree_core.drafters.feature_draft.FeatureDraftModel`.
 
     Committed token ``x_j`` is fed with the target's hidden state ``f_{j-1}``; a tree node is fed
     with the feature its parent's draft step predicted. After each iteration the tree's cache

@@ -2,7 +2,7 @@
 
 Every speculative decoder in this package is the *same* loop with a different tree policy.
 The configs below therefore all lower to one :class:`GrowthRule` (see :meth:`growth_rule`),
-which the torch-free tree builder in :mod:`dynatree_core.tree` executes:
+which the torch-free tree builder in :mod:`dynatree_core.policy.growth` executes:
 
 * ``ar``          -> an empty tree (the target verifies only the root: plain greedy decoding)
 * ``linear``      -> a chain of K nodes (breadth 1, depth K)

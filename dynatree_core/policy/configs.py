@@ -189,8 +189,8 @@ class SequoiaConfig(DecoderConfig):
     """Sequoia's static tree (Chen et al. 2024): the tree of ``n_max`` nodes and depth at most
     ``d_max`` that maximises the expected accepted length under the draft's per-rank acceptance
     vector ``acceptance`` (acceptance[r] = P(the target's token is the draft's rank-r token)),
-    built by Sequoia's dynamic program (:mod:`dynatree_core.sequoia`). ``acceptance=None``: the
-    engine measures it for the pair (:func:`dynatree_core.calibrate.acceptance_vector`)."""
+    built by Sequoia's dynamic program (:mod:`dynatree_core.policy.sequoia`). ``acceptance=None``: the
+    engine measures it for the pair (:func:`dynatree_core.engine.calibrate.acceptance_vector`)."""
 
     method: ClassVar[str] = "sequoia"
     n_max: int = 16
@@ -212,7 +212,7 @@ class SequoiaConfig(DecoderConfig):
     def shape(self) -> tuple[int, ...]:
         if self.acceptance is None:
             raise ValueError("SequoiaConfig.acceptance is None: generate() measures it for the pair, or call "
-                             "dynatree_core.calibrate.acceptance_vector(pair)")
+                             "dynatree_core.engine.calibrate.acceptance_vector(pair)")
         from dynatree_core.policy.sequoia import max_nodes, sequoia_shape  # torch-free
 
         # a short vector and a shallow limit can hold fewer than n_max nodes: the largest tree that fits

@@ -77,8 +77,8 @@ class DynaTreeConfig(DecoderConfig):
     #: N_max is then at most the curve's largest size, D0 / ρ_stop / ρ_deep are unused, and the
     #: history window calibrates p(u) per depth
     cost_aware: bool = False
-    #: the :class:`~dynatree_core.cost_model.CostModel` the cost-aware rule uses; None: the engine
-    #: measures it for the pair and device (cached on disk, :mod:`dynatree_core.calibrate`)
+    #: the :class:`~dynatree_core.policy.cost_model.CostModel` the cost-aware rule uses; None: the engine
+    #: measures it for the pair and device (cached on disk, :mod:`dynatree_core.engine.calibrate`)
     cost: CostModel | None = None
 
     def __post_init__(self) -> None:
@@ -129,7 +129,7 @@ class DynaTreeConfig(DecoderConfig):
         if self.cost_aware:
             if self.cost is None:
                 raise ValueError("cost_aware=True needs a cost model (cost=CostModel(...)); generate() measures "
-                                 "one for the pair, or call dynatree_core.calibrate.cost_model(pair)")
+                                 "one for the pair, or call dynatree_core.engine.calibrate.cost_model(pair)")
             b = (self.b_min, self.b_mid, self.b_max) if self.dynamic_breadth else (self.b_mid,) * 3
             return self._with_tail(GrowthRule(
                 d0=self.d_max, d_max=self.d_max, b_min=b[0], b_mid=b[1], b_max=b[2], tau_h=tau_h, tau_l=self.tau_l,

@@ -37,7 +37,7 @@ def grow_tree(root_token: int, rule: GrowthRule, propose: Propose, tail: "Tail |
     A node ``propose`` answers None for (unknown distribution, replays only) grows nothing and
     gets the stop reason :data:`UNRECORDED`; a level where every answer is None costs no call.
     The Sequoia, EAGLE-2, cost-aware and lookup-tail variants of the rule are described on
-    :class:`~dynatree_core.config.GrowthRule`; this function is their reference implementation.
+    :class:`~dynatree_core.policy.config.GrowthRule`; this function is their reference implementation.
     ``tail`` gives the lookup spans (:func:`add_tail`; none without it), no tail node deeper than
     ``tail_max_depth``.
     """

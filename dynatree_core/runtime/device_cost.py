@@ -56,7 +56,7 @@ class CostAwareGrowth:
         return acc, torch.argmax(rate).view(1)
 
     def _fill_order(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The final fill's candidates (:func:`~dynatree_core.tree._fill`), flat over (fed node,
+        """The final fill's candidates (:func:`~dynatree_core.policy.growth._fill`), flat over (fed node,
         rank), sorted by value (ties: parent, then rank): (order, sorted values with -inf past the
         eligible ones, each candidate's depth)."""
         n, k = self.n, self.k_used

@@ -15,7 +15,7 @@ class Rerank:
     """EAGLE-2's final step (:meth:`_rerank`), run by :meth:`DeviceTree.grow` when the rule asks."""
 
     def _rerank(self, keep: int) -> None:
-        """EAGLE-2's final step on the device (:func:`~dynatree_core.tree.rerank_tree`): keep the
+        """EAGLE-2's final step on the device (:func:`~dynatree_core.policy.growth.rerank_tree`): keep the
         ``keep`` most probable drafted nodes, compacting every array; ``orig`` maps back."""
         n, dev = self.n, self.device
         order = torch.argsort(self.cum_logps[1:n], descending=True, stable=True)[:keep] + 1

@@ -1,6 +1,6 @@
 """The draft tree as tensors on the model's device: growth, masks, positions and selection.
 
-:func:`dynatree_core.tree.grow_tree` is the reference: torch-free, readable, and what replays
+:func:`dynatree_core.policy.growth.grow_tree` is the reference: torch-free, readable, and what replays
 and viewers use. This module runs the *same policy* (same breadth, depth gate, τ pruning, N_max
 budget, same tie-breaking) as vectorised tensor operations, so that the decode loop does no
 per-node Python work and waits for the device only where a shape depends on data:
@@ -18,7 +18,7 @@ device -> host read goes through :meth:`HostSyncs.fetch`, which packs its tensor
 buffer and counts the transfer (on a CPU, where there is nothing to transfer, it reads the
 arrays where they are); host -> device copies go through :func:`to_device`, which never
 waits for the device (pinned memory, ``non_blocking``). ``tests/test_device_tree.py`` checks that
-this module and :mod:`dynatree_core.tree` build identical trees, masks and paths.
+this module and :mod:`dynatree_core.policy.tree` build identical trees, masks and paths.
 """
 
 
@@ -72,7 +72,7 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
     """A draft tree grown on ``device`` under a :class:`GrowthRule` (node 0 is the root).
 
     Node arrays are preallocated for N_max + 1 nodes; ``n`` (on the host) says how many are
-    real. Nodes are in BFS order exactly as in :class:`~dynatree_core.tree.DraftTree`, so the
+    real. Nodes are in BFS order exactly as in :class:`~dynatree_core.policy.tree.DraftTree`, so the
     two can be compared element by element.
     """
 
@@ -197,7 +197,7 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
         return (codes + ((codes == 0) & ~chosen) * CODE["top_k"]).to(torch.int8)
 
     def _root_expands(self) -> bool:
-        """Whether the root is expanded (host arithmetic, as in :func:`~dynatree_core.tree.grow_tree`)."""
+        """Whether the root is expanded (host arithmetic, as in :func:`~dynatree_core.policy.growth.grow_tree`)."""
         rule = self.rule
         if rule.stop_reason(0, 1.0) is not None or (rule.shape and rule.shape[0] == 0):
             return False

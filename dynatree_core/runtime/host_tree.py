@@ -53,7 +53,7 @@ def _confidences(a: dict[str, np.ndarray], fed: np.ndarray, top_l: list[list[flo
 
 
 def _pruned(tree: DraftTree, status: np.ndarray, fed: np.ndarray) -> list[PrunedCandidate]:
-    """The pruned candidates in :func:`~dynatree_core.tree.grow_tree`'s order: per level the τ-pruned
+    """The pruned candidates in :func:`~dynatree_core.policy.growth.grow_tree`'s order: per level the τ-pruned
     (by parent and rank), then the budget's and the cost's cuts (most probable first); the
     EAGLE-2 rerank's drops last (by parent and rank)."""
     out: list[PrunedCandidate] = []

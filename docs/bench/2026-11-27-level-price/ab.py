@@ -2,9 +2,9 @@
 the cost-aware run (new); same prompts, alternating, plus linear K=4 as a yardstick."""
 import sys, time, json, statistics as st, dataclasses
 import torch
-from dynatree_core.models import ModelPair
+from dynatree_core.pairs.pair import ModelPair
 from dynatree_core import generate, calibrate
-from dynatree_core.config import DynaTreeConfig, LinearConfig
+from dynatree_core.policy.config import DynaTreeConfig, LinearConfig
 from dynatree_core.bench.data import load_corpus, select_prompts, hf_tokenize
 from dynatree_core.bench.methods import method_specs
 

@@ -1,7 +1,7 @@
 import sys, time, torch
 from pathlib import Path
 from dynatree_core import DynaTreeConfig, LinearConfig, ModelPair, generate
-from dynatree_core.config import ARConfig
+from dynatree_core.policy.config import ARConfig
 torch.set_num_threads(2)
 pair = ModelPair.default()
 text = Path("../shared/data/wikitext-2-raw/wiki.valid.raw").read_text()

@@ -4,10 +4,10 @@ import json, sys, time, datetime as dt
 sys.path.insert(0, ".")
 sys.path.insert(0, "scripts")
 import torch
-from dynatree_core.models import ModelPair
+from dynatree_core.pairs.pair import ModelPair
 from dynatree_core.bench.methods import method_specs
-from dynatree_core.calibrate import prepare_config
-from dynatree_core.sync_audit import audit_host_syncs
+from dynatree_core.engine.calibrate import prepare_config
+from dynatree_core.engine.sync_audit import audit_host_syncs
 import gpu_check
 
 t0 = time.time()
