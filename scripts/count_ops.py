@@ -104,14 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     from dynatree_core.engine.calibrate import prepare_config
     from dynatree_core.pairs.pair import ModelPair
 
+    pair = ModelPair.named(args.target)
     if args.target == "default":
-        pair = ModelPair.default()
         prompt = ("The history of the city begins in the twelfth century, when a small market town grew "
                   "around the bridge. The market town grew around the bridge, and")
     else:
-        from dynatree_core.pairs.tiny import tiny_pair
-
-        pair, prompt = tiny_pair("llama", noise=0.05), [5, 9, 14, 3, 7, 5, 9, 14]
+        prompt = [5, 9, 14, 3, 7, 5, 9, 14]
     print(f"{pair.target_name} / {pair.draft_name}; T={args.tokens}; ops per steady-state iteration")
     print(f"{'method':18s} {'levels/it':>9s} {'model ops/it':>12s} {'engine ops/it':>13s} {'engine ops/level':>16s}")
     ar_engine = None

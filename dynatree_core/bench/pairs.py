@@ -2,7 +2,8 @@
 to know about a pair without holding its weights.
 
 :class:`PairSpec` names a pair the way the command line does (the embedded default, a tiny test
-pair, or Hugging Face names/paths, with device, dtype and device map) and loads it:
+pair, or Hugging Face names/paths, with device, dtype and device map) and loads it with
+:meth:`~dynatree_core.pairs.pair.ModelPair.named`:
 the serial run loads it once in this process, a Ray run once per worker. :class:`PairInfo` is
 what the protocol needs outside decoding: the tokenizer (prompt selection), the context windows
 (length checks) and the description written into the result.
@@ -10,14 +11,9 @@ what the protocol needs outside decoding: the tokenizer (prompt selection), the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from dynatree_core.pairs.choices import TINY_TARGETS
-
-
-class PairUnavailable(RuntimeError):
-    """The embedded default pair cannot be loaded here (its package is not installed)."""
 
 
 @dataclass(frozen=True)
@@ -52,44 +48,9 @@ class PairSpec:
     def load(self) -> Any:
         from dynatree_core.pairs.pair import ModelPair
 
-        if self.drafter == "lookup" and self.target is not None:  # the named target, drafting by lookup
-            from dynatree_core.drafters import PromptLookup
-            from dynatree_core.pairs.pair import LOOKUP_DRAFT_NAME
-
-            pair = replace(self, drafter="auto").load()
-            return ModelPair(target=pair.target, draft=PromptLookup(), tokenizer=pair.tokenizer,
-                             target_name=pair.target_name, draft_name=LOOKUP_DRAFT_NAME)
-        if self.drafter.endswith("+lookup") and self.target is not None:  # the named draft, lookup mixed in
-            from dynatree_core.drafters import LookupMix
-
-            pair = replace(self, drafter="auto").load()
-            if f"{pair.drafter_kind}+lookup" != self.drafter:
-                raise ValueError(f"drafter {self.drafter!r} names a {self.drafter.split('+')[0]} draft, but the "
-                                 f"draft loaded is a {pair.drafter_kind} draft; use {pair.drafter_kind}+lookup")
-            return replace(pair, lookup=LookupMix())
-
-        if self.target is None:
-            own = {"feature_draft": self.draft} if self.draft else {}  # a candidate instead of the shipped one
-            try:
-                return ModelPair.default(device=self.device, dtype=self.dtype, draft=self.drafter,
-                                         linear_kernel=self.linear_kernel, **own)
-            except (ImportError, FileNotFoundError) as e:
-                raise PairUnavailable(f"the embedded default pair is unavailable ({e}); pass --target and "
-                                      f"--draft") from e
-        if self.target in TINY_TARGETS:
-            from dynatree_core.pairs.tiny import tiny_feature_pair, tiny_pair
-
-            if self.target == "tiny-llama-feature":
-                pair = tiny_feature_pair()
-            else:
-                pair = tiny_pair(self.target.split("-", 1)[1], noise=self.draft_noise)
-            if self.device not in ("auto", "cpu"):
-                pair.target.to(self.device)
-                pair.draft.to(self.device)
-            return pair.use_linear_kernel(self.linear_kernel)  # the loaders above apply it themselves
-        kwargs: dict[str, Any] = {"device_map": self.device_map} if self.device_map is not None else {}
-        return ModelPair.from_pretrained(self.target, self.draft, device=self.device, dtype=self.dtype,
-                                         linear_kernel=self.linear_kernel, **kwargs)
+        return ModelPair.named(self.target or "default", draft=self.draft, drafter=self.drafter, device=self.device,
+                               dtype=self.dtype, draft_noise=self.draft_noise, device_map=self.device_map,
+                               linear_kernel=self.linear_kernel)
 
 
 @dataclass

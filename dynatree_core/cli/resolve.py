@@ -125,7 +125,7 @@ def pair_spec(args: argparse.Namespace) -> Any:
 def load_pair(args: argparse.Namespace) -> Any:
     """The model pair named by --target/--draft (default: the embedded offline pair), loaded
     behind one status line. Callers run :func:`check_model_args` first, before reading any data."""
-    from dynatree_core.bench.pairs import PairUnavailable
+    from dynatree_core.pairs.named import PairUnavailable
     from dynatree_core.pairs.loading import announce
 
     spec = pair_spec(args)
@@ -135,7 +135,7 @@ def load_pair(args: argparse.Namespace) -> Any:
         with announce(spec.describe()):
             return spec.load()
     except PairUnavailable as e:
-        raise CLIError(str(e)) from e
+        raise CLIError(f"{e}; pass --target and --draft") from e
 
 
 def protocol_numbers(args: argparse.Namespace, datasets: list[str]) -> tuple[int, int, int | None, dict[str, int]]:

@@ -6,3 +6,5 @@
 PAIR_DRAFTS = ("auto", "feature", "model", "lookup", "feature+lookup", "model+lookup")
 #: test-only pairs (:mod:`dynatree_core.pairs.tiny`): random tiny models, built in milliseconds
 TINY_TARGETS = ("tiny-llama", "tiny-gpt_neox", "tiny-llama-feature")
+#: the draft name of a pair drafting by model-free prompt lookup
+LOOKUP_DRAFT_NAME = "prompt-lookup"

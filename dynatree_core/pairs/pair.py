@@ -7,49 +7,13 @@ from typing import Any
 
 import torch
 
+from dynatree_core.pairs.choices import LOOKUP_DRAFT_NAME
+from dynatree_core.pairs.devices import check_dtype_on_device, resolve_device, resolve_dtype
 from dynatree_core.runtime.plumbing import model_device
 
 #: attention implementations whose output with a 4D float additive tree mask is verified
 #: against sequential decoding by the test suite (flash-attention cannot take such masks)
 SUPPORTED_ATTENTION = ("eager", "sdpa")
-
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
-           "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
-
-
-def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
-    if dtype is None:
-        return torch.float32
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
-    return _DTYPES[dtype]
-
-
-def resolve_device(device: str | torch.device | None) -> torch.device:
-    if device is None or device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}") from e
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={str(device)!r} requested but CUDA is not available; use device='cpu'")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ValueError(f"device={str(device)!r}: this machine has {torch.cuda.device_count()} CUDA device(s), "
-                         f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
-    return device
-
-
-def check_dtype_on_device(dtype: torch.dtype, device: torch.device) -> None:
-    """A clear error, naming the option, for a dtype the device cannot compute in."""
-    if not dtype.is_floating_point:
-        raise ValueError(f"dtype must be a floating-point type (float32, float16, bfloat16), got {dtype}")
-    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
-        name = torch.cuda.get_device_name(device)
-        raise ValueError(f"dtype='bfloat16' is not supported on {name} ({device}); use dtype='float16' or "
-                         "'float32'")
 
 
 def eos_token_ids(model: torch.nn.Module, tokenizer: Any = None) -> list[int]:
@@ -116,10 +80,6 @@ def check_device_map(device_map: Any, device: Any = "auto", options: dict[str, A
     else:
         raise TypeError(f"device_map must be one of {DEVICE_MAP_STRATEGIES} or a dict {{module name: device}}, "
                         f"got {type(device_map).__name__}")
-
-
-#: the draft name a model-free prompt-lookup draft is recorded under
-LOOKUP_DRAFT_NAME = "prompt-lookup"
 
 
 @dataclass
@@ -241,6 +201,18 @@ class ModelPair:
         return self
 
     # --- constructors ----------------------------------------------------------------------
+    @classmethod
+    def named(cls, name: str = "default", **options: Any) -> "ModelPair":
+        """The pair called ``name``: ``"default"`` (the embedded offline pair), a tiny test pair
+        (``"tiny-llama"``, ``"tiny-gpt_neox"``, ``"tiny-llama-feature"``) or a Hugging Face id / path
+        ``"target[,draft]"``; ``options`` as :func:`~dynatree_core.pairs.named.named_pair` takes them
+        (``draft``, ``drafter``, ``device``, ``dtype``, ``draft_noise``, ...). A bad name fails before
+        anything loads, listing the valid ones. The one way the CLI, the benchmark, the scripts and the
+        notebooks name a pair: ``ModelPair.named("default", draft="model")``, ``ModelPair.named("tiny-llama")``."""
+        from dynatree_core.pairs.named import named_pair
+
+        return named_pair(cls, name, **options)
+
     @classmethod
     def from_pretrained(cls, target_name_or_path: str, draft_name_or_path: str | None = None, *,
                         device: str | torch.device | None = "auto", dtype: str | torch.dtype | None = None,
