@@ -161,6 +161,6 @@ def run_prompt(pair: Any, point: RunPoint, prompt: Prompt, history: Any, allow_l
                   sampling=point.sampling, runtime=point.runtime)
     records = list(run)
     # after the timed run: the best-tree replay reads the records (no model)
-    fast = {"capture_s": run.fast.path.capture_s} if run.fast is not None else {}
+    fast = {"capture_s": run.target.capture_s} if run.target.capture_s is not None else {}
     return run.result, {"oracle": oracle_record(records), **calibration_record(records), "runtime": run.runtime,
                         **fast}

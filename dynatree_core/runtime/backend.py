@@ -30,6 +30,8 @@ class TargetBackend(Protocol):
     """The target's forwards of one run (see the module docstring)."""
 
     runtime: str
+    #: seconds spent capturing or compiling forwards before the run (None: eager, nothing built)
+    capture_s: float | None
 
     def prefill(self, ids: torch.Tensor, want_hidden: bool, clock: pl.ForwardClock | None) -> torch.Tensor | None:
         """Commit the causal chain ``ids`` [1, q]; with ``want_hidden`` its final hidden states [q, H]."""
@@ -51,6 +53,7 @@ class EagerTarget:
     """The target's forwards on a :class:`TargetCache` (a ``DynamicCache``; no padding)."""
 
     runtime = "eager"
+    capture_s = None  # nothing is captured or compiled
 
     def __init__(self, model: torch.nn.Module, cache: TargetCache | None = None):
         self.model = model
@@ -115,6 +118,11 @@ class StaticTarget:
     def cache(self) -> StaticTargetCache:
         check_owner(self.path, self)
         return self.path.cache
+
+    @property
+    def capture_s(self) -> float:
+        """Seconds spent building (capturing, compiling) the path's forwards, apart from any decode."""
+        return self.path.capture_s
 
     def draft_forwards(self, model: torch.nn.Module, length: int) -> DraftStaticForwards:
         """A draft model's level forwards on the same runtime, levels up to this path's largest bucket."""
