@@ -8,7 +8,7 @@ draft, the drafts' order alternating from prompt to prompt; the per-prompt ratio
 speeds is then paired. Every run is checked equal to AR's tokens. DynaTree's history starts fresh at
 every prompt (the same for both drafts).
 
-    flock /tmp/cpu.lock python scripts/paired_draft_bench.py --a dynatree_core/assets/smollm2-135m-feature-draft \\
+    flock /tmp/cpu.lock python docs/bench/2026-11-27-h100-draft/paired_draft_bench.py --a dynatree_core/assets/smollm2-135m-feature-draft \\
         --b ../shared/drafts/smollm2-135m-feature-draft-h100 --out docs/bench/<dir>/paired.json
 """
 

@@ -13,7 +13,7 @@ and reports the top-1 agreement of the target's head on the probe's output with 
 token, on held-out tokens. Every block is RMS-normalised first. One Gram matrix over all blocks is
 built once, so each probe is a small solve.
 
-    flock /tmp/cpu.lock python scripts/probe_feature_layers.py --out docs/bench/<dir>/probe.json
+    flock /tmp/cpu.lock python docs/bench/2026-11-27-h100-draft/probe_feature_layers.py --out docs/bench/<dir>/probe.json
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The same measurement as ``dynatree distill --kind feature --eval-only`` (one cached token, median of
 40 steps, the better of two runs), on the same 128-token context of training text (WikiText-2
 validation), alternating torch's kernels and prepacked oneDNN so that drift hits both alike.
-Usage: python scripts/step_cost_by_kernel.py [--rounds 2] [--threads 2]
+Usage: python docs/bench/2026-11-27-linear-kernels/step_cost_by_kernel.py [--rounds 2] [--threads 2]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     pair = ModelPair.default(draft="feature", linear_kernel="torch")
-    root = Path(__file__).resolve().parents[2] / "shared" / "data" / "wikitext-2-raw" / "wiki.valid.raw"
+    root = Path(__file__).resolve().parents[4] / "shared" / "data" / "wikitext-2-raw" / "wiki.valid.raw"
     ctx = pair.tokenizer(root.read_text(encoding="utf-8")[20000:30000])["input_ids"][:128]
     for _ in range(args.rounds):
         for kernel in ("torch", "onednn"):

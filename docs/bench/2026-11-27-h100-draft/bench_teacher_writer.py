@@ -11,7 +11,7 @@ Writers, all greedy (the target's own tokens; the data stage's ``--gen-dtype`` f
 
 Counts the tokens kept (each row cut after its first EOS, as the data stage stores them).
 
-    flock /tmp/cpu.lock python scripts/bench_teacher_writer.py --out docs/bench/<dir>/writer.json
+    flock /tmp/cpu.lock python docs/bench/2026-11-27-h100-draft/bench_teacher_writer.py --out docs/bench/<dir>/writer.json
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ start begin from the same weights (``fc_layers`` starts at zero), so the curves 
 the extra layers teach. Held-out agreement (``--val-rows`` held-out rows, depth 1/2/3) is logged
 every ``--log-every`` steps; the curves go to ``ab.json`` and are drawn as ``ab.svg`` / ``ab.html``.
 
-    flock /tmp/cpu.lock python scripts/feature_layers_ab.py --layers 3,15 --work-dir .distill/ab \\
+    flock /tmp/cpu.lock python docs/bench/2026-11-27-h100-draft/feature_layers_ab.py --layers 3,15 --work-dir .distill/ab \\
         --out docs/bench/2026-11-27-h100-draft/layers-ab
 """
 
@@ -42,7 +42,7 @@ def base_config(a: argparse.Namespace) -> dict:
                 feature_text_tokens=a.text_tokens, max_len=256, batch_tokens=a.batch_tokens,
                 micro_tokens=a.batch_tokens, steps=a.steps, warmup=5, lr=5e-4, warm_lr_frac=0.25,
                 reg_weight=0.1, unroll=3, val_rows=64, log_every=a.log_every, layers=1,
-                command_line="scripts/feature_layers_ab.py")
+                command_line="docs/bench/2026-11-27-h100-draft/feature_layers_ab.py")
 
 
 def svg(curves: dict[str, list], title: str, w: int = 640, h: int = 360) -> str:
