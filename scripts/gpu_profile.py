@@ -28,7 +28,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_check.load_pair
 
 SCHEMA_VERSION = 1
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
@@ -105,11 +104,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from dynatree_core.bench.methods import method_specs, parse_methods
     from dynatree_core.engine.calibrate import prepare_config
-
-    from gpu_check import load_pair  # the same pairs gpu_check loads (the default one or the tiny one)
+    from dynatree_core.pairs.pair import ModelPair
 
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    pair = load_pair(argparse.Namespace(target=args.target, device=device, drafter="auto"), "float32")
+    pair = ModelPair.named(args.target, device=device, dtype="float32")
     prompt = PROMPT if args.target == "default" else [5, 9, 14, 3, 7, 5, 9, 14]
     rows = []
     for label in args.methods.split(","):

@@ -1,5 +1,6 @@
 """scripts/gpu_check.py on the CPU with the tiny pair and the smallest sizes: every section is in
-the JSON, failures are recorded without stopping the script, only exactness sets the exit code."""
+the JSON, failures are recorded without stopping the script, only exactness sets the exit code; the
+script is a thin entry point over dynatree_core.bench.device_check."""
 
 from __future__ import annotations
 
@@ -98,8 +99,27 @@ def test_an_exhausted_budget_skips_sections_with_a_reason(tmp_path):
     assert doc["verdict"]["exactness_ok"] is None and doc["verdict"]["exit_code"] == 0
 
 
+def test_the_script_is_a_thin_entry_point_over_the_package():
+    import ast
+
+    text = SCRIPT.read_text()
+    defs = {n.name for n in ast.parse(text).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    assert len(text.splitlines()) <= 300 and defs == {"parse_args", "main"}
+    args = _module().parse_args(["--quick", "--target", "tiny-gpt_neox"])
+    assert args.runtimes == ["eager", "static"] and args.target == "tiny-gpt_neox"
+
+
+def test_a_bad_pair_name_is_refused_naming_the_valid_ones(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit):
+        _module().parse_args(["--target", "tiny-mamba"])
+    assert "the tiny pairs are ('tiny-llama', 'tiny-gpt_neox'" in capsys.readouterr().err
+
+
 def test_parse_pytest_reads_the_summary_or_the_progress_of_a_killed_run():
-    gc = _module()
+    from dynatree_core.bench.device_check import exactness as gc
+
     done = gc.parse_pytest("....F\n=== 1 failed, 4 passed, 2 skipped, 3 deselected in 12.50s ===\n")
     assert (done["passed"], done["failed"], done["skipped"], done["duration_s"]) == (4, 1, 2, 12.5)
     killed = gc.parse_pytest("........................................  [ 76%]\n......sF")
@@ -121,9 +141,10 @@ def test_the_sync_audit_covers_every_way_the_loop_touches_the_device(monkeypatch
                  "draft_levels": r.draft_forwards, "sources": []} for r in recs]
 
     monkeypatch.setattr(sa, "audit_host_syncs", counted_only)
-    mod = _module()
-    args = mod.parse_args(["--audit-tokens", "6"])
-    out = mod.sync_audit(tiny_pair("llama", noise=0.05), args)
+    from dynatree_core.bench.device_check.bench import sync_audit
+
+    args = _module().parse_args(["--audit-tokens", "6"])
+    out = sync_audit(tiny_pair("llama", noise=0.05), args)
     assert set(out["methods"]) == {"ar", "linear:k=3", "dynatree:preset=paper", "fixed_tree", "dynatree:cost",
                                    "eagle2", "sequoia"}
     for label, m in out["methods"].items():

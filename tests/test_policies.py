@@ -156,7 +156,7 @@ def test_calibration_is_cached_and_another_devices_cache_is_not_used(monkeypatch
     doc = json.loads(path.read_text())
     doc["cost"]["device"] = "cuda:Some Other GPU"
     path.write_text(json.dumps(doc))
-    monkeypatch.setattr(calibrate, "measure_costs", lambda p, sizes=None: first)
+    monkeypatch.setattr(calibrate, "measure_costs", lambda p, sizes=None, runtime="eager": first)
     with pytest.warns(UserWarning, match="recalibrating"):
         assert calibrate.cost_model(pair) == first
 
@@ -167,7 +167,7 @@ def test_the_draft_level_is_priced_as_the_cost_aware_rule_builds_it(monkeypatch)
     pair = cached_pair("llama", "sdpa", 0.02)
     seen = []
 
-    def level(p, tokens=32, config=None):
+    def level(p, tokens=32, config=None, runtime="eager"):
         seen.append(config)
         return 0.004 if config is None else 0.009
 
@@ -179,7 +179,7 @@ def test_the_draft_level_is_priced_as_the_cost_aware_rule_builds_it(monkeypatch)
     assert model.draft_s == 0.009 and model.meta["draft_s_fixed_tree"] == 0.004
     assert "draft level 9.0 ms (as the cost-aware rule builds it; a fixed tree's 4.0 ms)" in calibrate.describe(model)
     # a rule that drafts nothing under the first price keeps it
-    def nothing(p, tokens=32, config=None):
+    def nothing(p, tokens=32, config=None, runtime="eager"):
         if config is not None:
             raise calibrate.CalibrationError("the calibration run drafted nothing")
         return 0.004

@@ -13,7 +13,8 @@ Modules, one job each:
   atomic no-overwrite JSON files;
 * :mod:`.tables`   Tables 1-5 as DataFrames and Markdown;
 * :mod:`.sweeps`   fixed-tree grid, DynaTree sensitivity, T and L_max scaling (their figures:
-  :mod:`dynatree_viz.sweeps`).
+  :mod:`dynatree_viz.sweeps`);
+* :mod:`.device_check` the one device check's sections (``scripts/gpu_check.py`` is its entry point).
 
 Imports the engine, pairs, drafters, runtime, records and policy; independent of
 :mod:`dynatree_core.distill` (neither imports the other); the views and the CLI build on it.

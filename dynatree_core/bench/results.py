@@ -355,3 +355,41 @@ def recompute(result: dict[str, Any]) -> list[dict[str, Any]]:
     """Aggregates recomputed from a result's per-prompt rows (what the tables show)."""
     keys = tuple((result.get("sweep") or {}).get("param_keys", ()))
     return aggregate(result["rows"], run_id=result.get("run_id"), param_keys=keys)
+
+
+def merge_results(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One result document from per-dataset runs of one experiment (the device check runs a dataset at
+    a time, inside its time limit): one run id, the rows, prompts, data and warnings of all, aggregates
+    and checks recomputed over all rows. A ``_wall_s`` key a caller added to a document is dropped."""
+    merged = {k: v for k, v in docs[0].items() if k != "_wall_s"}
+    rows = [r for d in docs for r in d["rows"]]
+    for r in rows:
+        r["run_id"] = merged["run_id"]
+    merged["rows"] = rows
+    merged["protocol"] = dict(merged["protocol"], datasets=[ds for d in docs for ds in d["protocol"]["datasets"]],
+                              max_prompt_len={k: v for d in docs for k, v in d["protocol"]["max_prompt_len"].items()})
+    merged["data"] = {k: v for d in docs for k, v in d["data"].items()}
+    merged["prompts"] = [p for d in docs for p in d["prompts"]]
+    merged["warnings"] = [w for d in docs for w in d["warnings"]]
+    merged["aggregates"] = aggregate(rows)
+    merged["checks"] = output_checks(rows)
+    return merged
+
+
+def bench_table(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per dataset and method: the numbers the summary prints (means over measured prompts)."""
+    out = []
+    for a in result["aggregates"]:
+        rows = [r for r in result["rows"] if r["label"] == a["label"] and r["dataset"] == a["dataset"]
+                and r.get("runtime") == a.get("runtime")
+                and not r.get("warmup")]
+        excess = [r.get("host_sync_excess") for r in rows if r.get("host_sync_excess") is not None]
+        out.append({"dataset": a["dataset"], "label": a["label"], "runtime": a.get("runtime"), "n": a["n"],
+                    "tokens_per_s": a["tokens_per_s"],
+                    "speedup": a["speedup"], "L_bar": a["tokens_per_iteration"],
+                    "engine_overhead_ms": a.get("engine_overhead_ms"),
+                    "host_syncs_per_iteration": a.get("host_syncs_per_iteration"),
+                    "host_sync_excess": max(excess) if excess else None,
+                    "peak_memory_bytes": a.get("peak_memory_bytes"), "peak_memory_kind": a.get("peak_memory_kind"),
+                    "mean_tree_size": a.get("mean_tree_size")})
+    return out

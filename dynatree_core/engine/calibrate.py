@@ -8,7 +8,8 @@ Two tree policies need facts about the pair and the device that no config can kn
   token is the draft's rank-r token) (:func:`acceptance_vector`).
 
 Both are measured once (seconds on a CPU) and cached under :func:`cache_dir` in a JSON file keyed
-by the device, the models and the dtype; a cached result for another device or pair is never used
+by the device, the models, the dtype and the runtime (a fast path's curve is its buckets' replayed
+forwards, :func:`fast_verify_curve`); a cached result for another device or pair is never used
 (it is measured again, and a warning says so). :func:`prepare_config` fills them into a config
 before decoding, so the trace records the numbers that shaped every tree. Measurements use the
 bundled *training* prompts, never the benchmark's evaluation text.
@@ -33,6 +34,7 @@ import torch
 from transformers import DynamicCache
 
 from dynatree_core.runtime import plumbing as pl
+from dynatree_core.runtime.fast_path import FastPath, bucket, fast_path, resolve_runtime
 from dynatree_core.policy.config import DecoderConfig, DynaTreeConfig, FixedTreeConfig, SequoiaConfig
 from dynatree_core.policy.cost_model import COST_SCHEMA_VERSION, CostModel
 from dynatree_core.engine.loop import DecodingRun
@@ -69,17 +71,19 @@ def device_label(device: torch.device) -> str:
     return f"cpu:{cpu}:{torch.get_num_threads()}threads"
 
 
-def pair_key(pair: Any) -> dict[str, str]:
+def pair_key(pair: Any, runtime: str = "eager") -> dict[str, str]:
     """What a calibration is valid for: device, models (and the drafter kind: a draft level with
-    prompt lookup mixed in costs more than without), dtype and the linear kernel (it changes the
-    shape of the verify cost curve, not only its scale)."""
+    prompt lookup mixed in costs more than without), dtype, the linear kernel (it changes the
+    shape of the verify cost curve, not only its scale) and the runtime (a fast path pads a tree to
+    its bucket and replays captured forwards: another curve)."""
     device = device_label(pair.device)
     split = getattr(pair.target, "hf_device_map", None)
     if split:  # a target split across devices (device_map) costs what its split costs
         device += f" split over {','.join(sorted({str(d) for d in split.values()}))}"
     return {"device": device, "target": str(pair.target_name),
             "draft": f"{pair.draft_name}[{pair.drafter_kind}]",
-            "dtype": str(pair.dtype).replace("torch.", ""), "linear_kernel": pair.linear_kernel}
+            "dtype": str(pair.dtype).replace("torch.", ""), "linear_kernel": pair.linear_kernel,
+            "runtime": resolve_runtime(runtime, pair.device)}
 
 
 def _cache_path(key: dict[str, str]) -> Path:
@@ -116,11 +120,42 @@ def _timed(fn, device: torch.device) -> float:
     return time.perf_counter() - t0
 
 
-@torch.inference_mode()
-def measure_costs(pair: Any, sizes: Sequence[int] | None = None, prefix_len: int = 256, repeats: int = 7
-                  ) -> CostModel:
+def measure_costs(pair: Any, sizes: Sequence[int] | None = None, prefix_len: int = 256, repeats: int = 7,
+                  runtime: str = "eager") -> CostModel:
     """Time one target forward over n tokens after a ``prefix_len``-token prefix for each n in
-    ``sizes``, and one draft level, and return the curve.
+    ``sizes``, and one draft level, on ``runtime``, and return the curve.
+
+    Eager (:func:`eager_verify_points`): the verification's forward on a dynamic cache. A fast
+    path (``static``, ``compiled``, ``graphs``; :func:`fast_verify_curve`): each bucket's captured
+    forward as the run replays it, so c(n) is the time of the bucket a tree of n nodes is padded to
+    (a step at every bucket up to ``max(sizes)``; the model's ``sizes`` are the buckets timed).
+    The draft level and the per-iteration overhead are timed in short runs on ``runtime`` too.
+    """
+    device = pair.device
+    runtime = resolve_runtime(runtime, device)
+    sizes = sorted(set(sizes or (GPU_SIZES if device.type == "cuda" else DEFAULT_SIZES)))
+    if not sizes or sizes[0] < 1:
+        raise ValueError(f"sizes must be token counts >= 1, got {list(sizes)}")
+    timed: tuple[int, ...] | None = None
+    if runtime == "eager":
+        points = eager_verify_points(pair, sizes, prefix_len, repeats)
+    else:  # a step per bucket: every n up to the largest size costs the bucket it is padded to
+        path, curve = fast_verify_curve(pair, runtime, prefix_len, max(sizes), repeats)
+        points = {n: curve[bucket(n, path.buckets)] for n in range(1, max(sizes) + 1)}
+        timed = tuple(b for b in path.buckets if b <= max(sizes))
+    meta = {"torch": torch.__version__, "repeats": repeats, "threads": torch.get_num_threads()}
+    first = CostModel.from_points(points, measure_draft_level(pair, runtime=runtime),
+                                  iteration_s=measure_iteration_overhead(pair, runtime=runtime),
+                                  created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                  prefix_len=prefix_len, meta=meta, **pair_key(pair, runtime))
+    first = dataclasses.replace(first, sizes=timed) if timed else first  # the sizes timed: the buckets
+    return price_cost_aware_levels(pair, first, runtime)
+
+
+@torch.inference_mode()
+def eager_verify_points(pair: Any, sizes: Sequence[int], prefix_len: int = 256, repeats: int = 7
+                        ) -> dict[int, float]:
+    """Seconds of one eager verify forward over n tokens, for each n in ``sizes`` (ascending).
 
     The forward is the verification's (tree mask as a 4D float mask, explicit positions); a
     chain of n tokens costs what any tree of n nodes does. The sizes are timed round-robin, one
@@ -133,9 +168,6 @@ def measure_costs(pair: Any, sizes: Sequence[int] | None = None, prefix_len: int
     6 rows than for 3 is a fact about the machine, not noise.
     """
     device = pair.device
-    sizes = sorted(set(sizes or (GPU_SIZES if device.type == "cuda" else DEFAULT_SIZES)))
-    if not sizes or sizes[0] < 1:
-        raise ValueError(f"sizes must be token counts >= 1, got {list(sizes)}")
     vocab = int(pair.target.config.vocab_size)
     gen = torch.Generator().manual_seed(0)
     prefix = torch.randint(0, vocab, (prefix_len + max(sizes),), generator=gen)
@@ -166,15 +198,41 @@ def measure_costs(pair: Any, sizes: Sequence[int] | None = None, prefix_len: int
             t = _timed(lambda: verify(n), device)
             if r:
                 times[n].append(t)
-    points = {n: statistics.median(ts) for n, ts in times.items()}
-    meta = {"torch": torch.__version__, "repeats": repeats, "threads": torch.get_num_threads()}
-    first = CostModel.from_points(points, measure_draft_level(pair), iteration_s=measure_iteration_overhead(pair),
-                                  created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                                  prefix_len=prefix_len, meta=meta, **pair_key(pair))
-    return price_cost_aware_levels(pair, first)
+    return {n: statistics.median(ts) for n, ts in times.items()}
 
 
-def price_cost_aware_levels(pair: Any, first: CostModel) -> CostModel:
+def fast_verify_curve(pair: Any, runtime: str, length: int, max_tree: int, repeats: int = 7,
+                      buckets: tuple[int, ...] | None = None) -> tuple[FastPath, dict[int, float]]:
+    """The target's fast path on ``runtime`` (``static``, ``compiled``, ``graphs``) for ``length``
+    tokens plus a ``max_tree``-node tree, every bucket's forward built (captured, compiled: the
+    path's ``capture_s``), and the median seconds of each bucket's forward as the run replays it.
+
+    Buckets are timed round-robin after one warm-up round (as :func:`eager_verify_points`); the
+    forwards write into scratch slots at the cache's end (no live entry is there). A forward that
+    fails (out of memory) raises :class:`CalibrationError`."""
+    hidden = (pair.drafter_kind or "").startswith("feature")  # a feature draft reads the target's states
+    try:
+        path = fast_path(pair.target, runtime, length, max_tree, buckets)
+        path.prepare(hidden)
+    except (torch.OutOfMemoryError, RuntimeError) as e:
+        raise CalibrationError(f"could not build the {runtime} fast path's forwards: {e}") from e
+    device = path.cache.cache.slots.device
+    times: dict[int, list[float]] = {b: [] for b in path.buckets}
+
+    def replay(b: int) -> None:
+        path.cache.cache.write_at(path.capacity - b, b)
+        with torch.inference_mode():  # as the engine runs it: the cache's buffers are inference tensors
+            path.entry(b, hidden).run()
+
+    for r in range(repeats + 1):
+        for b in path.buckets:
+            t = _timed(lambda: replay(b), device)
+            if r:
+                times[b].append(t)
+    return path, {b: statistics.median(ts) for b, ts in times.items()}
+
+
+def price_cost_aware_levels(pair: Any, first: CostModel, runtime: str = "eager") -> CostModel:
     """``first`` with its draft level priced as the cost-aware rule builds it.
 
     A small fixed tree's level (``first.draft_s``) is a draft forward, its top-k and one read. A
@@ -188,7 +246,7 @@ def price_cost_aware_levels(pair: Any, first: CostModel) -> CostModel:
     """
     config = DynaTreeConfig.paper(cost_aware=True, cost=first)
     try:
-        draft_s = measure_draft_level(pair, config=config)
+        draft_s = measure_draft_level(pair, config=config, runtime=runtime)
     except CalibrationError:
         return first
     return dataclasses.replace(first, draft_s=draft_s,
@@ -206,19 +264,20 @@ def calibration_prompts(pair: Any, count: int = 3) -> list[Any]:
     return lines[:count]
 
 
-def _calibration_run(pair: Any, config: DecoderConfig, tokens: int) -> list[Any]:
+def _calibration_run(pair: Any, config: DecoderConfig, tokens: int, runtime: str = "eager") -> list[Any]:
     recs = []
     for prompt in calibration_prompts(pair):  # complete configs: nothing to calibrate for these runs
         recs.extend(DecodingRun(pair, prompt, config.method, config, max_new_tokens=tokens, trace=True,
-                                ignore_eos=True, allow_long_context=True))
+                                ignore_eos=True, allow_long_context=True, runtime=runtime))
     return recs
 
 
-def measure_draft_level(pair: Any, tokens: int = 32, config: DecoderConfig | None = None) -> float:
+def measure_draft_level(pair: Any, tokens: int = 32, config: DecoderConfig | None = None,
+                        runtime: str = "eager") -> float:
     """Seconds per draft level as the decode loop spends them (forward, top-k, the level's
     bookkeeping and host sync): the median over iterations of a short run of ``config`` (default:
-    a small fixed tree) of the draft phase's time per level."""
-    recs = _calibration_run(pair, config or FixedTreeConfig(d=3, b=2, tau=0.0, n_max=6), tokens)
+    a small fixed tree) on ``runtime`` of the draft phase's time per level."""
+    recs = _calibration_run(pair, config or FixedTreeConfig(d=3, b=2, tau=0.0, n_max=6), tokens, runtime)
     levels = sum(r.draft_forwards for r in recs)
     if not levels:
         raise CalibrationError("the calibration run drafted nothing: no draft level to time")
@@ -228,18 +287,19 @@ def measure_draft_level(pair: Any, tokens: int = 32, config: DecoderConfig | Non
     return statistics.median(r.timings.get("draft", 0.0) / r.draft_forwards for r in steady)
 
 
-def measure_iteration_overhead(pair: Any, tokens: int = 32) -> float:
+def measure_iteration_overhead(pair: Any, tokens: int = 32, runtime: str = "eager") -> float:
     """Seconds per iteration outside the model forwards (selection, cache commit, bookkeeping):
-    the engine's own overhead per AR step on a calibration prompt."""
+    the engine's own overhead per AR step on a calibration prompt, on ``runtime``."""
     m = DecodingRun(pair, calibration_prompts(pair, 1)[0], "ar", None, tokens, ignore_eos=True,
-                    allow_long_context=True).finish().metrics
+                    allow_long_context=True, runtime=runtime).finish().metrics
     return max(0.0, (m.engine_overhead_ms or 0.0) / 1e3)
 
 
-def cost_model(pair: Any, recalibrate: bool = False, sizes: Sequence[int] | None = None) -> CostModel:
-    """The pair's cost model on its device: cached if measured before for the same device,
-    models and dtype, else measured now (and cached)."""
-    key = pair_key(pair)
+def cost_model(pair: Any, recalibrate: bool = False, sizes: Sequence[int] | None = None,
+               runtime: str = "eager") -> CostModel:
+    """The pair's cost model on its device and ``runtime``: cached if measured before for the same
+    device, models, dtype, linear kernel and runtime, else measured now (and cached)."""
+    key = pair_key(pair, runtime)
     path = _cache_path(key)
     if not recalibrate and path.exists():
         cached = _read(path).get("cost")
@@ -248,10 +308,10 @@ def cost_model(pair: Any, recalibrate: bool = False, sizes: Sequence[int] | None
             if model.matches(**key):
                 return model
             warnings.warn(f"the cached cost curve in {path} was measured for {model.device} / {model.target} "
-                          f"/ {model.draft} / {model.dtype} / {model.linear_kernel or 'torch'} kernels, not for this device "
-                          "and pair: recalibrating",
+                          f"/ {model.draft} / {model.dtype} / {model.linear_kernel or 'torch'} kernels / {model.runtime}, not "
+                          "for this device, pair and runtime: recalibrating",
                           stacklevel=2)
-    model = measure_costs(pair, sizes)
+    model = measure_costs(pair, sizes, runtime=runtime)
     _write(path, key, "cost", model.to_dict())
     return model
 
@@ -294,15 +354,17 @@ def acceptance_vector(pair: Any, recalibrate: bool = False, ranks: int = DEFAULT
 
 
 # --- filling a config in ---------------------------------------------------------------------
-def prepare_config(config: DecoderConfig, pair: Any) -> DecoderConfig:
+def prepare_config(config: DecoderConfig, pair: Any, runtime: str = "eager") -> DecoderConfig:
     """``config`` with what its policy measures about the pair filled in (cached calibrations):
-    a cost-aware DynaTree's cost model, Sequoia's acceptance vector. Anything given is kept.
+    a cost-aware DynaTree's cost model on the run's ``runtime`` (its own verify-cost curve: a fast
+    path's buckets cost what their replayed forwards cost), Sequoia's acceptance vector. Anything
+    given is kept.
 
     A cost-aware config whose calibration cannot run falls back to the plain DynaTree rule with
     the ``cpu`` (CPU) or ``paper`` (GPU) preset's node budget, and warns."""
     if isinstance(config, DynaTreeConfig) and config.cost_aware and config.cost is None:
         try:
-            return config.replace(cost=cost_model(pair))
+            return config.replace(cost=cost_model(pair, runtime=runtime))
         except CalibrationError as e:
             n_max = FALLBACK_N_MAX["cuda" if pair.device.type == "cuda" else "cpu"]
             warnings.warn(f"cost-aware DynaTree: no cost curve could be measured ({e}); falling back to the "
@@ -318,6 +380,7 @@ def describe(model: CostModel) -> str:
     """One line about a cost model (CLI and notebooks)."""
     ms = [f"{model.verify(n) * 1e3:.0f}" for n in model.sizes if math.isfinite(model.verify(n))]
     kernel = f", {model.linear_kernel} linear kernels" if model.linear_kernel else ""
+    kernel += f", {model.runtime} runtime" if model.runtime != "eager" else ""
     fixed = model.meta.get("draft_s_fixed_tree")
     level = f"draft level {model.draft_s * 1e3:.1f} ms" + (
         f" (as the cost-aware rule builds it; a fixed tree's {fixed * 1e3:.1f} ms)" if fixed is not None else "")

@@ -45,6 +45,9 @@ class CostModel:
     dtype: str = ""
     #: the linear kernel the curve was measured on (:mod:`~dynatree_core.runtime.linear_kernels`)
     linear_kernel: str = ""
+    #: the runtime whose target forwards the curve times (eager, or a fast path: static, compiled,
+    #: graphs, where a tree is padded to its bucket)
+    runtime: str = "eager"
     prefix_len: int = 0
     sizes: tuple[int, ...] = ()
     created: str = ""
@@ -81,11 +84,12 @@ class CostModel:
         an iteration besides its draft levels (what the cost-aware rule is given)."""
         return tuple(c + self.iteration_s for c in self.verify_s)
 
-    def matches(self, device: str, target: str, draft: str, dtype: str, linear_kernel: str = "") -> bool:
-        """Whether this curve was measured for this device, pair, dtype and linear kernel (else
-        recalibrate)."""
-        return ((self.device, self.target, self.draft, self.dtype, self.linear_kernel)
-                == (device, target, draft, dtype, linear_kernel))
+    def matches(self, device: str, target: str, draft: str, dtype: str, linear_kernel: str = "",
+                runtime: str = "eager") -> bool:
+        """Whether this curve was measured for this device, pair, dtype, linear kernel and runtime
+        (else recalibrate)."""
+        return ((self.device, self.target, self.draft, self.dtype, self.linear_kernel, self.runtime)
+                == (device, target, draft, dtype, linear_kernel, runtime))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -94,8 +98,8 @@ class CostModel:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CostModel":
-        known = {k: d[k] for k in ("verify_s", "draft_s", "iteration_s", "device", "target", "draft", "dtype", "linear_kernel", "prefix_len",
-                                   "sizes", "created", "meta") if k in d}
+        known = {k: d[k] for k in ("verify_s", "draft_s", "iteration_s", "device", "target", "draft", "dtype",
+                                   "linear_kernel", "runtime", "prefix_len", "sizes", "created", "meta") if k in d}
         return cls(**known)
 
     @classmethod

@@ -2,17 +2,16 @@
 on the default pair (fp32, bundled WikiText-2 passage, T=32). Prints and writes one JSON."""
 import json, sys, time, datetime as dt
 sys.path.insert(0, ".")
-sys.path.insert(0, "scripts")
 import torch
 from dynatree_core.pairs.pair import ModelPair
 from dynatree_core.bench.methods import method_specs
 from dynatree_core.engine.calibrate import prepare_config
 from dynatree_core.engine.sync_audit import audit_host_syncs
-import gpu_check
+from dynatree_core.bench.device_check.loading import bench_prompts
 
 t0 = time.time()
 pair = ModelPair.default(device="cuda")
-prompt = gpu_check.bench_prompts(pair, 1, 64)[0].token_ids
+prompt = bench_prompts(pair, 1, 64)[0].token_ids
 out = {"created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
        "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "draft": pair.draft_name,
        "max_new_tokens": 32, "methods": {}}

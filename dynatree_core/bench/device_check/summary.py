@@ -1,0 +1,147 @@
+"""The device check's verdict (only exactness fails a run) and its text summary, from the JSON document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def verdict(doc: dict[str, Any]) -> dict[str, Any]:
+    s = doc["sections"]
+    problems, notes = [], []
+    ex = s.get("exactness", {})
+    if ex.get("status") == "failed":
+        problems.append(f"exactness tests failed: {ex.get('failed')} failed, {ex.get('errors')} errors")
+    bench = s.get("bench", {})
+    if bench.get("outputs_identical_across_methods") is False:
+        problems.append(f"fp32 bench outputs differ from AR: {bench.get('mismatching_cells')}")
+    prec = s.get("precision", {}).get("aggregate", {})
+    if prec.get("float32", {}).get("prompts") and prec["float32"]["dynatree_equals_ar"] < prec["float32"]["prompts"]:
+        problems.append("fp32 DynaTree differs from fp32 AR in the precision section")
+    for name in ("float16", "bfloat16"):
+        a = prec.get(name)
+        if a and a["prompts"] and a["dynatree_equals_ar"] < a["prompts"]:
+            notes.append(f"{name}: DynaTree equals same-dtype AR on {a['dynatree_equals_ar']}/{a['prompts']} prompts "
+                         "(low-precision tree verification is not bit-identical to step-by-step AR)")
+    for row in bench.get("table") or []:
+        if row.get("host_sync_excess") is not None and row["host_sync_excess"] > 0:
+            notes.append(f"host_sync_excess > 0: {row['dataset']} {row['label']} ({row['host_sync_excess']})")
+    for label, m in ((bench.get("sync_audit") or {}).get("methods") or {}).items():
+        if m.get("iterations_observed_gt_counted"):
+            notes.append(f"sync audit: {label}: CUDA saw uncounted syncs in {m['iterations_observed_gt_counted']} "
+                         f"iterations at {m['uncounted_sources']}")
+    for name, sec in s.items():
+        if sec.get("status") in ("error", "timeout", "skipped"):
+            why = sec.get("reason") or (sec.get("error") or {}).get("message", "")
+            notes.append(f"section {name}: {sec['status']}: {why}"[:400])
+    failed = bool(problems)
+    ok = None if ex.get("status") not in ("ok", "failed") and not failed else not failed
+    return {"exactness_ok": ok, "exit_code": 1 if failed else 0, "problems": problems, "notes": notes}
+
+
+def _verdict_word(ok: bool | None) -> str:
+    return "OK" if ok else "FAILED" if ok is False else "not established (no exactness result)"
+
+
+def _f(x: Any, spec: str = ".2f", none: str = "-") -> str:
+    return none if x is None else format(x, spec)
+
+
+def summary(doc: dict[str, Any]) -> str:
+    s, env, v = doc["sections"], doc["sections"].get("environment", {}), doc["verdict"]
+    e = env.get("info", {})
+    lines = [f"dynatree gpu_check {doc['created']}: {e.get('device', '?')} = {e.get('device_name', '?')}"
+             f" (capability {e.get('cuda_capability')}), torch {e.get('torch')}, transformers {e.get('transformers')}",
+             f"verdict: exactness {_verdict_word(v['exactness_ok'])}"
+             f" (exit {v['exit_code']}); total {doc['total_s']:.0f} s of a {doc['config']['budget_s']:.0f} s budget"]
+    lines += [f"  problem: {p}" for p in v["problems"]]
+    lines += summary_exactness(s.get("exactness", {}))
+    lines += summary_precision(s.get("precision", {}))
+    lines += summary_bench(s.get("bench", {}))
+    lines += summary_fastpath(s.get("fastpath", {}))
+    lines += [f"  note: {n}" for n in v["notes"]]
+    lines.append("section wall times: " + ", ".join(f"{k} {_f(x.get('wall_s'), '.0f')} s ({x.get('status')})"
+                                                    for k, x in s.items()))
+    return "\n".join(lines)
+
+
+def summary_exactness(x: dict[str, Any]) -> list[str]:
+    head = f"[a] exactness ({x.get('status')}, {_f(x.get('wall_s'), '.0f')} s)"
+    if "pytest" not in x:
+        return [f"{head}: {x.get('reason') or (x.get('error') or {}).get('message', '')}"]
+    out = [f"{head}: fp32 on {x['test_device']}: {' '.join(x['files'])}: {x['passed']} passed, {x['failed']} failed, "
+           f"{x['errors']} errors, {x['skipped']} skipped (pytest {_f(x.get('duration_s'), '.1f')} s)"]
+    out += [f"    {f}" for f in x["pytest"]["failures"][:5]]
+    out += [f"    not run on the GPU: {f}: {why}" for f, why in (x.get("not_run") or {}).items()]
+    return out
+
+
+def summary_precision(x: dict[str, Any]) -> list[str]:
+    head = f"[b] precision ({x.get('status')}, {_f(x.get('wall_s'), '.0f')} s)"
+    agg = x.get("aggregate")
+    if not agg:
+        return [f"{head}: {x.get('reason') or (x.get('error') or {}).get('message', '')}"]
+    n = len(x.get("per_prompt", []))
+    out = [f"{head}: {x.get('target_name')}, {n} bundled passages (wikitext2+pg19, L_max {x['max_prompt_len']}), "
+           f"T={x['max_new_tokens']}, DynaTree preset {x['dynatree_preset']}"
+           + (f"; {x['truncated']}" if x.get("truncated") else ""),
+           "    dtype     AR!=fp32AR  first diff at (median)  fp32 margin@diff (min/med/max)  own margin@diff (med)"
+           "  DynaTree==AR same dtype"]
+    for name in DTYPES:
+        a = agg.get(name)
+        if a is None:
+            continue
+        fm, om, fd = a.get("fp32_margin_at_diff"), a.get("own_margin_at_diff"), a.get("first_diff_position")
+        margins = f"{_f(fm['min'], '.3f')}/{_f(fm['median'], '.3f')}/{_f(fm['max'], '.3f')}" if fm else "-"
+        differ = f"{a['differs_from_fp32']}/{a['prompts']}" if "differs_from_fp32" in a else "(ref)"
+        out.append(f"    {name:9s} {differ:>10s}  {_f(fd['median'] if fd else None, '.0f'):>22s}  {margins:>30s}  "
+                   f"{_f(om['median'] if om else None, '.3f'):>21s}  {a['dynatree_equals_ar']}/{a['prompts']}")
+    fp = agg.get("fp32_margins")
+    if fp:
+        out.append(f"    fp32 top-2 margins over all positions: min {fp['min']:.4f}, "
+                   f"median {fp['median_of_medians']:.2f}, "
+                   f"{fp['positions_below_0_1']} positions < 0.1; full-forward argmax differs from AR at "
+                   f"{fp['full_forward_disagrees_with_ar']} positions")
+    for name, err in (x.get("load_errors") or {}).items():
+        out.append(f"    {name}: not loaded: {err['message'][:200]}")
+    return out
+
+
+def summary_bench(x: dict[str, Any]) -> list[str]:
+    head = f"[c] bench ({x.get('status')}, {_f(x.get('wall_s'), '.0f')} s)"
+    if not x.get("table"):
+        return [f"{head}: {x.get('reason') or (x.get('error') or {}).get('message', '')}"]
+    out = [f"{head}: {x.get('target_name')}, fp32, N={x['num_prompts']} (W={x['warmup']}), T={x['max_new_tokens']}, "
+           f"L_max {x['max_prompt_len']}; outputs identical across methods: {x['outputs_identical_across_methods']}"
+           + (f"; {x['truncated']}" if x.get("truncated") else ""),
+           "    dataset   runtime  method                   tok/s  speedup    L̄   overhead ms/it  syncs/it"
+           "  sync excess  peak MiB"]
+    for r in x["table"]:
+        mib = r["peak_memory_bytes"] / 2 ** 20 if r.get("peak_memory_bytes") else None
+        out.append(f"    {r['dataset']:9s} {str(r.get('runtime')):8s} {r['label']:22s} {_f(r['tokens_per_s'], '7.1f'):>7s}  "
+                   f"{_f(r['speedup'], '6.2f'):>7s}"
+                   f"  {_f(r['L_bar'], '4.2f'):>4s}  {_f(r['engine_overhead_ms'], '13.2f'):>14s}  "
+                   f"{_f(r['host_syncs_per_iteration'], '8.2f'):>8s}  {_f(r['host_sync_excess'], 'd'):>11s}  "
+                   f"{_f(mib, '8.0f'):>8s}")
+    audit = x.get("sync_audit") or {}
+    if audit.get("methods"):
+        out.append("    sync audit (CUDA sync debug mode): " + "; ".join(
+            f"{k}: observed max {m.get('max_observed')} vs counted max {m.get('max_counted')}"
+            if "error" not in m else f"{k}: error {m['error']['message'][:80]}" for k, m in audit["methods"].items()))
+    out.append(f"    result file: {x.get('result_file')}")
+    return out
+
+
+def summary_fastpath(x: dict[str, Any]) -> list[str]:
+    head = f"[d] fast path ({x.get('status')}, {_f(x.get('wall_s'), '.0f')} s)"
+    if not x.get("runtimes") and x.get("status") != "ok":
+        return [f"{head}: {x.get('reason') or (x.get('error') or {}).get('message', '')}"]
+    out = [f"{head}: weights {_f((x.get('weights_bytes') or 0) / 2 ** 20, '.0f')} MiB, device bandwidth "
+           f"{_f((x.get('bandwidth_bytes_s') or 0) / 1e9, '.0f')} GB/s: a weights-bound step would run at "
+           f"{_f(x.get('weights_bound_tok_s'), '.0f')} tok/s; AR reached {x.get('ar_tok_s')}"]
+    for rt, r in (x.get("runtimes") or {}).items():
+        curve = ", ".join(f"{b}: {s * 1e3:.2f}" for b, s in r["verify_s"].items())
+        out.append(f"    {rt}: capture {r['capture_s']:.1f} s; verify c(n) ms by bucket {curve}")
+    return out
