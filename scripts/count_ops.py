@@ -92,7 +92,8 @@ def count(pair, prompt, method: str, config, tokens: int, top: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", choices=("default", "tiny-llama"), default="default")
+    p.add_argument("--target", choices=("default", "tiny-llama", "tiny-gpt_neox"), default="default",
+                   help="the pair, by ModelPair.named's name (default: the embedded pair)")
     p.add_argument("--methods", default="ar,linear,fixed_tree,dynatree,dynatree:cost",
                    help="bench method names (default: ar,linear,fixed_tree,dynatree,dynatree:cost)")
     p.add_argument("--linear-k", type=int, default=3, help="linear's K (default 3)")
