@@ -127,7 +127,7 @@ class DecodingRun:
                  eos_token_id: int | Sequence[int] | None = None, ignore_eos: bool = False,
                  history: HistoryState | None = None, allow_long_context: bool = False,
                  record_top_k: int | None = None,
-                 prepare: Callable[[DecoderConfig, ModelPair], DecoderConfig] | None = None,
+                 prepare: Callable[..., DecoderConfig] | None = None,
                  sampling: SamplingConfig | None = None, runtime: str = "auto",
                  buckets: tuple[int, ...] | None = None, static_len: int | None = None):
         #: draft candidates per fed node kept in untraced records too (the benchmark's oracle reads
@@ -144,9 +144,9 @@ class DecodingRun:
         self.runtime = resolve_runtime(runtime, pair.device)
         self.pair = pair
         # what a policy measures about the pair (cost curve, per-rank acceptance) is filled in here
-        # by ``prepare`` (the API passes calibrate.prepare_config: cached on disk), after the cheap
-        # checks and before the run, so the config the trace records is the one that ran
-        self.config = prepare(config, pair) if prepare is not None and config.drafts else config
+        # by ``prepare`` (the API passes calibrate.prepare_config: cached on disk, measured on the run's
+        # runtime), after the cheap checks and before the run, so the config the trace records is the one that ran
+        self.config = prepare(config, pair, runtime=self.runtime) if prepare is not None and config.drafts else config
         self.method = self.config.method
         self.prompt = encode_prompt(pair, prompt)
         _check_window(pair, config.drafts, len(self.prompt), max_new_tokens, allow_long_context)
