@@ -21,8 +21,8 @@ import json
 import sys
 from pathlib import Path
 
-from dynatree_core.bench.data import (BUNDLED_DIR, DATASETS, EXCERPTS_FORMAT, PAPER_MAX_PROMPT_LEN, candidate_passages,
-                                      candidate_window, hf_tokenize, load_corpus, select_prompts)
+from dynatree_core.bench.data import (BUNDLED_DIR, EXCERPTS_FORMAT, PAPER_MAX_PROMPT_LEN, PASSAGE_DATASETS,
+                                      candidate_passages, candidate_window, hf_tokenize, load_corpus, select_prompts)
 
 QUICK_L_MAX = 256  # the CLI's default protocol
 
@@ -68,7 +68,7 @@ ABOUT = {
 def write_sources(out: Path) -> None:
     """SOURCES.md: how the excerpts were made and one table row per stored passage."""
     parts = [SOURCES_INTRO]
-    for ds in DATASETS:
+    for ds in PASSAGE_DATASETS:
         lines = (out / f"{ds}.jsonl").read_text(encoding="utf-8").splitlines()
         header, rows = json.loads(lines[0]), [json.loads(x) for x in lines[1:]]
         title, lic = ABOUT[ds]
@@ -96,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     tokenize = hf_tokenize(tok)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    window = candidate_window(max(PAPER_MAX_PROMPT_LEN.values()))
-    for ds in DATASETS:
+    window = candidate_window(max(PAPER_MAX_PROMPT_LEN[ds] for ds in PASSAGE_DATASETS))
+    for ds in PASSAGE_DATASETS:
         corpus = load_corpus(ds, args.data_dir)
         pool = candidate_passages(corpus, args.seed, 10_000)
         need = max(visited(corpus, tokenize, args.max_prompts, l_max, args.seed, pool)

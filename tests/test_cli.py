@@ -20,7 +20,9 @@ def data_dir(tmp_path):
 
 
 def bench_args(data_dir, out, *extra, methods="ar,dynatree"):
-    return ["bench", *TINY, "--data-dir", str(data_dir), "--out", str(out), "--num-prompts", "2", "--warmup", "1",
+    # the passages only: the main job's three datasets run once, in tests/test_bench_prompts.py
+    return ["bench", *TINY, "--data-dir", str(data_dir), "--dataset", "wikitext2,pg19", "--out", str(out),
+            "--num-prompts", "2", "--warmup", "1",
             "--max-new-tokens", "4", "--max-prompt-len", "16", "--methods", methods, *extra]
 
 

@@ -30,13 +30,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from dynatree_core.bench.everyday import PROMPTS_FILE, balanced_order, check_form, form_ids, read_everyday
 from dynatree_core.paths import PACKAGE_DATA, data_dir_candidates
 
-DATASETS: tuple[str, ...] = ("wikitext2", "pg19")
-#: the paper's L_max per dataset
-PAPER_MAX_PROMPT_LEN: dict[str, int] = {"wikitext2": 800, "pg19": 1000}
+#: the paper's two passage datasets, then the everyday prompts (:mod:`.everyday`, always bundled)
+DATASETS: tuple[str, ...] = ("wikitext2", "pg19", "prompts")
+#: the datasets whose prompts are cut from longer texts (local files, HF datasets or bundled excerpts)
+PASSAGE_DATASETS: tuple[str, ...] = ("wikitext2", "pg19")
+#: the paper's L_max per dataset (the everyday prompts: a cap, far above their length)
+PAPER_MAX_PROMPT_LEN: dict[str, int] = {"wikitext2": 800, "pg19": 1000, "prompts": 256}
 DATA_SOURCES: tuple[str, ...] = ("auto", "local", "hf", "bundled")
-DATASET_TITLES: dict[str, str] = {"wikitext2": "WikiText-2 (raw, test)", "pg19": "PG-19 (test)"}
+DATASET_TITLES: dict[str, str] = {"wikitext2": "WikiText-2 (raw, test)", "pg19": "PG-19 (test)",
+                                  "prompts": "everyday prompts (bundled)"}
 #: the bundled excerpt manifests' format (a header line, then one passage per line)
 EXCERPTS_FORMAT = "dynatree-excerpts/1"
 
@@ -66,6 +71,7 @@ class Document:
     text: str
     offset: int = 0
     starts: list[int] = field(default_factory=lambda: [0])
+    kind: str | None = None  # everyday prompts: the prompt's kind
 
 
 @dataclass
@@ -83,6 +89,8 @@ class Prompt:
     max_prompt_len: int
     token_ids: list[int]
     preview: str
+    kind: str | None = None  # everyday prompts: the prompt's kind ...
+    form: str | None = None  # ... and the form it reached the target in (chat, raw)
 
     @property
     def sha1(self) -> str:
@@ -109,10 +117,14 @@ class Corpus:
     documents: list[Document]
     ordered_seed: int | None = None
     window_chars: int | None = None  # bundled: characters stored per passage
+    form: str | None = None  # everyday prompts: chat or raw (:data:`.everyday.PROMPT_FORMS`)
 
     def describe(self) -> str:
         """One line for people: which text a run used."""
         name = DATASET_TITLES.get(self.dataset, self.dataset)
+        if self.dataset == "prompts":
+            return (f"{name}: {len(self.documents)} prompts written for this project "
+                    f"(dynatree_core/data/excerpts/prompts.jsonl), {self.form} form")
         if self.origin == "bundled":
             return (f"{name}: bundled excerpts ({len(self.documents)} passages, the ones a --seed "
                     f"{self.ordered_seed} run draws from the full test files: same prompts as --data-dir with them)")
@@ -241,15 +253,19 @@ def missing_data_message(dataset: str, looked: Sequence[Path]) -> str:
             f"for the small excerpts shipped with the package.")
 
 
-def load_corpus(dataset: str, data_dir: str | os.PathLike | None = None, source: str = "auto") -> Corpus:
+def load_corpus(dataset: str, data_dir: str | os.PathLike | None = None, source: str = "auto",
+                form: str = "chat") -> Corpus:
     """The documents of ``dataset`` from ``source`` (see the module docstring).
 
     An explicit ``data_dir`` must hold the data (no silent fallback); ``auto`` tries the default
-    local directories, then Hugging Face, then the bundled excerpts.
+    local directories, then Hugging Face, then the bundled excerpts. The everyday prompts exist
+    only bundled (``data_dir`` and ``source`` do not apply to them); ``form`` is theirs.
     """
     check_dataset(dataset)
     if source not in DATA_SOURCES:
         raise DataError(f"unknown data source {source!r}; choose from {', '.join(DATA_SOURCES)}")
+    if dataset == "prompts":
+        return everyday_corpus(form)
     if data_dir is not None:
         if source not in ("auto", "local"):
             raise DataError(f"--data-dir cannot be combined with --data-source {source}")
@@ -295,8 +311,27 @@ def bundled_corpus(dataset: str, root: Path = BUNDLED_DIR) -> Corpus:
                   window_chars=int(header["window_chars"]))
 
 
+def everyday_corpus(form: str = "chat", path: Path = PROMPTS_FILE) -> Corpus:
+    """The everyday prompts (:mod:`.everyday`) as a corpus: one document per prompt, in file order."""
+    try:
+        check_form(form)
+        prompts = read_everyday(path)
+    except (OSError, ValueError, TypeError) as e:
+        raise DataError(str(e)) from e
+    docs = [Document("prompts", path.name, i, p.id, p.text, kind=p.kind) for i, p in enumerate(prompts)]
+    return Corpus("prompts", "bundled", str(path), docs, form=form)
+
+
 # --- prompt selection ----------------------------------------------------------------------
 Tokenize = Callable[[str], tuple[list[int], list[tuple[int, int]] | None]]
+
+
+def corpus_tokenize(corpus: Corpus, tokenizer: Any) -> Tokenize:
+    """How ``corpus``'s text reaches ``tokenizer``'s model: :func:`hf_tokenize`, or for everyday
+    prompts in chat form the chat template around each one (no character offsets)."""
+    if corpus.form != "chat":
+        return hf_tokenize(tokenizer)
+    return lambda text: (form_ids(tokenizer, text, "chat"), None)
 
 
 def hf_tokenize(tokenizer: Any) -> Tokenize:
@@ -348,6 +383,8 @@ def select_prompts(corpus: Corpus, tokenize: Tokenize, num_prompts: int, max_pro
         raise ValueError(f"num_prompts (N) must be >= 1, got {num_prompts}")
     if max_prompt_len < 1:
         raise ValueError(f"max_prompt_len (L_max) must be >= 1, got {max_prompt_len}")
+    if corpus.dataset == "prompts":
+        return select_everyday(corpus, tokenize, num_prompts, max_prompt_len, seed)
     rng = random.Random(f"{seed}:{corpus.dataset}")
     window = candidate_window(max_prompt_len, chars_per_token)
     warnings: list[str] = []
@@ -394,4 +431,26 @@ def select_prompts(corpus: Corpus, tokenize: Tokenize, num_prompts: int, max_pro
                         f"passages; asked for N={num_prompts} prompts")
     for i, p in enumerate(chosen):
         p.index = i
+    return chosen, warnings
+
+
+def select_everyday(corpus: Corpus, tokenize: Tokenize, num_prompts: int, max_prompt_len: int,
+                    seed: int = 0) -> tuple[list[Prompt], list[str]]:
+    """The first N everyday prompts in the seeded, kind-balanced order (:func:`.everyday.balanced_order`),
+    each whole; one longer than L_max keeps its last L_max tokens (a warning says how many)."""
+    docs = balanced_order(corpus.documents, seed)
+    if len(docs) < num_prompts:
+        raise DataError(f"the everyday prompts are {len(docs)}; asked for N={num_prompts}")
+    chosen: list[Prompt] = []
+    cut: list[int] = []
+    for i, d in enumerate(docs[:num_prompts]):
+        ids, _ = tokenize(d.text)
+        if len(ids) > max_prompt_len:
+            cut.append(len(ids))
+            ids = ids[-max_prompt_len:]
+        chosen.append(Prompt(dataset="prompts", index=i, source=d.source, doc_index=d.doc_index, title=d.title,
+                             char_start=0, char_end=len(d.text), n_tokens=len(ids), max_prompt_len=max_prompt_len,
+                             token_ids=ids, preview=d.text[:80], kind=d.kind, form=corpus.form))
+    warnings = [f"prompts: {len(cut)} prompts are longer than L_max={max_prompt_len} tokens in {corpus.form} form "
+                f"({', '.join(map(str, cut))}); each keeps its last {max_prompt_len}"] if cut else []
     return chosen, warnings

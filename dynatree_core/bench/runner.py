@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from dynatree_core.bench.checkpoint import Checkpoint
-from dynatree_core.bench.data import Corpus, Prompt, hf_tokenize, load_corpus, select_prompts
+from dynatree_core.bench.data import Corpus, Prompt, corpus_tokenize, load_corpus, select_prompts
+from dynatree_core.bench.everyday import PROMPT_FORMS, check_form
 from dynatree_core.bench.execution import Backend, Execution, SerialBackend, ShardResult, execute
 from dynatree_core.bench.pairs import PairInfo, pair_info
 from dynatree_core.bench.protocol import PromptsFor, RunPoint, check_assistant, check_lengths
@@ -42,9 +43,12 @@ class Experiment:
     allow_long_context: bool = False
     sweep: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: how the everyday prompts (dataset ``prompts``) reach the target: chat or raw
+    prompt_form: str = PROMPT_FORMS[0]
 
     def validate(self) -> None:
-        """Check the protocol numbers (N, W, T, L_max) before anything is loaded."""
+        """Check the protocol numbers (N, W, T, L_max) and the prompt form before anything is loaded."""
+        check_form(self.prompt_form)
         if self.num_prompts < 1:
             raise ValueError(f"--num-prompts (N) must be >= 1, got {self.num_prompts}")
         if not 0 <= self.warmup < self.num_prompts:
@@ -62,7 +66,7 @@ class Experiment:
 
 def load_corpora(exp: Experiment) -> dict[str, Corpus]:
     """Read every dataset's text (raises DataError naming where it looked)."""
-    return {ds: load_corpus(ds, exp.data_dir, exp.data_source) for ds in exp.datasets}
+    return {ds: load_corpus(ds, exp.data_dir, exp.data_source, form=exp.prompt_form) for ds in exp.datasets}
 
 
 @dataclass
@@ -92,12 +96,12 @@ def prepare(info: PairInfo, exp: Experiment, corpora: dict[str, Corpus]) -> Prep
     exp.validate()
     check_assistant(info, exp.points)
     check_lengths(info, exp.points, exp.datasets, exp.max_prompt_len, exp.allow_long_context)
-    tokenize = hf_tokenize(info.tokenizer)
     prompts: dict[tuple[str, int], list[Prompt]] = {}
     warnings: list[str] = []
     for ds in exp.datasets:
         for l_max in exp.l_max_values(ds):
-            prompts[ds, l_max], w = select_prompts(corpora[ds], tokenize, exp.num_prompts, l_max, seed=exp.seed)
+            prompts[ds, l_max], w = select_prompts(corpora[ds], corpus_tokenize(corpora[ds], info.tokenizer),
+                                                   exp.num_prompts, l_max, seed=exp.seed)
             warnings.extend(w)
     shards = plan_shards(exp.points, exp.datasets, exp.max_prompt_len, {k: len(v) for k, v in prompts.items()},
                          exp.warmup)
@@ -141,7 +145,8 @@ def document(prep: Prepared, ck: Checkpoint, backend: Backend | None = None, run
         "seed": exp.seed, "greedy": all(p.sampling.greedy for p in exp.points), "ignore_eos": True,
         "eos_note": EOS_NOTE, "sampling": _sampling_settings(exp.points),
         "history": "carried through the W warmup prompts; every measured prompt starts from the state they left",
-        "paper_protocol": exp.paper_protocol, "allow_long_context": exp.allow_long_context, **exp.extra,
+        "paper_protocol": exp.paper_protocol, "allow_long_context": exp.allow_long_context,
+        **({"prompt_form": exp.prompt_form} if "prompts" in exp.datasets else {}), **exp.extra,
     }
     workers = {}
     for res in ck.done.values():

@@ -53,7 +53,7 @@ HEADERS: dict[str, str] = {
     "conf_mean": "c(u) mean", "conf_observed": "top-1 = target", "conf_ece": "ECE",
     "temperature": "temperature", "verify": "verify", "draft_noise": "draft noise",
 }
-_DATASET_ORDER = ["wikitext2", "pg19"]
+_DATASET_ORDER = ["wikitext2", "pg19", "prompts"]
 _METHOD_ORDER = ["ar", "linear", "fixed_tree", "dynatree", *ABLATION_LABELS, *PRESET_LABELS, COST_LABEL,
                  "eagle2", "sequoia", HF_ASSISTED]
 

@@ -8,6 +8,7 @@ import typing
 from typing import Any, Callable, Sequence
 
 from dynatree_core.bench.data import DATA_SOURCES, DATASETS
+from dynatree_core.bench.everyday import PROMPT_FORMS
 from dynatree_core.bench.methods import DYNATREE_FIELD_TYPES, DYNATREE_FIELDS, PRESETS
 from dynatree_core.pairs.choices import PAIR_DRAFTS
 from dynatree_core.policy.config import (EAGLE2_HELP, FIXED_TREE_HELP, PARAMETER_HELP, SEQUOIA_HELP, Eagle2Config,
@@ -157,7 +158,12 @@ def add_method_args(p: argparse.ArgumentParser, linear: bool = True, fixed: bool
 def add_protocol_args(p: argparse.ArgumentParser, default_dataset: str = "wikitext2") -> None:
     g = p.add_argument_group("protocol")
     g.add_argument("--dataset", default=default_dataset,
-                   help=f"{' or '.join(DATASETS)}, or both comma-separated (default {default_dataset})")
+                   help=f"{', '.join(DATASETS)} (everyday prompts, bundled), or several comma-separated "
+                        f"(default {default_dataset})")
+    g.add_argument("--prompt-form", choices=PROMPT_FORMS, default=PROMPT_FORMS[0],
+                   help="how the everyday prompts (--dataset prompts) reach the target: chat (the tokenizer's chat "
+                        "template, with the assistant header after the prompt: what an instruct model's users send; "
+                        "default) or raw (the text alone)")
     g.add_argument("--paper", action="store_true",
                    help="the paper's protocol: N=10, W=2, T=1500, L_max 800 (WikiText-2) / 1000 (PG-19), preset paper")
     g.add_argument("--allow-long-context", action="store_true",

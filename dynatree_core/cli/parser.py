@@ -70,7 +70,7 @@ def _add_bench(sub: Any) -> None:
     b.add_argument("--methods", default="ar,linear,fixed_tree,dynatree",
                    help=f"comma-separated, from {', '.join(METHOD_NAMES)} (default ar,linear,fixed_tree,dynatree)")
     add_T_arg(b)
-    add_protocol_args(b, default_dataset="wikitext2,pg19")  # the paper reports both
+    add_protocol_args(b, default_dataset="wikitext2,pg19,prompts")  # the paper's two, and what users type
     add_model_args(b)
     add_method_args(b)
     add_sampling_args(b, several=True)

@@ -205,6 +205,6 @@ def make_experiment(args: argparse.Namespace, kind: str, points: list[RunPoint],
     return Experiment(kind=kind, points=points, datasets=datasets, num_prompts=n, warmup=w, max_prompt_len=l_max,
                       seed=args.seed, data_dir=args.data_dir, data_source=args.data_source,
                       paper_protocol=args.paper, sweep=sweep, allow_long_context=args.allow_long_context,
-                      extra={"command_line": args.command_line})
+                      prompt_form=args.prompt_form, extra={"command_line": args.command_line})
 
 

@@ -13,10 +13,13 @@ import torch
 
 #: characters of the tiny tokenizer; id 0 is <pad>, 1 is <eos>
 CHARS = string.ascii_lowercase + string.digits + " .,;:!?'-\n" + string.ascii_uppercase
+#: the tiny tokenizer's chat template (an instruct model's shape: a user turn, then the assistant's header)
+CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}assistant:{% endif %}")
 
 
 def char_tokenizer():
-    """A character-level PreTrainedTokenizerFast (vocab: <pad>, <eos>, then CHARS)."""
+    """A character-level PreTrainedTokenizerFast (vocab: <pad>, <eos>, then CHARS) with a chat template."""
     from tokenizers import Tokenizer, models, pre_tokenizers, decoders
     from transformers import PreTrainedTokenizerFast
 
@@ -26,7 +29,9 @@ def char_tokenizer():
     tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
     tk.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
     tk.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="<eos>")
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", eos_token="<eos>")
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
 
 
 VOCAB_SIZE = 2 + len(CHARS)
