@@ -9,7 +9,7 @@ from dynatree_core import ModelPair, generate
 from dynatree_core.policy.config import DynaTreeConfig, FixedTreeConfig, HistoryConfig, LinearConfig
 from dynatree_core.pairs.tiny import tiny_model
 
-from conftest import cached_pair
+from helpers import cached_pair
 
 
 @pytest.mark.parametrize("kwargs,match", [

@@ -29,7 +29,7 @@ from dynatree_core.runtime.host_tree import host_tree
 from dynatree_core.policy.tree import DraftTree
 from dynatree_core.policy.growth import grow_tree
 
-from conftest import cached_pair
+from helpers import cached_pair
 
 CPU = torch.device("cpu")
 VOCAB = 12

@@ -16,7 +16,7 @@ from dynatree_core.policy.config import (ARConfig, DynaTreeConfig, Eagle2Config,
 from dynatree_core.policy.cost_model import CostModel
 from dynatree_core.pairs.tiny import VOCAB_SIZE
 
-from conftest import assert_decodes, cached_pair, reference_greedy
+from helpers import assert_decodes, cached_pair, reference_greedy
 
 ARCHS = ("llama", "gpt_neox")
 ATTNS = ("eager", "sdpa")

@@ -22,7 +22,7 @@ from dynatree_core.policy.sampling import SamplingConfig
 from dynatree_core.runtime import fast_path as fp
 from dynatree_core.runtime.static_cache import SlotCache, StaticTargetCache
 
-from conftest import DEVICE, cached_pair, reference_greedy
+from helpers import DEVICE, cached_pair, reference_greedy
 from test_exactness import ARCHS, ATTNS, EDGE_CONFIGS, method_configs, prompts
 from test_feature_draft import feature_pair
 

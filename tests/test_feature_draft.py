@@ -23,7 +23,7 @@ from dynatree_core.drafters.feature_draft import (FEATURE_CONFIG_FILE, FEATURE_W
 from dynatree_core.pairs.pair import ModelPair
 from dynatree_core.pairs.tiny import VOCAB_SIZE, char_tokenizer, tiny_model
 
-from conftest import assert_decodes, cached_target, reference_greedy
+from helpers import assert_decodes, cached_target, reference_greedy
 from test_exactness import ATTNS, EDGE_CONFIGS, method_configs, prompts
 
 

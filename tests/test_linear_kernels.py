@@ -28,7 +28,7 @@ from dynatree_core.pairs.pair import ModelPair
 from dynatree_core.pairs.tiny import noisy_copy, tiny_feature_pair, tiny_model
 from dynatree_core.records.trace import Trace
 
-from conftest import cached_pair, reference_greedy
+from helpers import cached_pair, reference_greedy
 from test_exactness import ARCHS, ATTNS, EDGE_CONFIGS, method_configs, prompts
 from test_feature_draft import greedy
 

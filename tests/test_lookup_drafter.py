@@ -19,7 +19,7 @@ from dynatree_core.runtime.host_tree import host_tree
 from dynatree_core.runtime.ngram import CompactVocab, lookup_topk
 from dynatree_core.drafters import DraftContext, LookupDrafter, PromptLookup, make_drafter
 
-from conftest import cached_target, reference_greedy
+from helpers import cached_target, reference_greedy
 from test_exactness import ARCHS, EDGE_CONFIGS, method_configs
 
 CPU = torch.device("cpu")

@@ -17,7 +17,7 @@ from dynatree_core.policy.config import DynaTreeConfig, LinearConfig
 from dynatree_core.runtime.ngram import CompactVocab, lookup_matches
 from dynatree_core.drafters import DraftContext, LookupMix, MixDrafter, PromptLookup, make_drafter, mix_topk
 
-from conftest import cached_pair, reference_greedy
+from helpers import cached_pair, reference_greedy
 from test_exactness import ARCHS, EDGE_CONFIGS, method_configs
 from test_feature_draft import check_session_regrow, feature_pair, target_greedy
 from test_lookup_drafter import check_eos_stop, lookup_prompts, reference_lookup

@@ -19,7 +19,7 @@ from dynatree_core.policy.cost_model import CostModel
 from dynatree_core.policy.history import HistoryAdapter
 from dynatree_core.policy.growth import CostState, grow_tree
 
-from conftest import cached_pair, reference_greedy
+from helpers import cached_pair, reference_greedy
 
 FLAT = CostModel(verify_s=(0.05,) * 16, draft_s=0.0)
 

@@ -23,7 +23,7 @@ from dynatree_core.policy.config import DynaTreeConfig, LinearConfig
 from dynatree_core.policy.sampling import MIN_TEMPERATURE, SamplingConfig
 from dynatree_core.runtime.sampling import DraftCandidates, TargetSampler, warp
 
-from conftest import cached_pair
+from helpers import cached_pair
 
 
 def test_seed_and_draft_noise_defaults_and_old_dicts():

@@ -26,7 +26,7 @@ from dynatree_core.policy.sampling import (SamplingConfig, gumbel_max, gumbel_no
 from dynatree_core.records.trace import Trace
 from dynatree_core.runtime.sampling import DraftCandidates, NoiseStream, TargetSampler, inverse_cdf, probs, warp
 
-from conftest import cached_pair
+from helpers import cached_pair
 from test_exactness import ARCHS, ATTNS, EDGE_CONFIGS, method_configs, prompts
 from test_feature_draft import feature_pair
 

@@ -16,7 +16,7 @@ from dynatree_core.policy.sampling import SamplingConfig, coupled_confidence, co
 from dynatree_core.records.trace import Trace
 from dynatree_core.runtime.sampling import DraftSampler, make_samplers
 
-from conftest import cached_pair
+from helpers import cached_pair
 
 CPU = torch.device("cpu")
 

@@ -14,7 +14,7 @@ from dynatree_core.policy.config import DynaTreeConfig, Eagle2Config, FixedTreeC
 from dynatree_core.runtime.backend import EagerTarget
 from dynatree_core.runtime.target_cache import TargetCache
 
-from conftest import cached_pair, cached_target, reference_greedy
+from helpers import cached_pair, cached_target, reference_greedy
 from test_tree_attention import _grow
 
 

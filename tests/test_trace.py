@@ -13,7 +13,7 @@ from dynatree_core import generate
 from dynatree_core.policy.config import DynaTreeConfig, FixedTreeConfig, LinearConfig, config_from_dict
 from dynatree_core.records.trace import SCHEMA_VERSION, Trace
 
-from conftest import cached_pair
+from helpers import cached_pair
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from dynatree_core.runtime.device_tree import DeviceTree
 from dynatree_core.runtime.host_syncs import HostSyncs
 from dynatree_core.runtime.host_tree import host_tree
 
-from conftest import cached_target
+from helpers import cached_target
 
 
 def _sequential_logits(model, tokens: list[int]) -> torch.Tensor:

@@ -11,10 +11,10 @@ import dynatree_viz as dv
 from dynatree_core import generate
 from dynatree_core.policy.config import DynaTreeConfig, LinearConfig
 from dynatree_core.records.trace import Trace
-from dynatree_viz.sampling_view import (COIN_MARKS, DRAFT_SCORE_BARS, MIN_BARS, P_BARS, Q_BARS, RESIDUAL_BARS,
+from dynatree_viz.views.sampling import (COIN_MARKS, DRAFT_SCORE_BARS, MIN_BARS, P_BARS, Q_BARS, RESIDUAL_BARS,
                                          SCORE_BARS, THRESHOLD_MARKS)
 
-from conftest import cached_pair
+from helpers import cached_pair
 
 
 @functools.lru_cache(maxsize=None)
@@ -29,7 +29,7 @@ def sampled(verify: str) -> Trace:
 def test_the_panel_names_the_drawn_token_and_what_the_walk_did(verify):
     trace = sampled(verify)
     for i, rec in enumerate(trace):
-        panel = dv.sampling_data(trace, i)  # the node where the accepted path ended
+        panel = dv.views.sampling.sampling_data(trace, i)  # the node where the accepted path ended
         end = rec.accepted_path[-1] if rec.accepted_path else 0
         assert panel.node == end and panel.verify == verify and panel.drawn == rec.target_argmax[end]
         assert panel.followed is None  # the path ended here: the drawn token was the bonus
@@ -40,13 +40,13 @@ def test_the_panel_names_the_drawn_token_and_what_the_walk_did(verify):
             if r.p is not None and r.q is not None:
                 assert r.overlap == min(r.p, r.q)
         if rec.accepted_path:  # one node up the path, the walk went on into the next node
-            up = dv.sampling_data(trace, i, node=([0] + rec.accepted_path)[-2])
+            up = dv.views.sampling.sampling_data(trace, i, node=([0] + rec.accepted_path)[-2])
             assert up.followed == rec.accepted_path[-1] and "walk went on" in up.reason
 
 
 def test_match_panels_show_the_gumbel_max_draw():
     trace = sampled("match")
-    panel = dv.sampling_data(trace, 0)
+    panel = dv.views.sampling.sampling_data(trace, 0)
     token, _, score = panel.scores[0]  # the largest perturbed score is the drawn token's
     assert token == panel.drawn and all(score >= v for _, _, v in panel.scores)
     assert "Gumbel-max" in panel.reason and panel.uniform is None
@@ -54,12 +54,12 @@ def test_match_panels_show_the_gumbel_max_draw():
 
 def test_rejection_panels_say_which_candidate_was_accepted_or_that_the_residual_drew():
     trace = sampled("rejection")
-    panels = [dv.sampling_data(trace, i, node=u) for i, rec in enumerate(trace) for u in [0] + rec.accepted_path]
+    panels = [dv.views.sampling.sampling_data(trace, i, node=u) for i, rec in enumerate(trace) for u in [0] + rec.accepted_path]
     assert any("accepted: its coin" in p.reason for p in panels)
     for p in panels:
         if p.accepted_rank == -1:  # a residual draw: the uniform lies in the drawn token's CDF interval
             assert p.interval[0] - 1e-12 <= p.uniform < p.interval[1] + 1e-12 and "residual" in p.reason
-    panel = dv.sampling_data(trace, 0, node=0)
+    panel = dv.views.sampling.sampling_data(trace, 0, node=0)
     assert len(panel.coins) >= 1 and panel.accepted_rank >= -1
 
 
@@ -80,7 +80,7 @@ def test_shared_noise_panels_show_the_drafts_perturbed_scores_and_whether_they_a
     nodes = [(i, u) for i, rec in enumerate(trace) for u in [0] + rec.accepted_path
              if rec.sampling.get("draft_score_top") and rec.sampling["draft_score_top"][u] is not None]
     assert nodes
-    panels = [dv.sampling_data(trace, i, node=u) for i, u in nodes]
+    panels = [dv.views.sampling.sampling_data(trace, i, node=u) for i, u in nodes]
     for (i, u), p in zip(nodes, panels):
         first = p.draft_scores[0][0]
         assert ("perturbed argmaxes agreed" in p.reason) == (first == p.drawn)
@@ -93,7 +93,7 @@ def test_shared_noise_panels_show_the_drafts_perturbed_scores_and_whether_they_a
 
 def test_rejection_panels_draw_every_tested_candidates_threshold():
     trace = sampled("rejection")
-    panels = [dv.sampling_data(trace, i, node=u) for i, rec in enumerate(trace) for u in [0] + rec.accepted_path]
+    panels = [dv.views.sampling.sampling_data(trace, i, node=u) for i, rec in enumerate(trace) for u in [0] + rec.accepted_path]
     tested = [p for p in panels if p.accepted_rank is not None and p.accepted_rank != -2]
     assert tested
     for p in tested:
@@ -104,7 +104,7 @@ def test_rejection_panels_draw_every_tested_candidates_threshold():
         assert all(p.coins[i] >= p.thresholds[i] for i in range(used) if i != p.accepted_rank)
     fig = dv.sampling_view(trace, 0, node=0)
     marks = [t for t in fig.data if t.name == THRESHOLD_MARKS]
-    assert marks and len(marks[0].x) == sum(t is not None for t in dv.sampling_data(trace, 0, node=0).thresholds)
+    assert marks and len(marks[0].x) == sum(t is not None for t in dv.views.sampling.sampling_data(trace, 0, node=0).thresholds)
 
 
 def test_a_greedy_record_has_no_draw_to_show():
@@ -115,8 +115,8 @@ def test_a_greedy_record_has_no_draw_to_show():
 
 
 def test_the_rejection_example_is_decided_by_the_rule_not_by_luck_and_draws_its_threshold():
-    from dynatree_viz.sampling_examples import rejection_counts, rejection_example
-    from dynatree_viz.sampling_view import THRESHOLD_MARKS, first_threshold
+    from dynatree_viz.examples.rejection import rejection_counts, rejection_example
+    from dynatree_viz.views.sampling import THRESHOLD_MARKS, first_threshold
     trace = sampled("rejection")
     counts = rejection_counts(trace)
     assert counts.nodes == counts.first + counts.sibling + counts.residual > 0
@@ -130,7 +130,7 @@ def test_the_rejection_example_is_decided_by_the_rule_not_by_luck_and_draws_its_
 
 
 def test_long_titles_wrap_at_spaces():
-    from dynatree_viz.sampling_view import wrap
+    from dynatree_viz.views.sampling import wrap
     text = "candidate 1 accepted: its coin 0.037 < min(1, p/q) = 0.047; no child carries it, so it was committed"
     lines = wrap(text, 40).split("<br>")
     assert all(len(line) <= 40 for line in lines) and " ".join(lines) == text

@@ -10,10 +10,10 @@ import dynatree_viz as dv
 from dynatree_core.policy.config import DynaTreeConfig
 from dynatree_core.policy.growth import grow_tree
 from dynatree_core.policy.sampling import SamplingConfig
-from dynatree_viz.regrow import LiveBackend, takes_sampling
+from dynatree_viz.widgets.regrow import LiveBackend, takes_sampling
 from viz_fixtures import propose
 
-from conftest import cached_pair
+from helpers import cached_pair
 
 PROMPT = [7, 3, 9, 12]
 CONFIG = DynaTreeConfig(tau=0.0, n_max=12)
