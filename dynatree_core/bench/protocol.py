@@ -150,6 +150,7 @@ def run_prompt(pair: Any, point: RunPoint, prompt: Prompt, history: Any, allow_l
     """Decode one prompt with one point's method: (the engine's result, the row's extra fields).
     ``history`` is a :class:`~dynatree_core.policy.history.HistoryState` to continue from (or None)."""
     from dynatree_core.engine.api import iterate
+    from dynatree_core.runtime.compile_cache import compile_totals
     from dynatree_core.bench.hf_assisted import METHOD as HF_METHOD, assistant_settings, generate_hf_assisted
 
     t = point.max_new_tokens if max_new_tokens is None else max_new_tokens
@@ -162,5 +163,7 @@ def run_prompt(pair: Any, point: RunPoint, prompt: Prompt, history: Any, allow_l
     records = list(run)
     # after the timed run: the best-tree replay reads the records (no model)
     fast = {"capture_s": run.target.capture_s} if run.target.capture_s is not None else {}
+    if run.runtime == "compiled":  # this process's compiles so far: seconds, cache hits (warm) or misses
+        fast["compile"] = compile_totals().as_dict()
     return run.result, {"oracle": oracle_record(records), **calibration_record(records), "runtime": run.runtime,
                         **fast}

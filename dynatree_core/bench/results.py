@@ -98,6 +98,7 @@ def aggregate(rows: Iterable[dict[str, Any]], run_id: str | None = None,
         agg["_tps_by_worker"] = _by_worker(measured)
         out.append(agg)
     _add_speedup(out, param_keys)
+    _add_speedup_vs_best_ar(out)
     _add_overhead_ratio(out)
     return out
 
@@ -156,6 +157,39 @@ def _add_speedup(aggs: list[dict[str, Any]], param_keys: Sequence[str]) -> None:
         a["speedup"] = sum(ratios[w] * n[w] for w in ratios) / sum(n.values())
         if set(own) != {None}:  # rows that name their worker
             a["speedup_by_worker"] = {str(w): v for w, v in ratios.items()}
+
+
+def _runtime_free_key(a: dict[str, Any]) -> tuple:
+    """The baseline key without the runtime: the cell compared across runtimes."""
+    return tuple(a.get(k) for k in _BASELINE_KEYS if k != "runtime")
+
+
+def _add_speedup_vs_best_ar(aggs: list[dict[str, Any]]) -> None:
+    """``speedup_best_ar`` = TPS / TPS of the fastest AR over every runtime of the same cell (the
+    honest headline: against AR on its best runtime), beside ``speedup`` (AR on the row's own
+    runtime); ``runtime_best_ar`` names that AR's runtime. None without an AR row."""
+    best: dict[tuple, dict[str, Any]] = {}
+    for a in aggs:
+        if a.get("method") == "ar" and a.get("tokens_per_s"):
+            k = _runtime_free_key(a)
+            if k not in best or a["tokens_per_s"] > best[k]["tokens_per_s"]:
+                best[k] = a
+    for a in aggs:
+        ref = best.get(_runtime_free_key(a))
+        ok = ref is not None and a.get("tokens_per_s") is not None
+        a["speedup_best_ar"] = a["tokens_per_s"] / ref["tokens_per_s"] if ok else None
+        a["runtime_best_ar"] = ref.get("runtime") if ref is not None else None
+
+
+def best_runtime(aggs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each method on its fastest runtime (``--runtime best``): of the cells that differ only in
+    their runtime, the one with the highest mean TPS (the row keeps its ``runtime``)."""
+    best: dict[tuple, dict[str, Any]] = {}
+    for a in aggs:
+        k = (*_runtime_free_key(a), a.get("label"), a.get("verify"), a.get("draft_noise"))
+        if k not in best or (a.get("tokens_per_s") or 0.0) > (best[k].get("tokens_per_s") or 0.0):
+            best[k] = a
+    return [a for a in aggs if any(a is b for b in best.values())]
 
 
 def _mean(xs: Sequence[float]) -> float:

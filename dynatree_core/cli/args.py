@@ -225,7 +225,8 @@ def add_runtime_arg(p: argparse.ArgumentParser, several: bool) -> None:
                    help="what runs the forwards: eager, or the fast path (static KV cache, trees padded to bucket "
                         "sizes): graphs (CUDA graphs), compiled (torch.compile), static (the fast path run eagerly); "
                         "auto: graphs on CUDA, eager elsewhere (default)" + (
-                            "; several comma-separated: one cell each, side by side" if several else ""))
+                            "; several comma-separated: one cell each, side by side; best: eager and compiled "
+                            "(graphs on CUDA), each method reported on its fastest" if several else ""))
 
 
 def add_T_arg(p: argparse.ArgumentParser) -> None:

@@ -152,6 +152,9 @@ def _report(exp: Any, result: dict[str, Any], path: Path, data_lines: list[str],
     if print_tables:
         print()
         print(render(aggs, print_tables))
+        if len({a.get("runtime") for a in aggs}) > 1:  # --runtime best (or several): each method's fastest
+            print("\neach method on its fastest runtime (speedup vs AR on that runtime, and vs the fastest AR):")
+            print(render(res.best_runtime(aggs), [1]))
         _print_notes("slower than AR on this machine, and why:", speed_notes(aggs))
         _print_notes("engine overhead (wall time - time inside model forwards) per iteration, against Hugging Face "
                      "assisted generation on the same pair, prompts and T, this run:", overhead_notes(aggs))

@@ -35,6 +35,7 @@ import torch
 
 from dynatree_core.runtime import plumbing as pl
 from dynatree_core.runtime.compat import cache_kwargs
+from dynatree_core.runtime.compile_cache import compile_forward
 from dynatree_core.runtime.static_cache import SlotCache, StaticTargetCache
 
 #: the runtimes a decode can run on ("auto": graphs on CUDA, eager elsewhere)
@@ -143,8 +144,7 @@ class FastPath:
         self.cache.cache.write_at(self.capacity - b, b)
         fn()
         if self.runtime == "compiled":
-            fn = torch.compile(fn, dynamic=False, fullgraph=False)
-            fn()
+            fn = compile_forward(fn, self.cache.cache.slots.device)  # scoped on-disk cache, freezing on CPU
         elif self.runtime == "graphs":
             fn = self._capture(fn)
         self.cache.cache.written = written

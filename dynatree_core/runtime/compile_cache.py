@@ -1,0 +1,125 @@
+"""Compilation paid once: ``runtime="compiled"``'s forwards compile through inductor with a persistent
+cache on disk (FX graph cache and AOTAutograd cache), so a second process reuses the first one's
+kernels and graphs instead of compiling again.
+
+Everything is scoped to the compile itself (``torch._inductor.config.patch`` and the cache
+directory's environment variable, restored afterwards): importing this module changes no global
+setting. The cache lives in :func:`compile_cache_dir`: ``$DYNATREE_COMPILE_CACHE``, else
+``inductor/torch-<version>`` under the project's cache folder (``$DYNATREE_CACHE_DIR``, else
+``~/.cache/dynatree``, the folder calibrations use). Inductor keys each entry by the graph, its
+shapes and the config; the folder adds the torch version.
+
+On the CPU, ``freezing=True`` folds the parameters into the graph as constants, so inductor keeps
+oneDNN's prepacked linears (without it they lower to ``aten::mm``, slower than eager: see
+docs/bench/2026-11-28-compile-profile). Inputs the graph mutates (the static KV cache) stay graph
+inputs: freezing only folds what the graph never writes.
+
+:func:`compile_totals` reports what compiling cost in this process (seconds, cache hits and
+misses), apart from any decode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+import torch._functorch.config
+import torch._inductor.config
+
+#: the environment variable that overrides where compiled graphs are cached
+CACHE_ENV = "DYNATREE_COMPILE_CACHE"
+#: the cache counters dynamo keeps (``torch._dynamo.utils.counters["inductor"]``) that we report
+_HIT, _MISS, _BYPASS = "fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass"
+
+
+@dataclass
+class CompileTotals:
+    """What compiling cost in this process so far: ``compile_s`` seconds over ``forwards`` compiled
+    forwards (each timed through its first call), and the FX graph cache's hits, misses and
+    bypasses. ``warm`` is True when every graph came from the cache."""
+
+    forwards: int = 0
+    compile_s: float = 0.0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    cache_bypasses: int = 0
+    cache_dir: str = ""
+
+    @property
+    def warm(self) -> bool:
+        return self.cache_hits > 0 and self.cache_misses == 0 and self.cache_bypasses == 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "compile_s": round(self.compile_s, 3), "warm": self.warm}
+
+
+_TOTALS = CompileTotals()
+
+
+def compile_cache_dir() -> Path:
+    """Where compiled graphs are cached: ``$DYNATREE_COMPILE_CACHE``, else
+    ``<$DYNATREE_CACHE_DIR or ~/.cache/dynatree>/inductor/torch-<version>``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = Path(os.environ.get("DYNATREE_CACHE_DIR") or Path.home() / ".cache" / "dynatree")
+    return base / "inductor" / f"torch-{torch.__version__.replace('+', '-')}"
+
+
+def compile_options(device: torch.device | str) -> dict[str, Any]:
+    """Inductor settings for an inference forward on ``device``: the local FX graph and AOTAutograd
+    cache on, and freezing on the CPU (parameters as constants, oneDNN-packed linears); the
+    AOTAutograd cache is ``torch._functorch.config.enable_autograd_cache``, set by :func:`compile_scope`."""
+    options: dict[str, Any] = {"fx_graph_cache": True}
+    if torch.device(device).type == "cpu":
+        options["freezing"] = True
+    return options
+
+
+@contextlib.contextmanager
+def compile_scope(device: torch.device | str) -> Iterator[Path]:
+    """Inductor's cache folder and :func:`compile_options` for the duration of the block only (the
+    environment variable and the config are restored on exit)."""
+    folder = compile_cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
+    try:
+        with torch._inductor.config.patch(compile_options(device)), \
+                torch._functorch.config.patch(enable_autograd_cache=True):
+            yield folder
+    finally:
+        if before is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
+
+
+def compile_forward(fn: Callable[[], Any], device: torch.device | str = "cpu") -> Callable[[], Any]:
+    """``fn`` compiled (inductor, static shapes) and called once inside :func:`compile_scope`, so
+    the compile happens now, against the on-disk cache; the seconds and cache counters are added to
+    :func:`compile_totals`. Call it in inference mode: freezing needs parameters that do not
+    require grad."""
+    from torch._dynamo.utils import counters
+
+    compiled = torch.compile(fn, dynamic=False, fullgraph=False)
+    seen = {k: counters["inductor"][k] for k in (_HIT, _MISS, _BYPASS)}
+    t0 = time.perf_counter()
+    with compile_scope(device) as folder:
+        compiled()
+    _TOTALS.compile_s += time.perf_counter() - t0
+    _TOTALS.forwards += 1
+    _TOTALS.cache_hits += counters["inductor"][_HIT] - seen[_HIT]
+    _TOTALS.cache_misses += counters["inductor"][_MISS] - seen[_MISS]
+    _TOTALS.cache_bypasses += counters["inductor"][_BYPASS] - seen[_BYPASS]
+    _TOTALS.cache_dir = str(folder)
+    return compiled
+
+
+def compile_totals() -> CompileTotals:
+    """A copy of this process's compile totals (see :class:`CompileTotals`)."""
+    return CompileTotals(**asdict(_TOTALS))
