@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 import os
 
 import torch
 
+from dynatree_core.drafters import Proposal
 from dynatree_core.pairs.tiny import noisy_copy, tiny_model
 from dynatree_core.pairs.pair import ModelPair
+from dynatree_core.policy.tree import DraftTree
+from dynatree_core.runtime.device_tree import DeviceTree
+from dynatree_core.runtime.host_syncs import HostSyncs
+from dynatree_core.runtime.host_tree import host_tree
 
 #: where the tiny models and reference tensors live (``DYNATREE_TEST_DEVICE``, default cpu)
 DEVICE = torch.device(os.environ.get("DYNATREE_TEST_DEVICE", "cpu") or "cpu")
@@ -70,3 +76,26 @@ def assert_decodes(pair: ModelPair, prompt, method: str, config, n: int, expecte
     res = generate(pair, list(prompt), method, config, max_new_tokens=n, ignore_eos=True)
     assert res.tokens == expected
     assert res.metrics.new_tokens == n  # max_new_tokens is exact
+
+
+def fake_propose(tree, ids):
+    """Host proposer for grow_tree: deterministic but varied, breadth 3 everywhere, ids from the node id."""
+    out = []
+    for i in ids:
+        toks = [(7 * i + 3 * r + 5) % 60 + 2 for r in range(4)]
+        out.append((toks, [math.log(p) for p in (0.5, 0.3, 0.15, 0.05)]))
+    return out
+
+
+class FakeDeviceDrafter:
+    """:func:`fake_propose` as a device drafter: grows on a DeviceTree the tree grow_tree builds."""
+
+    def propose(self, tree, ids, level):
+        rows = fake_propose(None, ids.tolist())
+        return Proposal(torch.tensor([r[0] for r in rows]), torch.tensor([r[1] for r in rows], dtype=torch.float32))
+
+
+def grow_device_tree(root: int, rule, device) -> tuple[DeviceTree, DraftTree]:
+    """A tree grown on the device by the fake drafter, and the same tree on the host."""
+    tree = DeviceTree(root, rule, 4, device).grow(FakeDeviceDrafter(), HostSyncs())
+    return tree, host_tree(tree.fetch(HostSyncs()), tree.draft_calls)

@@ -14,8 +14,7 @@ from dynatree_core.policy.config import DynaTreeConfig, Eagle2Config, FixedTreeC
 from dynatree_core.runtime.backend import EagerTarget
 from dynatree_core.runtime.target_cache import TargetCache
 
-from helpers import cached_pair, cached_target, reference_greedy
-from test_tree_attention import _grow
+from helpers import cached_pair, cached_target, grow_device_tree as _grow, reference_greedy
 
 
 def _tree(root: int, d: int = 3, b: int = 2):

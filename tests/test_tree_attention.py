@@ -3,52 +3,23 @@ decoding along its own root-to-node path, for each architecture and attention ke
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
 import torch
 from transformers import DynamicCache
 
-from dynatree_core.drafters import Proposal
 from dynatree_core.policy.config import FixedTreeConfig
 from dynatree_core.policy.growth import grow_tree
-from dynatree_core.policy.tree import DraftTree
 from dynatree_core.runtime import plumbing as pl
 from dynatree_core.runtime.backend import EagerTarget
-from dynatree_core.runtime.device_tree import DeviceTree
-from dynatree_core.runtime.host_syncs import HostSyncs
-from dynatree_core.runtime.host_tree import host_tree
 
-from helpers import cached_target
+from helpers import cached_target, fake_propose as _fake_propose, grow_device_tree as _grow
 
 
 def _sequential_logits(model, tokens: list[int]) -> torch.Tensor:
     with torch.inference_mode():
         return model(input_ids=torch.tensor([tokens], device=model.device)).logits[0, -1]
-
-
-def _fake_propose(tree, ids):
-    # deterministic but varied candidates: breadth 3 everywhere, token ids from the node id
-    out = []
-    for i in ids:
-        toks = [(7 * i + 3 * r + 5) % 60 + 2 for r in range(4)]
-        out.append((toks, [math.log(p) for p in (0.5, 0.3, 0.15, 0.05)]))
-    return out
-
-
-class _FakeDrafter:
-    """:func:`_fake_propose` as a device drafter: grows on a DeviceTree the tree grow_tree builds."""
-
-    def propose(self, tree, ids, level):
-        rows = _fake_propose(None, ids.tolist())
-        return Proposal(torch.tensor([r[0] for r in rows]), torch.tensor([r[1] for r in rows], dtype=torch.float32))
-
-
-def _grow(root: int, rule, device) -> tuple[DeviceTree, DraftTree]:
-    """A tree grown on the device by the fake drafter, and the same tree on the host."""
-    tree = DeviceTree(root, rule, 4, device).grow(_FakeDrafter(), HostSyncs())
-    return tree, host_tree(tree.fetch(HostSyncs()), tree.draft_calls)
 
 
 def _prefilled(model, prefix: list[int]) -> EagerTarget:
