@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from dynatree_viz.compare import compare_figure
+from dynatree_viz.views.compare import compare_figure
 
 # --- figures -------------------------------------------------------------------------------
 #: sweep -> (x column, columns naming one line / bar series); x None: grouped bars
@@ -36,7 +36,7 @@ def _series_rows(name: str, aggs: Sequence[dict[str, Any]]) -> list[dict[str, An
 
 def sweep_figure(name: str, aggs: Sequence[dict[str, Any]]):
     """Speedup, throughput, L̄ and acceptance against the swept value (bars for sensitivity),
-    drawn by :func:`~dynatree_viz.compare.compare_figure`."""
+    drawn by :func:`~dynatree_viz.views.compare.compare_figure`."""
     x, _ = _FIG[name]
     return compare_figure(_series_rows(name, aggs), x=x, color="series", title=f"DynaTree sweep: {name}")
 

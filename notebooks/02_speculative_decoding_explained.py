@@ -256,7 +256,7 @@ print("a chain of first choices would have accepted fewer tokens:",
 
 # %% tags=["nbval-ignore-output"]
 def say(tok):  # a token as the reader sees it, spaces made visible
-    return "`" + dv.style.visible_token(tok) + "`"
+    return "`" + dv.core.style.visible_token(tok) + "`"
 
 text_of = lambda i: rec_dt.token_texts[i]
 path_words = " → ".join(say(text_of(i)) for i in rec_dt.accepted_path)

@@ -230,13 +230,13 @@ def test_animated_figures_store_their_story_as_their_image(name):
     """An animation's PNG is every step side by side, a race's is its finish: the stored image
     has the size of that story figure, not of the first frame."""
     dv = pytest.importorskip("dynatree_viz")
-    from dynatree_viz.animate import is_animation
+    from dynatree_viz.views.animation import is_animation
 
     kinds = []
     for fig, png in _figures(_read(name)):
         if not fig.frames:
             continue
-        story = dv.static_figure(fig)
+        story = dv.views.animation.static_figure(fig)
         kinds.append("animate" if is_animation(fig) else "race")
         assert _png_size(png) == (story.layout.width, story.layout.height), f"{name}: {kinds[-1]}"
         if kinds[-1] == "race":
@@ -261,9 +261,9 @@ def test_committed_tree_labels_sit_under_no_marker_or_edge(name):
     pytest.importorskip("dynatree_viz")
     from test_viz_labels import assert_labels_clear
 
-    from dynatree_viz.animate import frame_figures
-    from dynatree_viz.mask_view import ACCEPTED_NAMES, MASK_SHAPE
-    from dynatree_viz.tree_view import LABELS, NODES
+    from dynatree_viz.views.animation import frame_figures
+    from dynatree_viz.views.mask import ACCEPTED_NAMES, MASK_SHAPE
+    from dynatree_viz.views.tree import LABELS, NODES
 
     checked = 0
     for fig, _ in _figures(_read(name)):

@@ -1,4 +1,4 @@
-"""dynatree_viz.animate: one iteration step by step, its static frames, slides and images."""
+"""dynatree_viz.views.animation: one iteration step by step, its static frames, slides and images."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 
 import dynatree_viz as dv
 from dynatree_core.policy.config import ARConfig
-from dynatree_viz import style
-from dynatree_viz import tree_view as tv
-from dynatree_viz.animate import TARGET_CHOICES, TEXT_PANEL
+from dynatree_viz.core import style
+from dynatree_viz.views import tree as tv
+from dynatree_viz.views.animation import TARGET_CHOICES, TEXT_PANEL
 from viz_fixtures import VOCAB, FakeTokenizer, edge_of, record, rule, segments as _segments, tiny_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,7 +170,7 @@ def test_pruned_candidates_appear_at_their_level():
 
 
 def test_an_ar_iteration_is_root_verify_select_commit():
-    tr = dv.demo_trace(3, config=ARConfig(), max_new_tokens=3)
+    tr = dv.synthetic.synthetic_trace(3, config=ARConfig(), max_new_tokens=3)
     rec = tr.iterations[2]
     fig = dv.animate(tr, 2)
     assert [f.name for f in fig.frames] == ["draft d=0", "verify", "select", "commit"]
@@ -188,7 +188,7 @@ def test_bad_arguments_are_named():
 def test_frame_figures_are_the_frames_as_static_figures():
     rec = record()
     fig = dv.animate(rec)
-    figs = dv.frame_figures(fig)
+    figs = dv.views.animation.frame_figures(fig)
     assert len(figs) == len(fig.frames)
     for f, fr in zip(figs, fig.frames):
         assert not f.layout.sliders and not f.layout.updatemenus
@@ -215,8 +215,8 @@ def test_slides_are_one_offline_html_file_with_one_slide_per_step(tmp_path):
 
 
 def test_slides_of_any_animated_figure(tmp_path):
-    a = dv.demo_trace(30, config=ARConfig(), max_new_tokens=8)
-    d = dv.demo_trace(8, max_new_tokens=8)
+    a = dv.synthetic.synthetic_trace(30, config=ARConfig(), max_new_tokens=8)
+    d = dv.synthetic.synthetic_trace(8, max_new_tokens=8)
     fig = dv.race({"ar": a, "dynatree": d})
     text = dv.export_slides(fig, path=tmp_path / "race.html").read_text(encoding="utf-8")
     assert text.count("<section class='dt-slide'") == len(fig.frames)
@@ -225,14 +225,14 @@ def test_slides_of_any_animated_figure(tmp_path):
 def test_frame_images_or_a_clear_reason(tmp_path):
     fig = dv.animate(record())
     with pytest.raises(ValueError, match="export_gif"):
-        dv.export_frames(fig, tmp_path / "gif", fmt="gif")
-    ok, _ = dv.image_export_available()
+        dv.export.slides.export_frames(fig, tmp_path / "gif", fmt="gif")
+    ok, _ = dv.core.images.image_export_available()
     if not ok:
-        with pytest.raises(dv.ImageExportUnavailable, match="kaleido|Chrome"):
-            dv.export_frames(fig, tmp_path / "frames")
+        with pytest.raises(dv.core.images.ImageExportUnavailable, match="kaleido|Chrome"):
+            dv.export.slides.export_frames(fig, tmp_path / "frames")
         assert not (tmp_path / "frames").exists()
         return
-    paths = dv.export_frames(fig, tmp_path / "frames", fmt="svg")
+    paths = dv.export.slides.export_frames(fig, tmp_path / "frames", fmt="svg")
     assert [p.name.split("_", 1)[1] for p in paths] == [
         f"{f.name.replace(' ', '_')}.svg" for f in fig.frames]
 
@@ -241,8 +241,8 @@ def test_new_views_work_with_torch_blocked(tmp_path):
     code = ("import sys; sys.modules['torch'] = None\n"
             "import dynatree_viz as dv\n"
             "from dynatree_core.policy.config import ARConfig\n"
-            "d = dv.demo_trace(4, max_new_tokens=10)\n"
-            "a = dv.demo_trace(20, config=ARConfig(), max_new_tokens=10)\n"
+            "d = dv.synthetic.synthetic_trace(4, max_new_tokens=10)\n"
+            "a = dv.synthetic.synthetic_trace(20, config=ARConfig(), max_new_tokens=10)\n"
             "f = dv.animate(d, 1)\n"
             "r = dv.race({'ar': a, 'dynatree': d}, x='time')\n"
             f"dv.export_slides(d, 1, {str(tmp_path / 's.html')!r})\n"
@@ -256,18 +256,18 @@ def test_new_views_work_with_torch_blocked(tmp_path):
 
 
 def test_frame_export_without_kaleido_names_what_is_missing(tmp_path, monkeypatch):
-    export = sys.modules["dynatree_viz.export"]  # the one availability check every image writer uses
+    export = sys.modules["dynatree_viz.core.images"]  # the one availability check every image writer uses
     monkeypatch.setattr(export, "image_export_available",
                         lambda: (False, "static image export needs kaleido (pip install "
                                         "'kaleido>=1')"))
-    with pytest.raises(dv.ImageExportUnavailable, match="needs kaleido"):
-        dv.export_frames(dv.animate(record()), tmp_path / "frames")
+    with pytest.raises(dv.core.images.ImageExportUnavailable, match="needs kaleido"):
+        dv.export.slides.export_frames(dv.animate(record()), tmp_path / "frames")
     assert not (tmp_path / "frames").exists()
 
 
 def test_static_frames_close_the_gap_the_controls_leave():
     fig = dv.animate(record())
-    (static, *_) = dv.frame_figures(fig)
+    (static, *_) = dv.views.animation.frame_figures(fig)
     assert fig.layout.sliders[0].y >= 1  # the controls sit above the tree
     assert static.layout.margin.t < fig.layout.margin.t
     # the text line stays just above the tree (paper y = 1)

@@ -10,7 +10,7 @@ import dynatree_viz as dv  # noqa: E402
 from dynatree_core import generate  # noqa: E402
 from dynatree_core.policy.config import DynaTreeConfig  # noqa: E402
 from dynatree_core.pairs.tiny import tiny_pair  # noqa: E402
-from dynatree_viz.tree_view import NODES, trace_index  # noqa: E402
+from dynatree_viz.views.tree import NODES, trace_index  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +33,8 @@ def test_views_render_a_real_trace(real_trace):
         assert len(fig.data[trace_index(fig, NODES)].x) == len(rec.tree)
         assert len(dv.mask_figure(rec).data[0].z) == len(rec.tree)
     assert dv.text_html(tr).count("data-iter=") == len(tr.tokens)
-    html = dv.report_html(tr)
-    assert html == dv.report_html(tr) and html.count("* plotly.js v") == 1
+    html = dv.export.report.report_html(tr)
+    assert html == dv.export.report.report_html(tr) and html.count("* plotly.js v") == 1
 
 
 def test_stepper_and_replay_explorer_on_a_real_trace(real_trace):

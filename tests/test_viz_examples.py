@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dynatree_core.policy.config import DynaTreeConfig
-from dynatree_viz.knob_example import knob_example, knob_sweeps, replayed, state_tokens
+from dynatree_viz.examples.knobs import knob_example, knob_sweeps, replayed, state_tokens
 
 from viz_fixtures import record, tiny_trace
 

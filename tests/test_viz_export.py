@@ -16,18 +16,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_figure_html_is_byte_stable():
-    a = dv.figure_html(dv.tree_figure(record(), show_pruned=True), "tree-0")
-    b = dv.figure_html(dv.tree_figure(record(), show_pruned=True), "tree-0")
+    a = dv.core.images.figure_html(dv.tree_figure(record(), show_pruned=True), "tree-0")
+    b = dv.core.images.figure_html(dv.tree_figure(record(), show_pruned=True), "tree-0")
     assert a == b and 'id="tree-0"' in a
-    inlined = dv.figure_html(dv.mask_figure(record()), "m", include_plotlyjs=True)
+    inlined = dv.core.images.figure_html(dv.mask_figure(record()), "m", include_plotlyjs=True)
     assert "* plotly.js v" in inlined and not re.search(r"<script[^>]+src=", inlined)
 
 
 def test_report_is_deterministic_and_self_contained(tmp_path):
-    tr = dv.demo_trace(3)
+    tr = dv.synthetic.synthetic_trace(3)
     p1, p2 = tmp_path / "a.html", tmp_path / "b.html"
-    dv.report(tr, p1, results=dv.demo_results())
-    dv.report(tr, p2, results=dv.demo_results())
+    dv.report(tr, p1, results=dv.synthetic.synthetic_results())
+    dv.report(tr, p2, results=dv.synthetic.synthetic_results())
     text = p1.read_text(encoding="utf-8")
     assert p1.read_bytes() == p2.read_bytes()
     assert not re.search(r"<script[^>]+src=[\"']?https?:", text)  # offline: nothing fetched
@@ -46,11 +46,11 @@ def test_report_from_a_json_file_and_subset_of_iterations(tmp_path):
 
 
 def test_static_image_export_or_a_clear_reason(tmp_path):
-    ok, reason = dv.image_export_available()
+    ok, reason = dv.core.images.image_export_available()
     if not ok:
         # Where kaleido or a browser is missing, export fails cleanly with the reason (and
         # writes nothing) instead of hanging or leaving a half-written file.
-        with pytest.raises(dv.ImageExportUnavailable, match="Chrome|kaleido"):
+        with pytest.raises(dv.core.images.ImageExportUnavailable, match="Chrome|kaleido"):
             dv.save_image(dv.tree_figure(record()), tmp_path / "t.png")
         assert not (tmp_path / "t.png").exists()
         return
@@ -61,8 +61,8 @@ def test_static_image_export_or_a_clear_reason(tmp_path):
 def test_import_works_with_torch_blocked():
     code = ("import sys; sys.modules['torch'] = None\n"
             "import dynatree_viz as dv\n"
-            "tr = dv.demo_trace(2)\n"
-            "html = dv.report_html(tr)\n"
+            "tr = dv.synthetic.synthetic_trace(2)\n"
+            "html = dv.export.report.report_html(tr)\n"
             "st = dv.show(tr); st.next_button.click()\n"
             "ex = dv.explore(tr); ex.sliders['n_max'].value = 1\n"
             "assert ex.result.tree.num_drafted == 1 and st.position == 1\n"
@@ -82,8 +82,8 @@ def _div_style(text: str, div_id: str) -> str:
 
 
 def test_report_keeps_tree_and_mask_side_by_side_and_fluid():
-    tr = dv.demo_trace(3)
-    text = dv.report_html(tr)
+    tr = dv.synthetic.synthetic_trace(3)
+    text = dv.export.report.report_html(tr)
     css = re.search(r"<style>(.*?)</style>", text, re.S).group(1)
     row = re.search(r"\.dt-row \{([^}]*)\}", css).group(1)
     assert "grid-template-columns: minmax(0, 3fr) minmax(0, 2fr)" in row and "wrap" not in row
@@ -97,8 +97,8 @@ def test_report_keeps_tree_and_mask_side_by_side_and_fluid():
 
 
 def test_report_has_a_navigation_and_every_link_has_a_target():
-    tr = dv.demo_trace(4)
-    text = dv.report_html(tr, results=dv.demo_results())
+    tr = dv.synthetic.synthetic_trace(4)
+    text = dv.export.report.report_html(tr, results=dv.synthetic.synthetic_results())
     nav = re.search(r"<nav class='dt-nav'>(.*?)</nav>", text, re.S).group(1)
     for anchor in ("run", "output", "timeline", "compare", "iterations"):
         assert f"href='#{anchor}'" in nav
@@ -115,8 +115,8 @@ def test_report_takes_a_tokenizer_for_pruned_candidates():
 
     tr = tiny_trace(1)
     unnamed = ("⟨9⟩", "\\u27e89\\u27e9")  # plotly's JSON escapes non-ASCII text
-    assert any(u in dv.report_html(tr) for u in unnamed)  # the pruned "\n": no stored text
-    named = dv.report_html(tr, tokenizer=FakeTokenizer(), why=True)
+    assert any(u in dv.export.report.report_html(tr) for u in unnamed)  # the pruned "\n": no stored text
+    named = dv.export.report.report_html(tr, tokenizer=FakeTokenizer(), why=True)
     assert not any(u in named for u in unnamed) and 'id="dt-why-0"' in named
 
 
@@ -125,7 +125,7 @@ def test_report_renders_offline_in_headless_chromium(tmp_path):
     so every figure of the page is drawn (where a Chromium is installed)."""
     from browser import dump_dom
 
-    trace = dv.demo_trace(3)
+    trace = dv.synthetic.synthetic_trace(3)
     path = tmp_path / "report.html"
     dv.report(trace, str(path))
     html_text = path.read_text(encoding="utf-8")

@@ -13,9 +13,9 @@ from PIL import Image  # noqa: E402
 
 import dynatree_viz as dv  # noqa: E402
 from dynatree_core.policy.config import ARConfig  # noqa: E402
-from dynatree_viz import gif  # noqa: E402
-from dynatree_viz import tree_view as tv  # noqa: E402
-from dynatree_viz.race import FINISH  # noqa: E402
+from dynatree_viz.export import gif  # noqa: E402
+from dynatree_viz.views import tree as tv  # noqa: E402
+from dynatree_viz.views.race import FINISH  # noqa: E402
 from viz_fixtures import record, tiny_trace  # noqa: E402
 
 
@@ -67,8 +67,8 @@ def test_an_animation_becomes_one_gif_frame_per_step_the_commit_held(painted, tm
 
 
 def test_a_race_is_thinned_to_max_frames_and_ends_on_the_finish(painted, tmp_path):
-    ar = dv.demo_trace(160, config=ARConfig(), max_new_tokens=40)
-    dt = dv.demo_trace(40, max_new_tokens=40)
+    ar = dv.synthetic.synthetic_trace(160, config=ARConfig(), max_new_tokens=40)
+    dt = dv.synthetic.synthetic_trace(40, max_new_tokens=40)
     fig = dv.race({"AR": ar, "DynaTree": dt})
     assert len(fig.frames) > 12
     path = dv.export_gif(fig, tmp_path / "race.gif", max_frames=12)
@@ -80,7 +80,7 @@ def test_a_race_is_thinned_to_max_frames_and_ends_on_the_finish(painted, tmp_pat
 
 
 def test_a_stepper_becomes_one_frame_per_iteration(painted, tmp_path):
-    trace = dv.demo_trace(5)
+    trace = dv.synthetic.synthetic_trace(5)
     st = dv.show(trace, start=2)
     path = dv.export_gif(st, tmp_path / "stepper.gif")
     im, durations = _frames(path)
@@ -101,17 +101,17 @@ def test_frames_share_one_size_and_scale(painted, tmp_path):
 
 def test_nothing_is_written_without_an_image_exporter(monkeypatch, tmp_path):
     def missing():
-        raise dv.ImageExportUnavailable("static image export needs kaleido")
+        raise dv.core.images.ImageExportUnavailable("static image export needs kaleido")
 
     monkeypatch.setattr(gif, "require_image_export", missing)
-    with pytest.raises(dv.ImageExportUnavailable, match="kaleido"):
+    with pytest.raises(dv.core.images.ImageExportUnavailable, match="kaleido"):
         dv.export_gif(dv.animate(record()), tmp_path / "x.gif")
     assert not (tmp_path / "x.gif").exists()
     with pytest.raises(TypeError, match="animated figure"):
         gif.gif_frames(42)
 
 
-@pytest.mark.skipif(not dv.image_export_available()[0], reason="needs kaleido and a Chromium")
+@pytest.mark.skipif(not dv.core.images.image_export_available()[0], reason="needs kaleido and a Chromium")
 def test_a_real_gif_through_kaleido(tmp_path):
     path = dv.export_gif(dv.animate(tiny_trace(2), 1), tmp_path / "real.gif", scale=0.5)
     im = Image.open(path)

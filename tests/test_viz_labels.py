@@ -2,7 +2,7 @@
 sits under a marker, an outcome mark or an edge, nor under another label.
 
 The geometry here is computed from the figure alone (layout size, margins, axis domains and
-ranges, marker sizes, plotly.js's text placement), independently of :mod:`dynatree_viz.labels`.
+ranges, marker sizes, plotly.js's text placement), independently of :mod:`dynatree_viz.core.labels`.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import pytest
 
 import dynatree_viz as dv
 from dynatree_core.policy.config import DynaTreeConfig, FixedTreeConfig, LinearConfig
-from dynatree_viz import tree_view as tv
-from dynatree_viz.animate import animation_strip, frame_figures
-from dynatree_viz.export import image_export_available
-from dynatree_viz.mask_view import ACCEPTED_NAMES, mask_figure
+from dynatree_viz.views import tree as tv
+from dynatree_viz.views.animation import animation_strip, frame_figures
+from dynatree_viz.core.images import image_export_available
+from dynatree_viz.views.mask import ACCEPTED_NAMES, mask_figure
 from viz_fixtures import record, tiny_trace
 
 CHAR = 0.6      # average advance of a sans-serif character, in font sizes
@@ -119,7 +119,7 @@ def assert_labels_clear(fig: go.Figure, tol: float = 0.5):
 
 
 def _dynatree_records():
-    gpu = dv.demo_trace(8, config=DynaTreeConfig.gpu())
+    gpu = dv.synthetic.synthetic_trace(8, config=DynaTreeConfig.gpu())
     return [record()] + [r for r in gpu.iterations if r.num_nodes >= 8][:4]
 
 
@@ -137,17 +137,17 @@ def test_accepted_path_labels_come_first_in_the_accepted_colour():
     fig = dv.tree_figure(rec)
     labels = fig.data[tv.trace_index(fig, tv.LABELS)]
     colors = dict(zip(labels.customdata, labels.textfont.color))
-    assert all(colors[i] == dv.style.ACCEPTED for i in rec.accepted_path)
+    assert all(colors[i] == dv.core.style.ACCEPTED for i in rec.accepted_path)
     drawn = [k for k, t in enumerate(fig.data) if t.x and t.x[0] is not None]
     assert tv.trace_index(fig, tv.LABELS) == max(drawn)  # painted over everything else
     assert_labels_clear(fig)
 
 
 def test_labels_stay_clear_on_a_chain_a_dense_tree_and_with_a_highlight():
-    chain = dv.demo_trace(3, config=LinearConfig(k=8)).iterations[1]
+    chain = dv.synthetic.synthetic_trace(3, config=LinearConfig(k=8)).iterations[1]
     assert_labels_clear(dv.tree_figure(chain))
     assert_labels_clear(dv.tree_figure(record(), highlight=3, color_by="cum_prob"))
-    dense = dv.demo_trace(1, config=FixedTreeConfig(d=5, b=4, tau=0.0, n_max=256))[0]
+    dense = dv.synthetic.synthetic_trace(1, config=FixedTreeConfig(d=5, b=4, tau=0.0, n_max=256))[0]
     assert_labels_clear(dv.tree_figure(dense))
 
 
@@ -181,7 +181,7 @@ def _ticks_px(fig, axis):
 
 @pytest.mark.parametrize("n_nodes", [12, 40, 64, 100, 256])
 def test_mask_axis_labels_never_overlap_and_fit_in_the_margins(n_nodes):
-    rec = dv.demo_trace(1, config=FixedTreeConfig(d=8, b=4, tau=0.0, n_max=n_nodes))[0]
+    rec = dv.synthetic.synthetic_trace(1, config=FixedTreeConfig(d=8, b=4, tau=0.0, n_max=n_nodes))[0]
     assert rec.num_nodes == n_nodes
     fig = mask_figure(rec)
     lay = fig.layout

@@ -8,12 +8,14 @@ import re
 import numpy as np
 import pytest
 
-from dynatree_viz import compare_figure, demo_results, demo_trace, load_results, mask_figure
+from dynatree_viz import compare_figure, mask_figure
+from dynatree_viz.synthetic import synthetic_results, synthetic_trace
+from dynatree_viz.views.compare import load_results
 from dynatree_viz import text_html, timeline_figure
-from dynatree_viz.mask_view import ATTENDS, ATTENDS_ACCEPTED, MASKED, PREFIX
-from dynatree_viz import style
-from dynatree_viz.text_view import BONUS_STYLE, CURRENT_STYLE, alternatives
-from dynatree_viz.tokens import TokenNamer
+from dynatree_viz.views.mask import ATTENDS, ATTENDS_ACCEPTED, MASKED, PREFIX
+from dynatree_viz.core import style
+from dynatree_viz.views.text import BONUS_STYLE, CURRENT_STYLE, alternatives
+from dynatree_viz.core.tokens import TokenNamer
 from viz_fixtures import FakeTokenizer, record, rule, tiny_trace
 
 
@@ -44,7 +46,7 @@ def test_mask_highlight_row_is_framed():
 
 
 def test_timeline_series_come_from_the_trace():
-    tr = demo_trace(8)
+    tr = synthetic_trace(8)
     fig = timeline_figure(tr, current=2)
     by_name = {t.name: t for t in fig.data}
     assert list(by_name["accepted (drafted)"].y) == [r.accepted_length for r in tr]
@@ -83,13 +85,13 @@ def test_text_view_alternatives_are_siblings_and_children_of_last_accepted():
 
 
 def test_compare_bars_and_sweep_lines():
-    rows = demo_results("methods")
+    rows = synthetic_results("methods")
     fig = compare_figure(rows)
     bars = [t for t in fig.data if t.type == "bar"]
     assert {t.name for t in bars} == {"ar", "linear", "fixed_tree", "dynatree"}
     dyn_speed = next(t for t in bars if t.name == "dynatree" and "speedup" in t.hovertemplate)
     assert list(dyn_speed.y) == pytest.approx([1.94, 1.94])
-    sweep = compare_figure(demo_results("sweep"), x="d0", metrics=["speedup"])
+    sweep = compare_figure(synthetic_results("sweep"), x="d0", metrics=["speedup"])
     assert all(t.type == "scatter" for t in sweep.data) and len(sweep.data) == 2
     assert list(sweep.data[0].x) == [2, 3, 4, 5, 6, 7]
 
@@ -152,7 +154,7 @@ def test_text_view_names_pruned_alternatives_with_a_tokenizer():
 
 
 def test_mask_colours_tell_accepted_rows_apart_by_lightness():
-    from dynatree_viz.mask_view import _CODE_COLORS
+    from dynatree_viz.views.mask import _CODE_COLORS
 
     def lum(h):
         r, g, b = (int(h[k:k + 2], 16) for k in (1, 3, 5))
@@ -166,10 +168,10 @@ def _colour(trace):
 
 
 def test_method_colours_are_fixed_whatever_else_is_in_the_figure():
-    rows = demo_results("methods")
+    rows = synthetic_results("methods")
     everything = compare_figure(rows)
     only_two = compare_figure([r for r in rows if r["method"] in ("dynatree", "fixed_tree")])
-    sweep = compare_figure(demo_results("sweep"), x="d0")
+    sweep = compare_figure(synthetic_results("sweep"), x="d0")
     for fig in (everything, only_two, sweep):
         for t in fig.data:
             assert _colour(t) == style.METHOD_COLORS[t.name], (t.name, _colour(t))
@@ -203,14 +205,14 @@ def test_speedup_axes_start_at_zero_and_show_the_ar_baseline():
     assert fig.layout.yaxis.range[0] == 0 and fig.layout.yaxis.range[1] >= 20 * 1.12
     baseline = [s for s in fig.layout.shapes if s.y0 == 1.0 and s.y1 == 1.0]
     assert len(baseline) == 1
-    bars = compare_figure(demo_results("methods"))
+    bars = compare_figure(synthetic_results("methods"))
     assert all(bars.layout[a].range[0] == 0 for a in ("yaxis", "yaxis2", "yaxis3", "yaxis4"))
 
 
 def test_ar_timeline_has_no_empty_panels_and_no_note_over_the_axes():
     from dynatree_core.policy.config import ARConfig
 
-    fig = timeline_figure(demo_trace(5, config=ARConfig()))
+    fig = timeline_figure(synthetic_trace(5, config=ARConfig()))
     titles = [a.text for a in fig.layout.annotations]
     assert titles == ["committed tokens per iteration", "time per iteration (ms)"]
     assert "yaxis3" not in fig.layout.to_plotly_json()  # two panels, two axes
@@ -218,5 +220,5 @@ def test_ar_timeline_has_no_empty_panels_and_no_note_over_the_axes():
         assert t.yaxis in ("y", "y2") and any(v for v in t.y)
     # the note about what an AR run lacks is part of the title, not an annotation on a panel
     assert "no draft tree, no acceptance, no history adapter" in fig.layout.title.text
-    full = timeline_figure(demo_trace(4))
+    full = timeline_figure(synthetic_trace(4))
     assert len(full.layout.annotations) >= 5 and "left out" not in full.layout.title.text

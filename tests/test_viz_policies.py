@@ -1,4 +1,4 @@
-"""dynatree_viz.policies: cost curve, reliability diagram, oracle gap and the policy table."""
+"""dynatree_viz.views.policies: cost curve, reliability diagram, oracle gap and the policy table."""
 
 from __future__ import annotations
 
@@ -17,11 +17,12 @@ from dynatree_core.policy.config import LinearConfig
 from dynatree_core.records.oracle import OracleSummary, oracle_trace, summarize_oracle
 from dynatree_core.records.reliability import Calibration, DepthCalibration, ReliabilityBin
 from dynatree_core.records.reliability import calibration as measure_calibration
-from dynatree_viz import (calibration_figure, cost_figure, demo_trace, oracle_gap_figure, policy_rows,
-                          policy_table)
+from dynatree_viz import calibration_figure, cost_figure, oracle_gap_figure, policy_table
+from dynatree_viz.synthetic import synthetic_trace
+from dynatree_viz.views.policies import policy_rows
 from dynatree_viz import CostModel as ExplorerCostModel
-from dynatree_viz import style
-from dynatree_viz.policies import method_styles, trace_label, tree_sizes
+from dynatree_viz.core import style
+from dynatree_viz.views.policies import method_styles, trace_label, tree_sizes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,7 +80,7 @@ def test_cost_sizes_land_on_the_curve_sized_by_frequency():
 
 
 def test_cost_sizes_from_traces_use_the_method_and_preset():
-    tr = demo_trace(6)
+    tr = synthetic_trace(6)
     cost = CostModel(verify_s=tuple(0.05 + 0.001 * n for n in range(64)), draft_s=0.01)
     fig = cost_figure(cost, tr)
     mark = next(t for t in fig.data if t.mode == "markers" and t.legendgroup)
@@ -190,7 +191,7 @@ def test_oracle_gap_bars_curve_and_points():
 
 def test_figures_from_a_measured_trace():
     """End to end: dynatree_core's own calibration and oracle of a synthetic trace."""
-    tr, lin = demo_trace(10), demo_trace(10, config=LinearConfig(k=4))
+    tr, lin = synthetic_trace(10), synthetic_trace(10, config=LinearConfig(k=4))
     cal = measure_calibration(tr, "path", bins=5)
     fig = calibration_figure(cal)
     assert len(fig.data) == 1 + len(cal.depths) + 1
@@ -304,7 +305,7 @@ def test_bad_input_names_the_parameter(call, match):
 
 
 def test_policies_import_without_torch():
-    code = "import sys, dynatree_viz.policies; assert 'torch' not in sys.modules"
+    code = "import sys, dynatree_viz.views.policies; assert 'torch' not in sys.modules"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr

@@ -1,4 +1,4 @@
-"""dynatree_viz.race: runs of the same prompt as a race over target forwards or time."""
+"""dynatree_viz.views.race: runs of the same prompt as a race over target forwards or time."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import dynatree_viz as dv
 from dynatree_core.policy.config import ARConfig
 from dynatree_core.records.trace import IterationRecord, Trace
 from dynatree_core.policy.tree import DraftTree
-from dynatree_viz import style
-from dynatree_viz.race import CURVE, FINISH, HEAD, TEXT
+from dynatree_viz.core import style
+from dynatree_viz.views.race import CURVE, FINISH, HEAD, TEXT
 from viz_fixtures import VOCAB, tiny_trace
 
 
@@ -35,8 +35,8 @@ def _ar_of(tr: Trace, step_s: float = 0.02) -> Trace:
 
 
 def _demo_pair(n: int = 40):
-    return (dv.demo_trace(4 * n, config=ARConfig(), max_new_tokens=n),
-            dv.demo_trace(n, max_new_tokens=n))
+    return (dv.synthetic.synthetic_trace(4 * n, config=ARConfig(), max_new_tokens=n),
+            dv.synthetic.synthetic_trace(n, max_new_tokens=n))
 
 
 def _lane(fig_or_frame, label: str, what: str):

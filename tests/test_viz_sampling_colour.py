@@ -8,9 +8,9 @@ from plotly.colors import sample_colorscale
 
 import dynatree_viz as dv
 from dynatree_core.policy.sampling import SamplingConfig
-from dynatree_viz import style
-from dynatree_viz.scene import TreeScene
-from dynatree_viz.tree_view import COLORBAR, LEGEND_NO_TARGET_P, NO_VALUE_COLOR, NODES, trace_index, tree_figure
+from dynatree_viz.core import style
+from dynatree_viz.core.scene import TreeScene
+from dynatree_viz.views.tree import COLORBAR, LEGEND_NO_TARGET_P, NO_VALUE_COLOR, NODES, trace_index, tree_figure
 from viz_fixtures import record, tiny_trace
 
 SAMPLING = SamplingConfig(temperature=0.9, top_p=0.8, seed=3)
@@ -140,7 +140,7 @@ def test_the_replay_explorer_has_no_sampling_sliders_and_names_the_recorded_temp
     trace = sampled_trace(2)
     ex = dv.explore(trace)
     assert ex.backend.mode == "replay" and ex.sampling_sliders == {} and ex.sampling is None
-    assert not any(isinstance(w, dv.widgets.widgets.HBox) and any(
+    assert not any(isinstance(w, dv.widgets.explorer.widgets.HBox) and any(
         getattr(c, "description", "") == "temperature" for c in w.children) for w in ex.children)
     header = ex.children[0].value
     assert "temperature 0.9" in header and "replay shows the recorded temperature" in header

@@ -1,4 +1,4 @@
-"""Outputs for viewers without JavaScript or a kernel (dynatree_viz.static)."""
+"""Outputs for viewers without JavaScript or a kernel (dynatree_viz.widgets.static)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 
 import dynatree_viz as dv
 from dynatree_core.policy.config import ARConfig
-from dynatree_viz import static
-from dynatree_viz import tree_view as tv
-from dynatree_viz.race import CURVE, FINISH
+from dynatree_viz.widgets import static
+from dynatree_viz.views import tree as tv
+from dynatree_viz.views.race import CURVE, FINISH
 from viz_fixtures import record
 
 
@@ -54,13 +54,13 @@ def test_renderer_stores_json_and_png_when_images_can_be_made(fake_images, monke
     monkeypatch.setattr(pio.renderers, "default", pio.renderers.default)
     assert static.use_static_fallbacks() == "plotly_mimetype+dynatree_png"
     assert pio.renderers.default == "plotly_mimetype+dynatree_png"
-    fig = dv.tree_figure(dv.demo_trace(2)[1])
+    fig = dv.tree_figure(dv.synthetic.synthetic_trace(2)[1])
     assert _static_image_of(fig, fake_images).to_dict() == fig.to_dict()  # a still figure: itself
 
 
 def test_static_image_of_a_race_is_its_finish(drawn, monkeypatch):
     monkeypatch.setattr(pio.renderers, "default", pio.renderers.default)
-    ar, dt = dv.demo_trace(80, config=ARConfig(), max_new_tokens=20), dv.demo_trace(20, max_new_tokens=20)
+    ar, dt = dv.synthetic.synthetic_trace(80, config=ARConfig(), max_new_tokens=20), dv.synthetic.synthetic_trace(20, max_new_tokens=20)
     fig = dv.race({"AR": ar, "DynaTree": dt})
     assert all(len(t.x) == 0 for t in fig.data if t.name.endswith(FINISH))  # opens at x = 0
     shown = _static_image_of(fig, drawn)
@@ -129,7 +129,7 @@ def _bundle(widget):
 
 
 def test_stepper_bundle_keeps_the_widget_view_and_adds_a_static_snapshot(fake_images):
-    trace = dv.demo_trace(4)
+    trace = dv.synthetic.synthetic_trace(4)
     st = dv.show(trace, start=2)
     b = _bundle(st)
     assert "application/vnd.jupyter.widget-view+json" in b  # a live kernel still gets the widget
@@ -143,7 +143,7 @@ def test_stepper_bundle_keeps_the_widget_view_and_adds_a_static_snapshot(fake_im
 
 
 def test_stepper_snapshot_draws_the_iteration_it_names(drawn):
-    trace = dv.demo_trace(5)
+    trace = dv.synthetic.synthetic_trace(5)
     st = dv.show(trace, start=3)
     drawn.clear()
     snap = _bundle(st)["text/html"]
@@ -158,14 +158,14 @@ def test_stepper_snapshot_draws_the_iteration_it_names(drawn):
 
 
 def test_snapshot_says_why_an_image_is_missing(no_images):
-    st = dv.show(dv.demo_trace(3))
+    st = dv.show(dv.synthetic.synthetic_trace(3))
     snap = _bundle(st)["text/html"]
     assert "no static image" in snap and "no browser in this test" in snap
     assert "data:image/png" not in snap
 
 
 def test_explorer_snapshot_shows_settings_status_and_tree(fake_images):
-    ex = dv.explore(dv.demo_trace(3), iteration=1)
+    ex = dv.explore(dv.synthetic.synthetic_trace(3), iteration=1)
     snap = _bundle(ex)["text/html"]
     assert "tau_h=" in snap and "d_max=" in snap and 'src="data:image/png;base64,' in snap
     ex.sliders["n_max"].value = 2

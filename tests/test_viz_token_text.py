@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import dynatree_viz as dv
-from dynatree_viz import style
-from dynatree_viz.tokens import TokenNamer
+from dynatree_viz.core import style
+from dynatree_viz.core.tokens import TokenNamer
 
 from viz_fixtures import VOCAB, FakeTokenizer, record, tiny_trace
 
@@ -33,7 +33,7 @@ def test_a_record_carrying_its_tokenizer_is_labelled_as_text_in_every_view():
     rec = unknown_token_record()
     rec.tokenizer = FakeTokenizer()  # what the engine's collector sets on every record it keeps
     for fig in (dv.tree_figure(rec, show_pruned=True), dv.why(rec), dv.mask_figure(rec),
-                dv.static_figure(dv.animate(rec, show_pruned=True))):
+                dv.views.animation.static_figure(dv.animate(rec, show_pruned=True))):
         text = figure_text(fig)
         assert "⟨" not in text, "a view labelled a token by its id although a tokenizer is known"
     assert "cat" in figure_text(dv.why(rec))

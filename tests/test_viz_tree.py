@@ -7,10 +7,12 @@ import math
 import pytest
 
 from dynatree_core.policy.config import FixedTreeConfig
-from dynatree_viz import demo_trace, layered_layout, tree_figure, tree_graph
-from dynatree_viz import style
-from dynatree_viz import tree_view as tv
-from dynatree_viz.tree_view import ACCEPTED_EDGES, BONUS, EDGES, NODES, PRUNED, trace_index
+from dynatree_viz import tree_figure
+from dynatree_viz.core.layout import layered_layout, tree_graph
+from dynatree_viz.synthetic import synthetic_trace
+from dynatree_viz.core import style
+from dynatree_viz.views import tree as tv
+from dynatree_viz.views.tree import ACCEPTED_EDGES, BONUS, EDGES, NODES, PRUNED, trace_index
 from viz_fixtures import VOCAB, FakeTokenizer, edge_of, record, segments as _segments
 
 
@@ -122,7 +124,7 @@ def test_pruned_candidates_appear_as_ghost_nodes_only_on_request():
 
 
 def test_256_node_tree_uses_one_text_trace_and_no_annotations():
-    rec = demo_trace(1, config=FixedTreeConfig(d=5, b=4, tau=0.0, n_max=256))[0]
+    rec = synthetic_trace(1, config=FixedTreeConfig(d=5, b=4, tau=0.0, n_max=256))[0]
     assert rec.num_nodes == 256
     fig = tree_figure(rec)
     assert len(_nodes(fig).x) == 257 and len(_nodes(fig).text) == 257

@@ -1,4 +1,4 @@
-"""dynatree_viz.why: the draft's top-k at a node's parent against the target's choice."""
+"""dynatree_viz.views.why: the draft's top-k at a node's parent against the target's choice."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 import dynatree_viz as dv
 from dynatree_core.policy.config import DynaTreeConfig
-from dynatree_viz.why import CALLOUT, TARGET_MARK
+from dynatree_viz.views.why import CALLOUT, TARGET_MARK
 from viz_fixtures import FakeTokenizer, record, rule, tiny_trace
 
 
@@ -35,7 +35,7 @@ def _bars(fig):
 
 def test_rejected_node_shows_the_parents_top_k_and_the_targets_choice():
     tr = _trace(record())
-    p = dv.why_data(tr, 0, node=2)  # " dog": the target chose " cat" at the root
+    p = dv.views.why.why_data(tr, 0, node=2)  # " dog": the target chose " cat" at the root
     assert p.at == 0 and p.target_text == " cat" and p.target_fate == "accepted"
     assert [(c.text, c.fate) for c in p.candidates] == [
         (" cat", "accepted"), (" dog", "rejected"), (" a", "beyond_breadth")]
@@ -54,7 +54,7 @@ def test_callout_when_the_targets_token_was_pruned_by_tau():
     # tau = 0.2 prunes every child of " dog"; the target takes " dog", then wants " fast"
     rec = record(growth=rule(tau=0.2), target={(1,): 3, (1, 3): 10})
     tr = _trace(rec, tau=0.2)
-    p = dv.why_data(tr, 0)  # node=None: the decision where the accepted path ended
+    p = dv.views.why.why_data(tr, 0)  # node=None: the decision where the accepted path ended
     assert p.at == 2 and p.on_accepted_path
     assert p.target_fate == "pruned_tau"
     assert p.callout and "Pruned by τ" in p.callout and "τ = 0.2" in p.callout
@@ -72,7 +72,7 @@ def test_callout_when_the_targets_token_was_pruned_by_n_max():
     # children of " dog" (which the target picks) lose the budget.
     rec = record(growth=rule(n_max=3), target={(1,): 3})
     tr = _trace(rec, n_max=3)
-    p = dv.why_data(tr, 0, node=None)
+    p = dv.views.why.why_data(tr, 0, node=None)
     assert p.at == 2 and p.target_text == " ran" and p.target_fate == "pruned_n_max"
     assert "Pruned by N_max" in p.callout and "N_max = 3" in p.callout
     assert "Pruned by N_max" in _callout(dv.why(tr, 0))[0].text
@@ -81,12 +81,12 @@ def test_callout_when_the_targets_token_was_pruned_by_n_max():
 
 def test_target_token_outside_the_top_k_and_an_unexpanded_decision_point():
     rec = record(target={(1, 2, 4): 8})  # after " sat" the target wants " a": not proposed
-    p = dv.why_data(rec, node=7)
+    p = dv.views.why.why_data(rec, node=7)
     assert p.at == 3 and p.target_fate == "not_in_top_k" and p.callout is None
     fig = dv.why(rec, node=7)
     assert any(t.name == TARGET_MARK for t in fig.data)
     assert "not in the draft's top-3" in fig.layout.annotations[-1].text
-    last = dv.why_data(record())  # the walk ended at " on", which the depth gate stopped
+    last = dv.views.why.why_data(record())  # the walk ended at " on", which the depth gate stopped
     assert last.at == 7 and last.target_fate == "not_expanded" and last.candidates == []
     assert "depth_gate" in last.explanation
 
@@ -100,7 +100,7 @@ def test_why_validates_its_arguments_and_uses_the_tokenizer():
     with pytest.raises(ValueError, match="iteration"):
         dv.why(tr, 5)
     # top-k at " sat" (#3) holds "\n", which no node or committed token carries
-    plain = dv.why_data(tr, 0, at=3)
+    plain = dv.views.why.why_data(tr, 0, at=3)
     assert "⟨9⟩" in [c.text for c in plain.candidates]
-    named = dv.why_data(tr, 0, at=3, tokenizer=FakeTokenizer())
+    named = dv.views.why.why_data(tr, 0, at=3, tokenizer=FakeTokenizer())
     assert "\n" in [c.text for c in named.candidates]

@@ -11,14 +11,14 @@ from dynatree_core.policy.config import DynaTreeConfig
 from dynatree_core.policy.growth import grow_tree
 from dynatree_core.policy.replay import replay_tree
 from dynatree_core.policy.tree import UNRECORDED
-from dynatree_viz.regrow import replay_partial
-from dynatree_viz.tree_view import NODES, trace_index
+from dynatree_viz.widgets.regrow import replay_partial
+from dynatree_viz.views.tree import NODES, trace_index
 from viz_fixtures import FakeTokenizer, propose, record, rule, tiny_trace
 
 
 @pytest.fixture(scope="module")
 def trace():
-    return dv.demo_trace(6)
+    return dv.synthetic.synthetic_trace(6)
 
 
 def _node_count(fig) -> int:
@@ -69,7 +69,7 @@ def test_stepper_colour_toggle_pruned_ghosts_and_linked_highlight(trace):
     assert len(ghosts) == 1 and len(ghosts[0].x) == len(trace[0].tree.pruned)
     st.select_node(2)
     assert [s for s in st.mask_fig.layout.shapes if s.name == "highlight"][0].y0 == 1.5
-    assert nodes().marker.line.color[2] == dv.style.HIGHLIGHT
+    assert nodes().marker.line.color[2] == dv.core.style.HIGHLIGHT
     st.next_button.click()  # a new iteration clears the selection
     assert not [s for s in st.mask_fig.layout.shapes if s.name == "highlight"]
 
@@ -118,7 +118,7 @@ def test_explorer_slider_ranges_follow_the_other_sliders():
     assert sl["d0"].max == 5
 
 
-@pytest.mark.parametrize("name", list(dv.widgets.SLIDERS))
+@pytest.mark.parametrize("name", list(dv.widgets.explorer.SLIDERS))
 def test_every_value_a_slider_offers_is_valid(name):
     """Both ends of every slider's current range pass DynaTreeConfig's validation."""
     ex = dv.explore(record(), config=DynaTreeConfig(d0=3, d_max=6, trace_top_k=3))
@@ -144,10 +144,10 @@ def test_explorer_shows_growth_errors_instead_of_crashing():
 def test_widgets_show_one_colour_switch():
     st = dv.show(tiny_trace(2))
     assert st.tree_fig.layout.updatemenus == ()  # no in-figure c(u)/p(u) buttons
-    assert isinstance(st.color_toggle, dv.widgets.widgets.ToggleButtons)
+    assert isinstance(st.color_toggle, dv.widgets.explorer.widgets.ToggleButtons)
     ex = dv.explore(tiny_trace(2))
     assert ex.tree_fig.layout.updatemenus == ()
-    toggles = [w for w in ex.children[2].children if isinstance(w, dv.widgets.widgets.ToggleButtons)]
+    toggles = [w for w in ex.children[2].children if isinstance(w, dv.widgets.explorer.widgets.ToggleButtons)]
     assert len(toggles) == 1
 
 
@@ -230,7 +230,7 @@ def test_expected_cost_model_fitted_from_timings(trace):
     tree = trace[0].tree
     assert cm.cost(tree) == pytest.approx(cm.draft_call_s * tree.draft_calls + cm.verify_base_s
                                           + cm.verify_per_node_s * len(tree))
-    assert dv.expected_accepted(tree) == pytest.approx(sum(math.exp(x) for x in tree.cum_logps[1:]))
+    assert dv.cost.expected_accepted(tree) == pytest.approx(sum(math.exp(x) for x in tree.cum_logps[1:]))
 
 
 def test_every_view_names_the_drafter_of_a_trace(tmp_path):

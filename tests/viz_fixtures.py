@@ -1,8 +1,8 @@
 """Synthetic traces for the dynatree_viz tests (no model, no torch).
 
 ``tiny_trace()`` is hand-specified: a draft whose top-k after each token path is a fixed table,
-so every node, pruned candidate and stop reason below is known exactly. ``demo_trace`` (from
-dynatree_viz._demo) gives longer, realistic traces.
+so every node, pruned candidate and stop reason below is known exactly. ``synthetic_trace`` (from
+dynatree_viz.synthetic) gives longer, realistic traces.
 """
 
 from __future__ import annotations

@@ -36,8 +36,8 @@ from dynatree_core.records.trace import IterationRecord
 from dynatree_core.policy.tree import DraftTree
 from dynatree_core.policy.replay import replay_partial
 
-from dynatree_viz.scene import TreeScene
-from dynatree_viz.tokens import TokenNamer, node_texts
+from dynatree_viz.core.scene import TreeScene
+from dynatree_viz.core.tokens import TokenNamer, node_texts
 
 Regrow = Callable[[GrowthRule], tuple]
 

@@ -1,7 +1,7 @@
 """The explorer's sampling controls (temperature, top-p, seed) and the one-line summary of a run's
 sampling settings that the explorer and the stepper show.
 
-Only a live backend can sample anew (:class:`dynatree_viz.regrow.LiveBackend` over a
+Only a live backend can sample anew (:class:`dynatree_viz.widgets.regrow.LiveBackend` over a
 ``TreeSession`` or a ``regrow(rule, sampling)`` callable); a replay shows what was recorded.
 The seed stays fixed while a slider moves, so the target draws with the same randomness every
 time and a change of temperature changes only what the temperature changes.

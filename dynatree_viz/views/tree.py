@@ -9,7 +9,7 @@ Okabe-Ito colours stay distinct for colour-blind readers), marker symbol = stop 
 star = the target's bonus token, grey ghosts = pruned candidates (optional). Every encoding in
 use has a legend entry. Labels are one ``markers+text`` trace, not annotations, so a 256-node
 tree stays responsive; each hangs below its point, clear of the marks and of its neighbours, and
-edges start below their parent's labels (:mod:`dynatree_viz.labels`), so no edge or marker
+edges start below their parent's labels (:mod:`dynatree_viz.core.labels`), so no edge or marker
 covers a label; accepted labels are in the accepted colour.
 """
 
@@ -24,12 +24,12 @@ from plotly.colors import sample_colorscale
 
 from dynatree_core.records.trace import IterationRecord
 
-from dynatree_viz import style
-from dynatree_viz.labels import (GAP, Label, LabelPlan, clipped_edges, marker_size_for_offset,
+from dynatree_viz.core import style
+from dynatree_viz.core.labels import (GAP, Label, LabelPlan, clipped_edges, marker_size_for_offset,
                                  plan_labels, text_height, text_width, unit_for)
-from dynatree_viz.layout import layered_layout, tree_graph
-from dynatree_viz.scene import TreeScene, sampling_active
-from dynatree_viz.tokens import TokenNamer, resolve_namer
+from dynatree_viz.core.layout import layered_layout, tree_graph
+from dynatree_viz.core.scene import TreeScene, sampling_active
+from dynatree_viz.core.tokens import TokenNamer, resolve_namer
 
 #: trace names (tests and widgets look traces up by name)
 NODES, EDGES, ACCEPTED_EDGES, PRUNED, PRUNED_EDGES, BONUS, COLORBAR = (
@@ -211,7 +211,7 @@ class _Geometry:
 def _geometry(lay: _Layout, texts: dict, font_size: int, legend: Sequence[str], *,
               width: int | None = None, height: int | None = None, top: int = 80,
               min_width: int = 700) -> _Geometry:
-    """Size the figure for its labels (see :mod:`dynatree_viz.labels`): margins hold the title,
+    """Size the figure for its labels (see :mod:`dynatree_viz.core.labels`): margins hold the title,
     the legend below and the colour bar right, so plotly never moves the plot area."""
     labels = [Label(k, lay.pos[k][0], lay.pos[k][1], text_width(t, font_size),
                     text_height(t, font_size)) for k, t in texts.items()]

@@ -18,9 +18,9 @@ import plotly.graph_objects as go
 
 from dynatree_core.records.trace import IterationRecord
 
-from dynatree_viz import style
-from dynatree_viz.labels import text_width
-from dynatree_viz.tokens import TokenNamer, node_texts, resolve_namer
+from dynatree_viz.core import style
+from dynatree_viz.core.labels import text_width
+from dynatree_viz.core.tokens import TokenNamer, node_texts, resolve_namer
 
 #: cell codes of the heatmap's z
 MASKED, ATTENDS, ATTENDS_ACCEPTED, PREFIX = 0, 1, 2, 3
@@ -75,7 +75,7 @@ def mask_figure(rec: IterationRecord, *, namer: TokenNamer | None = None,
     The first trace is the heatmap (z = cell codes, see ``CODE_NAMES``; z[i][0] is the prefix
     summary, z[i][j + 1] key node j) with x = brick edges (the prefix brick left of -0.5, key
     node j centred on x = j) and y = i the query node i. ``highlight`` frames row i;
-    ``tokenizer`` names tokens without stored text (see :mod:`dynatree_viz.tokens`).
+    ``tokenizer`` names tokens without stored text (see :mod:`dynatree_viz.core.tokens`).
     Axis labels are thinned so that none overlaps the next (on long trees), the accepted rows'
     labels first; every accepted row is also named right of the matrix (the ``ACCEPTED_NAMES``
     annotations, bold, in the accepted colour).

@@ -13,7 +13,7 @@ from plotly.subplots import make_subplots
 
 from dynatree_core.records.trace import Trace
 
-from dynatree_viz import style
+from dynatree_viz.core import style
 
 CURRENT_SHAPE = "current iteration"
 _OI = style.OKABE_ITO

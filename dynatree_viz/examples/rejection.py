@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from dynatree_core.records.trace import Trace
 
-from dynatree_viz.sampling_view import SamplingPanel, first_threshold, sampling_data
+from dynatree_viz.views.sampling import SamplingPanel, first_threshold, sampling_data
 
 
 @dataclass

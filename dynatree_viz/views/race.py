@@ -26,9 +26,9 @@ from plotly.subplots import make_subplots
 
 from dynatree_core.records.trace import Trace
 
-from dynatree_viz import style
-from dynatree_viz.controls import play_pause, step_slider
-from dynatree_viz.tokens import TokenNamer
+from dynatree_viz.core import style
+from dynatree_viz.core.controls import play_pause, step_slider
+from dynatree_viz.core.tokens import TokenNamer
 
 X_CHOICES: tuple[str, ...] = ("forwards", "time")
 X_TITLES = {"forwards": "target forwards (prefill + verifications)",

@@ -86,7 +86,7 @@ class _World:
         return toks, lps
 
 
-def demo_trace(n_iterations: int = 12, *, seed: int = 0,
+def synthetic_trace(n_iterations: int = 12, *, seed: int = 0,
                config: DecoderConfig | None = None, max_new_tokens: int = 200,
                prompt: str = "Explain speculative decoding.") -> Trace:
     """A deterministic synthetic :class:`Trace` (default: DynaTree with history adaptation).
@@ -175,7 +175,7 @@ def _demo_metrics(records: list[IterationRecord], output: list[int]) -> Any:
         speculative=True)
 
 
-def demo_results(kind: str = "methods") -> list[dict[str, Any]]:
+def synthetic_results(kind: str = "methods") -> list[dict[str, Any]]:
     """Synthetic benchmark rows in the shape :func:`dynatree_viz.compare_figure` expects:
     ``kind="methods"`` (one row per method and dataset) or ``"sweep"`` (a ``d0`` sweep)."""
     if kind not in ("methods", "sweep"):

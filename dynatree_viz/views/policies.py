@@ -36,8 +36,8 @@ from dynatree_core.records.oracle import OracleSummary
 from dynatree_core.records.reliability import Calibration, DepthCalibration, ReliabilityBin
 from dynatree_core.records.trace import Trace
 
-from dynatree_viz import style
-from dynatree_viz.compare import load_results
+from dynatree_viz.core import style
+from dynatree_viz.views.compare import load_results
 
 _OI = style.OKABE_ITO
 CURVE_COLOR = "#4d4d4d"

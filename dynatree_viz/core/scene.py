@@ -13,7 +13,7 @@ from typing import Any, Sequence
 from dynatree_core.records.trace import IterationRecord
 from dynatree_core.policy.tree import DraftTree
 
-from dynatree_viz.tokens import TokenNamer, node_texts
+from dynatree_viz.core.tokens import TokenNamer, node_texts
 
 #: node status along the verification: how far the target's greedy walk got
 STATUSES: tuple[str, ...] = ("root", "accepted", "rejected", "below_rejection", "unknown")

@@ -26,9 +26,9 @@ from plotly.subplots import make_subplots
 
 from dynatree_core.records.trace import IterationRecord, Trace
 
-from dynatree_viz import style
-from dynatree_viz.style import wrap
-from dynatree_viz.tokens import TokenNamer, resolve_namer
+from dynatree_viz.core import style
+from dynatree_viz.core.style import wrap
+from dynatree_viz.core.tokens import TokenNamer, resolve_namer
 
 #: names of the figure's traces (tests look them up)
 P_BARS, Q_BARS, MIN_BARS, RESIDUAL_BARS, UNIFORM_LINE, INTERVAL_BAR, SCORE_BARS, COIN_MARKS = (

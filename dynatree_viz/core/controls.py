@@ -1,5 +1,5 @@
-"""Play / pause buttons and a step slider for plotly animations (:func:`dynatree_viz.animate`,
-:func:`dynatree_viz.race`): one place for plotly's animation arguments."""
+"""Play / pause buttons and a step slider for plotly animations (:func:`dynatree_viz.views.animation.animate`,
+:func:`dynatree_viz.views.race.race`): one place for plotly's animation arguments."""
 
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from dynatree_core.records.trace import IterationRecord, Trace
 
-from dynatree_viz import style
-from dynatree_viz.tokens import TokenNamer, node_texts, resolve_namer
+from dynatree_viz.core import style
+from dynatree_viz.core.tokens import TokenNamer, node_texts, resolve_namer
 
 #: inline styles (see the module docstring): the bonus underline, the current-iteration outline
 BONUS_STYLE = f"border-bottom: 3px solid {style.BONUS};"

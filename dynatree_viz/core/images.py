@@ -100,7 +100,7 @@ def require_image_export() -> None:
 @contextlib.contextmanager
 def quiet_kaleido() -> Iterator[None]:
     """Silence the one warning plotly gives on every image once kaleido's browser server runs
-    (:func:`dynatree_viz.static.use_static_fallbacks` starts one): "The kopts argument is ignored
+    (:func:`dynatree_viz.widgets.static.use_static_fallbacks` starts one): "The kopts argument is ignored
     if using a server" (plotly passes kopts, the server already has its own). It would print this
     machine's site-packages path above every figure of a notebook."""
     with warnings.catch_warnings():

@@ -23,7 +23,7 @@ seeds) are averaged and drawn with standard-deviation error bars (a single row p
 ``metrics`` dicts in a row (``{"metrics": {"tokens_per_s": ...}}``) are flattened. A result
 document's ``sweep.param_keys`` become the default ``x`` of :func:`compare_figure`.
 
-Colours: a method label always gets the same colour (:data:`dynatree_viz.style.METHOD_COLORS`,
+Colours: a method label always gets the same colour (:data:`dynatree_viz.core.style.METHOD_COLORS`,
 variants such as ``linear:k=3`` the family colour plus a dash / bar pattern), whichever other
 methods share the figure. Every value axis starts at 0, so a 4% difference looks like 4%; the
 speedup panels also draw the AR baseline at 1.0.
@@ -40,7 +40,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dynatree_viz import style
+from dynatree_viz.core import style
 
 DEFAULT_METRICS: tuple[str, ...] = ("tokens_per_s", "speedup", "tokens_per_iteration",
                                     "acceptance_rate")

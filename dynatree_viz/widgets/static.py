@@ -8,13 +8,13 @@ as nothing or as a Python repr. So:
 * :func:`use_static_fallbacks` makes every figure's output carry a PNG beside the Plotly JSON
   (renderer ``plotly_mimetype+dynatree_png``): JupyterLab, VS Code and Colab pick the interactive
   JSON, static viewers the image (Plotly JSON is not in their display priority). The image of an
-  animation tells its whole story (:func:`dynatree_viz.animate.static_figure`): every step of
-  :func:`~dynatree_viz.animate` side by side, the finish of :func:`~dynatree_viz.race`.
+  animation tells its whole story (:func:`dynatree_viz.views.animation.static_figure`): every step of
+  :func:`~dynatree_viz.views.animation` side by side, the finish of :func:`~dynatree_viz.views.race`.
 * :class:`StaticFallback` gives a widget a ``text/html`` snapshot of its current state beside the
   widget view: a live kernel shows the widget; nbconvert drops widget views without stored state
   and falls back to the snapshot, as do nbviewer and GitHub.
 
-Images need kaleido and a Chrome/Chromium (:func:`dynatree_viz.export.image_export_available`);
+Images need kaleido and a Chrome/Chromium (:func:`dynatree_viz.core.images.image_export_available`);
 without them figures keep only their JSON and snapshots say why the image is missing, so a
 notebook still runs (e.g. under nbval on a machine without a browser).
 """
@@ -30,8 +30,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.io._base_renderers import PngRenderer
 
-from dynatree_viz.animate import static_figure
-from dynatree_viz.export import ImageExportUnavailable, quiet_kaleido, require_image_export
+from dynatree_viz.views.animation import static_figure
+from dynatree_viz.core.images import ImageExportUnavailable, quiet_kaleido, require_image_export
 
 _state: dict[str, Any] = {"images": None, "reason": ""}
 #: the renderer :func:`use_static_fallbacks` pairs with ``plotly_mimetype``
@@ -79,7 +79,7 @@ def use_static_fallbacks(images: bool | None = None) -> str:
 
 class StaticPngRenderer(PngRenderer):
     """plotly's PNG renderer, at each figure's own size, drawing what a reader without a kernel
-    should see (:func:`dynatree_viz.animate.static_figure`: an animation's every step, a race's
+    should see (:func:`dynatree_viz.views.animation.static_figure`: an animation's every step, a race's
     finish) and without kaleido's warnings in the notebook's output."""
 
     def __init__(self) -> None:

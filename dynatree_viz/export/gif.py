@@ -1,14 +1,14 @@
 """GIF export: one moving picture of an animation, a race or a stepper (for a slide or a README).
 
 Every frame is drawn by the renderer a notebook's static image uses
-(:func:`dynatree_viz.static.figure_png`: kaleido and a Chrome/Chromium), then Pillow assembles
+(:func:`dynatree_viz.widgets.static.figure_png`: kaleido and a Chrome/Chromium), then Pillow assembles
 them (``pip install 'dynatree[viz]'`` brings it). :func:`export_gif` takes
 
-* an animated figure: :func:`dynatree_viz.animate` (one frame per step) or :func:`dynatree_viz.race`
+* an animated figure: :func:`dynatree_viz.views.animation.animate` (one frame per step) or :func:`dynatree_viz.views.race.race`
   (its frames, thinned to ``max_frames``, the finish held longest);
-* a :class:`~dynatree_viz.widgets.Stepper` (:func:`dynatree_viz.show`): one frame per iteration of
+* a :class:`~dynatree_viz.widgets.explorer.Stepper` (:func:`dynatree_viz.show`): one frame per iteration of
   its trace, its tree as the stepper draws it;
-* a trace, a trace JSON path or an iteration record: :func:`dynatree_viz.animate` of it.
+* a trace, a trace JSON path or an iteration record: :func:`dynatree_viz.views.animation.animate` of it.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import plotly.graph_objects as go
 
 from dynatree_core.records.trace import IterationRecord, Trace
 
-from dynatree_viz.animate import animate, frame_figures, is_animation
-from dynatree_viz.export import ImageExportUnavailable, require_image_export
-from dynatree_viz.static import figure_png
-from dynatree_viz.widgets import Stepper
+from dynatree_viz.views.animation import animate, frame_figures, is_animation
+from dynatree_viz.core.images import ImageExportUnavailable, require_image_export
+from dynatree_viz.widgets.static import figure_png
+from dynatree_viz.widgets.explorer import Stepper
 
 #: per-frame time (ms) when the caller gives none: an animation's step, a race's tick, a
 #: stepper's iteration

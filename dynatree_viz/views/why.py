@@ -21,9 +21,9 @@ import plotly.graph_objects as go
 
 from dynatree_core.records.trace import IterationRecord, Trace
 
-from dynatree_viz import style
-from dynatree_viz.scene import TreeScene
-from dynatree_viz.tokens import TokenNamer, resolve_namer
+from dynatree_viz.core import style
+from dynatree_viz.core.scene import TreeScene
+from dynatree_viz.core.tokens import TokenNamer, resolve_namer
 
 #: what became of one top-k candidate at the decision point
 FATES: dict[str, str] = {

@@ -3,7 +3,7 @@
 Contents: a navigation bar (sections, and every iteration by its anchor ``#iteration-<index>``),
 run summary (method, models, metrics, config), the iteration timeline, the coloured output
 text, then for each iteration its tree and its attention mask side by side (optionally the
-:func:`~dynatree_viz.why` panel of where its accepted path ended). The two columns are a CSS
+:func:`~dynatree_viz.views.why` panel of where its accepted path ended). The two columns are a CSS
 grid whose figures fill their cell and follow the window, so they stay side by side down to
 tablet widths (:data:`STACK_BELOW_PX`); a tree too wide to read when shrunk scrolls in its cell.
 plotly.js is inlined once (first figure) and every figure has a fixed div id, so the file works
@@ -20,14 +20,14 @@ from typing import Any, Sequence
 
 from dynatree_core.records.trace import Trace
 
-from dynatree_viz.compare import ResultsLike, compare_figure
-from dynatree_viz.export import figure_html
-from dynatree_viz.mask_view import mask_figure
-from dynatree_viz.text_view import text_html
-from dynatree_viz.timeline import timeline_figure
-from dynatree_viz.tokens import resolve_namer
-from dynatree_viz.tree_view import tree_figure
-from dynatree_viz.why import why as why_figure
+from dynatree_viz.views.compare import ResultsLike, compare_figure
+from dynatree_viz.core.images import figure_html
+from dynatree_viz.views.mask import mask_figure
+from dynatree_viz.views.text import text_html
+from dynatree_viz.views.timeline import timeline_figure
+from dynatree_viz.core.tokens import resolve_namer
+from dynatree_viz.views.tree import tree_figure
+from dynatree_viz.views.why import why as why_figure
 
 #: below this window width the tree and the mask stack (a phone); above it they sit side by side
 STACK_BELOW_PX = 800
@@ -197,7 +197,7 @@ def report(trace: Trace | str, path: str | os.PathLike | None = None, **kwargs: 
     (benchmark rows for a comparison figure, see :func:`dynatree_viz.compare_figure`),
     ``compare_x`` (its sweep column), ``tokenizer`` (``.decode(list[int])``: names tokens the
     trace has no text for, e.g. pruned candidates) and ``why`` (add each iteration's
-    :func:`dynatree_viz.why` panel). Deterministic: the same trace gives the same bytes.
+    :func:`dynatree_viz.views.why.why` panel). Deterministic: the same trace gives the same bytes.
     """
     if not isinstance(trace, Trace):
         trace = Trace.from_json(trace)

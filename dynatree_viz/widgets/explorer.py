@@ -27,18 +27,18 @@ from dynatree_core.policy.config import DynaTreeConfig, GrowthRule, config_from_
 from dynatree_core.policy.sampling import SamplingConfig
 from dynatree_core.records.trace import IterationRecord, Trace
 
-from dynatree_viz import style
+from dynatree_viz.core import style
 from dynatree_viz.cost import CostModel, expected_accepted
-from dynatree_viz.mask_view import mask_figure
-from dynatree_viz.regrow import LiveBackend, RegrowResult, ReplayBackend
-from dynatree_viz.sampling_controls import SamplingControls, sampling_summary
-from dynatree_viz.scene import sampling_active
-from dynatree_viz.static import StaticFallback, figure_snapshot_html
-from dynatree_viz.text_view import text_html
-from dynatree_viz.timeline import mark_iteration, timeline_figure
-from dynatree_viz.tokens import TokenNamer, resolve_namer
-from dynatree_viz.tree_view import NODES, resolve_color_by, tree_figure, trace_index
-from dynatree_viz.why import why
+from dynatree_viz.views.mask import mask_figure
+from dynatree_viz.widgets.regrow import LiveBackend, RegrowResult, ReplayBackend
+from dynatree_viz.widgets.sampling import SamplingControls, sampling_summary
+from dynatree_viz.core.scene import sampling_active
+from dynatree_viz.widgets.static import StaticFallback, figure_snapshot_html
+from dynatree_viz.views.text import text_html
+from dynatree_viz.views.timeline import mark_iteration, timeline_figure
+from dynatree_viz.core.tokens import TokenNamer, resolve_namer
+from dynatree_viz.views.tree import NODES, resolve_color_by, tree_figure, trace_index
+from dynatree_viz.views.why import why
 
 
 def replace_figure(target: go.FigureWidget, fig: go.Figure) -> None:
@@ -311,7 +311,7 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
     """Move a slider → re-grow the tree under the new rule → redraw, with its statistics.
 
     ``backend`` is a :class:`ReplayBackend` (no model; from a recorded iteration) or a
-    :class:`LiveBackend` (``regrow(rule[, sampling])`` callable, see :mod:`dynatree_viz.regrow`).
+    :class:`LiveBackend` (``regrow(rule[, sampling])`` callable, see :mod:`dynatree_viz.widgets.regrow`).
     Attributes: ``sliders`` (name → widget, names as in :data:`SLIDERS`), ``sampling_sliders``
     (``"temperature"``, ``"top_p"``, ``"seed"``: only for a live backend that samples, else
     empty; see the module docstring), ``dynamic_breadth`` / ``dynamic_depth`` (checkboxes),
@@ -563,7 +563,7 @@ def explore(source: Any, prompt: Any = None, *, iteration: int = 0,
       fitted to the trace's timings) or a path to a trace JSON file,
     * an :class:`IterationRecord` (replay mode),
     * a ``regrow(rule)`` callable or an object with ``.regrow`` (live mode; protocol in
-      :mod:`dynatree_viz.regrow`),
+      :mod:`dynatree_viz.widgets.regrow`),
     * a ``ModelPair`` together with ``prompt`` (live mode): a
       ``dynatree_core.engine.session.TreeSession(pair, prompt, top_k=...)`` is built (imported lazily,
       so this module never needs torch) and re-drafts/verifies the prompt's next tree.

@@ -1,0 +1,2 @@
+"""ipywidgets front ends: the iteration stepper and parameter explorer, regrowing a tree
+(replayed or live), and the sampling controls."""
