@@ -1,4 +1,4 @@
-"""View 7: one iteration animated phase by phase (draft level by level, verify, select, commit).
+"""One iteration animated phase by phase (draft level by level, verify, select, commit).
 
 Every step is one plotly frame over the *final* tree's layout (the same tidy layout, colours,
 marker shapes and legend as :func:`dynatree_viz.tree_figure`, so nothing moves between steps
@@ -16,9 +16,8 @@ and the last frame looks like the static view):
   bold blue, the bonus underlined in orange, as in the text view).
 
 :func:`animation_steps` gives the steps as data, :func:`animate` the figure (play/pause buttons
-and a step slider), :func:`frame_figures` one static figure per frame (of any animated figure),
-:func:`export_slides` one offline HTML file with one slide per step (plotly.js inlined, arrow
-keys / buttons to navigate) and :func:`export_frames` one image per frame (kaleido + Chrome).
+and a step slider), :func:`frame_figures` one static figure per frame (of any animated figure); slides and images
+of the frames are written by :mod:`dynatree_viz.export.slides`.
 """
 
 from __future__ import annotations
