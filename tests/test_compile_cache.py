@@ -30,6 +30,10 @@ def test_compile_scope_sets_cache_and_freezing_only_inside(monkeypatch, tmp_path
         assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path)
         assert torch._inductor.config.freezing and torch._inductor.config.fx_graph_cache
     assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ and torch._inductor.config.freezing == before
+    monkeypatch.setenv(cc.FREEZING_ENV, "noprepack")
+    assert cc.compile_options("cpu") == {"fx_graph_cache": True, "freezing": True, "cpp.weight_prepack": False}
+    monkeypatch.setenv(cc.FREEZING_ENV, "off")
+    assert cc.compile_options("cpu") == {"fx_graph_cache": True}
 
 
 def test_compiled_frozen_runtime_decodes_as_eager_and_counts_its_compiles(monkeypatch, tmp_path):

@@ -12,7 +12,9 @@ shapes and the config; the folder adds the torch version.
 On the CPU, ``freezing=True`` folds the parameters into the graph as constants, so inductor keeps
 oneDNN's prepacked linears (without it they lower to ``aten::mm``, slower than eager: see
 docs/bench/2026-11-28-compile-profile). Inputs the graph mutates (the static KV cache) stay graph
-inputs: freezing only folds what the graph never writes.
+inputs: freezing only folds what the graph never writes. Prepacked (mkldnn) weights cannot be
+pickled, so with them torch 2.13's FX graph cache bypasses; ``$DYNATREE_COMPILE_FREEZING``
+(:data:`FREEZING_MODES`) trades the packing for full caching.
 
 :func:`compile_totals` reports what compiling cost in this process (seconds, cache hits and
 misses), apart from any decode.
@@ -34,6 +36,11 @@ import torch._inductor.config
 #: the environment variable that overrides where compiled graphs are cached
 CACHE_ENV = "DYNATREE_COMPILE_CACHE"
 #: the cache counters dynamo keeps (``torch._dynamo.utils.counters["inductor"]``) that we report
+#: how the CPU freezes (``$DYNATREE_COMPILE_FREEZING``): "prepack" (default: oneDNN-packed linears;
+#: torch 2.13's FX graph cache cannot pickle them and bypasses, only the kernels' C++ is cached),
+#: "noprepack" (frozen constants, plain weights: the FX graph cache hits), "off" (no freezing)
+FREEZING_ENV = "DYNATREE_COMPILE_FREEZING"
+FREEZING_MODES: tuple[str, ...] = ("prepack", "noprepack", "off")
 _HIT, _MISS, _BYPASS = "fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass"
 
 
@@ -75,8 +82,12 @@ def compile_options(device: torch.device | str) -> dict[str, Any]:
     cache on, and freezing on the CPU (parameters as constants, oneDNN-packed linears); the
     AOTAutograd cache is ``torch._functorch.config.enable_autograd_cache``, set by :func:`compile_scope`."""
     options: dict[str, Any] = {"fx_graph_cache": True}
-    if torch.device(device).type == "cpu":
+    mode = os.environ.get(FREEZING_ENV, "prepack")
+    if mode not in FREEZING_MODES:
+        raise ValueError(f"{FREEZING_ENV}={mode!r}: expected one of {FREEZING_MODES}")
+    if torch.device(device).type == "cpu" and mode != "off":
         options["freezing"] = True
+        options["cpp.weight_prepack"] = mode == "prepack"
     return options
 
 
