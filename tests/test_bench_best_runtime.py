@@ -13,7 +13,7 @@ from dynatree_core.bench.results import aggregate, best_runtime
 from dynatree_core.bench.tables import table1
 from dynatree_core.cli.resolve import runtime_points
 
-from test_bench_results import row
+from helpers.bench import row
 
 # AR is faster compiled (15 vs 10 tok/s); DynaTree faster eager (30 vs 24)
 TPS = {("ar", "eager"): 10.0, ("ar", "compiled"): 15.0, ("dynatree", "eager"): 30.0, ("dynatree", "compiled"): 24.0}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench_fixtures import make_data_dir, wikitext_text
+from helpers.bench import make_data_dir, wikitext_text
 from dynatree_core.bench.data import (BUNDLED_DIR, DataError, hf_tokenize, load_corpus, parse_datasets,
                                       select_prompts, wikitext_documents)
 from dynatree_core.pairs.tiny import char_tokenizer
@@ -135,7 +135,7 @@ class _FakeHF:
 
 
 def test_hf_source_reads_test_splits_through_datasets(monkeypatch, tok):
-    from bench_fixtures import pg19_book
+    from helpers.bench import pg19_book
 
     fake = _FakeHF(wikitext_text(), [pg19_book(0), pg19_book(1)])
     monkeypatch.setitem(__import__("sys").modules, "datasets", fake)

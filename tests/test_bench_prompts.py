@@ -142,7 +142,7 @@ def test_tiny_bench_on_everyday_prompts_every_method_equals_ar(tmp_path, capsys,
 
 
 def test_the_main_job_reports_everyday_prompts_beside_the_passages(tmp_path, capsys):
-    from bench_fixtures import make_data_dir
+    from helpers.bench import make_data_dir
 
     out = tmp_path / "main.json"
     argv = ["bench", "--target", "tiny-llama", "--no-progress", "--data-dir", str(make_data_dir(tmp_path / "data")),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench_fixtures import make_data_dir, spy_on_history
+from helpers.bench import make_data_dir, spy_on_history
 from dynatree_core.bench.methods import method_specs, parse_methods
 from dynatree_core.bench.protocol import LengthError, RunPoint, check_lengths
 from dynatree_core.bench.results import SCHEMA_VERSION, aggregate, recompute

@@ -10,21 +10,7 @@ import pytest
 
 from dynatree_core.bench.results import (SCHEMA_VERSION, ResultError, aggregate, load_result, recompute,
                                          result_path, write_json_atomic)
-
-
-def row(dataset, label, i, tps, warmup=False, method=None, **extra):
-    return {"dataset": dataset, "label": label, "method": method or label.split(":")[0], "max_new_tokens": 8,
-            "max_prompt_len": 16, "prompt_index": i, "warmup": warmup, "tokens_per_s": tps,
-            "ttft_s": 0.1, "tpot_s": 0.01, "acceptance_rate": None if label == "ar" else 0.5,
-            "tokens_per_iteration": 2.0, "mean_accepted_length": 1.0, "iterations": 4,
-            "target_forwards_per_token": 0.5, "draft_forwards_per_token": 1.0, "draft_forwards_per_iteration": 2.0,
-            "peak_memory_bytes": 100, "new_tokens": 8, "prompt_tokens": 16, "run_id": "r", **extra}
-
-
-ROWS = ([row("wikitext2", "ar", i, t, warmup=i == 0) for i, t in enumerate([1000.0, 10.0, 12.0, 14.0])]
-        + [row("wikitext2", "dynatree", i, t, warmup=i == 0) for i, t in enumerate([1.0, 20.0, 30.0, 40.0])]
-        + [row("pg19", "ar", i, t, warmup=i == 0) for i, t in enumerate([5.0, 5.0, 5.0, 5.0])]
-        + [row("pg19", "dynatree", i, t, warmup=i == 0) for i, t in enumerate([9.0, 10.0, 10.0, 10.0])])
+from helpers.bench import ROWS, row
 
 
 def by(aggs, dataset, label):

@@ -6,7 +6,7 @@ import pytest
 
 from dynatree_core.bench.results import aggregate
 from dynatree_core.bench.tables import COST_COLUMNS, make_tables, render, table4, to_markdown
-from test_bench_results import ROWS, row
+from helpers.bench import ROWS, row
 
 COSTS = list(COST_COLUMNS.values())
 

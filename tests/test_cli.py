@@ -8,22 +8,8 @@ import json
 
 import pytest
 
-from bench_fixtures import make_data_dir
 from dynatree_core.cli import build_parser, main
-
-TINY = ["--target", "tiny-llama", "--no-progress"]
-
-
-@pytest.fixture
-def data_dir(tmp_path):
-    return make_data_dir(tmp_path / "data")
-
-
-def bench_args(data_dir, out, *extra, methods="ar,dynatree"):
-    # the passages only: the main job's three datasets run once, in tests/test_bench_prompts.py
-    return ["bench", *TINY, "--data-dir", str(data_dir), "--dataset", "wikitext2,pg19", "--out", str(out),
-            "--num-prompts", "2", "--warmup", "1",
-            "--max-new-tokens", "4", "--max-prompt-len", "16", "--methods", methods, *extra]
+from helpers.bench import TINY, bench_args
 
 
 def test_bench_writes_one_json_and_prints_tables_1_to_3(data_dir, tmp_path, capsys):

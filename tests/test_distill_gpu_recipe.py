@@ -128,7 +128,7 @@ def test_bench_draft_without_target_names_a_candidate_feature_draft(tmp_path, mo
 # ----------------------------------------------------------------------------- the recipe, tiny, on the CPU
 
 def _tiny_data_dir(d: Path) -> Path:
-    from bench_fixtures import pg19_book, wikitext_text
+    from helpers.bench import pg19_book, wikitext_text
 
     (d / "wikitext-2-raw").mkdir(parents=True)
     (d / "wikitext-2-raw" / "wiki.valid.raw").write_text(wikitext_text(8))  # training text

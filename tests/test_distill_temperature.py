@@ -132,7 +132,7 @@ def test_a_tiny_model_draft_run_at_t_completes_and_records_it(tmp_path):
 
 
 def test_a_tiny_feature_draft_run_at_t_completes_and_records_it(tmp_path):
-    from test_feature_draft import _feature_args, _seqs_dir, learnable_target
+    from helpers.features import _feature_args, _seqs_dir, learnable_target
 
     from dynatree_core.distill.feature import build_features, train_feature
     from dynatree_core.drafters.feature_draft import FEATURE_CONFIG_FILE

@@ -23,8 +23,8 @@ from dynatree_core.runtime import fast_path as fp
 from dynatree_core.runtime.static_cache import SlotCache, StaticTargetCache
 
 from helpers import DEVICE, cached_pair, reference_greedy
-from test_exactness import ARCHS, ATTNS, EDGE_CONFIGS, method_configs, prompts
-from test_feature_draft import feature_pair
+from helpers.exactness import ARCHS, ATTNS, EDGE_CONFIGS, method_configs, prompts
+from helpers.features import feature_pair
 
 STATIC = "graphs" if DEVICE.type == "cuda" else "static"
 

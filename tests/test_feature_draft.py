@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import json
-from argparse import Namespace
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dynatree_core import generate
-from dynatree_core.policy.config import DynaTreeConfig, FixedTreeConfig, GrowthRule
+from dynatree_core.policy.config import DynaTreeConfig, GrowthRule
 from dynatree_core.runtime.device_tree import DeviceTree
 from dynatree_core.drafters import DraftContext, FeatureDrafter, LookupMix, ModelDrafter, make_drafter
 from dynatree_core.drafters.feature_draft import (FEATURE_CONFIG_FILE, FEATURE_WEIGHTS_FILE, FeatureDraftModel,
@@ -24,33 +23,8 @@ from dynatree_core.pairs.pair import ModelPair
 from dynatree_core.pairs.tiny import VOCAB_SIZE, char_tokenizer, tiny_model
 
 from helpers import assert_decodes, cached_target, reference_greedy
-from test_exactness import ATTNS, EDGE_CONFIGS, method_configs, prompts
-
-
-@functools.lru_cache(maxsize=None)
-def llama_target(attn: str, seed: int) -> torch.nn.Module:
-    return cached_target("llama", attn) if seed == 0 else tiny_model("llama", seed=seed, attn=attn, layers=3)
-
-
-@functools.lru_cache(maxsize=None)
-def target_greedy(attn: str, seed: int, prompt: tuple[int, ...], n: int) -> list[int]:
-    if seed == 0:
-        return reference_greedy("llama", attn, prompt, n)
-    return greedy(llama_target(attn, seed), list(prompt), n) if n else []
-
-
-@functools.lru_cache(maxsize=None)
-def feature_pair(attn: str, head_seed: int, target_seed: int = 0) -> ModelPair:
-    """A tiny random Llama target with a random feature head (head seed 0: the plain random init)."""
-    target = llama_target(attn, target_seed)
-    draft = build_feature_draft(target, torch.arange(VOCAB_SIZE), seed=head_seed)
-    if head_seed:
-        g = torch.Generator().manual_seed(head_seed)
-        with torch.no_grad():
-            for n, p in draft.named_parameters():
-                if not n.startswith("embed."):
-                    p.add_(0.05 * head_seed * torch.randn(p.shape, generator=g))
-    return ModelPair(target=target, draft=draft, target_name="tiny-llama", draft_name=f"feature-{head_seed}")
+from helpers.exactness import ATTNS, EDGE_CONFIGS, method_configs, prompts
+from helpers.features import _feature_args, _seqs_dir, check_session_regrow, feature_pair, greedy, learnable_target, target_greedy
 
 
 # ----------------------------------------------------------------------------- exactness
@@ -82,20 +56,6 @@ def _accepted_tokens(trace) -> list[tuple[int, int]]:
                 out.append((pos + k, t))
         pos += len(rec.committed)
     return out
-
-
-@functools.lru_cache(maxsize=None)
-def learnable_target() -> torch.nn.Module:
-    """A tiny Llama whose greedy behaviour a one-layer draft can learn from a few thousand tokens
-    (small init: a smooth function; the default tiny targets are close to random hashes)."""
-    return tiny_model("llama", layers=1, init_range=0.05, seed=5)
-
-
-def greedy(target, prompt: list[int], n: int) -> list[int]:
-    with torch.no_grad():
-        out = target.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=n, min_new_tokens=n,
-                              eos_token_id=None, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
 
 
 def test_feature_drafter_stops_at_an_eos_inside_an_accepted_path():
@@ -174,33 +134,6 @@ def test_unrolled_mask_matches_tree_ancestry():
     assert row[6:12].tolist() == [False, False, False, True, False, False]
     assert row[12:18].tolist() == [False, False, False, False, True, False]
     assert unrolled_mask(5, 1).equal(torch.tril(torch.ones(5, 5, dtype=torch.bool)))
-
-
-def _seqs_dir(tmp: Path, target, n_rows: int = 300, length: int = 40, seed: int = 0) -> Path:
-    """Target-written sequences in the data stage's shard format."""
-    from dynatree_core.distill.data import _save_seqs
-
-    g = torch.Generator().manual_seed(seed)
-    sdir = tmp / "seqs"
-    sdir.mkdir(parents=True)
-    p = torch.randint(2, VOCAB_SIZE, (n_rows, 8), generator=g)
-    with torch.no_grad():  # equal-length prompts: one batched greedy run, no padding
-        out = target.generate(p, do_sample=False, max_new_tokens=length - 8, min_new_tokens=length - 8,
-                              eos_token_id=None, pad_token_id=0)
-    rows = [(r.tolist(), 8) for r in out]
-    _save_seqs(sdir / "p_00000.pt", rows, "prompt")
-    _save_seqs(sdir / "text_00000.pt", [(torch.randint(2, VOCAB_SIZE, (30,), generator=g).tolist(), 0)], "text")
-    return sdir
-
-
-def _feature_args(work: Path, out: Path, **kw) -> Namespace:
-    base = dict(work_dir=str(work), out_dir=str(out), max_len=64, feature_text_tokens=30, seed=0,
-                feature_batch_tokens=2048, teacher_dtype="float32", device="cpu", val_rows=16, head_size=VOCAB_SIZE,
-                lr=1e-2, weight_decay=0.0, warmup=10, time_limit=0, export_reserve=0, steps=150, min_lr_frac=0.05,
-                batch_tokens=1200, micro_tokens=0, layers=1, init_from=None, warm_lr_frac=0.25, train_bf16=False, unroll=3, alpha=0.5, reg_weight=0.5,
-                log_every=1000, command_line="test")
-    base.update(kw)
-    return Namespace(**base)
 
 
 @functools.lru_cache(maxsize=None)
@@ -350,22 +283,6 @@ def test_default_pair_draft_choice_is_checked_before_loading():
 
 def test_feature_session_regrow_matches_the_first_iteration_of_generate():
     check_session_regrow(feature_pair("sdpa", 1), [7, 3, 9, 12], "feature")
-
-
-def check_session_regrow(pair: ModelPair, prompt: list[int], kind: str) -> None:
-    """A TreeSession's regrown tree (twice: the drafter is forked each time) equals the first
-    iteration of ``generate``: tokens, parents and the target's choices."""
-    from dynatree_core.engine.session import TreeSession
-
-    cfg = FixedTreeConfig(d=3, b=2, tau=0.0)
-    run = generate(pair, prompt, "fixed_tree", cfg, max_new_tokens=10, ignore_eos=True, trace=True)
-    session = TreeSession(pair, prompt)
-    assert session.drafter_kind == kind
-    for _ in range(2):
-        tree, argmax = session.regrow(cfg.growth_rule())
-        first = run.trace[0]
-        assert tree.tokens == first.tree.tokens and tree.parents == first.tree.parents
-        assert argmax == first.target_argmax
 
 
 def test_warm_start_from_an_independent_draft_reproduces_it_then_reads_features():

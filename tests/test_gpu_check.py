@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_exactness import EDGE_CONFIGS
+from helpers.exactness import EDGE_CONFIGS
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gpu_check.py"

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from bench_fixtures import make_data_dir
+from helpers.bench import make_data_dir
 from dynatree_core.bench.hf_assisted import HFAssistedConfig, assistant_settings, generate_hf_assisted
 from dynatree_core.bench.methods import METHOD_NAMES, method_specs, parse_methods
 from dynatree_core.bench.protocol import RunPoint
@@ -18,7 +18,7 @@ from dynatree_core.bench.tables import make_tables, overhead_notes, render
 from dynatree_core.cli import main
 from dynatree_core.engine.api import generate
 from dynatree_core.pairs.tiny import tiny_feature_pair, tiny_pair
-from test_bench_results import row
+from helpers.bench import row
 
 #: a prompt on which the tiny Llama target's greedy output contains EOS (id 1) at position 15 of 40
 EOS_PROMPT = [47, 53, 40, 59, 11, 21, 8, 48, 6, 59, 56, 45, 23, 32, 37, 8, 24, 29, 22, 41]

@@ -29,8 +29,8 @@ from dynatree_core.pairs.tiny import noisy_copy, tiny_feature_pair, tiny_model
 from dynatree_core.records.trace import Trace
 
 from helpers import cached_pair, reference_greedy
-from test_exactness import ARCHS, ATTNS, EDGE_CONFIGS, method_configs, prompts
-from test_feature_draft import greedy
+from helpers.exactness import ARCHS, ATTNS, EDGE_CONFIGS, method_configs, prompts
+from helpers.features import greedy
 
 pytestmark = pytest.mark.skipif(onednn_unavailable("cpu", torch.float32) is not None,
                                 reason="this torch build has no oneDNN linear kernels")
@@ -184,8 +184,8 @@ def test_the_kernel_is_recorded_in_the_trace_and_keys_its_own_calibration():
 
 
 def test_the_cli_records_the_kernel_it_ran_on(tmp_path):
-    from bench_fixtures import make_data_dir
-    from test_cli import bench_args
+    from helpers.bench import make_data_dir
+    from helpers.bench import bench_args
 
     from dynatree_core.cli import main
 

@@ -4,7 +4,6 @@ contexts it reads from the device tree, exactness with every method, records and
 from __future__ import annotations
 
 import math
-from collections import Counter
 
 import pytest
 import torch
@@ -20,27 +19,10 @@ from dynatree_core.runtime.ngram import CompactVocab, lookup_topk
 from dynatree_core.drafters import DraftContext, LookupDrafter, PromptLookup, make_drafter
 
 from helpers import cached_target, reference_greedy
-from test_exactness import ARCHS, EDGE_CONFIGS, method_configs
+from helpers.exactness import ARCHS, EDGE_CONFIGS, method_configs
+from helpers.lookup import check_eos_stop, lookup_prompts, reference_lookup
 
 CPU = torch.device("cpu")
-
-
-def reference_lookup(seq: list[int], ctx: list[int], source: PromptLookup, k: int, limit: int | None = None):
-    """Prompt lookup in plain Python: the longest suffix n-gram of ``ctx`` seen earlier in ``seq``
-    (with a token after it), its followers by count, then by the most recent occurrence; only
-    ``seq[:limit + 1]`` is known when ``limit`` is given."""
-    if limit is not None:
-        seq = seq[:limit + 1]
-    for n in range(min(source.max_ngram, len(seq) - 1), source.min_ngram - 1, -1):
-        if len(ctx) < n:
-            continue
-        occ = [i for i in range(len(seq) - n) if seq[i:i + n] == ctx[-n:]]
-        if occ:
-            counts = Counter(seq[i + n] for i in occ)
-            last = {seq[i + n]: i for i in occ}  # ascending: the last write is the most recent
-            order = sorted(counts, key=lambda t: (-counts[t], -last[t]))[:k]
-            return order, [math.log(counts[t] / (len(occ) + 1)) for t in order]
-    return [], []
 
 
 small_seqs = st.lists(st.integers(0, 6), min_size=0, max_size=40)  # a small alphabet: n-grams repeat
@@ -124,10 +106,6 @@ def lookup_pair(arch: str, attn: str = "sdpa", **kwargs) -> ModelPair:
                      draft_name="prompt-lookup")
 
 
-# repetitive prompts, so that the lookup proposes; any prompt must stay exact
-lookup_prompts = st.lists(st.integers(2, 9), min_size=1, max_size=16).map(lambda p: tuple(p * 2))
-
-
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(arch=st.sampled_from(ARCHS), mc=method_configs, prompt=lookup_prompts, n=st.integers(0, 24),
        ngram=st.integers(1, 4))
@@ -142,16 +120,6 @@ def test_every_decoder_with_prompt_lookup_equals_target_greedy(arch, mc, prompt,
 @given(arch=st.sampled_from(ARCHS), mc=method_configs, prompt=lookup_prompts, cut=st.integers(0, 15))
 def test_prompt_lookup_stops_at_the_first_eos_even_inside_an_accepted_path(arch, mc, prompt, cut):
     check_eos_stop(lookup_pair(arch), arch, mc, prompt, cut)
-
-
-def check_eos_stop(pair: ModelPair, arch: str, mc, prompt: tuple[int, ...], cut: int) -> None:
-    """The run stops at the first EOS of the target's greedy output (token ``cut``), even when it
-    lies inside an accepted path."""
-    method, config = mc
-    ref = reference_greedy(arch, "sdpa", prompt, 16)
-    eos = ref[cut]
-    res = generate(pair, list(prompt), method, config, max_new_tokens=16, eos_token_id=eos)
-    assert res.tokens == ref[: ref.index(eos) + 1] and res.metrics.stopped_by == "eos"
 
 
 @pytest.mark.parametrize("arch", ARCHS)

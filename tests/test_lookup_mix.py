@@ -18,9 +18,9 @@ from dynatree_core.runtime.ngram import CompactVocab, lookup_matches
 from dynatree_core.drafters import DraftContext, LookupMix, MixDrafter, PromptLookup, make_drafter, mix_topk
 
 from helpers import cached_pair, reference_greedy
-from test_exactness import ARCHS, EDGE_CONFIGS, method_configs
-from test_feature_draft import check_session_regrow, feature_pair, target_greedy
-from test_lookup_drafter import check_eos_stop, lookup_prompts, reference_lookup
+from helpers.exactness import ARCHS, EDGE_CONFIGS, method_configs
+from helpers.features import check_session_regrow, feature_pair, target_greedy
+from helpers.lookup import check_eos_stop, lookup_prompts, reference_lookup
 
 
 def reference_mix(seq: list[int], ctx: list[int], draft: dict[int, float], mix: LookupMix, k: int

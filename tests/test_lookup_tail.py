@@ -26,9 +26,9 @@ from dynatree_core.policy.tail import lookup_span
 from dynatree_core.policy.replay import replay_partial
 
 from helpers import cached_pair, reference_greedy
-from test_device_tree import VOCAB, FakeDrafter, all_rules, draw_target_choices
-from test_exactness import ARCHS, ATTNS, method_configs
-from test_lookup_drafter import check_eos_stop
+from helpers.device_tree import VOCAB, FakeDrafter, all_rules, draw_target_choices
+from helpers.exactness import ARCHS, ATTNS, method_configs
+from helpers.lookup import check_eos_stop
 
 CPU = torch.device("cpu")
 

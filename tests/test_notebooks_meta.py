@@ -259,7 +259,7 @@ def test_committed_tree_labels_sit_under_no_marker_or_edge(name):
     """Every committed tree view and animation frame passes the geometric check of
     tests/test_viz_labels.py on its own coordinates; masks name their accepted rows."""
     pytest.importorskip("dynatree_viz")
-    from test_viz_labels import assert_labels_clear
+    from helpers.viz import assert_labels_clear
 
     from dynatree_viz.views.animation import frame_figures
     from dynatree_viz.views.mask import ACCEPTED_NAMES, MASK_SHAPE

@@ -11,7 +11,7 @@ import sys
 import pytest
 import ray
 
-from bench_fixtures import make_data_dir
+from helpers.bench import make_data_dir
 from dynatree_core.bench.checkpoint import Checkpoint, checkpoint_path
 from dynatree_core.bench.execution import SerialBackend, ShardResult
 from dynatree_core.bench.methods import method_specs, parse_methods
@@ -21,7 +21,7 @@ from dynatree_core.bench.ray_backend import RayBackend, RayUnavailable, check_ad
 from dynatree_core.bench.results import AGG_METRICS
 from dynatree_core.bench.runner import Experiment, load_corpora, prepare, run_prepared
 from dynatree_core.cli import main
-from test_shards import TIMING, deterministic
+from helpers.bench import TIMING, deterministic
 
 SPEC = PairSpec(target="tiny-llama", draft_noise=0.02)
 #: aggregate metrics that do not measure time

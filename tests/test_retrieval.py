@@ -21,9 +21,9 @@ from dynatree_core.policy.config import DynaTreeConfig, FixedTreeConfig, LinearC
 from dynatree_core.policy.sampling import SamplingConfig
 
 from helpers import cached_pair, reference_greedy
-from test_exactness import ARCHS, EDGE_CONFIGS, method_configs
-from test_feature_draft import feature_pair, target_greedy
-from test_lookup_drafter import lookup_prompts
+from helpers.exactness import ARCHS, EDGE_CONFIGS, method_configs
+from helpers.features import feature_pair, target_greedy
+from helpers.lookup import lookup_prompts
 
 
 def scan(seqs: list[list[int]], ctx: list[int], lo: int, hi: int, followers: int) -> tuple[int, list[tuple[int, int]]]:
@@ -148,7 +148,7 @@ def test_every_retrieval_drafter_under_match_emits_seeded_ar_tokens(kind, method
 
 
 def test_a_session_regrows_the_first_iteration_of_generate_with_the_retrieval_mix():
-    from test_feature_draft import check_session_regrow
+    from helpers.features import check_session_regrow
 
     check_session_regrow(retrieval_pair("llama"), [5, 9, 14, 3, 5, 9], "model+lookup+retrieval")
 

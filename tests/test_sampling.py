@@ -27,8 +27,8 @@ from dynatree_core.records.trace import Trace
 from dynatree_core.runtime.sampling import DraftCandidates, NoiseStream, TargetSampler, inverse_cdf, probs, warp
 
 from helpers import cached_pair
-from test_exactness import ARCHS, ATTNS, EDGE_CONFIGS, method_configs, prompts
-from test_feature_draft import feature_pair
+from helpers.exactness import ARCHS, ATTNS, EDGE_CONFIGS, method_configs, prompts
+from helpers.features import feature_pair
 
 TEMPERATURES = (0.3, 0.7, 1.0, 1.5)
 samplings = st.builds(SamplingConfig, temperature=st.sampled_from(TEMPERATURES),

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bench_fixtures import make_data_dir, spy_on_history
+from helpers.bench import make_data_dir, spy_on_history
 from dynatree_core.bench.checkpoint import Checkpoint, CheckpointError, checkpoint_path
 from dynatree_core.bench.execution import SerialBackend, ShardResult
 from dynatree_core.bench.methods import method_specs, parse_methods
@@ -18,15 +18,7 @@ from dynatree_core.bench.runner import Experiment, document, load_corpora, prepa
 from dynatree_core.bench.shards import merge_rows, plan_shards
 from dynatree_core.bench.sweeps import length_points
 from dynatree_core.pairs.tiny import tiny_pair
-
-#: row fields that are measurements of time (or of who ran the row): everything else must match
-TIMING = {"tokens_per_s", "wall_time_s", "ttft_s", "tpot_s", "prefill_time_s", "draft_time_s", "verify_time_s",
-          "forward_time_s", "engine_overhead_ms", "commit_time_s", "peak_memory_bytes", "run_id", "host",
-          "worker", "device"}
-
-
-def deterministic(rows):
-    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+from helpers.bench import deterministic
 
 
 def specs():

@@ -16,7 +16,7 @@ from dynatree_core.policy.config import ARConfig
 from dynatree_viz.core import style
 from dynatree_viz.views import tree as tv
 from dynatree_viz.views.animation import TARGET_CHOICES, TEXT_PANEL
-from viz_fixtures import VOCAB, FakeTokenizer, edge_of, record, rule, segments as _segments, tiny_trace
+from helpers.viz import VOCAB, FakeTokenizer, edge_of, record, rule, segments as _segments, tiny_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dynatree_core.policy.config import DynaTreeConfig
 from dynatree_viz.examples.knobs import knob_example, knob_sweeps, replayed, state_tokens
 
-from viz_fixtures import record, tiny_trace
+from helpers.viz import record, tiny_trace
 
 BASE = DynaTreeConfig(d0=3, d_max=6, trace_top_k=3, tau=0.05)
 KNOBS = {"n_max": [1, 2, 8], "d0": [1, 2, 3], "tau": [0.5, 0.05]}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import dynatree_viz as dv
-from viz_fixtures import record, tiny_trace
+from helpers.viz import record, tiny_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -111,7 +111,7 @@ def test_report_has_a_navigation_and_every_link_has_a_target():
 
 
 def test_report_takes_a_tokenizer_for_pruned_candidates():
-    from viz_fixtures import FakeTokenizer
+    from helpers.viz import FakeTokenizer
 
     tr = tiny_trace(1)
     unnamed = ("⟨9⟩", "\\u27e89\\u27e9")  # plotly's JSON escapes non-ASCII text

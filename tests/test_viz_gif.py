@@ -16,7 +16,7 @@ from dynatree_core.policy.config import ARConfig  # noqa: E402
 from dynatree_viz.export import gif  # noqa: E402
 from dynatree_viz.views import tree as tv  # noqa: E402
 from dynatree_viz.views.race import FINISH  # noqa: E402
-from viz_fixtures import record, tiny_trace  # noqa: E402
+from helpers.viz import record, tiny_trace  # noqa: E402
 
 
 @pytest.fixture

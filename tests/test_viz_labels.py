@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import re
 
-import plotly.graph_objects as go
 import pytest
 
 import dynatree_viz as dv
@@ -19,103 +18,8 @@ from dynatree_viz.views import tree as tv
 from dynatree_viz.views.animation import animation_strip, frame_figures
 from dynatree_viz.core.images import image_export_available
 from dynatree_viz.views.mask import ACCEPTED_NAMES, mask_figure
-from viz_fixtures import record, tiny_trace
-
-CHAR = 0.6      # average advance of a sans-serif character, in font sizes
-PITCH = 1.3     # plotly.js's line pitch, in font sizes
-INVISIBLE = ("rgba(0,0,0,0)", "rgba(0, 0, 0, 0)")
-
-
-def _per_point(v, n):
-    return list(v) if isinstance(v, (list, tuple)) else [v] * n
-
-
-def _to_px(fig: go.Figure, xaxis: str, yaxis: str):
-    """Data → screen px for one pair of axes (plot area from the layout's size and margins)."""
-    lay = fig.layout
-    m = lay.margin
-    pw, ph = lay.width - m.l - m.r, lay.height - m.t - m.b
-    xa, ya = lay["xaxis" + xaxis[1:]], lay["yaxis" + yaxis[1:]]
-    (xd0, xd1), (yd0, yd1) = xa.domain or (0, 1), ya.domain or (0, 1)
-    left, right = m.l + xd0 * pw, m.l + xd1 * pw
-    top, bottom = m.t + (1 - yd1) * ph, m.t + (1 - yd0) * ph
-    (x0, x1), (y0, y1) = xa.range, ya.range  # y0 is drawn at the bottom, y1 at the top
-    return (lambda x: left + (x - x0) / (x1 - x0) * (right - left),
-            lambda y: bottom - (y - y0) / (y1 - y0) * (bottom - top))
-
-
-def _shapes(fig: go.Figure):
-    """(label boxes, marker discs, edge segments) in px: boxes (name, text, x0, y0, x1, y1),
-    discs (x, y, r), segments (x0, y0, x1, y1, half width)."""
-    boxes, discs, segs = [], [], []
-    for t in fig.data:
-        if not t.x or t.x[0] is None:
-            continue
-        fx, fy = _to_px(fig, t.xaxis or "x", t.yaxis or "y")
-        mode, n = t.mode or "", len(t.x)
-        if "lines" in mode:
-            for k in range(0, n - 1):
-                if None not in (t.x[k], t.x[k + 1]):
-                    segs.append((fx(t.x[k]), fy(t.y[k]), fx(t.x[k + 1]), fy(t.y[k + 1]),
-                                 (t.line.width or 2) / 2))
-        sizes = _per_point(t.marker.size if t.marker.size is not None else 6, n)
-        if "markers" in mode and t.marker.color not in INVISIBLE:
-            widths = _per_point(t.marker.line.width or 0, n)
-            discs += [(fx(x), fy(y), s / 2 + w / 2) for x, y, s, w in zip(t.x, t.y, sizes, widths)]
-        if "text" in mode and t.text:
-            assert t.textposition in ("bottom center", None) or set(t.textposition) == {"bottom center"}, t.name
-            fonts = _per_point(t.textfont.size, n)
-            for x, y, s, fs, text in zip(t.x, t.y, sizes, fonts, t.text):
-                if not text:
-                    continue
-                lines = text.split("<br>")
-                w = max(len(line) for line in lines) * CHAR * fs
-                r = s / 2 if "markers" in mode else 0
-                y_top = fy(y) + (r / 0.8 + 1 if r else 0)  # plotly.js textPointPosition
-                boxes.append((t.name, text, fx(x) - w / 2, y_top, fx(x) + w / 2,
-                              y_top + fs * (1 + PITCH * (len(lines) - 1))))
-    return boxes, discs, segs
-
-
-def _disc_hits_box(d, b):
-    x, y, r = d
-    dx = max(b[2] - x, 0, x - b[4])
-    dy = max(b[3] - y, 0, y - b[5])
-    return dx * dx + dy * dy < r * r
-
-
-def _segment_hits_box(sg, b):
-    """Liang-Barsky: does the segment meet the box grown by the line's half width?"""
-    x0, y0, x1, y1, hw = sg
-    lo, hi = 0.0, 1.0
-    for p, q in ((x0 - x1, x0 - (b[2] - hw)), (x1 - x0, (b[4] + hw) - x0),
-                 (y0 - y1, y0 - (b[3] - hw)), (y1 - y0, (b[5] + hw) - y0)):
-        if p == 0:
-            if q < 0:
-                return False
-        else:
-            t = q / p
-            if p < 0:
-                lo = max(lo, t)
-            else:
-                hi = min(hi, t)
-    return lo < hi
-
-
-def assert_labels_clear(fig: go.Figure, tol: float = 0.5):
-    boxes, discs, segs = _shapes(fig)
-    assert boxes, "no labels drawn"
-    inner = [(n, t, x0 + tol, y0 + tol, x1 - tol, y1 - tol) for n, t, x0, y0, x1, y1 in boxes]
-    for b in inner:
-        hit = [d for d in discs if _disc_hits_box(d, b)]
-        assert not hit, f"label {b[1]!r} ({b[0]}) under a marker at {hit[0]}"
-        hit = [s for s in segs if _segment_hits_box(s, b)]
-        assert not hit, f"label {b[1]!r} ({b[0]}) under an edge {hit[0]}"
-    for i, a in enumerate(inner):
-        for b in inner[i + 1:]:
-            assert a[4] <= b[2] or b[4] <= a[2] or a[5] <= b[3] or b[5] <= a[3], \
-                f"labels {a[1]!r} and {b[1]!r} overlap"
-    return boxes
+from helpers.viz import record, tiny_trace
+from helpers.viz import CHAR, _to_px, assert_labels_clear
 
 
 def _dynatree_records():

@@ -16,7 +16,7 @@ from dynatree_viz.views.mask import ATTENDS, ATTENDS_ACCEPTED, MASKED, PREFIX
 from dynatree_viz.core import style
 from dynatree_viz.views.text import BONUS_STYLE, CURRENT_STYLE, alternatives
 from dynatree_viz.core.tokens import TokenNamer
-from viz_fixtures import FakeTokenizer, record, rule, tiny_trace
+from helpers.viz import FakeTokenizer, record, rule, tiny_trace
 
 
 def test_mask_heatmap_matches_the_attention_mask():

@@ -12,7 +12,7 @@ from dynatree_core.records.trace import IterationRecord, Trace
 from dynatree_core.policy.tree import DraftTree
 from dynatree_viz.core import style
 from dynatree_viz.views.race import CURVE, FINISH, HEAD, TEXT
-from viz_fixtures import VOCAB, tiny_trace
+from helpers.viz import VOCAB, tiny_trace
 
 
 def _ar_of(tr: Trace, step_s: float = 0.02) -> Trace:

@@ -11,7 +11,7 @@ from dynatree_core.policy.sampling import SamplingConfig
 from dynatree_viz.core import style
 from dynatree_viz.core.scene import TreeScene
 from dynatree_viz.views.tree import COLORBAR, LEGEND_NO_TARGET_P, NO_VALUE_COLOR, NODES, trace_index, tree_figure
-from viz_fixtures import record, tiny_trace
+from helpers.viz import record, tiny_trace
 
 SAMPLING = SamplingConfig(temperature=0.9, top_p=0.8, seed=3)
 

@@ -11,7 +11,7 @@ from dynatree_core.policy.config import DynaTreeConfig
 from dynatree_core.policy.growth import grow_tree
 from dynatree_core.policy.sampling import SamplingConfig
 from dynatree_viz.widgets.regrow import LiveBackend, takes_sampling
-from viz_fixtures import propose
+from helpers.viz import propose
 
 from helpers import cached_pair
 

@@ -13,7 +13,7 @@ from dynatree_core.policy.config import ARConfig
 from dynatree_viz.widgets import static
 from dynatree_viz.views import tree as tv
 from dynatree_viz.views.race import CURVE, FINISH
-from viz_fixtures import record
+from helpers.viz import record
 
 
 @pytest.fixture

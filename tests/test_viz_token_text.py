@@ -9,7 +9,7 @@ import dynatree_viz as dv
 from dynatree_viz.core import style
 from dynatree_viz.core.tokens import TokenNamer
 
-from viz_fixtures import VOCAB, FakeTokenizer, record, tiny_trace
+from helpers.viz import VOCAB, FakeTokenizer, record, tiny_trace
 
 
 def figure_text(fig) -> str:

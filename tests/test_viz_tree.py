@@ -13,7 +13,7 @@ from dynatree_viz.synthetic import synthetic_trace
 from dynatree_viz.core import style
 from dynatree_viz.views import tree as tv
 from dynatree_viz.views.tree import ACCEPTED_EDGES, BONUS, EDGES, NODES, PRUNED, trace_index
-from viz_fixtures import VOCAB, FakeTokenizer, edge_of, record, segments as _segments
+from helpers.viz import VOCAB, FakeTokenizer, edge_of, record, segments as _segments
 
 
 def _nodes(fig):

@@ -7,7 +7,7 @@ import pytest
 import dynatree_viz as dv
 from dynatree_core.policy.config import DynaTreeConfig
 from dynatree_viz.views.why import CALLOUT, TARGET_MARK
-from viz_fixtures import FakeTokenizer, record, rule, tiny_trace
+from helpers.viz import FakeTokenizer, record, rule, tiny_trace
 
 
 def _trace(rec, **cfg):

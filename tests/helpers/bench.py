@@ -1,9 +1,11 @@
-"""Local fixture text for the benchmark tests: a tiny WikiText-2 / PG-19 data directory."""
+"""The benchmark tests' shared parts: a tiny WikiText-2 / PG-19 data directory, the CLI's bench arguments,
+hand-made result rows, deterministic shard timings."""
 
 from __future__ import annotations
 
 import random
 from pathlib import Path
+import pytest
 
 WORDS = ("the river ran past a quiet town where people sold bread and fish , and the old mill "
          "turned slowly while children played near the bridge . in winter the water froze").split()
@@ -60,3 +62,43 @@ def spy_on_history(monkeypatch) -> list:
 
     monkeypatch.setattr(api, "DecodingRun", Spy)  # what iterate() constructs
     return seen
+
+
+def row(dataset, label, i, tps, warmup=False, method=None, **extra):
+    return {"dataset": dataset, "label": label, "method": method or label.split(":")[0], "max_new_tokens": 8,
+            "max_prompt_len": 16, "prompt_index": i, "warmup": warmup, "tokens_per_s": tps,
+            "ttft_s": 0.1, "tpot_s": 0.01, "acceptance_rate": None if label == "ar" else 0.5,
+            "tokens_per_iteration": 2.0, "mean_accepted_length": 1.0, "iterations": 4,
+            "target_forwards_per_token": 0.5, "draft_forwards_per_token": 1.0, "draft_forwards_per_iteration": 2.0,
+            "peak_memory_bytes": 100, "new_tokens": 8, "prompt_tokens": 16, "run_id": "r", **extra}
+
+
+ROWS = ([row("wikitext2", "ar", i, t, warmup=i == 0) for i, t in enumerate([1000.0, 10.0, 12.0, 14.0])]
+        + [row("wikitext2", "dynatree", i, t, warmup=i == 0) for i, t in enumerate([1.0, 20.0, 30.0, 40.0])]
+        + [row("pg19", "ar", i, t, warmup=i == 0) for i, t in enumerate([5.0, 5.0, 5.0, 5.0])]
+        + [row("pg19", "dynatree", i, t, warmup=i == 0) for i, t in enumerate([9.0, 10.0, 10.0, 10.0])])
+
+
+TINY = ["--target", "tiny-llama", "--no-progress"]
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    return make_data_dir(tmp_path / "data")
+
+
+def bench_args(data_dir, out, *extra, methods="ar,dynatree"):
+    # the passages only: the main job's three datasets run once, in tests/test_bench_prompts.py
+    return ["bench", *TINY, "--data-dir", str(data_dir), "--dataset", "wikitext2,pg19", "--out", str(out),
+            "--num-prompts", "2", "--warmup", "1",
+            "--max-new-tokens", "4", "--max-prompt-len", "16", "--methods", methods, *extra]
+
+
+#: row fields that are measurements of time (or of who ran the row): everything else must match
+TIMING = {"tokens_per_s", "wall_time_s", "ttft_s", "tpot_s", "prefill_time_s", "draft_time_s", "verify_time_s",
+          "forward_time_s", "engine_overhead_ms", "commit_time_s", "peak_memory_bytes", "run_id", "host",
+          "worker", "device"}
+
+
+def deterministic(rows):
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
