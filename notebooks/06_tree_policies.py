@@ -35,7 +35,7 @@
 # which tokens they ask the target to verify, and so in speed.
 
 # %% tags=["parameters"]
-# Parameters (papermill -p PAIR tiny runs the notebook on a tiny random pair in seconds: for development)
+# Parameters (papermill -p PAIR tiny-llama runs the notebook on a tiny random pair in seconds: for development)
 PAIR = "default"
 
 # %%
@@ -68,12 +68,9 @@ pd.set_option("display.precision", 3)
 # with prompt lookup (the README gives the numbers). Nothing is downloaded.
 
 # %% tags=["nbval-ignore-output"]
-if PAIR == "tiny":  # development only: random weights, nonsense text, every check still holds
-    from dynatree_core.pairs.tiny import tiny_pair
-    pair = tiny_pair("llama")
-else:
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    pair = ModelPair.default(device=device)   # or draft="model" / "feature" / "feature+lookup"
+# PAIR "default": the embedded pair; "tiny-llama": random weights for development (nonsense text, every check holds)
+device = "cuda" if torch.cuda.is_available() else "cpu"
+pair = ModelPair.named(PAIR, device=device)   # or drafter="model" / "feature" / "feature+lookup"
 print(f"target: {pair.target_name}\ndraft:  {pair.draft_name} ({pair.drafter_kind} drafter)\n"
       f"device: {pair.device} (linear kernel: {pair.linear_kernel})")
 

@@ -33,7 +33,7 @@
 # `docs/engine.md` (speculative sampling) and `dynatree_core/policy/sampling.py`.
 
 # %% tags=["parameters"]
-# Parameters (papermill -p PAIR tiny runs the notebook on a tiny random pair in seconds: for development)
+# Parameters (papermill -p PAIR tiny-llama runs the notebook on a tiny random pair in seconds: for development)
 PAIR = "default"
 
 # %%
@@ -179,16 +179,12 @@ display(Markdown(f"Largest gap between the Gumbel-max frequencies and p: **{np.a
 # (`docs/benchmarks.md`) averages over prompts.
 
 # %% tags=["nbval-ignore-output"]
-if PAIR == "tiny":
-    from dynatree_core.pairs.tiny import tiny_pair
-    pair = tiny_pair("llama")
-else:
-    pair = ModelPair.default()
+pair = ModelPair.named(PAIR, device="cpu")   # "default", or "tiny-llama" for development
 print(f"target: {pair.target_name}\ndraft:  {pair.draft_name} ({pair.drafter_kind} drafter)")
 
 # %% tags=["nbval-ignore-output"]
 prompt = ("The river flows through the old town, past the mill and the church. In the spring the water rises "
-          "and the river") if PAIR != "tiny" else [5, 9, 14, 3, 22, 7]
+          "and the river") if not PAIR.startswith("tiny") else [5, 9, 14, 3, 22, 7]
 rows, same = [], []
 for temp in (0.0, 0.3, 0.7, 1.0):
     runs = {m: generate(pair, prompt, m, c, max_new_tokens=48, ignore_eos=True, temperature=temp,
@@ -331,7 +327,7 @@ display(Markdown(
 # accepted. Every run's tokens are seeded AR's, shared noise or not (asserted).
 
 # %% tags=["nbval-ignore-output"]
-prompts2 = [prompt, "Photosynthesis is the process by which green plants"] if PAIR != "tiny" else [prompt, [7, 1, 40, 12]]
+prompts2 = [prompt, "Photosynthesis is the process by which green plants"] if not PAIR.startswith("tiny") else [prompt, [7, 1, 40, 12]]
 rows2, traced = [], {}
 for temp in (0.7, 1.0):
     for i, pr in enumerate(prompts2):

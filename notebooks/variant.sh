@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Run the notebooks with other parameters through papermill (their first code cell is tagged
 # "parameters"), writing executed copies elsewhere; the committed notebooks are not touched.
-# Usage: bash notebooks/variant.sh OUT_DIR [PAIR]   e.g. bash notebooks/variant.sh /tmp/nb tiny
-# PAIR=tiny: the tiny random pair from dynatree_core.pairs.tiny (seconds per notebook; for development).
+# Usage: bash notebooks/variant.sh OUT_DIR [PAIR]   e.g. bash notebooks/variant.sh /tmp/nb tiny-llama
+# PAIR=tiny-llama: a tiny random pair (ModelPair.named) (seconds per notebook; for development).
 set -euo pipefail
 out="$(realpath -m "${1:?usage: bash notebooks/variant.sh OUT_DIR [PAIR]}")"
-pair="${2:-tiny}"
+pair="${2:-tiny-llama}"
 cd "$(dirname "$0")"
 mkdir -p "$out"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
