@@ -179,7 +179,7 @@ display(Markdown(f"Largest gap between the Gumbel-max frequencies and p: **{np.a
 # (`docs/benchmarks.md`) averages over prompts.
 
 # %% tags=["nbval-ignore-output"]
-pair = ModelPair.named(PAIR, device="cpu")   # "default", or "tiny-llama" for development
+pair = ModelPair.named(PAIR)   # "default", or "tiny-llama" for development
 print(f"target: {pair.target_name}\ndraft:  {pair.draft_name} ({pair.drafter_kind} drafter)")
 
 # %% tags=["nbval-ignore-output"]
