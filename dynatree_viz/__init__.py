@@ -5,15 +5,17 @@ Rooms: :mod:`~dynatree_viz.views` (one figure function per module), :mod:`~dynat
 (GIF, slides, report), :mod:`~dynatree_viz.examples` (choosers of the case a figure teaches),
 :mod:`~dynatree_viz.core` (style, labels, tokens, layout, scene, HTML and image writing) and
 :mod:`~dynatree_viz.synthetic` (a synthetic trace for tests). The names below are what the
-notebooks and README use; everything else is imported from its module.
+notebooks and README use; everything else is imported from its module. ``CostModel`` is the
+core's (:mod:`dynatree_core.policy.cost_model`), re-exported for the explorer's ``cost_model=``.
 Only torch-free parts of :mod:`dynatree_core` are imported at module level.
 """
 
 from __future__ import annotations
 
-from dynatree_viz import core, cost, examples, export, synthetic, views, widgets
+from dynatree_core.policy.cost_model import CostModel
+
+from dynatree_viz import core, examples, export, synthetic, views, widgets
 from dynatree_viz.core.images import save_image
-from dynatree_viz.cost import CostModel
 from dynatree_viz.examples.branching import EXAMPLE_PROMPTS, branching_example, off_top1
 from dynatree_viz.examples.knobs import knob_example, state_tokens
 from dynatree_viz.examples.rejection import rejection_counts, rejection_example

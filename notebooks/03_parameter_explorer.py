@@ -103,13 +103,15 @@ display(Markdown(f"Chosen: iteration {example.record.index} of *{res.prompt_text
 # Move a slider: the tree for the chosen state's next iteration is re-drafted under the new rule and
 # verified by the target. Accepted nodes get a blue ring and a thick blue edge, rejected ones a vermillion
 # ✗, the target's bonus token an orange ★. The panel reports the nodes verified, the accepted length ℓ, and
-# a cost-model estimate: one draft forward per tree level plus a verify forward that grows with the nodes,
-# here fitted to the recorded run's timings, so the cost is in milliseconds (without a trace to fit, the
-# explorer says it uses unit-free defaults). The widget needs a running kernel; a static page shows a
-# snapshot of its starting state.
+# a cost-model estimate: one draft forward per tree level plus a verify forward c(n) over the n tokens of the
+# tree, here the core's `CostModel` fitted to the recorded run's timings (c(n) = a + b·n by least squares), so
+# the cost is in milliseconds; a tree larger than any recorded is past the fitted curve and gets no estimate
+# (without timings, the explorer prices trees with an illustrative default and says so). The widget needs a
+# running kernel; a static page shows a snapshot of its starting state.
 
 # %% tags=["nbval-ignore-output"]
-cost_model = dv.CostModel.fit(res)
+# per recorded iteration: the tokens verified (the root included), the draft levels, the seconds per phase
+cost_model = dv.CostModel.fit((len(r.tree), r.tree.draft_calls, r.timings) for r in res.iterations)
 explorer = dv.explore(pair, state, config=base, cost_model=cost_model)
 explorer
 

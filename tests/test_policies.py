@@ -70,6 +70,23 @@ def test_cost_model_rejects_bad_curves_and_interpolates():
     assert m.verify(7) == math.inf and m.n_max == 5 and m.sizes == (1, 3, 6)
 
 
+def test_cost_model_fit_recovers_a_line_and_never_goes_negative():
+    line = [(n, 2, {"draft": 0.006, "verify": 0.02 + 0.001 * n, "commit": 0.001}) for n in (2, 5, 9)]
+    m = CostModel.fit(line + [(4, 1, {"commit": 0.5})])  # an untimed iteration is skipped
+    assert m.verify_s == pytest.approx([0.02 + 0.001 * n for n in range(1, 10)]) and m.sizes == (2, 5, 9)
+    assert m.draft_s == pytest.approx(0.003) and m.iteration_s == pytest.approx(0.001)
+    assert m.iteration_cost(5, 2) == pytest.approx(0.006 + 0.025 + 0.001) and m.iteration_cost(11, 2) == math.inf
+    assert CostModel.fit(line, n_tokens=12).n_max == 11 and "fitted to 3" in m.meta["source"]
+    falling = CostModel.fit([(2, 1, {"draft": 0.0, "verify": 0.03}), (6, 1, {"draft": 0.0, "verify": 0.01})])
+    assert falling.verify_s == pytest.approx((0.02,) * 6)  # a negative slope: the flat mean
+    steep = CostModel.fit([(2, 1, {"draft": 0.0, "verify": 0.01}), (4, 1, {"draft": 0.0, "verify": 0.03})])
+    assert steep.verify(1) > 0 and steep.verify(4) / steep.verify(2) == pytest.approx(2)  # through 0
+    with pytest.raises(ValueError, match="samples"):
+        CostModel.fit([(3, 1, {"commit": 0.1})])
+    with pytest.raises(ValueError, match="samples"):
+        CostModel.fit([(3, 1, {"draft": 0.0, "verify": 0.0})])
+
+
 # --- the cost-aware rule ---------------------------------------------------------------------
 def _uniform(k: int, p: float):
     def propose(tree, ids):

@@ -20,7 +20,6 @@ from dynatree_core.records.reliability import calibration as measure_calibration
 from dynatree_viz import calibration_figure, cost_figure, oracle_gap_figure, policy_table
 from dynatree_viz.synthetic import synthetic_trace
 from dynatree_viz.views.policies import policy_rows
-from dynatree_viz import CostModel as ExplorerCostModel
 from dynatree_viz.core import style
 from dynatree_viz.views.policies import method_styles, trace_label, tree_sizes
 
@@ -55,6 +54,20 @@ def test_cost_curve_marks_measured_sizes_and_the_marginal_cost():
     assert [list(t.y) for t in again.data] == [list(t.y) for t in fig.data]
     single = cost_figure(CostModel(verify_s=(0.05,), draft_s=0.0))  # one size: no marginal
     assert len(single.data) == 1 and "unnamed device" in single.layout.title.text
+
+
+def test_cost_curve_of_a_fit_to_a_trace_marks_the_recorded_sizes():
+    """The explorer's cost model is the core CostModel fitted to a trace's timings: cost_figure
+    draws it like a measured curve, the recorded tree sizes marked, the line near the generator's."""
+    trace = synthetic_trace(30)  # verify = (21 + 0.35 n) ms x (1 + 10 % noise), draft 4.2 ms a level
+    fit = CostModel.fit((len(r.tree), r.tree.draft_calls, r.timings) for r in trace.iterations)
+    sizes = sorted({len(r.tree) for r in trace.iterations})
+    assert fit.n_max == sizes[-1] - 1 and fit.sizes == tuple(sizes)
+    line, measured, _ = cost_figure(fit).data
+    assert list(measured.x) == sizes and list(line.x) == list(range(1, sizes[-1] + 1))
+    for n, ms in zip(line.x, line.y):
+        assert 21 + 0.35 * n <= ms * 1.02 and ms <= 1.1 * (21 + 0.35 * n) * 1.02
+    assert 4.2e-3 <= fit.draft_s <= 4.2e-3 * 1.1
 
 
 def test_cost_sizes_land_on_the_curve_sized_by_frequency():
@@ -281,7 +294,6 @@ def test_policy_rows_tell_apart_sweep_points_and_recompute_missing_aggregates():
 # --- bad input, torch-free import ------------------------------------------------------------------
 @pytest.mark.parametrize("call,match", [
     (lambda: cost_figure("cpu"), r"^cost must be"),
-    (lambda: cost_figure(ExplorerCostModel()), r"^cost must be .*explorer"),
     (lambda: cost_figure({"draft_s": 0.1}), r"^cost: not a CostModel dict"),
     (lambda: cost_figure(cost_model(), {}), r"^sizes is empty"),
     (lambda: cost_figure(cost_model(), []), r"^sizes is empty"),

@@ -8,12 +8,14 @@ import pytest
 
 import dynatree_viz as dv
 from dynatree_core.policy.config import DynaTreeConfig
+from dynatree_core.policy.cost_model import CostModel
 from dynatree_core.policy.growth import grow_tree
 from dynatree_core.policy.replay import replay_tree
 from dynatree_core.policy.tree import UNRECORDED
+from dynatree_viz.widgets.explorer import DEFAULT_COST, SLIDERS, expected_accepted, trace_cost_model
 from dynatree_viz.widgets.regrow import replay_partial
 from dynatree_viz.views.tree import NODES, trace_index
-from viz_fixtures import FakeTokenizer, propose, record, rule, tiny_trace
+from helpers.viz import FakeTokenizer, propose, record, rule, tiny_trace
 
 
 @pytest.fixture(scope="module")
@@ -224,13 +226,26 @@ def test_explore_rejects_unknown_sources():
         dv.explore(42)
 
 
-def test_expected_cost_model_fitted_from_timings(trace):
-    cm = dv.CostModel.fit(trace)
-    assert cm.unit == "s" and cm.draft_call_s > 0 and cm.verify_per_node_s > 0
+def test_explorer_prices_trees_with_the_core_cost_model_fitted_to_the_trace(trace):
+    cm = trace_cost_model(trace)
+    assert dv.CostModel is CostModel and isinstance(cm, CostModel)
+    assert cm.draft_s > 0 and cm.verify(2) > cm.verify(1) > 0 and cm.iteration_s > 0  # commit time
     tree = trace[0].tree
-    assert cm.cost(tree) == pytest.approx(cm.draft_call_s * tree.draft_calls + cm.verify_base_s
-                                          + cm.verify_per_node_s * len(tree))
-    assert dv.cost.expected_accepted(tree) == pytest.approx(sum(math.exp(x) for x in tree.cum_logps[1:]))
+    cost = cm.iteration_cost(len(tree), tree.draft_calls)
+    assert cost == pytest.approx(cm.draft_s * tree.draft_calls + cm.verify_s[len(tree) - 1] + cm.iteration_s)
+    assert expected_accepted(tree) == pytest.approx(sum(math.exp(x) for x in tree.cum_logps[1:]))
+    ex = dv.explore(trace, iteration=0)
+    assert ex.cost_model == cm and f"expected cost (ms)</td><td><b>{cost * 1e3:.2f}<" in ex.status.value
+    assert "fitted to 6 recorded iterations" in ex.status.value
+
+
+def test_explorer_without_timings_uses_the_default_in_seconds_and_says_so():
+    assert trace_cost_model(None) is DEFAULT_COST and DEFAULT_COST.n_max >= SLIDERS["n_max"][2]
+    ex = dv.explore(record(), config=DynaTreeConfig(d0=3, d_max=6, trace_top_k=3))
+    assert ex.cost_model is DEFAULT_COST and "illustrative default" in ex.status.value
+    short = CostModel(verify_s=(0.01, 0.02), draft_s=0.001)  # a curve over 1-2 tokens only
+    ex = dv.explore(record(), config=DynaTreeConfig(d0=3, d_max=6, trace_top_k=3), cost_model=short)
+    assert len(ex.result.tree) > 2 and "the curve stops at 2 tokens" in ex.status.value
 
 
 def test_every_view_names_the_drafter_of_a_trace(tmp_path):

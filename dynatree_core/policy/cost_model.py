@@ -7,15 +7,16 @@ slower than 4-16: MKL's fp32 small-batch matmul), so a curve need not be monoton
 measured, not assumed. On a GPU the same forwards cost nearly the same up to dozens of tokens. :class:`CostModel` holds
 the measured curve (seconds of one target forward over n tokens, the root included, after a
 prefix of ``prefix_len`` tokens) and the cost of one draft level, with the device and model names
-it was measured for; :mod:`dynatree_core.engine.calibrate` measures and caches it. It lives here, apart
-from torch, because traces record it and :mod:`dynatree_viz` draws it.
+it was measured for; :mod:`dynatree_core.engine.calibrate` measures and caches it, and
+:meth:`CostModel.fit` fits one to the timings a trace recorded (the parameter explorer's). It lives
+here, apart from torch, because traces record it and :mod:`dynatree_viz` draws it.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 #: version of the on-disk cost cache format (:mod:`dynatree_core.engine.calibrate`)
 COST_SCHEMA_VERSION = "2"  # 2: draft_s priced by a cost-aware run (calibrate.price_cost_aware_levels)
@@ -79,6 +80,11 @@ class CostModel:
         """c(n): seconds of verifying n tokens (root included); inf past the measured range."""
         return self.verify_s[n - 1] if 1 <= n <= len(self.verify_s) else math.inf
 
+    def iteration_cost(self, n: int, draft_levels: int) -> float:
+        """Seconds of one iteration that verifies n tokens (root included) after ``draft_levels``
+        draft levels: draft + c(n) + the fixed per-iteration cost; inf past the measured range."""
+        return self.draft_s * draft_levels + self.verify(n) + self.iteration_s
+
     def iteration_curve(self) -> tuple[float, ...]:
         """c(n) + the fixed per-iteration cost, n = 1, 2, ...: what a tree of n - 1 nodes adds to
         an iteration besides its draft levels (what the cost-aware rule is given)."""
@@ -125,3 +131,45 @@ class CostModel:
             t = points[lo] if hi == lo else points[lo] + (points[hi] - points[lo]) * (n - lo) / (hi - lo)
             curve.append(t)
         return cls(verify_s=tuple(curve), draft_s=draft_s, sizes=tuple(xs), **info)
+
+    @classmethod
+    def fit(cls, samples: Iterable[tuple[int, int, Mapping[str, float]]], n_tokens: int | None = None,
+            **info: Any) -> "CostModel":
+        """A curve fitted to recorded iterations: c(n) = a + b n by least squares (a, b >= 0).
+
+        ``samples`` are ``(tokens, draft_levels, timings)`` per iteration: the tokens verified
+        (the root included), the draft levels run and the seconds per phase as a trace records
+        them (``"draft"``, ``"verify"``, the rest: ``"commit"`` ...). ``draft_s`` is the draft
+        seconds per level, ``iteration_s`` the mean of the other phases; the curve covers
+        1..``n_tokens`` tokens (default: the largest tree seen). Iterations without both a draft
+        and a verify time are skipped."""
+        rows = [(int(n), int(k), t) for n, k, t in samples if "draft" in t and "verify" in t]
+        if not rows:
+            raise ValueError("samples: no iteration with both a 'draft' and a 'verify' time to fit")
+        a, b = _line([n for n, _, _ in rows], [t["verify"] for _, _, t in rows])
+        if a + b <= 0:
+            raise ValueError("samples: the verify times are all zero; c(n) must be positive seconds")
+        levels = sum(max(k, 0) for _, k, _ in rows)
+        draft_s = sum(t["draft"] for _, _, t in rows) / levels if levels else 0.0
+        rest = [sum(v for k, v in t.items() if k not in ("draft", "verify")) for _, _, t in rows]
+        top = max(n for n, _, _ in rows) if n_tokens is None else int(n_tokens)
+        if top < 1:
+            raise ValueError(f"n_tokens must be >= 1, got {top}")
+        info.setdefault("sizes", tuple(sorted({n for n, _, _ in rows if n <= top})))
+        info.setdefault("meta", {"source": f"fitted to {len(rows)} recorded iterations: "
+                                           f"c(n) = {a * 1e3:.3g} + {b * 1e3:.3g} n ms"})
+        return cls(verify_s=tuple(a + b * n for n in range(1, top + 1)), draft_s=draft_s,
+                   iteration_s=sum(rest) / len(rest), **info)
+
+
+def _line(xs: list[int], ys: list[float]) -> tuple[float, float]:
+    """Least-squares a + b x with a, b >= 0: a flat mean when b would be negative (or x never
+    varies), a line through the origin when a would be."""
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx > 0 else 0.0
+    if b <= 0:
+        return my, 0.0
+    if my - b * mx < 0:
+        return 0.0, sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
+    return my - b * mx, b

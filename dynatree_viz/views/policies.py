@@ -102,7 +102,7 @@ def _check_labels(mapping: Any, name: str) -> None:
 
 
 # --- 1. the verify-cost curve ------------------------------------------------------------------
-def _coerce(value: Any, cls: type, where: str, note: str = "") -> Any:
+def _coerce(value: Any, cls: type, where: str) -> Any:
     """``value`` as a ``cls`` (an instance, or the dict its ``to_dict`` wrote), else a ValueError
     naming ``where``; the cost curve, the calibration and the oracle summaries all arrive so."""
     if isinstance(value, cls):
@@ -113,12 +113,11 @@ def _coerce(value: Any, cls: type, where: str, note: str = "") -> Any:
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{where}: not a {cls.__name__} dict ({e!r})") from e
     raise ValueError(f"{where} must be a {cls.__module__}.{cls.__name__} or its to_dict(), got "
-                     f"{type(value).__name__}{note}")
+                     f"{type(value).__name__}")
 
 
 def _as_cost(cost: Any) -> CostModel:
-    return _coerce(cost, CostModel, "cost", " (dynatree_viz.CostModel is the explorer's linear fit, not a measured "
-                                            "curve)")
+    return _coerce(cost, CostModel, "cost")
 
 
 def _is_count(v: Any) -> bool:

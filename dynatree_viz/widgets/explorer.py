@@ -18,17 +18,19 @@ In replay mode ``sampling_sliders`` is empty and the header names the recorded t
 from __future__ import annotations
 
 import html
+import math
 from typing import Any, Callable
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
 from dynatree_core.policy.config import DynaTreeConfig, GrowthRule, config_from_dict
+from dynatree_core.policy.cost_model import CostModel
 from dynatree_core.policy.sampling import SamplingConfig
+from dynatree_core.policy.tree import DraftTree
 from dynatree_core.records.trace import IterationRecord, Trace
 
 from dynatree_viz.core import style
-from dynatree_viz.cost import CostModel, expected_accepted
 from dynatree_viz.views.mask import mask_figure
 from dynatree_viz.widgets.regrow import LiveBackend, RegrowResult, ReplayBackend
 from dynatree_viz.widgets.sampling import SamplingControls, sampling_summary
@@ -307,6 +309,27 @@ def config_for_record(trace: Trace | None, rec: IterationRecord | None) -> DynaT
     return DynaTreeConfig()
 
 
+#: the explorer's cost model when it has no timings to fit: illustrative seconds, not a measurement
+#: (a draft level 10 ms, c(n) = 40 + 0.5 n ms), over every tree the sliders can grow
+DEFAULT_COST = CostModel(verify_s=tuple(0.040 + 0.0005 * n for n in range(1, int(SLIDERS["n_max"][2]) + 2)),
+                         draft_s=0.010, meta={"source": "illustrative default (no timings given)"})
+
+
+def trace_cost_model(trace: Trace | None) -> CostModel:
+    """The core :class:`CostModel` fitted to a trace's recorded timings
+    (:meth:`CostModel.fit`); :data:`DEFAULT_COST` when fewer than two iterations were timed."""
+    samples = [(len(r.tree), r.tree.draft_calls, r.timings)
+               for r in (trace.iterations if trace is not None else [])
+               if "draft" in r.timings and "verify" in r.timings]
+    return CostModel.fit(samples) if len(samples) >= 2 else DEFAULT_COST
+
+
+def expected_accepted(tree: DraftTree) -> float:
+    """E[ℓ] = Σ_u p(u) over drafted nodes: the expected accepted length if the draft's own
+    probabilities were calibrated (a node is accepted iff its whole path is, with probability p(u))."""
+    return math.fsum(math.exp(x) for x in tree.cum_logps[1:])
+
+
 class ParameterExplorer(StaticFallback, widgets.VBox):
     """Move a slider → re-grow the tree under the new rule → redraw, with its statistics.
 
@@ -330,7 +353,7 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
         ``sampling`` sets the starting sampling controls (live mode; default greedy)."""
         self.backend = backend
         self.base_config = config or DynaTreeConfig()
-        self.cost_model = cost_model or CostModel()
+        self.cost_model = cost_model or DEFAULT_COST
         self.recorded = recorded
         self.config: DynaTreeConfig | None = None
         self.rule: GrowthRule | None = None
@@ -502,20 +525,18 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
     def _status_html(self) -> str:
         res, cm = self.result, self.cost_model
         tree, scene = res.tree, res.scene
-        cost = cm.cost(tree)
+        cost = cm.iteration_cost(len(tree), tree.draft_calls)
         e_l = expected_accepted(tree)
         acc = len(scene.accepted)
         acc_txt = f"{'≥ ' if not scene.complete else ''}{acc}"
-        unit = "ms" if cm.unit == "s" else cm.unit
-        scale = 1000.0 if cm.unit == "s" else 1.0
+        past = f"— (the curve stops at {len(cm.verify_s)} tokens)"
         rows = [("nodes (verified)", f"{tree.num_drafted}"), ("depth", f"{tree.depth}"),
                 ("draft forwards", f"{tree.draft_calls}"),
                 ("accepted ℓ (target)", acc_txt),
                 ("committed (ℓ + bonus)", f"{acc_txt} + {1 if scene.bonus is not None else '?'}"),
                 ("E[ℓ] = Σ p(u) (draft-calibrated)", f"{e_l:.2f}"),
-                (f"expected cost ({unit})", f"{cost * scale:.2f}"),
-                (f"expected tokens per {'s' if cm.unit == 's' else 'unit'}",
-                 f"{(e_l + 1) / cost:.2f}" if cost > 0 else "—"),
+                ("expected cost (ms)", f"{cost * 1e3:.2f}" if math.isfinite(cost) else past),
+                ("expected tokens per s", f"{(e_l + 1) / cost:.1f}" if math.isfinite(cost) else past),
                 ("cost model", cost_model_text(cm))]
         if self.recorded is not None:
             rows.append(("recorded: nodes / ℓ", f"{self.recorded.num_nodes} / "
@@ -533,14 +554,13 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
 
 
 def cost_model_text(cm: CostModel) -> str:
-    """What the cost row's unit means: milliseconds fitted to a trace's timings, or the unit-free
-    defaults (a draft forward = 1 unit) when the explorer has no timings to fit."""
-    if cm.unit == "s":
-        return (f"fitted to the trace's timings: {cm.draft_call_s * 1e3:.1f} ms per draft forward + "
-                f"{cm.verify_base_s * 1e3:.1f} ms + {cm.verify_per_node_s * 1e3:.2f} ms per verified node")
-    return (f"unit-free defaults (no timings given): a draft forward = {cm.draft_call_s:g} unit, "
-            f"a verify = {cm.verify_base_s:g} + {cm.verify_per_node_s:g} per node; "
-            "cost_model=CostModel.fit(trace) gives milliseconds")
+    """Where the cost row's milliseconds come from (a fit to a trace's timings, a measured curve or
+    the illustrative default) and what the model charges per iteration."""
+    source = cm.meta.get("source") or (f"measured on {cm.device}" if cm.device else "given")
+    top = len(cm.verify_s)
+    return (f"{source}; per iteration: {cm.draft_s * 1e3:.1f} ms per draft level + c(n) from "
+            f"{cm.verify(1) * 1e3:.1f} ms (n = 1) to {cm.verify(top) * 1e3:.1f} ms (n = {top})"
+            + (f" + {cm.iteration_s * 1e3:.1f} ms besides" if cm.iteration_s else ""))
 
 
 def show(trace: Trace | str, **kwargs: Any) -> Stepper:
@@ -560,7 +580,7 @@ def explore(source: Any, prompt: Any = None, *, iteration: int = 0,
     ``source`` may be:
 
     * a :class:`Trace` (replay mode on ``trace.iterations[iteration]``; the cost model is
-      fitted to the trace's timings) or a path to a trace JSON file,
+      fitted to the trace's timings, :func:`trace_cost_model`) or a path to a trace JSON file,
     * an :class:`IterationRecord` (replay mode),
     * a ``regrow(rule)`` callable or an object with ``.regrow`` (live mode; protocol in
       :mod:`dynatree_viz.widgets.regrow`),
@@ -572,7 +592,10 @@ def explore(source: Any, prompt: Any = None, *, iteration: int = 0,
     ``sampling`` (a SamplingConfig or its dict) the starting temperature / top-p / seed in live
     mode, where a ``TreeSession`` or a ``regrow(rule, sampling)`` callable gets sampling sliders
     (a replay shows the recorded sampling instead); ``tokenizer`` (``.decode(list[int])``) names
-    tokens a replayed trace has no text for.
+    tokens a replayed trace has no text for. ``cost_model`` (a
+    :class:`~dynatree_core.policy.cost_model.CostModel`: measured by
+    :mod:`dynatree_core.engine.calibrate` or :meth:`~CostModel.fit` to recorded timings) prices each
+    tree in the status panel; default: fitted to a replayed trace, else :data:`DEFAULT_COST`.
     """
     if isinstance(source, (str, bytes)) and not callable(source):
         source = Trace.from_json(source)
@@ -584,7 +607,7 @@ def explore(source: Any, prompt: Any = None, *, iteration: int = 0,
         backend = ReplayBackend(rec, namer, drafter_kind=source.drafter_kind, sampling=source.sampling)
         return ParameterExplorer(backend,
                                  config or config_for_record(source, rec),
-                                 cost_model=cost_model or CostModel.fit(source), recorded=rec)
+                                 cost_model=cost_model or trace_cost_model(source), recorded=rec)
     if isinstance(source, IterationRecord):
         namer = resolve_namer(source, namer, tokenizer)
         return ParameterExplorer(ReplayBackend(source, namer), config or config_for_record(None, source),
