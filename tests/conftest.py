@@ -15,6 +15,7 @@ import torch
 
 from dynatree_core.pairs.pair import ModelPair
 from helpers import cached_pair
+from helpers.bench import make_data_dir
 
 torch.set_num_threads(1)  # tiny models: threads only add overhead, and CI has two cores
 # calibrations (cost curves, acceptance vectors) measured by tests stay out of the user's cache
@@ -29,3 +30,9 @@ def llama_pair() -> ModelPair:
 @pytest.fixture
 def neox_pair() -> ModelPair:
     return cached_pair("gpt_neox", "sdpa", 0.02)
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    """A tiny WikiText-2 / PG-19 data directory (the benchmark tests' local text)."""
+    return make_data_dir(tmp_path / "data")

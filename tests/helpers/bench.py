@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-import pytest
 
 WORDS = ("the river ran past a quiet town where people sold bread and fish , and the old mill "
          "turned slowly while children played near the bridge . in winter the water froze").split()
@@ -81,10 +80,6 @@ ROWS = ([row("wikitext2", "ar", i, t, warmup=i == 0) for i, t in enumerate([1000
 
 TINY = ["--target", "tiny-llama", "--no-progress"]
 
-
-@pytest.fixture
-def data_dir(tmp_path):
-    return make_data_dir(tmp_path / "data")
 
 
 def bench_args(data_dir, out, *extra, methods="ar,dynatree"):
