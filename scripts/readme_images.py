@@ -29,7 +29,7 @@ MAX_BYTES = 1_500_000
 
 
 def main() -> None:
-    pair = ModelPair.default()
+    pair = ModelPair.named("default", device="cpu")
     cfg = DynaTreeConfig.gpu()
     for prompt in (PROMPT, *dv.EXAMPLE_PROMPTS):  # as notebook 02 tries them
         trace = generate(pair, prompt, "dynatree", cfg, max_new_tokens=100, trace=True,

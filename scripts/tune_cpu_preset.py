@@ -38,7 +38,7 @@ def main() -> None:
     ap.add_argument("--b-min", default="1", help="DynaTree B_min values to try (B_mid is max(2, B_min))")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    pair = ModelPair.default(draft=args.drafter)
+    pair = ModelPair.named("default", drafter=args.drafter, device="cpu")
     print(f"drafter: {pair.drafter_kind}", flush=True)
     prompts = passages(pair.tokenizer, args.prompts, args.prompt_len)
     cells = [("ar", ARConfig())]

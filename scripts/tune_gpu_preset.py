@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     from dynatree_core import ModelPair, iterate
 
     torch.set_num_threads(args.threads)
-    pair = ModelPair.default()
+    pair = ModelPair.named("default", device="cpu")
     texts = passages(pair.tokenizer, args.prompts, args.prompt_len)
     todo = cells(args)
     rows, ar_tokens = [], {}

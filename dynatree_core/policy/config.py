@@ -8,7 +8,11 @@ which the torch-free tree builder in :mod:`dynatree_core.policy.growth` executes
 * ``linear``      -> a chain of K nodes (breadth 1, depth K)
 * ``fixed_tree``  -> breadth B everywhere, depth D, pruning tau, budget N_max
 * ``dynatree``    -> confidence-dependent breadth, probability-gated depth, pruning, budget,
-                     plus the sliding-window history adapter.
+                     plus the sliding-window history adapter (and a cost-aware variant)
+* ``eagle2``      -> top-k expansion of the most probable frontier, then a global rerank to n_total
+* ``sequoia``     -> a static tree shape from Sequoia's dynamic program over an acceptance vector
+
+:data:`CONFIG_CLASSES` is the one place a method's name becomes its config.
 
 Validation lives in ``__post_init__`` and every error names the parameter and its allowed range.
 """

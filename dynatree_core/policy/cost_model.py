@@ -1,11 +1,8 @@
 """What an iteration costs on the machine at hand: the verify-cost curve c(n) (torch-free).
 
 A cost-aware tree policy needs to know what one more verified node costs, and that depends on the
-hardware. On this project's 2-core CPU one morning a target forward over 1/2/3/4/6/8 tokens took
-47/50/64/76/83/94 ms; that evening the same VM measured 70/161/138/103/111/126 ms (2-3 tokens
-slower than 4-16: MKL's fp32 small-batch matmul), so a curve need not be monotone and is
-measured, not assumed. On a GPU the same forwards cost nearly the same up to dozens of tokens. :class:`CostModel` holds
-the measured curve (seconds of one target forward over n tokens, the root included, after a
+hardware and the runtime: the curve is measured, never assumed monotone (docs/bench/2026-11-27-linear-kernels
+has CPU curves that are not). :class:`CostModel` holds the measured curve (seconds of one target forward over n tokens, the root included, after a
 prefix of ``prefix_len`` tokens) and the cost of one draft level, with the device and model names
 it was measured for; :mod:`dynatree_core.engine.calibrate` measures and caches it, and
 :meth:`CostModel.fit` fits one to the timings a trace recorded (the parameter explorer's). It lives

@@ -5,7 +5,7 @@ Untimed: L̄ and acceptance do not depend on machine load. Every run with retrie
 the run without (both equal the target's greedy output; the tests prove it on tiny pairs). Writes a
 results JSON (schema version, config, per-prompt rows, summary).
 
-    nice -n 19 python scripts/measure_retrieval.py --forms chat --time-limit 540 \
+    nice -n 19 python docs/bench/2026-11-28-retrieval/measure_retrieval.py --forms chat --time-limit 540 \
         --out docs/bench/2026-11-28-retrieval/results.json
 """
 
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args(argv)
     torch.set_num_threads(2)
-    base = ModelPair.default(draft="feature+lookup")
+    base = ModelPair.named("default", drafter="feature+lookup", device="cpu")
     pairs = {"without": base}
     for spec in a.priors.split(";"):
         prior = tuple(float(x) for x in spec.split(","))
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     items += [(f"everyday-{f}", p, forms[f](tok, p)) for f in a.forms.split(",") for p in everyday_prompts()]
     t0 = time.time()
     config = {"method": "dynatree", "preset": "cpu", "greedy": True, "new_tokens": a.new_tokens,
-              "pair": "ModelPair.default(draft='feature+lookup')", "max_prompt_len": a.max_prompt_len,
+              "pair": "ModelPair.named('default', drafter='feature+lookup')", "max_prompt_len": a.max_prompt_len,
               "passages_per_dataset": a.passages, "passage_source": "bundled excerpts", "forms": a.forms,
               "time_limit_s": a.time_limit, "drafters": {k: _drafter_settings(p) for k, p in pairs.items()},
               "command": vars(a) | {"out": str(a.out)}}
