@@ -135,17 +135,9 @@ class FeatureDrafter(Drafter):
         if self.fast is not None:
             return self._forward_level_static(tree, ids, level)
         if level == 0:
-            n = len(self.pending)
             out = self._run(to_device(self.pending, self.device), self.pending_feats,
-                            self._positions(self.pos0, n), None)[self._chain_rows():]
-            self.base = self.cache_length()
-            self.slot = torch.full((tree.capacity,), -1, dtype=torch.long, device=self.device)
-            self.slot[:1].fill_(self.base - 1)
-            self.feats = torch.zeros((tree.capacity, out.shape[-1]), device=self.device, dtype=out.dtype)
-            self.root_pos = self.pos0 + n - 1
-            self.pending, self.pending_feats = [], self.pending_feats[:0]
-            self.feats[ids] = out[-1:]
-            return out
+                            self._positions(self.pos0, len(self.pending)), None)[self._chain_rows():]
+            return self._root_fed(tree, ids, out, self.cache_length())
         assert self.slot is not None and self.feats is not None, "propose: level 0 (the root) comes first"
         past = self.cache_length()
         if self._chain_level(ids, level):  # causal: the node at depth = level, right after the cache
@@ -167,11 +159,15 @@ class FeatureDrafter(Drafter):
             out = self.fast.level(tree, ids, self.slot, self.root_pos, self.ctx.clock, self.feats[tree.parents[ids]])
             self.feats[ids] = out
             return out
-        n = len(self.pending)
         out, start = self.fast.chain(to_device(self.pending, self.device), self.ctx.clock, self.pending_feats,
                                      self.pos0)
-        out = out[self._chain_rows():]
-        self.base = start + n  # the chain's end: the tree writes after it
+        return self._root_fed(tree, ids, out[self._chain_rows():], start + len(self.pending))
+
+    def _root_fed(self, tree: "DeviceTree", ids: torch.Tensor, out: torch.Tensor, base: int) -> torch.Tensor:
+        """After level 0 fed the pending chain (the root last, its entry ending at ``base``): the tree's
+        slots and predicted features start at the root, and nothing is pending any more."""
+        n = len(self.pending)
+        self.base = base  # the tree writes after the chain
         self.slot = torch.full((tree.capacity,), -1, dtype=torch.long, device=self.device)
         self.slot[:1].fill_(self.base - 1)
         self.feats = torch.zeros((tree.capacity, out.shape[-1]), device=self.device, dtype=out.dtype)
