@@ -2,7 +2,7 @@
 
 The "target" greedily continues a fixed passage; the "draft" usually ranks the target's next
 word first, sometimes second or third, sometimes not at all, with a confidence that varies from
-node to node. Trees are grown by the real :func:`dynatree_core.policy.tree.grow_tree` under the real
+node to node. Trees are grown by the real :func:`dynatree_core.policy.growth.grow_tree` under the real
 growth rule and history adapter, so the resulting :class:`~dynatree_core.records.trace.Trace` has
 exactly the shape the engine records (including pruned candidates and every stop reason).
 Everything is seeded: the same arguments always give the same trace.

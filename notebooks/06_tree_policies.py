@@ -116,7 +116,7 @@ for name, cm in (("torch", torch_cost), (kernel, cost)):
 # on a CPU is its fp32 matrix products. With torch's default kernels (MKL GEMM on the plain weight)
 # the library picks a different kernel by shape, so c(n) need not grow with n. The pair here runs its
 # linear layers on oneDNN with weights reordered once (`pair.linear_kernel`, the default on a CPU in
-# float32; `dynatree_core/linear_kernels.py`), which reads each weight once for all rows. The cell
+# float32; `dynatree_core/runtime/linear_kernels.py`), which reads each weight once for all rows. The cell
 # above measured the same pair on both kernels; the next one says what those numbers show on this
 # machine.
 
@@ -134,8 +134,8 @@ display(Markdown(f"{curve_facts('torch', torch_cost)}. {curve_facts(kernel, cost
                  f"cheaper kernel for one token and {flatter} the flatter curve (c(16) / c(1))."))
 
 # %% [markdown]
-# **What the cost-aware rule does with it** (`GrowthRule` in `dynatree_core/config.py`,
-# `grow_tree` and `_fill` in `dynatree_core/tree.py`). With v(u) = min(1, s_d · p(u)) the calibrated
+# **What the cost-aware rule does with it** (`GrowthRule` in `dynatree_core/policy/growth_rule.py`,
+# `grow_tree` and `_fill` in `dynatree_core/policy/growth.py`). With v(u) = min(1, s_d · p(u)) the calibrated
 # chance that node u is accepted, an iteration is expected to commit E = 1 + Σ v(u) tokens in
 # T = (draft levels) · t_draft + c(n) seconds, and the rule grows the tree for the largest E / T:
 #

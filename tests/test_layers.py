@@ -1,4 +1,4 @@
-"""The code's shape: the layers of docs/architecture.md hold, functions stay short, old paths still load.
+"""The code's shape: the layers of docs/architecture.md hold, functions stay short, no old path survives.
 
 The layer contracts live in pyproject.toml ([tool.importlinter]); this runs them, so an upward
 import, a circle between sibling modules or torch reaching the torch-free packages fails the tests
@@ -73,26 +73,70 @@ OLD_MODULES = (
     "oracle", "plumbing", "reliability", "sequoia", "session", "sync_audit", "target_cache", "testing",
     "trace", "tree",
 )
-#: ``dynatree_core.<old>`` as a module path (followed by a dot, a space, a quote, a bracket or the end)
-OLD_PATH = re.compile(r"\bdynatree_core\.(" + "|".join(OLD_MODULES) + r")(?=[.\s`'\")\]:,]|$)", re.M)
+_OLD = "|".join(OLD_MODULES + ("moved",))  # moved.py: the shim itself
+#: ``dynatree_core.<old>`` as a module path (followed by a dot, a space, a quote, a bracket or the end),
+#: or ``dynatree_core/<old>.py`` as a file
+OLD_PATH = re.compile(r"\bdynatree_core(\.(" + _OLD + r")(?=[.\s`'\")\]:,]|$)|/(" + _OLD + r")\.py\b)", re.M)
+#: where names are written down: code, scripts, notebooks (prose included), documents, dated records'
+#: scripts and notes (their JSON outputs and logs are data, left as they were written)
+SCANNED = ("dynatree_core", "dynatree_viz", "tests", "scripts", "notebooks", "docs")
+TEXT_SUFFIXES = (".py", ".md", ".sh", ".txt", ".toml", ".cfg", ".ipynb")
+
+
+def _texts():
+    for base in SCANNED:
+        for path in sorted((ROOT / base).rglob("*")):
+            if path.suffix in TEXT_SUFFIXES and path != Path(__file__).resolve() and path.is_file():
+                yield path.relative_to(ROOT), path.read_text(encoding="utf-8", errors="ignore")
+    yield Path("README.md"), (ROOT / "README.md").read_text(encoding="utf-8")
+    yield Path("pyproject.toml"), (ROOT / "pyproject.toml").read_text(encoding="utf-8")
 
 
 def test_no_old_module_path_is_importable_or_named_anywhere():
-    """No shim: the old paths do not import, and no code, script, notebook or document names one
-    (recorded JSON outputs of dated runs are data, left as they were written)."""
+    """No shim: the old paths do not import, and no code, script, notebook or document names one,
+    as a module or as a file (``dynatree_core.moved`` included)."""
     assert importlib.util.find_spec("dynatree_core.moved") is None
     for old in OLD_MODULES:
         with pytest.raises(ModuleNotFoundError):
             importlib.import_module(f"dynatree_core.{old}")
-    named = []
-    for base in ("dynatree_core", "dynatree_viz", "tests", "scripts", "notebooks", "docs"):
-        for path in (ROOT / base).rglob("*"):
-            if path.suffix not in (".py", ".md", ".sh", ".txt", ".toml") or path == Path(__file__).resolve():
-                continue
-            named += [f"{path.relative_to(ROOT)}: {m.group(0)}"
-                      for m in OLD_PATH.finditer(path.read_text(encoding="utf-8", errors="ignore"))]
-    named += [f"README.md: {m.group(0)}" for m in OLD_PATH.finditer((ROOT / "README.md").read_text())]
+    named = [f"{path}: {m.group(0)}" for path, text in _texts() for m in OLD_PATH.finditer(text)]
     assert not named, named
+
+
+def test_the_old_path_scan_catches_each_form():
+    """The scan has teeth: a module path, a file path and the shim's name are each found; new paths are not."""
+    for text in ("from dynatree_core.config import X", "see `dynatree_core.tree`.", "dynatree_core/models.py",
+                 "import dynatree_core.moved", "(dynatree_core/calibrate.py)"):
+        assert OLD_PATH.search(text), text
+    for text in ("dynatree_core.policy.config", "dynatree_core/policy/tree.py", "dynatree_core.engine.calibrate",
+                 "dynatree_core.trace_io", "dynatree_core/treeview.py"):
+        assert not OLD_PATH.search(text), text
+
+
+def _resolves(dotted: str) -> bool:
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ModuleNotFoundError:
+            continue
+        for name in parts[i:]:
+            if not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    return False
+
+
+def test_every_dotted_dynatree_name_written_down_resolves():
+    """A name such as ``dynatree_core.policy.growth.grow_tree`` in a docstring, a document or a script
+    imports (the module) and exists (the attribute): references follow the code when it moves."""
+    names = {m.group(0).rstrip(".") for _, text in _texts()
+             for m in re.finditer(r"\bdynatree_(?:core|viz)(?:\.[A-Za-z_]\w*)+", text)}
+    assert len(names) > 100
+    assert _resolves("dynatree_core.policy.growth.grow_tree") and not _resolves("dynatree_core.policy.tree.grow_tree")
+    unresolved = sorted(n for n in names if not _resolves(n))
+    assert not unresolved, unresolved
 
 
 @pytest.mark.parametrize("name", ["generate", "iterate", "ModelPair", "DynaTreeConfig", "Trace", "GenerationResult",

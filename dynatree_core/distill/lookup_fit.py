@@ -4,7 +4,7 @@ pseudo-counts κ_n on training text, and its teacher-forced agreement next to th
 Both read *position records*: for each position of a target's greedy continuation, the draft's
 distribution there (depth 1: a feature draft reads the target's real feature of the previous
 position, as every tree root does) and the prompt-lookup counts over the tokens known at that
-point (:func:`~dynatree_core.drafters.lookup_matches` with a per-row limit: the engine's own
+point (:func:`~dynatree_core.runtime.ngram.lookup_matches` with a per-row limit: the engine's own
 lookup). Agreement is the top-1 of :func:`~dynatree_core.drafters.mix_topk`, the very function the
 drafter uses, so what is measured is what decodes.
 """

@@ -72,7 +72,7 @@ def sequoia_shape(acceptance: Sequence[float], n: int, d_max: int | None = None)
 
     Returns the branching B(u) of every node in the BFS order of the tree (root first, leaves 0),
     a tuple of length n + 1: node u's children are the draft's ranks 0..B(u)-1, appended in BFS
-    order (by parent, then rank) — exactly how :func:`dynatree_core.policy.tree.grow_tree` reads
+    order (by parent, then rank) — exactly how :func:`dynatree_core.policy.growth.grow_tree` reads
     :attr:`~dynatree_core.policy.config.GrowthRule.shape`. ``d_max=None`` puts no limit on the depth.
 
     ``n`` is a node budget (the engine's N_max): when more nodes are asked for than a tree of

@@ -45,7 +45,7 @@ def add_tail(tree: DraftTree, rule: GrowthRule, tail: "Tail", max_depth: int | N
 def lookup_span(seq: Sequence[int], context: Sequence[int], m: int, max_ngram: int = 5,
                 min_ngram: int = TAIL_MIN_NGRAM) -> list[tuple[int, float]]:
     """Prompt lookup as a copy, in plain Python (the reference of the device's
-    :func:`~dynatree_core.drafters.lookup_spans`): the longest n-gram (``max_ngram`` down to
+    :func:`~dynatree_core.runtime.ngram.lookup_spans`): the longest n-gram (``max_ngram`` down to
     ``min_ngram`` tokens) ending ``context`` that occurs earlier in ``seq`` with a token after it;
     the ``m`` tokens after its latest occurrence that has ``m`` after it (else its latest), each
     scored log(C / (C + 1)) for C occurrences. Empty when nothing matches."""
