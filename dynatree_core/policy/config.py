@@ -1,20 +1,18 @@
-"""Decoder configurations (torch-free).
+"""Method names -> decoder configs (torch-free): :data:`CONFIG_CLASSES` is the one place a method's
+name becomes its config, and the config classes are re-exported here.
 
-Every speculative decoder in this package is the *same* loop with a different tree policy.
-The configs below therefore all lower to one :class:`GrowthRule` (see :meth:`growth_rule`),
-which the torch-free tree builder in :mod:`dynatree_core.policy.growth` executes:
+Every decoder is the same loop with a different tree policy: each config lowers to one
+:class:`GrowthRule` (``config.growth_rule()``), which :mod:`dynatree_core.policy.growth` grows.
 
-* ``ar``          -> an empty tree (the target verifies only the root: plain greedy decoding)
+* ``ar``          -> an empty tree (the target verifies only the root)
 * ``linear``      -> a chain of K nodes (breadth 1, depth K)
-* ``fixed_tree``  -> breadth B everywhere, depth D, pruning tau, budget N_max
-* ``dynatree``    -> confidence-dependent breadth, probability-gated depth, pruning, budget,
-                     plus the sliding-window history adapter (and a cost-aware variant)
+* ``fixed_tree``  -> breadth B everywhere, depth D, pruning τ, budget N_max
+* ``dynatree``    -> confidence-dependent breadth, probability-gated depth, pruning, budget, the
+                     sliding-window history adapter (and a cost-aware variant)
 * ``eagle2``      -> top-k expansion of the most probable frontier, then a global rerank to n_total
 * ``sequoia``     -> a static tree shape from Sequoia's dynamic program over an acceptance vector
 
-:data:`CONFIG_CLASSES` is the one place a method's name becomes its config.
-
-Validation lives in ``__post_init__`` and every error names the parameter and its allowed range.
+The classes live in :mod:`~dynatree_core.policy.configs` and :mod:`~dynatree_core.policy.dynatree_config`.
 """
 
 

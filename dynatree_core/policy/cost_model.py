@@ -1,12 +1,12 @@
 """What an iteration costs on the machine at hand: the verify-cost curve c(n) (torch-free).
 
-A cost-aware tree policy needs to know what one more verified node costs, and that depends on the
-hardware and the runtime: the curve is measured, never assumed monotone (docs/bench/2026-11-27-linear-kernels
-has CPU curves that are not). :class:`CostModel` holds the measured curve (seconds of one target forward over n tokens, the root included, after a
-prefix of ``prefix_len`` tokens) and the cost of one draft level, with the device and model names
-it was measured for; :mod:`dynatree_core.engine.calibrate` measures and caches it, and
-:meth:`CostModel.fit` fits one to the timings a trace recorded (the parameter explorer's). It lives
-here, apart from torch, because traces record it and :mod:`dynatree_viz` draws it.
+A cost-aware tree policy needs what one more verified node costs, which depends on the hardware and
+the runtime, so the curve is measured, never assumed (nor assumed monotone: see the CPU curves in
+docs/bench/2026-11-26-cpu-policies and docs/bench/2026-11-27-linear-kernels). :class:`CostModel`
+holds it (seconds of one target forward over n tokens, the root included, after ``prefix_len``
+tokens) with the cost of one draft level and what it was measured on;
+:mod:`dynatree_core.engine.calibrate` measures and caches one, :meth:`CostModel.fit` fits one to a
+trace's timings. Torch-free because traces record it and :mod:`dynatree_viz` draws it.
 """
 
 from __future__ import annotations

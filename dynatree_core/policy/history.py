@@ -1,9 +1,9 @@
 """History Adaptation: a sliding window over per-iteration acceptance (torch-free).
 
-The adapter owns the two parameters the paper adapts online, D0 and τ_h, and produces the
-:class:`~dynatree_core.policy.config.GrowthRule` for the next iteration. Its state is plain data so it
-can be recorded in traces, and carried from one prompt to the next (the paper resets it per
-prompt, throwing away what it learned about the draft/target pair).
+:class:`HistoryAdapter` owns the two parameters the paper adapts online, D0 and τ_h, and gives the
+:class:`~dynatree_core.policy.growth_rule.GrowthRule` of the next iteration. Its state is plain
+data: traces record it, and a run can start from the state the previous prompt left (the paper
+resets it per prompt).
 """
 
 from __future__ import annotations

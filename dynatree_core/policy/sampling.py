@@ -1,66 +1,9 @@
-"""Speculative *sampling*: the settings, the target's warped distribution and the two verification
-rules, as a torch-free reference (numpy) that the device code is tested against.
-
-**The target's distribution.** With ``temperature`` T > 0 every position's distribution p is the
-one Hugging Face's ``generate(do_sample=True, temperature=T, top_k=K, top_p=P)`` samples from, in
-its order (``transformers.generation.utils._get_logits_processor``):
-
-1. temperature: logits / T;
-2. top-k (``top_k`` > 0): logits below the k-th largest become -inf (ties at the k-th are kept);
-3. top-p (``top_p`` < 1): sort ascending, softmax, cumulative sum; tokens whose cumulative
-   probability is <= 1 - P become -inf (the most probable token always stays);
-4. p = softmax of what is left.
-
-``top_k=0`` and ``top_p=1`` switch a step off (HF's generation config defaults ``top_k`` to 50: pass
-it explicitly when comparing). ``temperature=0`` is greedy decoding, today's behaviour bit for bit.
-
-**Seeded AR.** Autoregressive sampling draws the token at absolute position t (its index in prompt
-+ output) by the Gumbel-max trick: the token with the largest log p(x) + g(seed, t, x), where g is
-Gumbel noise from a counter-based stream keyed by the seed, the position and the token
-(:func:`gumbel_noise`: a 32-bit integer mixer, no state). The largest of log p + Gumbel noise is a
-draw from p, and the token depends on the seed, the position and p alone, whatever ran before it.
-Why not inverse CDF with one uniform per position: a tree's verify forward and AR's one-token forward
-give logits that differ in the last bits, and an inverse CDF over a 49,152-token vocabulary
-accumulates those differences over every token before the drawn one (on this project's default pair
-about one draw in twenty flipped at temperature 1). Gumbel-max flips only if the two largest
-perturbed scores are within those last bits of each other.
-
-**verify="match"** (default). At every verified node the target's token is drawn from that node's p
-with the noise of the position it fills; the walk follows the child carrying that token, else
-the drawn token is the bonus. Along the accepted path the contexts are AR's, so a seeded run emits
-exactly the tokens of seeded AR (Hypothesis checks it for every policy and drafter). The drafts
-are the deterministic top-B of the draft's warped q; no lossless rule can accept more than
-p(children) at such a node (the target's token must be one of the children), and this accepts
-exactly when it is.
-
-**Shared draft noise** (``draft_noise="shared"``, the default under ``match``). The target's token at
-position t is argmax(log p + g(seed, t, .)), and anyone holding the seed can compute g. So the
-drafts at a node filling position t are ranked by the draft's own perturbed scores
-s(x) = log q(x) + g(seed, t, x) (:func:`coupled_scores`): the first child is the draft's Gumbel-max
-sample *coupled* to the target's draw, the siblings follow in perturbed order. The two argmaxes
-coincide with probability sum_x 1 / sum_y max(p_y / p_x, q_y / q_x) (:func:`coupled_agreement`;
-Daliri, Musco and Suresh 2024), at least (1 - TV) / (1 + TV), where the top-B of log q alone
-reaches p(children) at best. The output is untouched (the target's draw is still fixed by the seed
-alone); at temperature -> 0 the ranking becomes greedy drafting. What the tree policy reads as a
-child's probability is then the chance that the target's perturbed argmax lands on it,
-softmax(s / beta) (:func:`coupled_confidence`: exact if log p differs from log q by Gumbel noise
-of scale beta = beta_0 / T, :func:`coupling_scale`), not q.
-
-**verify="rejection"**. Drafts are *sampled*: each expanded node's candidate list is a sample
-without replacement from its warped q (Gumbel-top-k), and the token at a node comes from recursive
-rejection sampling over that list (Jeon et al. 2024, "Recursive Speculative Decoding", the
-without-replacement form of SpecInfer's multi-step speculative sampling, Miao et al. 2024):
-candidate x_i is accepted with probability min(1, p_i(x_i) / q_i(x_i)); on rejection
-p_{i+1} = norm((p_i - q_i)+) and q_{i+1} = q_i with x_i removed, renormalised; if every candidate is
-rejected the token is drawn from the last residual. For one candidate this is Leviathan et al.'s
-rule (linear drafting samples one token per step). Each step emits a token distributed as p_i
-whatever q_i is (Leviathan's lemma), and the next candidate is a draw from q_{i+1} given the
-rejected ones, so the node's token is distributed exactly as p. We chose the without-replacement
-form because the tree's siblings must carry distinct tokens (a sample with replacement repeats
-them) and because it accepts more than SpecInfer's with-replacement form for the same number of
-candidates. The walk then follows the verified child with the emitted token, if any (pruning by
-τ, N_max or a rerank decides only how deep the walk can go, never which token a node emits).
-Exact in distribution, not token by token; a seed makes a run reproducible on one device.
+"""Speculative *sampling*, torch-free: the settings (:class:`SamplingConfig`), the target's warped
+distribution, the counter-based Gumbel noise, and the two verification rules (``match``: the
+target's seeded Gumbel-max draw, optionally shared with the drafts; ``rejection``: recursive rejection
+sampling) as the numpy reference that :mod:`dynatree_core.runtime.sampling` is tested against.
+Each rule's argument sits with its code (:class:`SamplingConfig`, :func:`gumbel_max`,
+:func:`coupled_scores`, :func:`recursive_rejection`); docs/engine.md ("Speculative sampling") has it all.
 """
 
 from __future__ import annotations
@@ -84,7 +27,15 @@ MIN_TEMPERATURE = 1e-6
 class SamplingConfig:
     """How the target's tokens are chosen: greedy (``temperature=0``) or sampled from the warped
     distribution p (temperature T, then top-k K, then top-p P, as Hugging Face orders them), with a
-    ``seed`` and a ``verify`` rule (``"match"`` or ``"rejection"``; see the module docstring)."""
+    ``seed`` and a ``verify`` rule.
+
+    ``verify="match"`` (the default when sampling): at every verified node the target's token is its
+    seeded Gumbel-max draw from that node's p with the noise of the position it fills (:func:`gumbel_max`);
+    the walk follows the child carrying it, else it is the bonus. Along the accepted path the contexts
+    are AR's, so a run emits exactly seeded AR's tokens. With deterministic drafts no lossless rule can
+    accept more than p(children) at a node, and this accepts exactly when the draw is a child.
+    ``verify="rejection"``: sampled drafts and :func:`recursive_rejection`, exact in distribution.
+    """
 
     temperature: float = 0.0
     top_p: float = 1.0
@@ -226,7 +177,15 @@ def gumbel_noise(seed: int, position: int, vocab: int) -> np.ndarray:
 
 # --- the reference (numpy) -----------------------------------------------------------------------
 def warp_logits(logits: Sequence[float], cfg: SamplingConfig) -> np.ndarray:
-    """Temperature, top-k, top-p (the module docstring's order) on one logit vector; -inf outside."""
+    """Temperature, top-k, top-p on one logit vector, -inf outside: Hugging Face's
+    ``generate(do_sample=True, temperature=T, top_k=K, top_p=P)`` order
+    (``transformers.generation.utils._get_logits_processor``).
+
+    1. logits / T; 2. top-k (``top_k`` > 0): below the k-th largest -> -inf (ties at the k-th kept);
+    3. top-p (``top_p`` < 1): sort ascending, softmax, cumulative sum, tokens whose cumulative
+    probability is <= 1 - P -> -inf (the most probable always stays). ``top_k=0`` and ``top_p=1``
+    switch a step off (HF's generation config defaults ``top_k`` to 50: pass it when comparing).
+    """
     x = np.asarray(logits, dtype=np.float64) / cfg.temperature
     if cfg.top_k:
         kth = np.sort(x)[-min(cfg.top_k, x.size)]
@@ -251,7 +210,15 @@ def warp_probs(logits: Sequence[float], cfg: SamplingConfig) -> np.ndarray:
 
 def gumbel_max(logits: Sequence[float], cfg: SamplingConfig, position: int) -> int:
     """Seeded AR's token at ``position``: argmax of the warped logits (log p up to a constant) plus
-    the position's Gumbel noise."""
+    the position's Gumbel noise g(seed, position, .) (:func:`gumbel_noise`: counter-based, no state).
+
+    The largest of log p + Gumbel noise is a draw from p, and the token depends on the seed, the
+    position and p alone, whatever ran before. Not inverse CDF with one uniform per position: a tree's
+    verify forward and AR's one-token forward give logits that differ in the last bits, and an inverse
+    CDF over a large vocabulary sums those differences over every token before the drawn one (on the
+    default pair about one draw in twenty flipped at temperature 1); Gumbel-max flips only if the two
+    largest perturbed scores are within those last bits of each other.
+    """
     x = warp_logits(logits, cfg)
     return int(np.argmax(x + gumbel_noise(cfg.seed, position, x.size)))
 
@@ -285,7 +252,17 @@ def recursive_rejection(p: Sequence[float], q: Sequence[float], candidates: Sequ
                         u: float) -> tuple[int, list[RejectionStep], np.ndarray]:
     """Recursive rejection sampling without replacement at one node: the emitted token, the steps
     taken, and the residual the last step left (the token was drawn from it by ``u`` if no candidate
-    was accepted). ``candidates`` are a draw without replacement from ``q`` in draw order."""
+    was accepted). ``candidates`` are a draw without replacement from ``q`` in draw order.
+
+    Jeon et al. 2024 (the without-replacement form of SpecInfer's multi-step speculative sampling):
+    candidate x_i is accepted with probability min(1, p_i(x_i) / q_i(x_i)); on rejection
+    p_{i+1} = norm((p_i - q_i)+) and q_{i+1} = q_i without x_i, renormalised; if every candidate is
+    rejected the token is drawn from the last residual. Each step emits a token distributed as p_i
+    whatever q_i is (Leviathan et al.'s lemma) and the next candidate is a draw from q_{i+1} given the
+    rejected ones, so the token is distributed exactly as p. Without replacement because siblings must
+    carry distinct tokens, and it accepts more than the with-replacement form; one candidate is
+    Leviathan et al.'s rule.
+    """
     p_i, q_i = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
     steps: list[RejectionStep] = []
     for x, c in zip(candidates, coins):
@@ -320,7 +297,15 @@ def coupling_scale(temperature: float) -> float:
 
 def coupled_scores(log_q: Sequence[float], seed: int, position: int) -> np.ndarray:
     """The draft's perturbed scores at ``position``: its warped log q plus the Gumbel noise seeded AR
-    adds to log p there (-inf stays -inf). Their argmax is the draft's coupled sample."""
+    adds to log p there (-inf stays -inf). Their argmax is the draft's coupled sample.
+
+    Shared draft noise (``draft_noise="shared"``): the target's token at t is argmax(log p + g(seed, t, .))
+    and anyone holding the seed can compute g, so drafts ranked by these scores put the draft's
+    Gumbel-max sample *coupled* to the target's draw first, the siblings in perturbed order. The two
+    argmaxes coincide with probability :func:`coupled_agreement` >= (1 - TV) / (1 + TV) (Daliri, Musco
+    and Suresh 2024), where the top-B of log q alone reaches p(children) at best; the output is
+    untouched (the seed fixes the target's draw). The tree then reads :func:`coupled_confidence`, not q.
+    """
     x = np.asarray(log_q, dtype=np.float64)
     return x + gumbel_noise(seed, position, x.size)
 

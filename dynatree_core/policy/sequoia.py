@@ -1,28 +1,7 @@
-"""Sequoia's static tree: the dynamic program of Chen et al. 2024 (torch-free).
-
-*Sequoia: scalable, robust and hardware-aware speculative decoding* builds one tree offline and
-uses it for every iteration. Under the **positional acceptance assumption** the chance that the
-target's greedy token is the draft's rank-k candidate is a fixed ``acceptance[k]`` = a_k
-(k = 0..K-1), whatever the node's depth or context. The ranks are disjoint events (at most one of
-them is the target's token), so Σ_k a_k <= 1, and a drafted node u is accepted iff every node on
-its path is, with probability Π_{v on path(u)} a_{rank(v)}. The expected accepted length
-(root excluded, bonus excluded) of a tree T is therefore::
-
-    E[ℓ](T) = Σ_{u in T, u != root} Π_{v in path(u)} a_{rank(v)}
-
-**What the engine can execute.** A node with branching b gets the draft's ranks 0..b-1 as its
-children (:attr:`dynatree_core.policy.config.GrowthRule.shape`): ranks are taken in the draft's order,
-never skipped. The dynamic program therefore only considers children of ranks 0, 1, 2, ... used
-as a contiguous prefix, and the child of rank i gets its own subtree size m_i >= 1:
-
-    G(m, d) = max_{b, m_0..m_{b-1} >= 1, Σ m_i = m} Σ_i a_i (1 + G(m_i - 1, d - 1))
-
-where G(m, d) is the best value of the m descendants of a node that may reach d levels below it
-(G(0, d) = 0; G(m > 0, 0) is infeasible). The inner maximisation is a knapsack over the ranks in
-order (H below). When ``acceptance`` is non-increasing, this restricted optimum is also the
-unrestricted one (swapping a subtree onto a better unused rank never loses), as Sequoia assumes;
-when it is not (a noisy measurement), the program still returns the best tree the engine can run
-rather than the best tree of an order the engine cannot follow.
+"""Sequoia's static tree (Chen et al. 2024), torch-free: the tree of n drafted nodes that maximises the
+expected accepted length under the positional acceptance assumption, built once from an
+acceptance vector (:func:`sequoia_shape`) and grown every iteration as
+:attr:`~dynatree_core.policy.growth_rule.GrowthRule.shape`; :func:`expected_accepted` scores a tree.
 """
 
 from __future__ import annotations
@@ -70,10 +49,28 @@ def max_nodes(k: int, d_max: int) -> int:
 def sequoia_shape(acceptance: Sequence[float], n: int, d_max: int | None = None) -> tuple[int, ...]:
     """The static tree of ``n`` drafted nodes and depth <= ``d_max`` that maximises E[ℓ].
 
+    **The model.** Under the positional acceptance assumption the chance that the target's greedy
+    token is the draft's rank-k candidate is a fixed ``acceptance[k]`` = a_k (k = 0..K-1), whatever the
+    node's depth or context. The ranks are disjoint events, so Σ_k a_k <= 1, and a drafted node u is
+    accepted iff every node on its path is, so (root and bonus excluded)::
+
+        E[ℓ](T) = Σ_{u in T, u != root} Π_{v in path(u)} a_{rank(v)}
+
+    **The program.** The engine gives a node with branching b the draft's ranks 0..b-1 (never
+    skipping one), so only contiguous rank prefixes are considered, the child of rank i getting a
+    subtree of m_i >= 1 nodes::
+
+        G(m, d) = max_{b, m_0..m_{b-1} >= 1, Σ m_i = m} Σ_i a_i (1 + G(m_i - 1, d - 1))
+
+    G(m, d): the best value of m descendants of a node that may reach d levels below it (G(0, d) = 0,
+    G(m > 0, 0) infeasible); the inner maximisation is a knapsack over the ranks in order
+    (:func:`_solve`). With a non-increasing ``acceptance`` this is also the unrestricted optimum, as
+    Sequoia assumes; otherwise (a noisy measurement) it is the best tree the engine can run.
+
     Returns the branching B(u) of every node in the BFS order of the tree (root first, leaves 0),
     a tuple of length n + 1: node u's children are the draft's ranks 0..B(u)-1, appended in BFS
     order (by parent, then rank) — exactly how :func:`dynatree_core.policy.growth.grow_tree` reads
-    :attr:`~dynatree_core.policy.config.GrowthRule.shape`. ``d_max=None`` puts no limit on the depth.
+    :attr:`~dynatree_core.policy.growth_rule.GrowthRule.shape`. ``d_max=None`` puts no limit on the depth.
 
     ``n`` is a node budget (the engine's N_max): when more nodes are asked for than a tree of
     depth <= d_max with K = len(acceptance) children per node holds (:func:`max_nodes`), the

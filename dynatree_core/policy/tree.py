@@ -3,11 +3,8 @@
 Node 0 is the *root*: the last committed token, which the target has not yet consumed. Its
 children (depth 1) are candidates for the next token, and so on. Nodes are stored in BFS order
 (level by level, siblings by parent then rank), which is also the order they are verified in, so
-every ancestor precedes its descendants.
-
-The growth loop asks a ``propose`` callback for the draft's top-k distribution of a whole tree
-level at once: the engine answers with one batched draft forward, a replay answers from a saved
-trace. Everything else (breadth, depth gate, pruning, budget) is decided here.
+every ancestor precedes its descendants. :func:`~dynatree_core.policy.growth.grow_tree` grows one;
+:data:`STOP_REASONS` names why a node was not expanded.
 """
 
 

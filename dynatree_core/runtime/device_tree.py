@@ -1,24 +1,13 @@
-"""The draft tree as tensors on the model's device: growth, masks, positions and selection.
+"""The draft tree as tensors on the model's device: growth, the tree mask, positions and selection.
 
-:func:`dynatree_core.policy.growth.grow_tree` is the reference: torch-free, readable, and what replays
-and viewers use. This module runs the *same policy* (same breadth, depth gate, τ pruning, N_max
-budget, same tie-breaking) as vectorised tensor operations, so that the decode loop does no
-per-node Python work and waits for the device only where a shape depends on data:
-
-* at most one host synchronisation per draft level: the number of children the level kept
-  (the next level's size) and how many of them the growth rule will expand. None at all when
-  the rule fixes every level's size (:attr:`GrowthRule.static_counts`: linear, a fixed tree or EAGLE-2
-  with τ = 0), and none for a count the host can tell (a level past D_max expands nothing);
-* one per verification: the target's choices and the tree, fetched in a single transfer, from
-  which the accepted path and the bonus token are read.
-
-On a GPU this matters because a target forward of a small or mid-size model takes milliseconds
-(EAGLE and Medusa keep their tree buffers on the device for the same reason). Every
-device -> host read goes through :meth:`HostSyncs.fetch`, which packs its tensors into one
-buffer and counts the transfer (on a CPU, where there is nothing to transfer, it reads the
-arrays where they are); host -> device copies go through :func:`to_device`, which never
-waits for the device (pinned memory, ``non_blocking``). ``tests/test_device_tree.py`` checks that
-this module and :mod:`dynatree_core.policy.tree` build identical trees, masks and paths.
+:class:`DeviceTree` grows what a :class:`~dynatree_core.policy.growth_rule.GrowthRule` describes
+with the breadth, depth gate, τ pruning, N_max budget and tie-breaking of the torch-free reference
+:func:`dynatree_core.policy.growth.grow_tree` (``tests/test_device_tree.py`` checks them node for
+node), one batched ``propose`` per level (:class:`Proposer`), and waits for the device only where a
+size depends on data: one host sync per level (none when :attr:`GrowthRule.static_counts`) and one
+per verification (:meth:`DeviceTree.select`, the tree fetched with the target's choices). The
+cost-aware fill, EAGLE-2's rerank and the lookup tail are mixins (``device_cost``, ``device_rerank``,
+``device_tail``).
 """
 
 
