@@ -1,15 +1,11 @@
-"""Getting weights onto the machine: name checks that fail fast offline, quiet loading, and loading a
-Hugging Face pair (target, tokenizer, draft) with its checks.
+"""Getting weights onto the machine: a model name checked before any download, quiet loading, and
+loading a Hugging Face pair (target, tokenizer, draft).
 
-Two things a newcomer meets first and that have nothing to do with decoding:
-
-* A model name that is neither a local path nor in the Hugging Face cache, on a machine that
-  cannot reach the hub, used to cost a minute of network retries ending in "couldn't connect".
-  :func:`check_model_source` answers in milliseconds: it looks at the path and the cache, then
-  makes one short TCP connection to the hub and, only if that works, asks whether the name
-  exists. It never downloads anything.
-* transformers draws two progress bars per load (GGUF de-quantisation and weight loading);
-  :func:`quiet_loading` hides them so a load is the one line :func:`announce` prints.
+:func:`check_model_source` answers in milliseconds whether a name can load (a path, the Hugging Face
+cache, else one short TCP connection to the hub and a lookup of the name; it never downloads), so an
+offline machine fails fast with :class:`ModelSourceError` instead of a minute of network retries.
+:func:`quiet_loading` hides transformers' progress bars, so a load is the one line :func:`announce`
+prints; :func:`load_hf_target` and :func:`load_hf_draft` load and check the two models.
 """
 
 from __future__ import annotations

@@ -1,40 +1,7 @@
-"""The best possible tree, replayed: how much more could any tree of the same size accept?
-
-For one decoding run the committed sequence is::
-
-    S = [root of iteration 0] + committed_0 + committed_1 + ...
-
-and iteration r's root sits at index P_r of S (P_0 = 0, P_{r+1} = P_r + |committed_r|): the root
-is always the last committed token. Under greedy verification the target accepts exactly the
-tree path that spells its own greedy continuation S[P_r + 1], S[P_r + 2], ...; a tree can hold
-that path only if each of its tokens is among the draft's top-K candidates after the tokens
-before it. Writing D_i for the draft's top-K after the context S[..i] (its candidates for
-S[i + 1]), iteration r's **reach** is the largest j >= 0 with
-
-* S[P_r + i] in D_{P_r + i - 1}[:K] for every i = 1..j (each D known), and
-* P_r + j + 1 <= |S| - 1: room for the bonus (the iteration commits j accepted tokens + 1).
-
-A tree of n drafted nodes accepts at most n tokens, and the chain along the continuation attains
-min(n, reach_r): that is the **oracle**, best_r(n) = min(n, reach_r).
-
-Where the draft's distributions come from (the records never hold D for every i):
-
-(a) iteration r's own tree: a node u on the committed sequence (the root or a node of
-    ``accepted_path``) that was fed to the draft (``topk_tokens`` not None) gives D_{P_r + d(u)};
-(b) ``chain_topk`` of iteration r, when present: the draft's top-k after each committed token it
-    read at level 0 *before* the root (the last accepted leaves it never expanded); rows
-    j = 0..m-1 give D_{P_r - m + j} (indices < 0 are prompt tokens and are ignored).
-
-An independent draft gives the same D_i from every source; a draft that reads features (EAGLE)
-may not, since a tree node sees the draft's own features and a chain row the target's. The rule,
-then: a tree beats a chain row; between trees, the one whose root is nearest before i (the
-largest P_r <= i, i.e. the iteration that actually drafted from S[..i]); between chain rows, the
-earliest iteration's (the first time the draft read that token). A walk that stops at an unknown
-D is flagged ``truncated``: its reach is then a lower bound.
-
-K defaults to the shortest top-k list recorded anywhere in the run, so that methods recorded with
-different widths are searched over the same candidates; a list shorter than an explicit
-``top_k`` is used as it is.
+"""The best possible tree, replayed from a run's records (torch-free): how much more could any tree of
+the same size have accepted? Per iteration, the oracle's *reach* is how far the target's own
+continuation stays inside the draft's top-K (:func:`oracle_iterations`), best(n) = min(n, reach);
+:func:`summarize_oracle` gives the gap between what the trees accepted and that bound.
 """
 
 from __future__ import annotations
@@ -89,9 +56,17 @@ def oracle_iterations(records: Sequence[IterationRecord] | Trace,
                       top_k: int | None = None) -> list[OracleIteration]:
     """Per iteration of one run: accepted length, tree size and the oracle's reach.
 
+    The committed sequence is S = [root of iteration 0] + committed_0 + committed_1 + ..., iteration
+    r's root sits at P_r (P_{r+1} = P_r + |committed_r|), and D_i is the draft's top-K after S[..i].
+    Under greedy verification a tree accepts exactly the path spelling S[P_r + 1], S[P_r + 2], ..., so
+    iteration r's **reach** is the largest j with S[P_r + i] in D_{P_r + i - 1}[:K] for i = 1..j (each D
+    known) and P_r + j + 1 <= |S| - 1 (room for the bonus); a tree of n drafted nodes accepts at most
+    min(n, reach_r). A walk that stops at an unknown D is flagged ``truncated`` (a lower bound).
+
     ``records`` must be consecutive iterations of one run (each root is the token the previous
     iteration committed last; ValueError otherwise). ``top_k``: K, the candidates per
-    distribution a tree may use (int >= 1); None: the shortest recorded top-k length.
+    distribution a tree may use (int >= 1); None: the shortest recorded top-k length, so methods
+    recorded with different widths are searched over the same candidates.
     """
     if isinstance(records, Trace):
         records = records.iterations
@@ -147,7 +122,16 @@ def _committed_sequence(records: list[IterationRecord]) -> tuple[list[int], list
 
 
 def _distributions(records: list[IterationRecord], S: list[int], P: list[int]) -> dict[int, list[int]]:
-    """D_i (candidate tokens only) for every index i some record knows, by the module's rule."""
+    """D_i (candidate tokens only) for every index i some record knows.
+
+    Sources: (a) iteration r's tree: a node u on the committed sequence (the root or on
+    ``accepted_path``) fed to the draft gives D_{P_r + d(u)}; (b) iteration r's ``chain_topk``: the
+    draft's top-k after each committed token it read at level 0 before the root, rows j = 0..m-1
+    giving D_{P_r - m + j} (indices < 0 are prompt tokens). A draft reading features (EAGLE) may give
+    different D_i from different sources (a tree node sees the draft's features, a chain row the
+    target's), so: a tree beats a chain row; between trees, the one whose root is nearest before i;
+    between chain rows, the earliest iteration's (the first time the draft read that token).
+    """
     D: dict[int, list[int]] = {}
     # (b) chain rows: latest iteration first, so that the earliest reader of a token wins
     for r in range(len(records) - 1, -1, -1):

@@ -1,25 +1,9 @@
-"""How well the draft's probabilities predict acceptance, per tree depth (torch-free).
+"""How well the draft's probabilities predict acceptance, per tree depth, from saved records (torch-free).
 
-Every tree policy acts on a draft probability as if it were a chance of acceptance: DynaTree's
-breadth thresholds τ_h / τ_l read the confidence c(u), EAGLE-2 ranks by the path probability
-p(u), and cost-aware DynaTree multiplies p(u) by a per-depth scale s_d. This module measures, from
-saved records, how those numbers relate to what the target actually did. Three kinds of
-prediction (``KINDS``):
-
-* ``"confidence"``: every node u fed to the draft (``topk_tokens`` not None). Predicted
-  c(u) = max q_D(.|u) = exp(topk_logps[u][0]); observed: the draft's top token is the target's
-  greedy token after u (topk_tokens[u][0] == target_argmax[u]). Depth d(u), 0 for the root.
-* ``"conditional"``: every drafted node u >= 1. Predicted q_D(z_u | π(u)) = exp(logps[u]);
-  observed: z_u == target_argmax[π(u)] (the target would have chosen u's token after its parent).
-* ``"path"``: every drafted node u >= 1. Predicted p(u) = exp(cum_logps[u]); observed: u is on the
-  accepted path. Per depth, ``scale`` s_d = Σ observed / Σ predicted is the factor that makes
-  s_d p(u) an unbiased estimate of acceptance at that depth (what the cost-aware rule reads).
-
-Predictions are grouped by depth (depths past ``max_depth`` merged into it) and into ``bins``
-equal-width bins of [0, 1]; the expected calibration error of a group is
-ECE = Σ_bins (count_b / count) |mean predicted_b − observed rate_b|. A node whose target choice
-is unknown (``target_argmax`` shorter than the tree, or None there) has no observation and is
-skipped.
+Every tree policy treats a draft probability as a chance of acceptance (DynaTree's c(u) against
+τ_h / τ_l, EAGLE-2's path probability p(u), cost-aware DynaTree's s_d p(u)); :func:`calibration`
+measures one kind of them (:data:`KINDS`) against what the target did: reliability bins, the
+expected calibration error and the per-depth scale s_d.
 """
 
 from __future__ import annotations
@@ -35,7 +19,18 @@ from dynatree_core.records.trace import IterationRecord, Trace
 
 __all__ = ["KINDS", "ReliabilityBin", "DepthCalibration", "Calibration", "calibration"]
 
-#: the predictions :func:`calibration` can measure (see the module docstring)
+#: the predictions :func:`calibration` can measure:
+#:
+#: * ``"confidence"``: every node u fed to the draft (``topk_tokens`` not None); predicted
+#:   c(u) = exp(topk_logps[u][0]), observed: topk_tokens[u][0] == target_argmax[u]; depth d(u), 0 at the root;
+#: * ``"conditional"``: every drafted node u >= 1; predicted q_D(z_u | π(u)) = exp(logps[u]),
+#:   observed: z_u == target_argmax[π(u)];
+#: * ``"path"``: every drafted node u >= 1; predicted p(u) = exp(cum_logps[u]), observed: u is on the
+#:   accepted path. Per depth, s_d = Σ observed / Σ predicted makes s_d p(u) an unbiased estimate of
+#:   acceptance there (what the cost-aware rule reads).
+#:
+#: Per group (a depth, or all), ECE = Σ_bins (count_b / count) |mean predicted_b − observed rate_b|; a node
+#: whose target choice is unknown (``target_argmax`` shorter than the tree, or None there) is skipped.
 KINDS: tuple[str, ...] = ("confidence", "conditional", "path")
 
 

@@ -1,23 +1,14 @@
-"""Compilation paid once: ``runtime="compiled"``'s forwards compile through inductor with a persistent
-cache on disk (FX graph cache and AOTAutograd cache), so a second process reuses the first one's
-kernels and graphs instead of compiling again.
+"""Compilation paid once: ``runtime="compiled"``'s forwards compile through inductor with its FX graph
+and AOTAutograd caches on disk, so a second process reuses the first one's kernels and graphs.
 
-Everything is scoped to the compile itself (``torch._inductor.config.patch`` and the cache
-directory's environment variable, restored afterwards): importing this module changes no global
-setting. The cache lives in :func:`compile_cache_dir`: ``$DYNATREE_COMPILE_CACHE``, else
-``inductor/torch-<version>`` under the project's cache folder (``$DYNATREE_CACHE_DIR``, else
-``~/.cache/dynatree``, the folder calibrations use). Inductor keys each entry by the graph, its
-shapes and the config; the folder adds the torch version.
-
-On the CPU, ``freezing=True`` folds the parameters into the graph as constants, so inductor keeps
-oneDNN's prepacked linears (without it they lower to ``aten::mm``, slower than eager: see
-docs/bench/2026-11-28-compile-profile). Inputs the graph mutates (the static KV cache) stay graph
-inputs: freezing only folds what the graph never writes. Prepacked (mkldnn) weights cannot be
-pickled, so with them torch 2.13's FX graph cache bypasses; ``$DYNATREE_COMPILE_FREEZING``
-(:data:`FREEZING_MODES`) trades the packing for full caching.
-
-:func:`compile_totals` reports what compiling cost in this process (seconds, cache hits and
-misses), apart from any decode.
+:func:`compile_forward` compiles inside :func:`compile_scope`, which sets the cache folder
+(:func:`compile_cache_dir`: ``$DYNATREE_COMPILE_CACHE``, else ``inductor/torch-<version>`` under
+``$DYNATREE_CACHE_DIR`` or ``~/.cache/dynatree``) and :func:`compile_options` for the compile only:
+importing this module changes no global setting. On the CPU, freezing keeps oneDNN's prepacked
+linears (without it they lower to ``aten::mm``: docs/bench/2026-11-28-compile-profile); prepacked
+weights cannot be pickled, so with them the FX graph cache bypasses, and ``$DYNATREE_COMPILE_FREEZING``
+(:data:`FREEZING_MODES`) trades one for the other. :func:`compile_totals` reports the seconds and
+cache hits spent compiling in this process.
 """
 
 from __future__ import annotations
@@ -35,12 +26,12 @@ import torch._inductor.config
 
 #: the environment variable that overrides where compiled graphs are cached
 CACHE_ENV = "DYNATREE_COMPILE_CACHE"
-#: the cache counters dynamo keeps (``torch._dynamo.utils.counters["inductor"]``) that we report
 #: how the CPU freezes (``$DYNATREE_COMPILE_FREEZING``): "prepack" (default: oneDNN-packed linears;
 #: torch 2.13's FX graph cache cannot pickle them and bypasses, only the kernels' C++ is cached),
 #: "noprepack" (frozen constants, plain weights: the FX graph cache hits), "off" (no freezing)
 FREEZING_ENV = "DYNATREE_COMPILE_FREEZING"
 FREEZING_MODES: tuple[str, ...] = ("prepack", "noprepack", "off")
+#: the cache counters dynamo keeps (``torch._dynamo.utils.counters["inductor"]``) that we report
 _HIT, _MISS, _BYPASS = "fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass"
 
 

@@ -1,25 +1,13 @@
 """Which kernel a model's linear layers run on: torch's default, or oneDNN with prepacked weights.
 
-Why this matters for speculative decoding: a verify forward's cost as a function of the number of
-tokens it scores, c(n), decides what a tree may spend. On a CPU, torch's default fp32 linear
-(MKL GEMM on a plain ``[out, in]`` weight) is far from flat for the few rows a decoder feeds it:
-on this project's 2-core AVX-512 VM the embedded target's 49152x576 output head takes 12 ms for
-one row, 28-40 ms for two or three and 21 ms for four. A whole target forward then costs 63 ms
-for one token, 103-123 ms for two or three and 94 ms for four, so a linear K=2 chain pays more per
-verified token than K=4. oneDNN's inner-product primitive on a weight reordered once into its
-blocked layout reads the weight once for all rows: the same forward costs 44 ms for one token and
-48-53 ms for two to six (``docs/bench/2026-11-27-linear-kernels/forward_curve.txt``). Forwards stay memory bound
-up to a few dozen rows, which is what a tree of drafted tokens needs.
-
-The packed kernel is also *batch invariant*: each row's output is bitwise the same whatever the
-other rows are (MKL's GEMM path changes with the row count, so a token scored alone and the same
-token scored in a tree differ in the last bits). Exactness never depended on it, but fewer
-near-tie flips between AR and verification is welcome.
-
-Everything here is model plumbing; policies never see it. A packed layer keeps its original
-``weight`` parameter (state dicts, parameter counts and dtype/device queries are unchanged) and
-falls back to ``F.linear`` whenever autograd needs a graph (training) or the input is not on the
-CPU; its packed copy is rebuilt when the weight changes in place (an optimizer step).
+A verify forward's cost c(n) over n tokens decides what a tree may spend. On a CPU in float32,
+torch's default linear (MKL GEMM on the plain weight) changes kernel with the row count, so a few
+rows can cost more than more rows; oneDNN's inner product on a weight reordered once reads it once
+for all rows, which flattens c(n) over the sizes a tree needs and makes each row's output the same
+whatever the other rows are (docs/bench/2026-11-27-linear-kernels has the curves).
+:func:`set_linear_kernel` swaps ``nn.Linear`` for :class:`PackedLinear`, which keeps the original
+parameters (state dicts and tied heads unchanged), repacks when a weight changes in place, and falls
+back to ``F.linear`` under autograd, off the CPU and inside ``torch.compile``.
 """
 
 from __future__ import annotations

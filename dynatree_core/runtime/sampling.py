@@ -4,9 +4,10 @@ target's token at every verified node, vectorised over the tree (no host round t
 The rules and why they keep the target's distribution are in :mod:`dynatree_core.policy.sampling`,
 whose numpy functions are the reference these are tested against. Two objects, one per side:
 
-* :class:`DraftSampler` (held by a drafter): turns a level's draft scores into the warped q, then
-  into candidates: the deterministic top-k of q (``match``) or a sample without replacement from q
-  by Gumbel-top-k, in draw order, keeping each expanded node's q row for verification (``rejection``);
+* :class:`DraftSampler` (a drafter gets it at start, in its context): a level's draft scores -> the
+  warped q -> candidates: under ``match`` the top-k of q, or with shared draft noise of log q + the
+  target's Gumbel noise (with their coupled confidence); under ``rejection`` a sample without
+  replacement from q (Gumbel-top-k, in draw order), keeping each expanded node's q row for verification;
 * :class:`TargetSampler` (held by the loop): after the verify forward, the target's token after every
   node: the Gumbel-max draw with the noise of the position it fills (``match``; AR too), or recursive
   rejection sampling over the node's candidates (``rejection``). The tree's selection then walks as
