@@ -1,21 +1,12 @@
 """Evaluation text and prompt selection (torch-free).
 
-The paper's prompts are natural text from WikiText-2 (raw, test) and PG-19 (test), truncated to
-L_max tokens (800 for WikiText-2, 1000 for PG-19). Text comes from, in order of preference:
-
-* ``local``: a data directory with the ``shared/data`` layout
-  (``wikitext-2-raw/wiki.test.raw`` and ``pg19/*.txt``);
-* ``hf``: Hugging Face ``datasets`` (optional extra; needs the network the first time);
-* ``bundled``: excerpts shipped in ``dynatree_core/data/excerpts/``: the passages a run with
-  ``--seed 0`` draws from the full test files, in the order it draws them (``<dataset>.jsonl``,
-  written by ``scripts/build_excerpts.py``). A fresh offline clone therefore benchmarks on
-  exactly the prompts the full files give (same text, same provenance offsets), so the README's
-  numbers reproduce without the data directory; other seeds draw from these passages only.
-
-WikiText-2 is split into articles at the top-level `` = Title = `` headings (tiny articles are
-skipped) and a prompt is the start of an article. PG-19 prompts are passages starting at a
-paragraph boundary inside a book (the front matter is skipped). Selection is seeded and each
-:class:`Prompt` records where it came from (file, document index, character offsets, tokens).
+The paper's prompts are natural text from WikiText-2 (raw, test; split into articles at the
+`` = Title = `` headings, a prompt is an article's start) and PG-19 (test; a passage from a paragraph
+boundary past the front matter), cut to L_max tokens. Text comes from, in order of preference, a
+``local`` data directory (the ``shared/data`` layout), ``hf`` (Hugging Face ``datasets``), or the
+``bundled`` excerpts in ``dynatree_core/data/excerpts/`` (the passages ``--seed 0`` draws from the full
+test files, in its order, written by ``scripts/build_excerpts.py``: an offline clone benchmarks on the
+same prompts). Selection is seeded and each :class:`Prompt` records where it came from.
 """
 
 from __future__ import annotations

@@ -1,43 +1,11 @@
 """Hugging Face assisted generation as a benchmark method (``hf_assisted``), for comparison.
 
-``target.generate(input_ids, assistant_model=draft, do_sample=False, ...)`` on the same pair,
-prompt and token count as the engine's methods, measured the same way and returned as the same
-:class:`~dynatree_core.records.metrics.Metrics` (a :class:`~dynatree_core.records.result.GenerationResult`), so a
-benchmark row of HF's loop sits next to ours and the exactness check compares its tokens with AR's.
-
-What is measured and how:
-
-* **time inside model forwards** (``forward_time_s``): forward pre/post hooks on the target and
-  on the assistant; ``perf_counter`` on a CPU; on CUDA a pair of CUDA events recorded in the hooks
-  and summed after one final synchronize (the hooks never synchronize);
-* **wall time** around ``generate`` (synchronized before and after on a GPU);
-* **iterations = target forwards**: HF runs no separate prefill: its first target forward reads
-  the prompt *and* verifies the first candidates, so it is counted as iteration 1 (our engine
-  prefills in a forward of its own that is not an iteration; both count its time as forward time);
-* **engine overhead per iteration** (``engine_overhead_ms``) with the engine's formula:
-  (wall time - time inside forwards) / iterations;
-* candidates per iteration (``mean_tree_size``: a chain), accepted = new tokens - iterations (each
-  round commits its matches plus one target token), draft forwards (assistant forwards, its prompt
-  read included), TTFT = the end of the first target forward;
-* ``draft_time_s`` / ``verify_time_s`` are the time inside the assistant's / the target's forwards
-  only (HF's own bookkeeping between them is the overhead); ``prefill_time_s`` and
-  ``commit_time_s`` are 0; host syncs are not counted (``host_syncs_per_iteration`` None).
-
-Settings: transformers' defaults for the assistant (``num_assistant_tokens``,
-``num_assistant_tokens_schedule``, ``assistant_confidence_threshold``, read from the assistant's
-``generation_config``), recorded with every run (:func:`assistant_settings`); an
-:class:`HFAssistedConfig` field overrides one of them for the call only (the assistant's
-``generation_config`` is restored afterwards: it is the only tweak made to it).
-
-EOS: with ``ignore_eos`` (the benchmark) the call gets ``eos_token_id=[]``, so HF neither stops
-nor changes a logit and decodes exactly T tokens, the target's greedy choices like our AR with
-``ignore_eos``. ``min_new_tokens=T`` is *not* used: it masks the EOS logit and would change the
-output wherever EOS is the target's argmax. Otherwise the EOS ids are the engine's
-(:func:`~dynatree_core.pairs.pair.eos_token_ids`) and the output is cut after the first EOS.
-
-Only for a draft that is a Hugging Face causal LM: a feature draft (``FeatureDraftModel``) reads
-the target's hidden states and has no ``generate``; it raises ValueError naming ``hf_assisted``.
-This module imports no torch until a run starts (the CLI's ``--help`` stays torch-free).
+:func:`generate_hf_assisted` runs ``target.generate(input_ids, assistant_model=draft, do_sample=False)``
+on the same pair, prompt and token count as the engine's methods and returns the same
+:class:`~dynatree_core.records.result.GenerationResult`, its metrics measured as the engine measures
+its own (the function says how), so HF's row sits next to ours and the exactness check compares its
+tokens with AR's. Only for a draft that is a Hugging Face causal LM (:func:`check_draft`). No torch
+is imported until a run starts (the CLI's ``--help`` stays torch-free).
 """
 
 from __future__ import annotations
@@ -58,7 +26,9 @@ SETTINGS: tuple[str, ...] = ("num_assistant_tokens", "num_assistant_tokens_sched
 class HFAssistedConfig:
     """The ``hf_assisted`` benchmark method: transformers' assisted generation on the pair.
 
-    Every field None (the default) keeps transformers' own default for that setting."""
+    Every field None (the default) keeps transformers' own default for that setting (read from the
+    assistant's ``generation_config`` and recorded with every run: :func:`assistant_settings`); a field
+    set overrides it for the call only (the assistant's ``generation_config`` is restored afterwards)."""
 
     method: ClassVar[str] = METHOD
     num_assistant_tokens: int | None = None
@@ -195,8 +165,23 @@ def assistant_settings(draft: Any, config: HFAssistedConfig | None = None) -> di
 def generate_hf_assisted(pair: Any, prompt: Any, max_new_tokens: int, config: HFAssistedConfig | None = None,
                          ignore_eos: bool = False, eos_token_id: int | Sequence[int] | None = None) -> Any:
     """Greedy HF assisted generation of ``max_new_tokens`` tokens; returns a
-    :class:`~dynatree_core.records.result.GenerationResult` whose metrics mean what the engine's mean
-    (see the module docstring); :func:`assistant_settings` says which assistant settings it used."""
+    :class:`~dynatree_core.records.result.GenerationResult` whose metrics mean what the engine's mean;
+    :func:`assistant_settings` says which assistant settings it used.
+
+    * time inside forwards (``forward_time_s``): forward hooks on the target and the assistant
+      (``perf_counter`` on a CPU; on CUDA events summed after one final synchronize); wall time
+      around ``generate``; ``draft_time_s`` / ``verify_time_s``: inside the assistant's / the target's
+      forwards only; ``prefill_time_s`` and ``commit_time_s`` 0; host syncs not counted (None);
+    * iterations = target forwards: HF has no separate prefill, its first target forward reads the
+      prompt and verifies the first candidates (iteration 1; TTFT is that forward's end);
+      ``engine_overhead_ms`` = (wall time - time inside forwards) / iterations, the engine's formula;
+    * candidates per iteration (a chain), accepted = new tokens - iterations, draft forwards =
+      assistant forwards (its prompt read included).
+
+    EOS: with ``ignore_eos`` (the benchmark) the call gets ``eos_token_id=[]``, so HF decodes exactly
+    T tokens, the target's greedy choices (not ``min_new_tokens``, which masks the EOS logit and would
+    change the output where EOS is the argmax); otherwise the engine's EOS ids, cut after the first.
+    """
     from dynatree_core.engine.loop import encode_prompt
     from dynatree_core.records.result import GenerationResult
 

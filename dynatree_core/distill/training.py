@@ -1,5 +1,12 @@
-"""The train and export stages of the independent draft: online distillation (each batch labelled
-by the target as it is drawn), resumable checkpoints, fp16 export."""
+"""The train and export stages of the independent draft.
+
+The student is a copy of the target's first ``--layers`` layers with its final norm and the head
+rows of the ``--head-size`` most frequent target ids, or an exported draft (``--init-from``). Training is
+online: each batch is labelled by the target as it is drawn (its greedy token and its distribution
+over the head), minimising ``alpha * KL(teacher || draft) + (1 - alpha) * CE(greedy token)`` at
+``--temperature`` with AdamW on a cosine schedule (compressed to ``--time-limit``); checkpoints are
+resumable and the export writes fp16 weights.
+"""
 
 from __future__ import annotations
 
