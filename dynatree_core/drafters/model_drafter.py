@@ -36,10 +36,7 @@ class ModelDrafter(Drafter):
         return self.model
 
     def start(self, prompt: Sequence[int], ctx: DraftContext, target_hidden: torch.Tensor | None = None) -> None:
-        self.ctx = ctx
-        self.fast = ctx.fast
-        if self.fast is not None:
-            self.fast.book.reset()
+        self._take_context(ctx)
         self.cache = DynamicCache()
         self.pending: list[int] = list(prompt)  # committed tokens the draft has not consumed
         self.slot: torch.Tensor | None = None  # per node: cache index it was fed at (-1: not fed)

@@ -158,6 +158,14 @@ class Drafter(ABC):
         at = tree.position + tree.depth + 1 if tree.position is not None else None
         return Proposal(*sampler.candidates(logq, self.ctx.top_k, ids, vocab_ids, at))
 
+    def _take_context(self, ctx: DraftContext) -> None:
+        """Take the run's context at :meth:`start`; a model drafter on the fast path (``ctx.fast``: the
+        static level forwards built for :attr:`fast_model`) starts their static cache afresh."""
+        self.ctx = ctx
+        self.fast = ctx.fast
+        if self.fast is not None:
+            self.fast.book.reset()
+
     def _chain_level(self, ids: torch.Tensor, level: int) -> bool:
         """Whether level ``level`` continues a chain: it feeds one node and every earlier level fed
         one (always so for linear drafting). Its node then sees the whole draft cache and sits

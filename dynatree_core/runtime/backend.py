@@ -198,6 +198,3 @@ def target_backend(model: torch.nn.Module, runtime: str, length: int, max_tree: 
     path = fast_path(model, runtime, length, max_tree, buckets, static_len)
     path.prepare(hidden=hidden)
     return StaticTarget(path)
-
-
-

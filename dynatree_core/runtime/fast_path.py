@@ -104,13 +104,13 @@ class FastPath:
     capacity: int
     buckets: tuple[int, ...]
     cache: StaticTargetCache
+    #: how the model runs here: its layers, its forward over the static inputs, its feature width
+    spec: "StaticSpec"
     entries: dict[tuple[int, bool], _Entry] = field(default_factory=dict)
     #: seconds spent capturing (compiling) the buckets' forwards, reported apart from any decode
     capture_s: float = 0.0
     #: the run that holds the path now: its static cache serves one decode at a time
     owner: object = None
-    #: how the model runs here (its forward over the static inputs; a plain HF causal LM by default)
-    spec: "StaticSpec | None" = None
     _pool: Any = None
 
     def fits(self, length: int, max_tree: int) -> bool:
@@ -135,11 +135,10 @@ class FastPath:
         """Bucket ``b``'s input buffers and forward. One eager call first (into scratch slots at the
         cache's end, which no live entry can occupy while building) allocates the cache buffers, so
         compiled and captured forwards only ever write into existing memory."""
-        spec = self.spec or static_spec(self.model)
         inputs = static_inputs(b, self.capacity, self.cache.cache.slots.device, pl.model_dtype(self.model),
-                               spec.feature_width)
+                               self.spec.feature_width)
         inputs.mask[0, 0, :, self.capacity - b:].diagonal().fill_(0.0)  # the scratch rows see themselves
-        fn = spec.forward(self.model, self.cache.cache, inputs, hidden)
+        fn = self.spec.forward(self.model, self.cache.cache, inputs, hidden)
         written = self.cache.cache.written
         self.cache.cache.write_at(self.capacity - b, b)
         fn()
@@ -248,7 +247,7 @@ def keep_or_make(model: torch.nn.Module, key: str, runtime: str, length: int, ma
     capacity = static_len or STATIC_LEN_STEP * math.ceil(need / STATIC_LEN_STEP)
     spec = static_spec(model)
     slots = SlotCache(spec.layers, capacity, capacity, pl.model_device(model))
-    path = FastPath(runtime, model, capacity, sizes, book(slots), spec=spec)
+    path = FastPath(runtime, model, capacity, sizes, book(slots), spec)
     _PATHS[model][key] = path
     return path
 

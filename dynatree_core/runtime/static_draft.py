@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import torch
 
 from dynatree_core.runtime import plumbing as pl
-from dynatree_core.runtime.fast_path import (FastPath, StaticInputs, bucket, buckets_for, check_owner, forward_fn,
-                                             keep_or_make, static_inputs)
+from dynatree_core.runtime.fast_path import (FastPath, StaticInputs, bucket, buckets_for, check_owner, keep_or_make,
+                                             static_inputs)
 from dynatree_core.runtime.static_cache import SlotCache
 
 
@@ -154,7 +154,7 @@ class DraftStaticForwards:
             x = self.path.entry(b, False).inputs
         else:
             x = static_inputs(b, self.book.capacity, self.book.alive.device, pl.model_dtype(self.path.model),
-                              self.path.spec.feature_width if self.path.spec is not None else 0)
+                              self.path.spec.feature_width)
         x.ids[0, q:].fill_(0)
         if x.feats is not None:
             x.feats[0, q:].fill_(0.0)
@@ -168,8 +168,7 @@ class DraftStaticForwards:
             if b in self.path.buckets:
                 logits, _ = self.path.entry(b, False).run()
             else:
-                forward = self.path.spec.forward if self.path.spec is not None else forward_fn
-                logits, _ = forward(self.path.model, self.path.cache.cache, x, False)()
+                logits, _ = self.path.spec.forward(self.path.model, self.path.cache.cache, x, False)()
         return logits[:q]
 
 
