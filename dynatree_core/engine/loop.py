@@ -155,6 +155,9 @@ class DecodingRun:
         self.tracing = trace
         self.adapter = (HistoryAdapter(self.config, history, label)
                         if isinstance(self.config, DynaTreeConfig) and self.config.adaptive else None)
+        # the drafter (not started: it gets the run's context at prefill) says whether the target's
+        # forwards must hand it hidden states, so it is made before the backend is chosen
+        self.drafter = make_drafter(pair.draft, pair.lookup) if self.config.drafts else None
         self.target = self._backend(buckets, static_len)
         self.result: GenerationResult | None = None
         self._steps = self._run()
@@ -184,7 +187,7 @@ class DecodingRun:
 
         The tree lives on the model's device (:mod:`dynatree_core.runtime.device_tree`): the loop reads
         the device once per draft level and once per verification, nowhere else."""
-        drafter = make_drafter(self.pair.draft, self.pair.lookup) if self.config.drafts else None
+        drafter = self.drafter
         fast = self._draft_forwards(drafter)  # built (captured, compiled) before the clock starts
         samplers = make_samplers(self.sampling, self.pair.device, int(self.pair.target.config.vocab_size),
                                  self.tracing)
@@ -296,7 +299,7 @@ class DecodingRun:
         rule = self.config.growth_rule()
         drafts = self.config.drafts
         max_tree = 1 + (rule.n_max + (rule.tail_n_max if rule.lookup_tail else 0) if drafts else 0)
-        hidden = drafts and (self.pair.drafter_kind or "").startswith("feature")
+        hidden = self.drafter is not None and self.drafter.needs_target_hidden  # a feature drafter reads them
         return target_backend(self.pair.target, self.runtime, len(self.prompt) + self.max_new_tokens, max_tree,
                               hidden, buckets, static_len)
 
