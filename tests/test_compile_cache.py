@@ -48,3 +48,35 @@ def test_compiled_frozen_runtime_decodes_as_eager_and_counts_its_compiles(monkey
     after = cc.compile_totals()
     assert after.forwards > before.forwards and after.cache_dir == str(tmp_path)
     assert any(tmp_path.iterdir())  # the graphs went to disk
+
+
+def test_every_compiled_forward_keeps_its_own_graph_past_dynamos_recompile_limit(monkeypatch, tmp_path):
+    """Every bucket's forward is the same closure: compiled as it is, dynamo stops at its recompile limit
+    (8 graphs per code object) and runs the rest eagerly; compile_forward gives each its own code object."""
+    import torch._dynamo.utils as du
+
+    monkeypatch.setenv(cc.CACHE_ENV, str(tmp_path))
+    limit = torch._dynamo.config.recompile_limit
+
+    def closure(n: int):
+        x = torch.arange(float(n)).reshape(1, n)
+
+        def run() -> torch.Tensor:
+            return (x * 2).sin().sum()
+        return run
+
+    def graphs_for(compile_one) -> tuple[int, list[bool]]:
+        before = du.counters["stats"]["unique_graphs"]
+        fns = [(n, compile_one(closure(n))) for n in range(1, limit + 2)]
+        ok = [torch.allclose(f(), (torch.arange(float(n)) * 2).sin().sum()) for n, f in fns]
+        return du.counters["stats"]["unique_graphs"] - before, ok
+
+    def plain(fn):
+        compiled = torch.compile(fn, dynamic=False)
+        compiled()
+        return compiled
+
+    torch._dynamo.reset()
+    assert graphs_for(plain)[0] == limit  # the wrong way: the ninth shape ran eagerly
+    n, ok = graphs_for(lambda fn: cc.compile_forward(fn, "cpu"))
+    assert n == limit + 1 and all(ok)

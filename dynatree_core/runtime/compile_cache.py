@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import types
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -108,7 +109,7 @@ def compile_forward(fn: Callable[[], Any], device: torch.device | str = "cpu") -
     require grad."""
     from torch._dynamo.utils import counters
 
-    compiled = torch.compile(fn, dynamic=False, fullgraph=False)
+    compiled = torch.compile(own_code(fn), dynamic=False, fullgraph=False)
     seen = {k: counters["inductor"][k] for k in (_HIT, _MISS, _BYPASS)}
     t0 = time.perf_counter()
     with compile_scope(device) as folder:
@@ -120,6 +121,14 @@ def compile_forward(fn: Callable[[], Any], device: torch.device | str = "cpu") -
     _TOTALS.cache_bypasses += counters["inductor"][_BYPASS] - seen[_BYPASS]
     _TOTALS.cache_dir = str(folder)
     return compiled
+
+
+def own_code(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` with a code object of its own. Dynamo keeps compiled graphs per code object, at most
+    ``recompile_limit`` (8) of them, and every bucket's and every model's forward is the same closure
+    (``forward_fn``'s ``run``): past eight it would run the rest eagerly, and every call would check
+    the guards of all the others first. A copy holds one graph, found at once."""
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
 
 
 def compile_totals() -> CompileTotals:
