@@ -32,6 +32,8 @@ def test_compile_scope_sets_cache_and_freezing_only_inside(monkeypatch, tmp_path
     assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ and torch._inductor.config.freezing == before
     monkeypatch.setenv(cc.FREEZING_ENV, "noprepack")
     assert cc.compile_options("cpu") == {"fx_graph_cache": True, "freezing": True, "cpp.weight_prepack": False}
+    monkeypatch.setenv(cc.FREEZING_ENV, "mkl")
+    assert cc.compile_options("cpu") == {"fx_graph_cache": True, "freezing": True, "cpp.weight_prepack": True}
     monkeypatch.setenv(cc.FREEZING_ENV, "off")
     assert cc.compile_options("cpu") == {"fx_graph_cache": True}
 
@@ -80,3 +82,30 @@ def test_every_compiled_forward_keeps_its_own_graph_past_dynamos_recompile_limit
     assert graphs_for(plain)[0] == limit  # the wrong way: the ninth shape ran eagerly
     n, ok = graphs_for(lambda fn: cc.compile_forward(fn, "cpu"))
     assert n == limit + 1 and all(ok)
+
+
+def test_prepack_runs_fp32_linears_on_onednn_as_eager_does_and_mkl_mode_on_mkl(monkeypatch, tmp_path):
+    """Inductor's own fp32 choice on x86 is MKL's packed GEMM, 1.9-3.6x slower per linear than the
+    oneDNN kernel eager runs on this project's CPU (docs/bench/2026-11-28-runtime-best): "prepack" emits
+    oneDNN's, "mkl" leaves inductor's choice; both compute what eager does, and the switch is undone."""
+    from torch._inductor.fx_passes import mkldnn_fusion
+
+    monkeypatch.setenv(cc.CACHE_ENV, str(tmp_path))
+    original = mkldnn_fusion.CpuMkldnnDeviceOp.pack_linear
+    model = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.SiLU(), torch.nn.Linear(96, 32)).eval()
+    x = torch.randn(3, 64)
+
+    def linear_ops(mode: str) -> set[str]:
+        monkeypatch.setenv(cc.FREEZING_ENV, mode)
+        torch._dynamo.reset()
+        with torch.inference_mode():
+            fn = cc.compile_forward(lambda: model(x), "cpu")
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+                out = fn()
+            assert torch.allclose(out, model(x), atol=1e-5)
+        return {e.key for e in prof.key_averages() if "linear" in e.key}
+
+    assert linear_ops("prepack") == {"mkldnn::_linear_pointwise"}
+    if torch._C.has_mkl:
+        assert linear_ops("mkl") == {"mkl::_mkl_linear"}
+    assert mkldnn_fusion.CpuMkldnnDeviceOp.pack_linear is original

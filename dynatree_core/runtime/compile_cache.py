@@ -4,11 +4,12 @@ and AOTAutograd caches on disk, so a second process reuses the first one's kerne
 :func:`compile_forward` compiles inside :func:`compile_scope`, which sets the cache folder
 (:func:`compile_cache_dir`: ``$DYNATREE_COMPILE_CACHE``, else ``inductor/torch-<version>`` under
 ``$DYNATREE_CACHE_DIR`` or ``~/.cache/dynatree``) and :func:`compile_options` for the compile only:
-importing this module changes no global setting. On the CPU, freezing keeps oneDNN's prepacked
-linears (without it they lower to ``aten::mm``: docs/bench/2026-11-28-compile-profile); prepacked
-weights cannot be pickled, so with them the FX graph cache bypasses, and ``$DYNATREE_COMPILE_FREEZING``
-(:data:`FREEZING_MODES`) trades one for the other. :func:`compile_totals` reports the seconds and
-cache hits spent compiling in this process.
+importing this module changes no global setting. On the CPU, freezing packs the linears, and
+:func:`onednn_linears` puts them on oneDNN's kernel, the one eager runs (inductor's own fp32 choice is
+MKL's, slower here; without freezing they lower to ``aten::mm``: docs/bench/2026-11-28-runtime-best).
+Packed weights cannot be pickled, so with them the FX graph cache bypasses, and
+``$DYNATREE_COMPILE_FREEZING`` (:data:`FREEZING_MODES`) trades one for the other. :func:`compile_totals`
+reports the seconds and cache hits spent compiling in this process.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ import torch._inductor.config
 
 #: the environment variable that overrides where compiled graphs are cached
 CACHE_ENV = "DYNATREE_COMPILE_CACHE"
-#: how the CPU freezes (``$DYNATREE_COMPILE_FREEZING``): "prepack" (default: oneDNN-packed linears;
-#: torch 2.13's FX graph cache cannot pickle them and bypasses, only the kernels' C++ is cached),
-#: "noprepack" (frozen constants, plain weights: the FX graph cache hits), "off" (no freezing)
+#: how the CPU freezes (``$DYNATREE_COMPILE_FREEZING``): "prepack" (default: packed linears on oneDNN,
+#: the kernel eager runs; torch 2.13's FX graph cache cannot pickle packed weights and bypasses, only
+#: the kernels' C++ is cached), "mkl" (packed, on inductor's own fp32 choice, MKL: 1.9-3.6x slower
+#: per linear on this project's CPU, docs/bench/2026-11-28-runtime-best), "noprepack" (frozen
+#: constants, plain weights: the FX graph cache hits), "off" (no freezing)
 FREEZING_ENV = "DYNATREE_COMPILE_FREEZING"
-FREEZING_MODES: tuple[str, ...] = ("prepack", "noprepack", "off")
+FREEZING_MODES: tuple[str, ...] = ("prepack", "mkl", "noprepack", "off")
 #: the cache counters dynamo keeps (``torch._dynamo.utils.counters["inductor"]``) that we report
 _HIT, _MISS, _BYPASS = "fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass"
 
@@ -74,13 +77,45 @@ def compile_options(device: torch.device | str) -> dict[str, Any]:
     cache on, and freezing on the CPU (parameters as constants, oneDNN-packed linears); the
     AOTAutograd cache is ``torch._functorch.config.enable_autograd_cache``, set by :func:`compile_scope`."""
     options: dict[str, Any] = {"fx_graph_cache": True}
+    mode = freezing_mode()
+    if torch.device(device).type == "cpu" and mode != "off":
+        options["freezing"] = True
+        options["cpp.weight_prepack"] = mode in ("prepack", "mkl")
+    return options
+
+
+def freezing_mode() -> str:
     mode = os.environ.get(FREEZING_ENV, "prepack")
     if mode not in FREEZING_MODES:
         raise ValueError(f"{FREEZING_ENV}={mode!r}: expected one of {FREEZING_MODES}")
-    if torch.device(device).type == "cpu" and mode != "off":
-        options["freezing"] = True
-        options["cpp.weight_prepack"] = mode == "prepack"
-    return options
+    return mode
+
+
+@contextlib.contextmanager
+def onednn_linears() -> Iterator[None]:
+    """While inductor freezes, pack fp32 linears for oneDNN (``mkldnn::_linear_pointwise``, what eager's
+    prepacked linears run) instead of MKL (``mkl::_mkl_linear``, its x86 fp32 choice). Inductor picks
+    oneDNN for bf16/fp16 weights; the flag it reads says only which op to emit, so the arithmetic
+    stays fp32. Private API: if torch moves it, inductor's own choice stands."""
+    from torch._inductor.fx_passes import mkldnn_fusion
+
+    cpu_op = getattr(mkldnn_fusion, "CpuMkldnnDeviceOp", None)
+    if cpu_op is None or not hasattr(cpu_op, "pack_linear") or not hasattr(cpu_op, "pack_linear_weight"):
+        yield
+        return
+    pack_weight, pack = cpu_op.pack_linear_weight, cpu_op.pack_linear
+
+    def pack_linear_weight(self, graph, is_lp_weight, transpose_weight_node, batch_size):
+        return pack_weight(self, graph, True, transpose_weight_node, batch_size)
+
+    def pack_linear(self, graph, is_lp_weight, batch_size, input, packed_weight_node, bias):
+        return pack(self, graph, True, batch_size, input, packed_weight_node, bias)
+
+    cpu_op.pack_linear_weight, cpu_op.pack_linear = pack_linear_weight, pack_linear
+    try:
+        yield
+    finally:
+        cpu_op.pack_linear_weight, cpu_op.pack_linear = pack_weight, pack
 
 
 @contextlib.contextmanager
@@ -92,8 +127,10 @@ def compile_scope(device: torch.device | str) -> Iterator[Path]:
     before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
     try:
+        onednn = torch.device(device).type == "cpu" and freezing_mode() == "prepack"
         with torch._inductor.config.patch(compile_options(device)), \
-                torch._functorch.config.patch(enable_autograd_cache=True):
+                torch._functorch.config.patch(enable_autograd_cache=True), \
+                (onednn_linears() if onednn else contextlib.nullcontext()):
             yield folder
     finally:
         if before is None:
