@@ -4,10 +4,9 @@ The contract (:mod:`~dynatree_core.drafters.protocol`, docs/drafters.md): ``star
 sequence with the run's :class:`DraftContext`, ``propose(tree, ids, level)`` once per tree level (device
 tensors in, a :class:`Proposal` out: one batched forward, no host round trip), ``commit(...)`` once per
 iteration. Shipped: :class:`ModelDrafter` (an independent draft LM), :class:`FeatureDrafter` (a head on the
-target's hidden states), :class:`LookupDrafter` (prompt lookup), :class:`MixDrafter` (lookup mixed into a
-model draft) and :class:`RetrievalDrafter` / :class:`RetrievalMixDrafter` (a datastore of the target's own
-text, alone or mixed in with prompt lookup); :func:`make_drafter` picks one for a ``ModelPair.draft``. Imports
-the runtime and the policy, never a pair or the engine.
+target's hidden states), :class:`LookupDrafter` (prompt lookup) and :class:`MixDrafter` (lookup mixed into a
+model draft); :func:`make_drafter` picks one for a ``ModelPair.draft``. Imports the runtime and the policy,
+never a pair or the engine.
 """
 
 from __future__ import annotations
@@ -18,9 +17,8 @@ from dynatree_core.drafters.lookup import LookupDrafter
 from dynatree_core.drafters.mix import LookupMix, MixDrafter, mix_topk
 from dynatree_core.drafters.model_drafter import ModelDrafter
 from dynatree_core.drafters.protocol import CHAIN_ROWS, DRAFTER_KINDS, DraftContext, Drafter, Proposal, level_visibility
-from dynatree_core.drafters.retrieval import Datastore, RetrievalDrafter, RetrievalMix, RetrievalMixDrafter
 from dynatree_core.policy.lookup import PromptLookup
 
-__all__ = ["CHAIN_ROWS", "DRAFTER_KINDS", "Datastore", "RetrievalDrafter", "RetrievalMix", "RetrievalMixDrafter",
-           "DraftContext", "Drafter", "Proposal", "FeatureDrafter", "LookupDrafter", "LookupMix", "MixDrafter",
-           "ModelDrafter", "PromptLookup", "drafter_kind", "level_visibility", "make_drafter", "mix_topk"]
+__all__ = ["CHAIN_ROWS", "DRAFTER_KINDS", "DraftContext", "Drafter", "Proposal", "FeatureDrafter", "LookupDrafter",
+           "LookupMix", "MixDrafter", "ModelDrafter", "PromptLookup", "drafter_kind", "level_visibility", "make_drafter",
+           "mix_topk"]

@@ -10,7 +10,6 @@ from dynatree_core.drafters.lookup import LookupDrafter
 from dynatree_core.drafters.mix import LookupMix, MixDrafter
 from dynatree_core.drafters.model_drafter import ModelDrafter
 from dynatree_core.drafters.protocol import Drafter
-from dynatree_core.drafters.retrieval import RetrievalMix, RetrievalMixDrafter
 from dynatree_core.policy.lookup import PromptLookup
 
 
@@ -24,8 +23,7 @@ def drafter_kind(draft: Any, lookup: LookupMix | None = None) -> str | None:
     if isinstance(draft, PromptLookup):
         return "lookup"
     kind = "feature" if isinstance(draft, FeatureDraftModel) else "model"
-    retrieval = "+retrieval" if isinstance(lookup, RetrievalMix) else ""  # a datastore mixed in too
-    return kind + ("+lookup" if lookup is not None else "") + retrieval
+    return kind + ("+lookup" if lookup is not None else "")
 
 
 def make_drafter(draft: Any, lookup: LookupMix | None = None) -> Drafter:
@@ -43,6 +41,4 @@ def make_drafter(draft: Any, lookup: LookupMix | None = None) -> Drafter:
         base = LookupDrafter(draft)
     else:
         base = ModelDrafter(draft)
-    if isinstance(lookup, RetrievalMix):  # a datastore mixed in too
-        return RetrievalMixDrafter(base, lookup)
     return base if lookup is None else MixDrafter(base, lookup)
