@@ -7,7 +7,8 @@
 # Time plan on one H100 (80 GB), all inside one `python -m dynatree_core.distill` process:
 #   ~30 s      start, target load (GGUF, dequantized)
 #   <= 30%     of TIME_LIMIT: data - greedy bf16 target continuations of the bundled prompts (3 samples each),
-#              of generated prompts and of training-text passages, in batches of 1024 by the KV-cached
+#              of generated prompts (topic bank; the six everyday kinds in chat and raw form, the recipe of
+#              scripts/distill_everyday_cpu.sh) and of training-text passages, in batches of 1024 by the KV-cached
 #              left-padded loop (never wiki.test.raw or pg19/: they are the evaluation text); generation
 #              stops when its share is used up (jobs run in a shuffled order, so a partial run holds a mix)
 #   ~30-60 s   features: the fp32 target reads every sequence and 2M tokens of training text once
@@ -48,7 +49,7 @@ $PY -m dynatree_core.distill --kind feature --device "$DEVICE" --eval-device "$D
   --time-limit "${TIME_LIMIT:-390}" --data-share 0.3 --export-reserve 15 \
   --init-from dynatree_core/assets/smollm2-135m-draft --teacher-dtype float32 --gen-dtype bfloat16 \
   --samples-per-prompt 3 --gen-batch 1024 --gen-new-tokens 192 --passages 8192 --passage-new-tokens 160 \
-  --prompt-bank 3000 --text-prompts 750 --bank-samples 1 --bank-new-tokens 96 \
+  --prompt-bank 3000 --text-prompts 750 --kind-prompts 3000 --bank-samples 1 --bank-new-tokens 96 \
   --feature-text-tokens 2000000 --feature-batch-tokens 65536 --max-len 384 \
   --batch-tokens 24576 --micro-tokens 0 --lr 5e-4 --warm-lr-frac 0.25 --reg-weight 0.1 --warmup 50 \
   --steps 100000 --unroll 3 --val-rows 64 --log-every 50 \

@@ -13,8 +13,8 @@ from dynatree_core.bench.data import (DATASETS, DataError, corpus_tokenize, load
                                       select_prompts)
 from dynatree_core.bench.everyday import PROMPT_FORMS, PROMPT_KINDS, balanced_order, check_form, read_everyday
 from dynatree_core.cli import build_parser, main
-from dynatree_core.distill.prompts import EVAL_PROMPTS, HELD_OUT_TOPIC_WORDS, mentions_held_out_topic, read_prompts, \
-    read_topics
+from dynatree_core.distill.prompts import EVAL_PROMPTS, HELD_OUT_TOPIC_WORDS, KIND_TEMPLATES, mentions_held_out_topic, \
+    read_code_tasks, read_prompts, read_topics
 from dynatree_core.pairs.tiny_models import char_tokenizer
 
 #: words that say what kind of prompt it is, not what it is about (with English function words)
@@ -83,7 +83,10 @@ def test_a_prompt_longer_than_L_max_keeps_its_last_tokens_with_a_warning():
 
 
 def test_no_prompt_is_about_a_topic_of_the_distillation_prompts_topics_or_held_out_prompts():
-    distill = read_prompts() + read_topics() + EVAL_PROMPTS
+    # the kind bank's templates (placeholders empty) and code tasks are distillation text too (issue 40, part 2)
+    kind_texts = [t.format(t="", c="") for ts in KIND_TEMPLATES.values() for t in ts] + read_code_tasks()
+    assert not [t for t in kind_texts if mentions_held_out_topic(t)]
+    distill = read_prompts() + read_topics() + EVAL_PROMPTS + kind_texts
     seen = set().union(*(content_words(t) for t in distill))
     topics = set().union(*(content_words(t) for t in read_topics())) | set(HELD_OUT_TOPIC_WORDS)
     for p in read_everyday():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 
 import pytest
 import torch
@@ -373,6 +374,31 @@ def test_prompt_bank_is_deterministic_and_mixes_chat_and_raw_prompts(pair):
     assert len(a) == 220 and {chat for _, chat in a} == {True, False}
     assert all("{" not in p for p, _ in a)  # every template placeholder was filled
     assert sum("river flows" in p for p, _ in a) == 20
+
+
+def test_kind_bank_takes_the_six_everyday_kinds_in_turn_and_the_data_stage_continues_both_forms(pair):
+    from types import SimpleNamespace
+
+    from dynatree_core.bench.everyday import PROMPT_KINDS
+    from dynatree_core.distill.data import _data_jobs
+    from dynatree_core.distill.prompts import KIND_TEMPLATES, chat_ids, kind_bank, raw_ids, read_code_tasks
+
+    _, _, tok = pair
+    assert tuple(KIND_TEMPLATES) == PROMPT_KINDS  # the kinds the benchmark's everyday prompts have
+    a = kind_bank(60, seed=3)
+    assert a == kind_bank(60, seed=3) and a != kind_bank(60, seed=4)
+    assert [k for k, _ in a[:6]] == list(PROMPT_KINDS) and all(n == 10 for n in Counter(k for k, _ in a).values())
+    assert all("{" not in p for _, p in a)  # every placeholder filled
+    tasks = read_code_tasks()
+    assert all(any(t in p for t in tasks) for k, p in a if k == "code")
+    args = SimpleNamespace(seed=3, bundled_prompts=False, max_prompts=0, gen_batch=8, gen_new_tokens=4,
+                           samples_per_prompt=0, prompt_bank=0, text_prompts=0, kind_prompts=12, bank_new_tokens=5,
+                           bank_samples=0, passages=0, passage_batch=0, passage_min=8, passage_max=16)
+    jobs = [j for j in _data_jobs(args, tok, []) if j[0].startswith("k")]
+    rows = [r for _, _, batch, mx, _ in jobs for r in batch]
+    assert all(mx == 5 for *_, mx, _ in jobs) and len(rows) == 24
+    for _, p in kind_bank(12, seed=3):  # each prompt in chat-template form and as raw text
+        assert chat_ids(tok, p) in rows and raw_ids(tok, p) in rows
 
 
 def test_every_decoder_on_the_default_pair_equals_ar(pair):

@@ -141,7 +141,8 @@ def _tiny_data_dir(d: Path) -> Path:
 TINY = ["--time-limit", "0", "--threads", "2", "--max-prompts", "2", "--samples-per-prompt", "0", "--gen-batch", "4",
         "--gen-new-tokens", "6", "--passages", "2", "--passage-new-tokens", "6", "--passage-min", "8",
         "--passage-max", "16", "--prompt-bank", "2", "--text-prompts", "0", "--bank-samples", "0",
-        "--bank-new-tokens", "6", "--feature-text-tokens", "600", "--feature-batch-tokens", "2048", "--max-len", "64",
+        "--kind-prompts", "2", "--bank-new-tokens", "6", "--feature-text-tokens", "600", "--feature-batch-tokens", "2048",
+        "--max-len", "64",
         "--batch-tokens", "256", "--steps", "2", "--warmup", "1", "--val-rows", "2", "--log-every", "1",
         "--eval-prompts", "1", "--eval-passages", "1"]
 
@@ -165,3 +166,24 @@ def test_the_gpu_recipe_runs_its_pipeline_at_a_tiny_size_on_the_cpu(tmp_path):
     ev = json.loads((work / "eval.json").read_text())
     assert ev["heldout_prompts"] == 1 and 0 <= ev["agree_passages"] <= 1 and "with_lookup" in ev
     assert '"agree_passages"' in run.stdout and "done in" in run.stdout
+
+
+def test_the_everyday_cpu_recipe_fine_tunes_the_shipped_feature_draft_at_a_tiny_size(tmp_path):
+    """scripts/distill_everyday_cpu.sh end to end (issue 40): the kind bank in both forms is in the data,
+    and the shipped feature draft itself is trained (its head kept, its weights moved), not a new one."""
+    work, out = tmp_path / "work", tmp_path / "draft"
+    env = {**os.environ, "DATA_DIR": str(_tiny_data_dir(tmp_path / "data")), "WORK": str(work), "OUT": str(out),
+           "PYTHON": sys.executable, "HF_HUB_OFFLINE": "1"}
+    tiny = TINY[:TINY.index("--eval-prompts")]  # this recipe does not evaluate
+    run = subprocess.run(["bash", str(ROOT / "scripts" / "distill_everyday_cpu.sh"), *tiny], env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert sorted(p.name for p in (work / "seqs").glob("k*.pt")) == ["k00_00000.pt"]
+    assert len(torch.load(work / "seqs" / "k00_00000.pt", weights_only=True)["lens"]) == 4  # 2 prompts, 2 forms
+    meta = json.loads((out / FEATURE_CONFIG_FILE).read_text())["metadata"]
+    assert meta["steps_done"] == 2 and meta["init_from"].endswith("smollm2-135m-feature-draft")
+    assert meta["warm_lr_frac"] is None  # every weight trains at --lr: nothing in it is new
+    shipped, tuned = _read_weights(default_pair.FEATURE_DRAFT_ASSET_DIR), _read_weights(out)
+    assert torch.equal(shipped["head.vocab_ids"], tuned["head.vocab_ids"])
+    assert set(shipped) == set(tuned)
+    assert not torch.equal(shipped["fc_feat.weight"].float(), tuned["fc_feat.weight"].float())

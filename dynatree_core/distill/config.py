@@ -84,6 +84,9 @@ class DistillConfig:
     passage_new_tokens: int = option(192)
     prompt_bank: int = option(0, "generated template x topic prompts (data/distill_topics.txt) to continue")
     text_prompts: int = option(0, "generated chat questions about excerpts of the training text")
+    kind_prompts: int = option(0, "generated prompts of the six everyday kinds (instruction, question, story, list, "
+                                  "code, dialogue: data/distill_code_tasks.txt for code), each continued in both "
+                                  "forms, chat template and raw text")
     bank_samples: int = option(1, "sampled continuations per generated prompt")
     bank_new_tokens: int = option(96)
     chunk_len: int = option(512, "natural-text chunk length")
@@ -179,8 +182,9 @@ def _check_ranges(c: DistillConfig) -> None:
     _need(c.part_mb == 0 or c.part_mb >= 1, f"--part-mb must be 0 (one file) or >= 1 (got {c.part_mb})")
     _need(1 <= c.passage_min <= c.passage_max,
           f"need 1 <= --passage-min <= --passage-max (got {c.passage_min}, {c.passage_max})")
-    _need(c.prompt_bank >= 0 and c.text_prompts >= 0 and c.bank_samples >= 0 and c.self_prompts >= 0,
-          "--prompt-bank, --text-prompts, --self-prompts and --bank-samples must be >= 0")
+    _need(c.prompt_bank >= 0 and c.text_prompts >= 0 and c.bank_samples >= 0 and c.self_prompts >= 0
+          and c.kind_prompts >= 0, "--prompt-bank, --text-prompts, --kind-prompts, --self-prompts and --bank-samples "
+          f"must be >= 0 (got {c.prompt_bank}, {c.text_prompts}, {c.kind_prompts}, {c.self_prompts}, {c.bank_samples})")
 
 
 def _positive_finite(x: Any) -> bool:
@@ -219,8 +223,12 @@ def _check_choices(c: DistillConfig) -> None:
 def _check_sources(c: DistillConfig) -> None:
     _need(not (c.generator == "draft" and not c.init_from),
           "--generator draft needs --init-from (the draft that writes the continuations)")
-    _need(not c.init_from or (Path(c.init_from) / "draft_config.json").is_file(),
-          f"--init-from {c.init_from}: no exported draft there (draft_config.json missing)")
+    from dynatree_core.drafters.feature_draft import FEATURE_CONFIG_FILE  # torch: only once a config is built
+
+    feature_init = c.kind == "feature" and c.init_from and (Path(c.init_from) / FEATURE_CONFIG_FILE).is_file()
+    _need(not c.init_from or feature_init or (Path(c.init_from) / "draft_config.json").is_file(),
+          f"--init-from {c.init_from}: no exported draft there (draft_config.json missing"
+          + (f", nor a feature draft's {FEATURE_CONFIG_FILE}" if c.kind == "feature" else "") + ")")
 
 
 def _check_device(device: str, name: str = "--device") -> None:

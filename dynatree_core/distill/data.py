@@ -16,7 +16,7 @@ import torch
 from dynatree_core.pairs.pair import resolve_device, resolve_dtype
 from dynatree_core.paths import data_dir_candidates
 from dynatree_core.distill.decode import _continue, eos_ids, self_prompts
-from dynatree_core.distill.prompts import chat_ids, prompt_bank, raw_ids, read_prompts
+from dynatree_core.distill.prompts import chat_ids, kind_bank, prompt_bank, raw_ids, read_prompts
 from dynatree_core.distill.runtime import set_threads
 
 FORBIDDEN_TRAIN_NAMES = ("wiki.test.raw", "pg19")
@@ -95,6 +95,10 @@ def _data_jobs(args, tok, streams: list[list[int]], own_prompts: list[str] = ())
     bitems = [chat_ids(tok, p) if chat else raw_ids(tok, p) for p, chat in bank]
     bitems.sort(key=len)
     jobs += _prompt_jobs("b", bitems, bs, args.bank_new_tokens, args.bank_samples)
+    # the six kinds of everyday prompts, each in both forms (a user sends the chat template; raw text too)
+    kitems = [ids for _, p in kind_bank(args.kind_prompts, args.seed) for ids in (chat_ids(tok, p), raw_ids(tok, p))]
+    kitems.sort(key=len)
+    jobs += _prompt_jobs("k", kitems, bs, args.bank_new_tokens, args.bank_samples)
     # self-written requests: equal-length batches, so the fast padding-free decode loop runs
     sitems = [chat_ids(tok, p) for p in own_prompts] + [raw_ids(tok, p) for p in own_prompts]
     for rep in range(1 + args.bank_samples if sitems else 0):

@@ -36,8 +36,8 @@ import torch
 from torch import nn
 
 from dynatree_core.drafters.feature_draft import (FeatureDraftModel, build_feature_draft, feature_draft_from_model_draft,
-                                                 load_feature_draft, save_feature_draft, target_states,
-                                                 unrolled_forward)
+                                                 is_feature_draft_dir, load_feature_draft, save_feature_draft,
+                                                 target_states, unrolled_forward)
 from dynatree_core.pairs.pair import resolve_device, resolve_dtype
 from dynatree_core.distill import evaluation as ev
 from dynatree_core.distill.data import seq_rows
@@ -328,10 +328,25 @@ def _train_budget(args, t_start: float) -> float | None:
     return max(1.0, args.time_limit - (time.time() - t_run) - args.export_reserve)
 
 
+def _warm_from_feature(args) -> bool:
+    """``--init-from`` is a feature draft: fine-tune it (every weight at ``--lr``), rather than seed a new
+    one from an independent draft."""
+    return bool(args.init_from) and is_feature_draft_dir(args.init_from)
+
+
 def _feature_model(args, target, counts: torch.Tensor, dev) -> tuple[FeatureDraftModel, torch.Tensor]:
-    """A fresh feature draft with the ``--head-size`` most frequent greedy tokens, or one warm-started
-    from the ``--init-from`` independent draft (its layers, norm and head; the feature input at 0)."""
+    """A fresh feature draft with the ``--head-size`` most frequent greedy tokens; one warm-started
+    from the ``--init-from`` independent draft (its layers, norm and head; the feature input at 0); or
+    the ``--init-from`` feature draft itself, to fine-tune (its head and target layers are kept)."""
     layers = target_layers(args)
+    if _warm_from_feature(args):
+        model = load_feature_draft(args.init_from, target, device=dev)
+        if tuple(model.config.target_layers) != tuple(layers):
+            raise ValueError(f"--init-from {args.init_from} reads target layers {list(model.config.target_layers)}, "
+                             f"--target-layers says {list(layers)}: give the draft's own")
+        for name, p in model.named_parameters():
+            p.requires_grad_(not name.startswith("embed."))
+        return model.train(), model.head.vocab_ids.cpu()
     if args.init_from:
         from dynatree_core.drafters.draft_model import load_draft
 
@@ -349,7 +364,7 @@ def _feature_optimizer(args, model: FeatureDraftModel):
     close to where they were (``--warm-lr-frac`` of the learning rate) while the new feature path
     learns at the full rate."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and not n.startswith("embed.")]
-    slow = args.init_from is not None
+    slow = args.init_from is not None and not _warm_from_feature(args)
     new_path = ("fc_feat.", "feat_norm.", "fc_layers.", "layer_norms.")
     groups = [{"params": [p for n, p in named if n.startswith(new_path) or not slow], "scale": 1.0},
               {"params": [p for n, p in named if slow and not n.startswith(new_path)], "scale": args.warm_lr_frac}]
@@ -394,7 +409,8 @@ def _feature_meta(args, model, data: FeatureRows, head_ids, cover: float, lut, s
     return {"command": args.command_line, "seed": args.seed, "steps_done": step, "steps_planned": args.steps,
             "batch_tokens": args.batch_tokens, "unroll": args.unroll, "lr": args.lr, "alpha": args.alpha,
             "temperature": loss_temperature(args),  # the soft loss's: KL(p_T || q_T)
-            "reg_weight": args.reg_weight, "warm_lr_frac": args.warm_lr_frac if args.init_from else None,
+            "reg_weight": args.reg_weight,
+            "warm_lr_frac": args.warm_lr_frac if args.init_from and not _warm_from_feature(args) else None,
             "train_seconds": round(train_s, 1), "device": str(dev), "device_name": device_name(dev),
             "teacher_dtype": args.teacher_dtype, "data": {"rows": len(data.rows), "tokens": data.tokens,
                                                           "val_rows": len(data.val)},

@@ -121,6 +121,65 @@ TEXT_TEMPLATES = [
 ]
 
 
+CODE_TASKS_FILE = DATA / "distill_code_tasks.txt"
+
+#: Templates for the kind bank (:func:`kind_bank`): the six kinds of the benchmark's everyday prompts
+#: (``bench.everyday.PROMPT_KINDS``), so the draft learns to answer what users type. ``{t}`` is a topic of
+#: ``distill_topics.txt``, ``{c}`` a task of ``distill_code_tasks.txt`` ("a function that {c}"). Each is
+#: continued in both forms, the chat template and raw text (chat answers were the draft's weakest:
+#: docs/bench/2026-11-28-everyday-prompts).
+KIND_TEMPLATES: dict[str, tuple[str, ...]] = {
+    "instruction": (
+        "Write a short note to a friend recommending a book about {t}.", "Explain how to get started with {t}.",
+        "Write a paragraph persuading a student to learn about {t}.", "Give step-by-step advice for studying {t}.",
+        "Write an email to a colleague summarizing what you learned about {t}.",
+        "Write a short speech for a school assembly about {t}.", "Describe {t} in exactly three sentences."),
+    "question": (
+        "What is {t}?", "Why do people find {t} interesting?", "How does {t} affect everyday life?",
+        "What is the difference between {t} and something similar?", "Who first studied {t}, and what did they find?",
+        "Why should anyone care about {t} today?", "What would happen if {t} suddenly disappeared?"),
+    "story": (
+        "Write a short story about {t}.", "Tell a bedtime story about {t}.",
+        "Once upon a time, a curious child discovered {t}.", "Write a funny story involving {t}.",
+        "Tell a story about an old woman who knew everything about {t}.",
+        "The day our town first heard about {t}, nobody expected"),
+    "list": (
+        "List five facts about {t}.", "Give me a checklist for learning about {t}.",
+        "Name eight things people associate with {t}.", "List the pros and cons of {t}.",
+        "List seven questions a student might ask about {t}.", "Make a numbered list of the key ideas of {t}."),
+    "code": (
+        "Write a Python function that {c}.", "Write a Python program that {c}.",
+        "Write a function, with a docstring and an example, that {c}.", "How do I write a function that {c}?",
+        "Show me a short Python example of a function that {c}, and explain it.",
+        "# A Python function that {c}\ndef"),
+    "dialogue": (
+        "Write a dialogue between a teacher and a student about {t}.",
+        "Write a conversation between two friends who disagree about {t}.",
+        "Write a short interview with an expert on {t}.",
+        "Student: Can you tell me about {t}?\nTeacher:",
+        "Write a phone call between a journalist and a scientist about {t}."),
+}
+
+
+def read_code_tasks(path: Path = CODE_TASKS_FILE) -> list[str]:
+    return read_topics(path)
+
+
+def kind_bank(n: int, seed: int) -> list[tuple[str, str]]:
+    """``n`` generated prompts ``(kind, text)``, as many of each kind of :data:`KIND_TEMPLATES` as ``n``
+    allows (kinds take turns), each a random template filled with a topic (a task for code).
+    Deterministic for a seed; the caller continues each in both forms."""
+    rng = random.Random(seed + 23)
+    topics, tasks = read_topics(), read_code_tasks()
+    kinds = list(KIND_TEMPLATES)
+    out = []
+    for i in range(n):
+        kind = kinds[i % len(kinds)]
+        t = rng.choice(topics)
+        out.append((kind, rng.choice(KIND_TEMPLATES[kind]).format(t=t, c=rng.choice(tasks))))
+    return out
+
+
 def prompt_bank(n_topic: int, n_text: int, tok, streams: list[list[int]], seed: int) -> list[tuple[str, bool]]:
     """Generated training prompts ``(text, use_chat_template)``: ``n_topic`` template x topic
     combinations (``distill_topics.txt``) and ``n_text`` questions about short excerpts of the

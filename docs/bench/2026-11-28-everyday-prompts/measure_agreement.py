@@ -15,6 +15,10 @@ Run once, at low priority (``nice -n 19``), about 10 minutes on one CPU thread::
 
     nice -n 19 python docs/bench/2026-11-28-everyday-prompts/measure_agreement.py
 
+``--draft DIR`` measures another feature draft (a candidate) on the same positions; ``--continuations
+FILE`` keeps the target's continuations there (written on the first run, read on later ones: the
+target's 48-token answers are most of the time, and they do not depend on the draft).
+
 Writes ``agreement.json`` beside this script (schema version, config, per-item records and the
 summary tables the README shows).
 """
@@ -34,7 +38,7 @@ from dynatree_core.bench.everyday import PROMPT_KINDS, form_ids, read_everyday
 from dynatree_core.distill.decode import _decode_equal_length
 from dynatree_core.distill.lookup_fit import _hits, position_records
 from dynatree_core.drafters import LookupMix, PromptLookup
-from dynatree_core.drafters.feature_draft import target_states, unrolled_forward
+from dynatree_core.drafters.feature_draft import load_feature_draft, target_states, unrolled_forward
 from dynatree_core.pairs.default_pair import load_default_pair
 
 SCHEMA_VERSION = 1
@@ -108,16 +112,27 @@ def main() -> None:
     ap.add_argument("--depths", type=int, default=3)
     ap.add_argument("--limit", type=int, default=0, help="first N prompts only (0: all)")
     ap.add_argument("--out", default=str(HERE / "agreement.json"))
+    ap.add_argument("--draft", default=None, help="a feature draft folder (default: the shipped one)")
+    ap.add_argument("--continuations", default=None, help="a JSON file of the target's continuations (read "
+                    "if it exists, else written)")
+    ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(a.threads)
     t0 = time.time()
     target, model, tok = load_default_pair(draft="feature")
+    if a.draft:
+        model = load_feature_draft(a.draft, target, tokenizer=tok)
+    cache_path = Path(a.continuations) if a.continuations else None
+    conts: dict[str, list[int]] = json.loads(cache_path.read_text()) if cache_path and cache_path.exists() else {}
     mix = LookupMix()
     prompts = read_everyday()[: a.limit or None]
     items: list[dict[str, Any]] = []
 
     def run(ids: list[int], **meta: Any) -> None:
-        cont = _decode_equal_length(target, [ids], a.new_tokens, set(), False, 1.0, 1.0)[0]  # EOS ignored
+        key = f"{meta['id']}:{meta['form']}:{a.new_tokens}"
+        if key not in conts:  # EOS ignored
+            conts[key] = _decode_equal_length(target, [ids], a.new_tokens, set(), False, 1.0, 1.0)[0]
+        cont = conts[key]
         if cont:
             items.append({**meta, "prompt_tokens": len(ids), **measure_item(model, target, ids, cont, a.depths, mix)})
 
@@ -129,16 +144,18 @@ def main() -> None:
         chosen, _ = select_prompts(bundled_corpus(ds), hf_tokenize(tok), a.passages, 256, seed=0)
         for q in chosen:
             run(q.token_ids, group="passages", form="raw", kind=ds, id=f"{ds}-{q.index}")
+    if cache_path and not cache_path.exists():
+        cache_path.write_text(json.dumps(conts))
     groups: dict[str, list[dict[str, Any]]] = {}
     for it in items:
         for g in (f"{it['group']}:{it['form']}", f"{it['group']}:{it['form']}:{it['kind']}"):
             groups.setdefault(g, []).append(it)
     groups["passages:all"] = [it for it in items if it["group"] == "passages"]
     doc = {"schema_version": SCHEMA_VERSION,
-           "config": {"pair": "default (SmolLM2-135M-Instruct, shipped feature draft)", "new_tokens": a.new_tokens,
+           "config": {"pair": "default (SmolLM2-135M-Instruct, shipped feature draft)", "draft": a.draft or "shipped", "new_tokens": a.new_tokens,
                       "eos": "ignored (as in the benchmark): 48 tokens each", "depths": a.depths,
                       "passages_per_dataset": a.passages, "passage_prompt_tokens": 256, "kinds": list(PROMPT_KINDS),
-                      "head_ids": int(model.head.vocab_ids.numel()), "lookup_mix": repr(mix), "threads": 1,
+                      "head_ids": int(model.head.vocab_ids.numel()), "lookup_mix": repr(mix), "threads": a.threads,
                       "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                       "seconds": round(time.time() - t0, 1)},
            "summary": summarize(groups), "items": items}
