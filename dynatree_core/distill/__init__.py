@@ -24,9 +24,10 @@ import importlib
 _EXPORTS = {
     "config": ("DEFAULT_WORK_DIR", "DistillConfig", "REPO_ROOT"),
     "cli": ("DESCRIPTION", "add_distill_args", "add_distill_parser", "check_distill_args", "main"),
-    "prompts": ("CHAT_TEMPLATES", "EVAL_PROMPTS", "HELD_OUT_TOPIC_WORDS", "N_EVAL_PROMPTS_V1", "PROMPTS_FILE",
-                "RAW_TEMPLATES", "TEXT_TEMPLATES", "TOPICS_FILE", "chat_ids", "mentions_held_out_topic",
-                "prompt_bank", "raw_ids", "read_prompts", "read_topics", "user_turn_prefix"),
+    "prompts": ("CHAT_TEMPLATES", "CODE_TASKS_FILE", "EVAL_PROMPTS", "HELD_OUT_TOPIC_WORDS", "KIND_TEMPLATES",
+                "N_EVAL_PROMPTS_V1", "PROMPTS_FILE", "RAW_TEMPLATES", "TEXT_TEMPLATES", "TOPICS_FILE", "chat_ids",
+                "kind_bank", "mentions_held_out_topic", "prompt_bank", "raw_ids", "read_code_tasks", "read_prompts",
+                "read_topics", "user_turn_prefix"),
     "decode": ("eos_ids", "self_prompts", "_continue", "_decode_equal_length"),
     "data": ("FORBIDDEN_TRAIN_NAMES", "SeqPools", "build_data", "find_data_dir", "seq_rows", "training_text_files",
              "_length_batches", "_save_seqs"),
