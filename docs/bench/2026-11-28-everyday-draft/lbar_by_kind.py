@@ -1,0 +1,74 @@
+"""L̄ by prompt kind and form on the everyday prompts (issue 40, part 4): untimed, L̄ only.
+
+DynaTree's ``cpu`` preset, greedy, on the default pair (the shipped feature draft with prompt lookup, or
+``--draft DIR``, a candidate feature draft, with the same lookup) over the 72 bundled everyday prompts in
+chat and raw form; a candidate's tokens are checked against AR's (``--ar-check``; the shipped draft's are
+checked by the benchmark on the same prompts, so by default it skips AR and takes half the time).
+L̄ = committed tokens per iteration, pooled (tokens / iterations) per group. Writes JSON (schema version,
+config, per-prompt rows, summary)::
+
+    python docs/bench/2026-11-28-everyday-draft/lbar_by_kind.py --out lbar-shipped.json
+    python docs/bench/2026-11-28-everyday-draft/lbar_by_kind.py --draft .distill/everyday/draft --out lbar-tuned.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from dynatree_core import ModelPair, generate
+from dynatree_core.bench.everyday import PROMPT_FORMS, PROMPT_KINDS, form_ids, read_everyday
+from dynatree_core.policy.config import DynaTreeConfig
+
+SCHEMA_VERSION = 1
+
+
+def pooled(rows: list[dict[str, Any]]) -> float | None:
+    it = sum(r["iterations"] for r in rows)
+    return round(sum(r["new_tokens"] for r in rows) / it, 3) if it else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--draft", default=None, help="a feature draft folder (default: the shipped one)")
+    ap.add_argument("--new-tokens", type=int, default=96)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--ar-check", action=argparse.BooleanOptionalAction, default=None,
+                    help="decode AR too and check DynaTree's tokens equal it (default: with --draft)")
+    a = ap.parse_args()
+    check = bool(a.draft) if a.ar_check is None else a.ar_check
+    torch.set_num_threads(a.threads)
+    t0 = time.time()
+    pair = ModelPair.named("default", feature_draft=a.draft) if a.draft else ModelPair.named("default")
+    config = DynaTreeConfig.cpu()
+    rows: list[dict[str, Any]] = []
+    prompts = read_everyday()
+    for form, p in tqdm([(f, p) for f in PROMPT_FORMS for p in prompts], desc="prompts", mininterval=10):
+        ids = form_ids(pair.tokenizer, p.text, form)
+        dt = generate(pair, ids, "dynatree", config, max_new_tokens=a.new_tokens, ignore_eos=True)
+        if check and dt.tokens != generate(pair, ids, "ar", None, max_new_tokens=a.new_tokens, ignore_eos=True).tokens:
+            raise AssertionError(f"{p.id} ({form}): DynaTree's tokens differ from AR's")
+        rows.append({"id": p.id, "kind": p.kind, "form": form, "prompt_tokens": len(ids),
+                     "new_tokens": dt.metrics.new_tokens, "iterations": dt.metrics.iterations})
+    summary = {form: {"all": pooled([r for r in rows if r["form"] == form]),
+                      **{k: pooled([r for r in rows if r["form"] == form and r["kind"] == k]) for k in PROMPT_KINDS}}
+               for form in PROMPT_FORMS}
+    doc = {"schema_version": SCHEMA_VERSION,
+           "config": {"pair": "default", "draft": a.draft or "shipped", "method": "dynatree", "preset": "cpu",
+                      "dynatree": repr(config),
+                      "new_tokens": a.new_tokens, "eos": "ignored", "threads": a.threads, "ar_check": check,
+                      "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "seconds": round(time.time() - t0, 1)},
+           "summary": summary, "rows": rows}
+    Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
