@@ -223,9 +223,10 @@ def _check_choices(c: DistillConfig) -> None:
 def _check_sources(c: DistillConfig) -> None:
     _need(not (c.generator == "draft" and not c.init_from),
           "--generator draft needs --init-from (the draft that writes the continuations)")
-    from dynatree_core.drafters.feature_draft import FEATURE_CONFIG_FILE  # torch: only once a config is built
+    # torch: only once a config is built
+    from dynatree_core.drafters.feature_draft import FEATURE_CONFIG_FILE, is_feature_draft_dir
 
-    feature_init = c.kind == "feature" and c.init_from and (Path(c.init_from) / FEATURE_CONFIG_FILE).is_file()
+    feature_init = c.kind == "feature" and c.init_from and is_feature_draft_dir(c.init_from)
     _need(not c.init_from or feature_init or (Path(c.init_from) / "draft_config.json").is_file(),
           f"--init-from {c.init_from}: no exported draft there (draft_config.json missing"
           + (f", nor a feature draft's {FEATURE_CONFIG_FILE}" if c.kind == "feature" else "") + ")")

@@ -46,7 +46,7 @@ def main() -> None:
     check = bool(a.draft) if a.ar_check is None else a.ar_check
     torch.set_num_threads(a.threads)
     t0 = time.time()
-    pair = ModelPair.named("default", feature_draft=a.draft) if a.draft else ModelPair.named("default")
+    pair = ModelPair.named("default", feature_draft=a.draft)  # None: the shipped draft
     config = DynaTreeConfig.cpu()
     rows: list[dict[str, Any]] = []
     prompts = read_everyday()
