@@ -301,7 +301,9 @@ def test_distill_options_are_the_config_fields_with_their_defaults():
 @pytest.mark.parametrize("change, option", [({"alpha": 1.5}, "--alpha"), ({"steps": 0}, "--steps"),
                                             ({"passage_min": 500}, "--passage-min"), ({"kind": "banana"}, "--kind"),
                                             ({"generator": "draft"}, "--generator draft needs --init-from"),
-                                            ({"device": "banana"}, "--device"), ({"unroll": 0}, "--unroll")])
+                                            ({"device": "banana"}, "--device"), ({"unroll": 0}, "--unroll"),
+                                            ({"kind_prompts": -1}, "--kind-prompts"),
+                                            ({"kind": "feature", "init_from": "/nonexistent"}, "--init-from")])
 def test_distill_config_rejects_a_bad_value_naming_the_option(change, option):
     from dynatree_core.distill.config import DistillConfig
 

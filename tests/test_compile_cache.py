@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 
 from dynatree_core import generate
@@ -36,6 +37,9 @@ def test_compile_scope_sets_cache_and_freezing_only_inside(monkeypatch, tmp_path
     assert cc.compile_options("cpu") == {"fx_graph_cache": True, "freezing": True, "cpp.weight_prepack": True}
     monkeypatch.setenv(cc.FREEZING_ENV, "off")
     assert cc.compile_options("cpu") == {"fx_graph_cache": True}
+    monkeypatch.setenv(cc.FREEZING_ENV, "banana")
+    with pytest.raises(ValueError, match=cc.FREEZING_ENV):
+        cc.compile_options("cpu")
 
 
 def test_compiled_frozen_runtime_decodes_as_eager_and_counts_its_compiles(monkeypatch, tmp_path):
