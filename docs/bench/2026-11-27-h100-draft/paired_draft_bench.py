@@ -22,7 +22,7 @@ import time
 import torch
 
 from dynatree_core import ModelPair, generate
-from dynatree_core.bench.data import hf_tokenize, load_corpus, select_prompts
+from dynatree_core.bench.data import corpus_tokenize, load_corpus, select_prompts
 from dynatree_core.bench.methods import method_specs
 from dynatree_core.drafters import LookupMix
 from dynatree_core.drafters.feature_draft import load_feature_draft
@@ -78,7 +78,8 @@ def main() -> None:
     specs = method_specs(a.methods.split(","), preset="cpu", k=a.linear_k)
     res = {"a": a.a, "b": a.b, "methods": [s.label for s in specs], "protocol": vars(a), "datasets": {}}
     for ds in a.datasets.split(","):
-        prompts, _ = select_prompts(load_corpus(ds, a.data_dir), hf_tokenize(ps["a"].tokenizer), a.num_prompts, a.max_prompt_len)
+        corpus = load_corpus(ds, a.data_dir)  # "prompts": the everyday prompts, in chat form as the benchmark sends them
+        prompts, _ = select_prompts(corpus, corpus_tokenize(corpus, ps["a"].tokenizer), a.num_prompts, a.max_prompt_len)
         rows = []
         for i, p in enumerate(prompts):
             row = run_prompt(ps, p.token_ids, specs, ["a", "b"] if i % 2 else ["b", "a"], a.max_new_tokens)
