@@ -178,6 +178,32 @@ def test_calibration_is_cached_and_another_devices_cache_is_not_used(monkeypatch
         assert calibrate.cost_model(pair) == first
 
 
+def test_the_acceptance_vector_is_cached_by_the_drafts_weights_not_its_name(monkeypatch):
+    """A draft fine-tuned and shipped under the same name must not read the old weights' vector."""
+    import copy
+    import dataclasses
+
+    pair = cached_pair("llama", "sdpa", 0.02)
+    calls = []
+
+    def measure(p, ranks=calibrate.DEFAULT_RANKS, tokens=64):
+        calls.append(p)
+        return tuple(0.1 * (len(calls)) for _ in range(ranks))
+
+    monkeypatch.setattr(calibrate, "measure_acceptance", measure)
+    first = calibrate.acceptance_vector(pair)
+    assert calibrate.acceptance_vector(pair) == first and len(calls) == 1  # cached
+    tuned = copy.deepcopy(pair.draft)
+    with torch.no_grad():
+        next(tuned.parameters()).add_(0.01)  # the same architecture and name, other weights
+    other = dataclasses.replace(pair, draft=tuned)
+    assert calibrate.pair_key(other) == calibrate.pair_key(pair)  # the cost curve is still shared
+    assert calibrate.draft_fingerprint(other) != calibrate.draft_fingerprint(pair)
+    assert calibrate.acceptance_vector(other) != first and len(calls) == 2  # measured for these weights
+    assert calibrate.acceptance_vector(pair) == first and len(calls) == 2  # the old one still cached
+    assert calibrate.draft_fingerprint(dataclasses.replace(pair, draft=None)) == "none"
+
+
 def test_the_draft_level_is_priced_as_the_cost_aware_rule_builds_it(monkeypatch):
     """A fixed tree's level gives a first price; the cost-aware rule then runs under that curve and
     its own levels (with the rule's arithmetic) set draft_s. Both prices are kept."""

@@ -86,6 +86,22 @@ def pair_key(pair: Any, runtime: str = "eager") -> dict[str, str]:
             "runtime": resolve_runtime(runtime, pair.device)}
 
 
+def draft_fingerprint(pair: Any) -> str:
+    """A short digest of the draft's weights. An acceptance vector is a property of the weights, not
+    of the draft's name: a draft fine-tuned and shipped under the same name, or a candidate loaded in
+    its place, must not read the old one's. Each parameter is sampled (name, shape, first and last
+    64 values), which tells trained weights apart in microseconds without hashing megabytes."""
+    draft = getattr(pair, "draft", None)
+    if draft is None:
+        return "none"
+    h = hashlib.sha1()
+    for name, p in sorted(draft.named_parameters(), key=lambda item: item[0]):
+        flat = p.detach().reshape(-1)
+        h.update(f"{name}{tuple(p.shape)}".encode())
+        h.update(torch.cat([flat[:64], flat[-64:]]).float().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
 def _cache_path(key: dict[str, str]) -> Path:
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     return cache_dir() / f"calibration-{digest}.json"
@@ -340,8 +356,9 @@ def measure_acceptance(pair: Any, ranks: int = DEFAULT_RANKS, tokens: int = 64) 
 
 
 def acceptance_vector(pair: Any, recalibrate: bool = False, ranks: int = DEFAULT_RANKS) -> tuple[float, ...]:
-    """The pair's per-rank acceptance vector (cached like :func:`cost_model`)."""
-    key = pair_key(pair)
+    """The pair's per-rank acceptance vector (cached like :func:`cost_model`, and by the draft's
+    weights: :func:`draft_fingerprint`)."""
+    key = {**pair_key(pair), "draft_weights": draft_fingerprint(pair)}
     path = _cache_path(key)
     field = f"acceptance@{ranks}"
     if not recalibrate and path.exists():
