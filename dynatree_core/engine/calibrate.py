@@ -356,11 +356,12 @@ def measure_acceptance(pair: Any, ranks: int = DEFAULT_RANKS, tokens: int = 64) 
 
 
 def acceptance_vector(pair: Any, recalibrate: bool = False, ranks: int = DEFAULT_RANKS) -> tuple[float, ...]:
-    """The pair's per-rank acceptance vector (cached like :func:`cost_model`, and by the draft's
-    weights: :func:`draft_fingerprint`)."""
-    key = {**pair_key(pair), "draft_weights": draft_fingerprint(pair)}
+    """The pair's per-rank acceptance vector, cached beside its cost curve (the same file, one per
+    :func:`pair_key`) under the draft's weights (:func:`draft_fingerprint`): the curve is a property
+    of the architecture, the vector of the weights."""
+    key = pair_key(pair)
     path = _cache_path(key)
-    field = f"acceptance@{ranks}"
+    field = f"acceptance@{ranks}@{draft_fingerprint(pair)}"
     if not recalibrate and path.exists():
         doc = _read(path)
         if doc.get("key") == key and doc.get(field):
