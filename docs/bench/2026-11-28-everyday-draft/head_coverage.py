@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from dynatree_core.drafters.feature_draft import FEATURE_CONFIG_FILE
 from dynatree_core.pairs.default_pair import FEATURE_DRAFT_ASSET_DIR
 
 SCHEMA_VERSION = 1
@@ -71,7 +72,8 @@ def main() -> None:
     a = ap.parse_args()
     weights = load_file(str(FEATURE_DRAFT_ASSET_DIR / "model.safetensors"))
     head = weights["head.vocab_ids"].long()
-    vocab, size = 49152, len(head)
+    vocab = json.loads((FEATURE_DRAFT_ASSET_DIR / FEATURE_CONFIG_FILE).read_text())["config"]["vocab_size"]
+    size = len(head)
     counts = greedy_counts([Path(p) for p in a.seqs], vocab)
     usage = sum(c / c.sum() for c in counts.values())  # every pool weighs the same
     usage[list(SPECIAL_IDS)] = float("inf")
