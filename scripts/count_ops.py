@@ -72,19 +72,27 @@ class OpCounter:
         self._mode.__exit__(*exc)
 
 
-def count(pair, prompt, method: str, config, tokens: int, top: int) -> dict:
+def count(pair, prompt, method: str, config, tokens: int, top: int, runtime: str = "eager") -> dict:
+    """Ops per steady-state iteration of one loop. ``levels_per_iteration``: the draft levels *run*
+    (the device-resident draft phase of a fast runtime runs every level, padding included; the eager
+    path only those that expand a node), ``syncs_per_iteration``: the counted host reads."""
     from dynatree_core import iterate
 
-    run = iterate(pair, prompt, method, config, max_new_tokens=tokens, ignore_eos=True)
+    run = iterate(pair, prompt, method, config, max_new_tokens=tokens, ignore_eos=True, runtime=runtime)
     next(run)  # the first iteration reads the prompt: not a steady-state iteration
-    iterations = levels = 0
+    iterations = levels = syncs = 0
+    drafter = run.drafter
+    before = drafter.forwards if drafter is not None else 0
     with OpCounter() as c:
         for rec in run:
             iterations += 1
             levels += rec.draft_forwards
+            syncs += rec.host_syncs
     if not iterations:
         raise SystemExit(f"{method}: no iteration after the first (raise --tokens)")
-    return {"iterations": iterations, "levels_per_iteration": levels / iterations,
+    ran = (drafter.forwards - before) if drafter is not None and drafter.forwards else levels
+    return {"iterations": iterations, "levels_per_iteration": ran / iterations,
+            "syncs_per_iteration": syncs / iterations,
             "model_ops_per_iteration": c.kinds["model"] / iterations,
             "engine_ops_per_iteration": c.kinds["engine"] / iterations,
             "top_engine": [(w, n / iterations) for w, n in c.where.most_common(top)]}
@@ -99,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--linear-k", type=int, default=3, help="linear's K (default 3)")
     p.add_argument("--tokens", type=int, default=48, help="new tokens per loop (default 48)")
     p.add_argument("--top", type=int, default=6, help="engine functions listed per loop (default 6)")
+    p.add_argument("--runtime", default="eager", choices=("eager", "static"),
+                   help="eager (the CPU's), or static: the fast path's caches, buckets and device-resident draft "
+                        "phase run eagerly, so every op it would launch on a GPU is dispatched and counted here")
     args = p.parse_args(argv)
 
     from dynatree_core.bench.methods import method_specs, parse_methods
@@ -111,17 +122,20 @@ def main(argv: list[str] | None = None) -> int:
                   "around the bridge. The market town grew around the bridge, and")
     else:
         prompt = [5, 9, 14, 3, 7, 5, 9, 14]
-    print(f"{pair.target_name} / {pair.draft_name}; T={args.tokens}; ops per steady-state iteration")
-    print(f"{'method':18s} {'levels/it':>9s} {'model ops/it':>12s} {'engine ops/it':>13s} {'engine ops/level':>16s}")
+    print(f"{pair.target_name} / {pair.draft_name}; T={args.tokens}; runtime {args.runtime}; "
+          "ops per steady-state iteration")
+    print(f"{'method':18s} {'levels/it':>9s} {'syncs/it':>8s} {'model ops/it':>12s} {'engine ops/it':>13s} "
+          f"{'engine ops/level':>16s}")
     ar_engine = None
     for spec in method_specs(parse_methods(args.methods), k=[args.linear_k]):
         cfg = prepare_config(spec.config, pair) if spec.config is not None else None
-        r = count(pair, prompt, spec.method, cfg, args.tokens, args.top)
+        r = count(pair, prompt, spec.method, cfg, args.tokens, args.top, args.runtime)
         if spec.method == "ar":
             ar_engine = r["engine_ops_per_iteration"]
         per_level = ((r["engine_ops_per_iteration"] - (ar_engine or 0.0)) / r["levels_per_iteration"]
                      if r["levels_per_iteration"] else None)
-        print(f"{spec.label:18s} {r['levels_per_iteration']:9.2f} {r['model_ops_per_iteration']:12.0f} "
+        print(f"{spec.label:18s} {r['levels_per_iteration']:9.2f} {r['syncs_per_iteration']:8.2f} "
+              f"{r['model_ops_per_iteration']:12.0f} "
               f"{r['engine_ops_per_iteration']:13.0f} {'-' if per_level is None else f'{per_level:16.0f}':>16s}")
         print("    " + ", ".join(f"{w} {n:.0f}" for w, n in r["top_engine"]))
     if ar_engine is None:

@@ -8,6 +8,7 @@ the trees, the masks, positions, pruned candidates and the selected paths must b
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import math
 import sys
@@ -203,10 +204,10 @@ class SyncLint:
 
         return spy
 
-    def steady_calls(self, pair, prompt, method: str, config) -> list[str]:
+    def steady_calls(self, pair, prompt, method: str, config, runtime: str = "eager") -> list[str]:
         """The flagged calls of a loop's iterations after its first (which may build cached
         constants), sorted and without repeats; fails if there was no such iteration."""
-        run = iterate(pair, prompt, method, config, max_new_tokens=24, ignore_eos=True)
+        run = iterate(pair, prompt, method, config, max_new_tokens=24, ignore_eos=True, runtime=runtime)
         next(run)
         self.active = True
         try:
@@ -262,3 +263,98 @@ def test_cuda_reports_no_synchronisation_the_loop_did_not_count(method, config):
     static = config is None or config.growth_rule().static_counts  # AR, linear, EAGLE-2 at tau = 0
     for row in rows:
         assert row["observed"] <= row["counted"] == (1 if static else row["draft_levels"] + 1), row
+
+
+# --- the device-resident draft phase (the fast path's: no host read until the verification) --------
+from dynatree_core.runtime.device_tree import resident_shape  # noqa: E402
+from dynatree_core.runtime.level_step import level_step  # noqa: E402
+from helpers.device_tree import eagle_rules, rules, shape_rules, uniform_rules  # noqa: E402
+
+#: every policy the resident path runs (the cost-aware rule reads each level's size: eager-style)
+resident_rules = st.one_of(rules, shape_rules, eagle_rules, uniform_rules)
+
+
+def _grow_resident(rule: GrowthRule, root: int, k: int, ties: bool, step_fn=None):
+    syncs = HostSyncs(pack=True)  # the GPU's read path: every read counted
+    dev = DeviceTree(root, rule, k, CPU, resident=True, step_fn=step_fn).grow(FakeDrafter(k, ties), syncs)
+    return dev, syncs
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rule=resident_rules, root=st.integers(0, VOCAB - 1), extra_k=st.integers(0, 2), ties=st.booleans(),
+       data=st.data())
+def test_resident_growth_builds_the_reference_tree_without_reading_the_device(rule, root, extra_k, ties, data):
+    """A fixed frontier, every level run (padding where nothing is expanded), the counts read with
+    the selection: the same tree node for node, the same path, one host read in all."""
+    k = rule.max_breadth + extra_k
+    ref = grow_tree(root, rule, FakeDrafter(k, ties).host_propose)
+    dev, syncs = _grow_resident(rule, root, k, ties)
+    assert syncs.count == 0  # growth read nothing
+    argmax = draw_target_choices(ref, data)
+    sel = dev.select(torch.tensor(argmax + [0] * (dev.n - len(argmax))), syncs)
+    assert syncs.count == 1
+    assert host_tree(sel.arrays, dev.draft_calls).to_dict() == ref.to_dict()
+    assert (sel.path, sel.bonus) == ref.greedy_path(argmax)
+    assert dev.n == len(ref) and dev.draft_calls == ref.draft_calls
+    assert dev.orig is not None or dev.depth == ref.depth
+
+
+def test_the_frontier_width_bound_is_what_rho_stop_allows():
+    """At most ⌊1/ρ_stop⌋ nodes of one depth have p(u) >= ρ_stop: the bound is the frontier's width."""
+    base = GrowthRule(d0=3, d_max=6, b_min=1, b_mid=2, b_max=4, tau_h=0.8, tau_l=0.3, rho_stop=0.1, rho_deep=0.5,
+                      tau=0.0, n_max=64)
+    assert resident_shape(base, 8) == (6, 10, 65)
+    assert resident_shape(dataclasses.replace(base, rho_stop=0.25), 8)[1] == 4  # 1/0.25 exactly: 4, not 3
+    assert resident_shape(GrowthRule.chain(4), 1) == (4, 1, 5)
+    assert resident_shape(GrowthRule.full(3, 2, 0.0, 64), 2)[1] == 4  # B^(levels - 1)
+    assert resident_shape(dataclasses.replace(base, lookup_tail=6, tail_n_max=6), 8)[2] == 71
+
+
+def test_a_frontier_wider_than_its_bound_is_an_error_not_a_silent_cut():
+    """The overflow check works: a width forced below what a level expands fails at the selection."""
+    rule = GrowthRule.full(2, 3, 0.0, 12)
+    dev = DeviceTree(0, rule, 3, CPU, resident=True)
+    dev.width = 1  # level 1 expands 3 nodes
+    dev.grow(FakeDrafter(3, False), HostSyncs())
+    with pytest.raises(RuntimeError, match="frontier's width"):
+        dev.select(torch.zeros(dev.n, dtype=torch.long), HostSyncs())
+
+
+@pytest.mark.parametrize("rule", [
+    DynaTreeConfig.gpu().growth_rule(), DynaTreeConfig.cpu().growth_rule(), GrowthRule.chain(3),
+    GrowthRule.full(3, 2, 0.02, 8), Eagle2Config(k=3, depth=3, n_total=6).growth_rule(),
+    SequoiaConfig(n_max=8, d_max=4, acceptance=(0.5, 0.2, 0.1)).growth_rule()],
+    ids=["dynatree-gpu", "dynatree-cpu", "linear", "fixed", "eagle2", "sequoia"])
+def test_the_level_step_compiles_whole_for_every_policy(rule):
+    """torch.compile(fullgraph=True) traces the level step without a graph break: no data-dependent
+    Python control flow, no host read (dynamo's eager backend: the tracing is the proof, inductor's
+    code generation is the GPU's runtime); the compiled step grows the same tree."""
+    torch._dynamo.reset()
+    step = torch.compile(level_step, fullgraph=True, dynamic=False, backend="eager")
+    k = max(rule.max_breadth, 2)
+    plain, _ = _grow_resident(rule, 7, k, False)
+    compiled, syncs = _grow_resident(rule, 7, k, False, step_fn=step)
+    assert syncs.count == 0
+    argmax = torch.zeros(plain.n, dtype=torch.long)
+    a, b = plain.select(argmax, HostSyncs()).arrays, compiled.select(argmax, HostSyncs()).arrays
+    assert a.keys() == b.keys() and all(np.array_equal(a[x], b[x]) for x in a)
+
+
+@pytest.mark.parametrize("method,config", [mc for mc in LOOP_CONFIGS if not getattr(mc[1], "cost_aware", False)]
+                         + [("dynatree", DynaTreeConfig.cpu()), ("dynatree", DynaTreeConfig.gpu())])
+def test_the_fast_path_reads_the_device_once_per_iteration(method, config, monkeypatch):
+    """The device-resident draft phase: one counted read per iteration (the selection, which
+    carries the tree's counts), whatever the policy; and nothing uncounted (the lint)."""
+    pair = cached_pair("llama", "sdpa", 0.02)
+    recs = list(iterate(pair, [5, 9, 14, 3, 5, 9, 14], method, config, max_new_tokens=24, ignore_eos=True,
+                        runtime="static"))
+    assert recs and all(r.host_syncs == 1 for r in recs)
+    assert SyncLint(monkeypatch).steady_calls(pair, [5, 9, 14, 3, 5, 9, 14], method, config, "static") == []
+
+
+def test_the_cost_aware_rule_on_the_fast_path_still_reads_each_level():
+    """The one policy that keeps a read per level on the fast path: its E / T rule sizes each level."""
+    pair = cached_pair("llama", "sdpa", 0.02)
+    cfg = DynaTreeConfig(cost_aware=True, cost=CostModel(verify_s=(0.01,) * 12, draft_s=0.0005))
+    recs = list(iterate(pair, [5, 9, 14, 3], "dynatree", cfg, max_new_tokens=16, ignore_eos=True, runtime="static"))
+    assert all(r.host_syncs == r.draft_forwards + 1 for r in recs)

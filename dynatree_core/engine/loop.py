@@ -36,9 +36,10 @@ from dynatree_core.records.result import GenerationResult
 from dynatree_core.records.trace import IterationRecord, Trace
 from dynatree_core.runtime import plumbing as pl
 from dynatree_core.runtime.backend import TargetBackend, target_backend
-from dynatree_core.runtime.device_tree import DeviceTree, Selection
+from dynatree_core.runtime.device_tree import DeviceTree, Selection, resident_shape
 from dynatree_core.runtime.fast_path import resolve_runtime
 from dynatree_core.runtime.host_syncs import to_device
+from dynatree_core.runtime.level_step import step_for
 from dynatree_core.runtime.sampling import DraftSampler, TargetSampler, draft_candidates, make_samplers
 
 _TAIL_CODE = STOP_REASONS.index(LOOKUP_TAIL)
@@ -199,6 +200,8 @@ class DecodingRun:
         tail, own_tail = tail_lookup(drafter) if drafter is not None and self.config.lookup_tail else (None, False)
         need_hidden = drafter is not None and drafter.needs_target_hidden  # a feature drafter reads them
         out, root = [], self.prompt[-1]
+        resident, shape_rule = self._resident(), self.config.growth_rule()
+        step_fn = step_for(self.runtime, self.pair.device)
         self._prefill(drafter, ctx, need_hidden, col)
         if own_tail:
             tail.start(self.prompt, ctx)  # a lookup of the loop's own: it follows the committed tokens
@@ -206,7 +209,8 @@ class DecodingRun:
             remaining = self.max_new_tokens - len(out)
             rule, before = self._rule(remaining), self._history_state()
             # 1. draft: grow the tree, one batched draft forward per level (AR: the root alone)
-            tree = DeviceTree(root, rule, ctx.top_k, self.pair.device, position=len(self.prompt) + len(out) - 1)
+            tree = DeviceTree(root, rule, ctx.top_k, self.pair.device, position=len(self.prompt) + len(out) - 1,
+                              resident=resident, step_fn=step_fn, shape_rule=shape_rule)
             if drafter is not None:
                 tree.grow(drafter, col.syncs)
                 if tail is not None:
@@ -243,7 +247,7 @@ class DecodingRun:
         v = self.target.verify(tree, need_hidden, col.clock)
         choice = None
         if chooser is not None:
-            deepest = tree.depth + (tree.rule.lookup_tail if tree.tail_nodes else 0)  # a tail reaches below
+            deepest = tree.deepest()  # a tail reaches below the drafted levels
             # under rejection: each node's candidates in draw order and its q row
             draft = draft_candidates(tree, draft_sampler) if self.sampling.rule == "rejection" else None
             choice = chooser.choose(v.logits, tree.depths[:tree.n], deepest, v.prefix_len, draft)
@@ -264,6 +268,11 @@ class DecodingRun:
                 own_tail.commit(path, new)
         return forwards
 
+    def _resident(self) -> bool:
+        """Whether the draft phase stays on the device (no host read until the verification): on a
+        fast path, for every policy but the cost-aware one (its E / T rule reads each level's size)."""
+        return self.runtime != "eager" and self.config.drafts and not getattr(self.config, "cost_aware", False)
+
     # --- the phases' details -------------------------------------------------------------------
     def _draft_top_k(self) -> int:
         """Draft candidates per expanded node: what the growth rule reads, what the trace records
@@ -282,7 +291,10 @@ class DecodingRun:
     def _draft_forwards(self, drafter: Drafter | None) -> object | None:
         """The draft model's level forwards on the target's runtime (None: it drafts eagerly)."""
         model = drafter.fast_model if drafter is not None else None
-        return self.target.draft_forwards(model, len(self.prompt) + self.max_new_tokens) if model is not None else None
+        if model is None:
+            return None
+        levels = resident_shape(self.config.growth_rule(), self._draft_top_k())[:2] if self._resident() else None
+        return self.target.draft_forwards(model, len(self.prompt) + self.max_new_tokens, levels)
 
     def _trace(self, drafter: Drafter | None, top_k: int) -> Trace | None:
         """A new trace for this run (None when not tracing); the drafter's settings with the top-k

@@ -45,7 +45,8 @@ class TargetBackend(Protocol):
     def rerun(self, ids: torch.Tensor, clock: pl.ForwardClock | None) -> None:
         """Drop the verified entries and commit the causal chain ``ids`` [1, q] instead."""
 
-    def draft_forwards(self, model: torch.nn.Module, length: int) -> DraftStaticForwards | None:
+    def draft_forwards(self, model: torch.nn.Module, length: int, levels: tuple[int, int] | None = None
+                       ) -> DraftStaticForwards | None:
         """A draft model's level forwards on the same runtime (None: the draft stays eager)."""
 
 
@@ -97,7 +98,7 @@ class EagerTarget:
         pl.forward(self.model, ids, self.cache.cache, clock=clock)
         self.cache.commit_written()
 
-    def draft_forwards(self, model: torch.nn.Module, length: int) -> None:
+    def draft_forwards(self, model: torch.nn.Module, length: int, levels: tuple[int, int] | None = None) -> None:
         return None  # an eager run drafts eagerly too
 
 
@@ -124,9 +125,11 @@ class StaticTarget:
         """Seconds spent building (capturing, compiling) the path's forwards, apart from any decode."""
         return self.path.capture_s
 
-    def draft_forwards(self, model: torch.nn.Module, length: int) -> DraftStaticForwards:
-        """A draft model's level forwards on the same runtime, levels up to this path's largest bucket."""
-        return draft_fast_path(model, self.runtime, length, self.path.buckets[-1], static_len=None)
+    def draft_forwards(self, model: torch.nn.Module, length: int, levels: tuple[int, int] | None = None
+                       ) -> DraftStaticForwards:
+        """A draft model's level forwards on the same runtime, levels up to this path's largest bucket
+        (``levels``: the resident draft phase's level count and frontier width)."""
+        return draft_fast_path(model, self.runtime, length, self.path.buckets[-1], static_len=None, levels=levels)
 
     @torch.inference_mode()
     def prefill(self, ids: torch.Tensor, want_hidden: bool, clock: pl.ForwardClock | None) -> torch.Tensor | None:

@@ -18,7 +18,12 @@ class Rerank:
         """EAGLE-2's final step on the device (:func:`~dynatree_core.policy.growth.rerank_tree`): keep the
         ``keep`` most probable drafted nodes, compacting every array; ``orig`` maps back."""
         n, dev = self.n, self.device
-        order = torch.argsort(self.cum_logps[1:n], descending=True, stable=True)[:keep] + 1
+        keep = min(keep, n - 1)
+        key = self.cum_logps[1:n]
+        live = self._ar[:n] < self._n_dev if self.resident else None  # a resident tree's real nodes
+        if live is not None:
+            key = key.masked_fill(~live[1:], -torch.inf)
+        order = torch.argsort(key, descending=True, stable=True)[:keep] + 1
         keep_ids = torch.sort(torch.cat([torch.zeros(1, dtype=torch.long, device=dev), order])).values
         new_id = torch.full((self.capacity,), -1, dtype=torch.long, device=dev)
         new_id[keep_ids] = torch.arange(keep + 1, device=dev)
@@ -27,6 +32,8 @@ class Rerank:
         parents = self.parents[:n]
         dropped = ~kept_mask & (new_id[parents.clamp(min=0)] >= 0)
         dropped[:1].fill_(False)
+        if live is not None:
+            dropped &= live
         rank = (self.topk_tokens[parents.clamp(min=0)] == self.tokens[:n, None]).to(torch.int8).argmax(1)
         # no boolean-mask indexing (its size is data: a device read) and no scalar writes through
         # an index: the nodes that do not take part write to one spare slot past the end
@@ -51,4 +58,6 @@ class Rerank:
         self.ancestors[:m, :m] = self.ancestors[keep_ids][:, keep_ids]
         self.orig = keep_ids
         self.n = m
+        if live is not None:
+            self._n_dev = torch.clamp(self._n_dev, max=m)
 

@@ -31,30 +31,20 @@ def arange_on(device: torch.device, n: int) -> torch.Tensor:
         return torch.arange(n, device=device)
 
 
-@functools.lru_cache(maxsize=256)
-def breadth_edges(device: torch.device, tau_l: float, tau_h: float) -> torch.Tensor:
-    """``bucketize`` edges over the confidence c(u): c < tau_l -> bucket 0, tau_l <= c < tau_h -> 1,
-    c >= tau_h -> 2 (c >= tau_h wins should tau_l exceed tau_h, as in GrowthRule.branching).
-
-    Apart from :func:`breadth_table`: the history adapter moves tau_h every iteration, so these
-    are made mid-loop, on the host and queued with to_device (a ``torch.tensor(..., device="cuda")``
-    copies from pageable memory and waits for the device: the GPU's sync audit caught it)."""
+@functools.lru_cache(maxsize=16)
+def true_on(device: torch.device) -> torch.Tensor:
+    """[1] True: the root's validity as the first level's frontier."""
     with torch.inference_mode(False):
-        return to_device([min(tau_l, tau_h), tau_h], device, torch.float64)
+        return torch.ones(1, dtype=torch.bool, device=device)
 
 
 @functools.lru_cache(maxsize=64)
 def breadth_table(device: torch.device, b_min: int, b_mid: int, b_max: int, k: int) -> torch.Tensor:
-    """B(u) by :func:`breadth_edges` bucket: b_max, b_mid, b_min (at most k)."""
+    """B(u) by the confidence's bucket (c < τ_ℓ, τ_ℓ <= c < τ_h, c >= τ_h): b_max, b_mid, b_min (at most k).
+    The thresholds themselves travel with the run's parameters (:class:`~dynatree_core.runtime.level_step.StepRule`):
+    the history adapter moves τ_h every iteration."""
     with torch.inference_mode(False):
         return to_device([min(b, k) for b in (b_max, b_mid, b_min)], device)
-
-
-@functools.lru_cache(maxsize=64)
-def status_row(device: torch.device, k: int, b: int) -> torch.Tensor:
-    """Candidate status of a node whose first b ranks were all kept: kept, then beyond B(u)."""
-    with torch.inference_mode(False):
-        return to_device([KEPT] * b + [BEYOND_B] * (k - b), device, torch.int8)
 
 
 @functools.lru_cache(maxsize=16)

@@ -42,20 +42,26 @@ class TailGrowth:
         indices (what :meth:`select` reads) though the array is no longer in BFS order; the draft
         never reads them (an accepted one reaches it as a committed token)."""
         rule, dev, n = self.rule, self.device, self.n
-        budget = min(rule.tail_n_max, self.capacity - n)
+        budget = min(rule.tail_n_max, self.scratch - n)
         if not rule.lookup_tail or budget <= 0:
             return self
         source = _tail_source(source)
-        # the leaves (no child), most probable first (ties: BFS order); at most `budget` of them
-        has_child = torch.zeros(n, dtype=torch.bool, device=dev)
-        has_child.index_fill_(0, self.parents[1:n], True)
-        key = self.cum_logps[:n].masked_fill(has_child, -math.inf)
+        # the leaves (no child), most probable first (ties: BFS order); at most `budget` of them.
+        # A resident tree's slots past its nodes are no leaves (their parent is written to the spare slot)
+        live = self._ar[:n] < self._n_dev if self.resident else None
+        parents = self.parents[1:n] if live is None else torch.where(live[1:], self.parents[1:n], n)
+        has_child = torch.zeros(n + 1, dtype=torch.bool, device=dev).index_fill_(0, parents, True)[:n]
+        stop = has_child if live is None else has_child | ~live
+        key = self.cum_logps[:n].masked_fill(stop, -math.inf)
         ids = torch.argsort(key, descending=True, stable=True)[:budget]
         depth = self.depths.index_select(0, ids)
         span, lps, length = lookup_spans(seq, self._tail_contexts(seq, ids, depth, self.depth, source.max_ngram),
                                          source, rule.lookup_tail)
         room = (max_depth - depth).clamp(min=0)
-        length = torch.minimum(length, room).masked_fill(has_child.index_select(0, ids), 0)
+        length = torch.minimum(length, room).masked_fill(stop.index_select(0, ids), 0)
+        if self.resident:
+            self._write_tail_resident(ids, depth, span, lps, length, budget)
+            return self
         got = syncs.fetch(length=length)["length"]
         self.tail_reads = 1
         # the budget, leaf by leaf in order of probability: a span cut short keeps its first tokens
@@ -96,6 +102,38 @@ class TailGrowth:
         if self.orig is not None:  # after an EAGLE-2 rerank: tail nodes were never in the grown tree
             self.orig = torch.cat([self.orig, self._ar[lo:hi]])
         self.n, self.tail_nodes = hi, c
+
+    def _write_tail_resident(self, ids: torch.Tensor, depth: torch.Tensor, span: torch.Tensor, lps: torch.Tensor,
+                             length: torch.Tensor, budget: int) -> None:
+        """:meth:`_write_tail` without a host read: ``budget`` tail slots after the tree's nodes
+        (on the device), slot j holding token ``st`` of leaf ``r``'s span, those past the spans'
+        total written to the spare slot."""
+        lo = self._n_dev
+        take = torch.minimum(length, (budget - (torch.cumsum(length, 0) - length)).clamp(min=0))
+        ends = torch.cumsum(take, 0)
+        j = self._ar[:budget]
+        r = torch.searchsorted(ends, j, right=True).clamp(max=ids.shape[0] - 1)  # each slot's leaf (row of ids)
+        st = (j - (ends - take).index_select(0, r)).clamp(min=0, max=span.shape[1] - 1)  # its place in the span
+        total = ends[-1]
+        real = j < total
+        dest = torch.where(real, lo + j, self.scratch)
+        leaf = ids.index_select(0, r)
+        parent = torch.where(st == 0, leaf, lo + j - 1)
+        lp = lps[r, st].double()
+        self._ints[:3].index_copy_(1, dest, torch.stack([span[r, st], parent, depth.index_select(0, r) + st + 1]))
+        self._floats.index_copy_(1, dest, torch.stack([lp, self.cum_logps.index_select(0, leaf) + (st + 1).double() * lp]))
+        self.stop.index_copy_(0, dest, torch.full_like(self.stop[:budget], CODE[LOOKUP_TAIL]))
+        for buf in (self.branching, self.fed, self.topk_tokens, self.topk_logps, self.cand_status):
+            buf.index_fill_(0, dest, 0)
+        # ancestors: the leaf's row, every earlier node of the same span, itself
+        same = (r[:, None] == r[None, :]) & (st[None, :] <= st[:, None]) & real[None, :]
+        rows = self.ancestors.index_select(0, leaf).scatter_(1, dest[None, :].expand(budget, -1), same)
+        self.ancestors.index_copy_(0, dest, rows)
+        if self.orig is not None:
+            self.orig = torch.cat([self.orig, self._ar[self.n:self.n + budget]])
+        self._tail_dev = total
+        self._n_dev = lo + total
+        self.n += budget
 
     def _tail_contexts(self, seq: torch.Tensor, ids: torch.Tensor, depth: torch.Tensor, deepest: int,
                        width: int) -> torch.Tensor:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 import torch
@@ -24,10 +24,35 @@ from dynatree_core.policy.growth_rule import GrowthRule
 from dynatree_core.policy.growth import CostState
 from dynatree_core.runtime.device_cost import CostAwareGrowth
 from dynatree_core.runtime.device_rerank import Rerank
-from dynatree_core.runtime.device_tables import CODE, arange_on, breadth_edges, breadth_table, status_row, stop_tables
+from dynatree_core.runtime.device_tables import CODE, arange_on, stop_tables, true_on
 from dynatree_core.runtime.device_tail import TailGrowth
 from dynatree_core.runtime.host_syncs import HostSyncs, read_counts, to_device
 from dynatree_core.runtime.host_tree import unpack
+from dynatree_core.runtime.level_step import Level, StepRule, TreeBuffers, level_step
+
+
+def resident_shape(rule: GrowthRule, top_k: int) -> tuple[int, int, int]:
+    """(levels, width, slots) of the device-resident draft phase under ``rule``: the draft levels
+    it runs (D_max, at most N_max: each level adds a node or ends growth), the frontier's width
+    and the node slots the verification reads (root, N_max or EAGLE-2's rerank, the lookup tail).
+
+    The width bounds the nodes one level expands: at most N_max (each was kept), EAGLE-2's
+    expand-top-k, B^(levels - 1) (breadth B), and ⌊1/ρ_stop⌋: an expanded node has p(u) >= ρ_stop
+    and the path probabilities of one depth's nodes sum to at most 1 (siblings carry distinct
+    tokens of one distribution), so the bound is exact, not a guess (the growth still checks it)."""
+    levels = max(1, min(rule.d_max, rule.n_max))
+    width = max(1, rule.n_max)
+    if rule.rho_stop > 0 and not rule.cost_aware:
+        width = min(width, max(1, math.floor(1.0 / rule.rho_stop * (1 + 1e-9))))
+    if rule.expand_top:
+        width = min(width, rule.expand_top)
+    b, reach = min(rule.max_breadth, top_k), 1
+    for _ in range(levels - 1):
+        reach = min(reach * b, width)
+    width = min(width, reach)
+    kept = min(rule.n_max, rule.rerank) if rule.rerank else rule.n_max
+    slots = max(0, kept) + 1 + (rule.tail_n_max if rule.lookup_tail else 0)
+    return levels, width, slots
 
 
 class Proposed(Protocol):
@@ -66,38 +91,49 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
     """
 
     def __init__(self, root_token: int, rule: GrowthRule, top_k: int, device: torch.device,
-                 position: int | None = None):
+                 position: int | None = None, resident: bool = False, step_fn: Callable[..., Level] | None = None,
+                 shape_rule: GrowthRule | None = None):
         self.rule, self.top_k, self.device = rule, max(1, int(top_k)), device
         #: the root's absolute position (its index in prompt + output; node u's child fills
         #: position + depth(u) + 1): what shared draft noise is keyed by. None: not known (greedy)
         self.position = position
-        cap = max(0, rule.n_max) + 1
-        if rule.lookup_tail:  # room for the prompt-lookup tail below the drafted tree
-            cap += rule.tail_n_max
-        self.capacity = cap
+        #: grow without reading the device (a fixed frontier of :attr:`width` over :attr:`levels`
+        #: levels) and verify every node slot (:attr:`slots`): the fast path's draft phase
+        self.resident = resident
+        #: :func:`level_step` as the runtime runs it (compiled, captured); None: as it is
+        self.step_fn = step_fn
+        # the resident shape follows the run's rule (``shape_rule``), not this iteration's: the shapes stay
+        # fixed while the history adapter or the tokens left move D0, τ_h and D_max (device parameters)
+        self.levels, self.width, self.slots = resident_shape(shape_rule or rule, self.top_k)
+        base = shape_rule or rule
+        cap = max(0, base.n_max) + 1 + (base.tail_n_max if base.lookup_tail else 0)
+        # one spare slot past the nodes (TreeBuffers.scratch): the level step's writes that belong
+        # to no node land there, so no write ever needs a size read from the device
+        self.capacity = cap + 1
+        self.scratch = cap
         long = dict(dtype=torch.long, device=device)
         # One buffer per dtype, the fields are views of it: a level writes a new node's integer
         # fields with one op and its log-probs with another (each op costs a launch on a GPU and
         # microseconds of dispatch on a CPU).
-        self._ints = torch.zeros((4, cap), **long)
+        self._ints = torch.zeros((4, cap + 1), **long)
         self.tokens, self.parents, self.depths, self.branching = self._ints.unbind(0)
         # Writes of host scalars use fill_ on a slice: ``t[0] = x`` copies x from pageable host
         # memory, which synchronises the stream (CUDA's sync debug mode flags it).
         self.tokens[:1].fill_(root_token)
         self.parents[:1].fill_(-1)
-        self._floats = torch.zeros((2, cap), dtype=torch.float64, device=device)
+        self._floats = torch.zeros((2, cap + 1), dtype=torch.float64, device=device)
         self.logps, self.cum_logps = self._floats.unbind(0)
-        self.fed = torch.zeros(cap, dtype=torch.bool, device=device)  # given to the draft (expanded)
-        self.stop = torch.zeros(cap, dtype=torch.int8, device=device)
-        self.topk_tokens = torch.zeros((cap, self.top_k), **long)
-        self.topk_logps = torch.zeros((cap, self.top_k), dtype=torch.float32, device=device)
-        self.cand_status = torch.zeros((cap, self.top_k), dtype=torch.int8, device=device)
+        self.fed = torch.zeros(cap + 1, dtype=torch.bool, device=device)  # given to the draft (expanded)
+        self.stop = torch.zeros(cap + 1, dtype=torch.int8, device=device)
+        self.topk_tokens = torch.zeros((cap + 1, self.top_k), **long)
+        self.topk_logps = torch.zeros((cap + 1, self.top_k), dtype=torch.float32, device=device)
+        self.cand_status = torch.zeros((cap + 1, self.top_k), dtype=torch.int8, device=device)
         #: c(u) of each expanded node when the drafter states it (under rejection sampling its
         #: candidates are draws, so the first is not the maximum); None: c(u) is the first candidate's
         self.confidence: torch.Tensor | None = None
-        #: ancestor matrix: row u is True at u and at every ancestor of u (root included)
-        self.ancestors = torch.zeros((cap, cap), dtype=torch.bool, device=device)
-        self.ancestors[:1, :1].fill_(True)
+        #: ancestor matrix: row u is True at u and at every ancestor of u (root included); a slot
+        #: no node fills sees only itself (the fast path verifies every slot)
+        self.ancestors = torch.eye(cap + 1, dtype=torch.bool, device=device)
         self.n = 1
         self.k_used = self.top_k  # top-k columns the drafter filled (fewer only for a tiny vocabulary)
         self.depth = 0  # deepest drafted level (host; the lookup tail may reach deeper)
@@ -111,248 +147,147 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
         #: cache slots refer to); None while the two are the same
         self.orig: torch.Tensor | None = None
         # node ids and flat candidate indices (slices of it are views: no op per level)
-        self._ar = arange_on(device, max(cap + 1, cap * self.top_k))
+        self._ar = arange_on(device, max(cap + 2, (cap + 1) * self.top_k))
+        self._true = true_on(device)
+        # the resident path's counters, read with the selection: levels that expanded a node, a
+        # frontier wider than its bound (never, by the bound's proof: checked), the nodes grown
+        self._calls = torch.zeros((), dtype=torch.long, device=device)
+        self._overflow = torch.zeros((), dtype=torch.bool, device=device)
+        self._n_dev = self._grown = torch.ones((), dtype=torch.long, device=device)
+        self._tail_dev = torch.zeros((), dtype=torch.long, device=device)
+        self._shape = None
         if rule.shape:  # Sequoia: branching by BFS index (0 past the shape)
-            shape = list(rule.shape[:cap]) + [0] * max(0, cap - len(rule.shape))
+            shape = list(rule.shape[:cap + 1]) + [0] * max(0, cap + 1 - len(rule.shape))
             self._shape = to_device(shape, device)
         if rule.cost_aware:
             self._init_cost(cap)
 
     # --- growth ------------------------------------------------------------------------------
     def grow(self, drafter: Proposer, syncs: HostSyncs) -> "DeviceTree":
-        """Grow the whole tree: one batched ``drafter.propose`` per level, and one host sync per
-        level unless the rule fixes the level's sizes (:attr:`GrowthRule.static_counts`: then none)."""
+        """Grow the whole tree: one batched ``drafter.propose`` and one :func:`level_step` per level.
+
+        Eager (the CPU's path): the frontier is the nodes expanded, compacted to their number, which
+        costs one host read per level (none when :attr:`GrowthRule.static_counts` fixes the sizes).
+        Device-resident (:attr:`resident`): a frontier of fixed width and :attr:`levels` levels,
+        padding where the rule expands nothing; no read at all (:meth:`select` fetches the counts)."""
         rule = self.rule
-        budget = rule.n_max
-        lo, hi = 0, 1  # the frontier: the last level's nodes (contiguous in BFS order)
-        codes = self._reasons(lo, hi, 0)  # why each frontier node stops (0: it is expanded; None: all are)
-        # the root (depth 0, p = 1) is decided on the host: AR and N_max = 0 never touch the device
-        n_expand = 1 if self._root_expands() else 0
-        log_tau = math.log(rule.tau) if rule.tau > 0 else -math.inf
-        while n_expand:
-            if rule.expand_top and n_expand > rule.expand_top:
-                codes, n_expand = self._expand_top(codes, lo, hi), rule.expand_top
-            if codes is None:  # every frontier node is expanded: they are the frontier itself
-                ids = self._ar[lo:lo + n_expand]
-            else:
-                self.stop[lo:hi] = codes  # the expanded ones are overwritten by _add_children
-                # expanded frontier nodes, in BFS order (a stable compaction with a size known on the host)
-                ids = lo + torch.argsort((codes != 0).to(torch.int8), stable=True)[:n_expand]
-            prop = drafter.propose(self, ids, level=self.draft_calls)
-            if self.draft_calls == 0:
+        if not self._root_expands():
+            self.stop[:1].fill_(self._root_code())
+            return self
+        step = StepRule.of(rule, self.device)  # the run's numbers: one host -> device copy
+        t = self._buffers()
+        ids, valid = self._ar[:1], self._true[:1]
+        n = torch.ones((), dtype=torch.long, device=self.device)
+        budget = torch.full((), rule.n_max, dtype=torch.long, device=self.device)
+        cost = self if rule.cost_aware else None
+        host_budget, got = rule.n_max, {}
+        for level in range(self.levels if self.resident else rule.n_max):
+            self.depth = level  # the level's nodes' depth: where a sampled child's noise is keyed
+            prop = drafter.propose(self, ids, level=level)
+            if level == 0:
                 self.chain = prop.chain
-            self.draft_calls += 1
+            k = min(prop.tokens.shape[1], self.top_k)
+            self.k_used = k
+            conf = None
             if prop.confidence is not None:  # the drafter states c(u) (sampled candidates): for B(u), the trace
-                self._confidence().index_copy_(0, ids, prop.confidence.double())
-            kept, expandable, codes = self._add_children(ids, prop.tokens, prop.logps, budget, log_tau)
-            counts = {"kept": kept, "expand": expandable}
-            if rule.cost_aware:  # should growth end here: how many leaves the final fill would add
-                counts.update(zip(("fill", "fill_depth"), self._fill_count(budget - kept)))
-            got = read_counts(syncs, counts)
-            c, n_expand = got["kept"], got["expand"]
-            lo, hi = self.n, self.n + c
-            self.n, budget = hi, budget - c
-            if c == 0:  # nothing kept: no new frontier
+                conf = prop.confidence
+                self._confidence().index_copy_(0, torch.where(valid, ids, self.scratch), conf.double())
+            width = self.width if self.resident else ids.shape[0] * k
+            depth = self._ar[level + 1] if self.resident else level + 1  # a tensor: one compiled graph for all levels
+            lv = self._step(t, step, ids, valid, prop.tokens[:, :k], prop.logps[:, :k], conf, depth, n, budget,
+                            width, cost)
+            self._calls = self._calls + valid.any().long() if self.resident else self._calls
+            if self.resident:
+                self._overflow = self._overflow | (lv.expand > self.width)
+                ids, valid, n, budget = lv.ids, lv.valid, lv.n, lv.budget
+                continue
+            self.draft_calls += 1
+            got = self._counts(syncs, lv, ids.shape[0], level + 1, host_budget)
+            kept, n_expand = got["kept"], got["expand"]
+            self.n, host_budget = self.n + kept, host_budget - kept
+            if kept == 0:
                 break
-            self.depth += 1
-            codes = codes[:c] if codes is not None else None
-            if budget <= 0:
-                n_expand = 0
-        else:  # the last frontier: nodes the rule would still expand stop at the spent budget
-            if budget <= 0:
-                if codes is None:
-                    self.stop[lo:hi].fill_(CODE["n_max"])
-                else:
-                    self.stop[lo:hi] = codes + (codes == 0) * CODE["n_max"]
-            elif codes is not None:
-                self.stop[lo:hi] = codes
-        if rule.cost_aware and self.draft_calls and budget > 0 and got["fill"]:
+            self.depth = level + 1
+            if not n_expand:
+                break
+            ids, valid, n, budget = lv.ids[:n_expand], lv.valid[:n_expand], lv.n, lv.budget
+        if self.resident:
+            self._n_dev = self._grown = n
+            self.n = self.scratch  # every node slot until select() reads how many are real
+            self.depth = self.levels  # a bound until select() reads the deepest drafted level
+            self.draft_calls = self.levels
+        if rule.cost_aware and self.draft_calls and host_budget > 0 and got.get("fill"):
             self._fill(got["fill"])
             self.depth = max(self.depth, got["fill_depth"])
-        if rule.rerank and self.n - 1 > rule.rerank:
+        if rule.rerank and (self.resident or self.n - 1 > rule.rerank):
             self._rerank(rule.rerank)
+        if self.resident:  # the drafted slots: the verification reads them all
+            self.n = self.slots - (rule.tail_n_max if rule.lookup_tail else 0)
         return self
 
-    def _expand_top(self, codes: torch.Tensor | None, lo: int, hi: int) -> torch.Tensor:
-        """EAGLE-2: only the most probable expandable frontier nodes [lo, hi) (ties: BFS order) stay
-        expandable, the others stop with "top_k"; returns the frontier's new codes."""
-        if codes is None:
-            codes = torch.zeros(hi - lo, dtype=torch.int8, device=self.device)
-        key = self.cum_logps[lo:hi].masked_fill(codes != 0, -math.inf)
-        top = torch.argsort(key, descending=True, stable=True)[:self.rule.expand_top]
-        # index_fill_, not chosen[top] = True: a host scalar written through an index
-        # tensor is copied to the device and waits for it (the GPU's sync audit)
-        chosen = torch.zeros(hi - lo, dtype=torch.bool, device=self.device).index_fill_(0, top, True)
-        return (codes + ((codes == 0) & ~chosen) * CODE["top_k"]).to(torch.int8)
+    def _step(self, *args) -> Level:
+        """:func:`level_step`, compiled or captured once per level shape where the runtime asks
+        (:attr:`step_fn`)."""
+        return (self.step_fn or level_step)(*args)
+
+    def _counts(self, syncs: HostSyncs, lv: Level, expanded: int, depth: int, budget: int) -> dict[str, int]:
+        """The eager path's read of a level: how many children were kept and how many will be
+        expanded (host arithmetic, no read, when the rule fixes every level's size: ``expanded``
+        nodes of one breadth, no τ, no ρ)."""
+        rule = self.rule
+        if rule.static_counts:
+            kept = min(budget, expanded * min(rule.b_mid, self.k_used))
+            expand = 0 if depth >= rule.d_max or budget - kept <= 0 else kept
+            return {"kept": kept, "expand": min(expand, rule.expand_top) if rule.expand_top else expand}
+        counts = {"kept": lv.kept, "expand": lv.expand}
+        if rule.cost_aware:  # should growth end here: how many leaves the final fill would add
+            counts.update(zip(("fill", "fill_depth"), self._fill_count(lv.budget)))
+        return read_counts(syncs, counts)
+
+    def _buffers(self) -> TreeBuffers:
+        weight, code = stop_tables(self.device)
+        return TreeBuffers(self._ints, self._floats, self.fed, self.stop, self.topk_tokens, self.topk_logps,
+                           self.cand_status, self.ancestors, self._ar, self._shape, weight, code)
 
     def _root_expands(self) -> bool:
         """Whether the root is expanded (host arithmetic, as in :func:`~dynatree_core.policy.growth.grow_tree`)."""
-        rule = self.rule
-        if rule.stop_reason(0, 1.0) is not None or (rule.shape and rule.shape[0] == 0):
-            return False
-        if rule.cost_aware and not CostState(rule).worth_expanding(0, 0.0):
-            return False
-        return rule.n_max > 0
+        return self._root_code() == 0
 
-    def _reasons(self, lo: int, hi: int, depth: int) -> torch.Tensor | None:
-        """Stop-reason codes of nodes [lo, hi), all at ``depth`` (0: expand), from path probability;
-        the first failing check names the reason, as in :meth:`GrowthRule.stop_reason`. None when
-        the host can tell that every one of them is expanded (what depends on the depth alone is
-        decided on the host; python scalars in comparisons: a scalar tensor made on the host would
-        be a host -> device copy)."""
+    def _root_code(self) -> int:
+        """The root's stop code (0: expanded), decided on the host: depth 0, p = 1."""
         rule = self.rule
-        if depth >= rule.d_max:
-            return torch.full((hi - lo,), CODE["d_max"], dtype=torch.int8, device=self.device)
-        gate = depth >= rule.d0 and rule.rho_deep > 0 and not rule.cost_aware
-        if not (rule.cost_aware or gate or rule.rho_stop > 0 or rule.shape):
-            return None
-        p = torch.exp(self.cum_logps[lo:hi])
-        if rule.cost_aware:
-            # expand u only if a child as likely as u could raise E / T (CostState.worth_expanding)
-            n = self._verified
-            c_n = self._curve.index_select(0, n)
-            extra = rule.draft_cost + self._curve.index_select(0, n + 1) - c_n
-            v = (p * rule.scale(depth + 1)).clamp(max=1.0)
-            stop = ~(v * (self._draft_s + c_n) > self._expected * extra)
-            return (stop * CODE["cost"]).to(torch.int8)
-        codes = torch.zeros(hi - lo, dtype=torch.int8, device=self.device)
-        if gate:
-            codes.masked_fill_(p < rule.rho_deep, CODE["depth_gate"])
-        if rule.rho_stop > 0:  # checked before the gate: it names the reason
-            codes.masked_fill_(p < rule.rho_stop, CODE["rho_stop"])
-        if rule.shape:
-            codes.masked_fill_((codes == 0) & (self._shape[lo:hi] == 0), CODE["static"])
-        return codes
+        reason = rule.stop_reason(0, 1.0)
+        if reason is None and rule.shape and rule.shape[0] == 0:
+            reason = "static"
+        if reason is None and rule.cost_aware and not CostState(rule).worth_expanding(0, 0.0):
+            reason = "cost"
+        if reason is None and rule.n_max <= 0:
+            reason = "n_max"
+        return 0 if reason is None else CODE[reason]
 
     def _confidence(self) -> torch.Tensor:
         if self.confidence is None:
             self.confidence = torch.zeros(self.capacity, dtype=torch.float64, device=self.device)
         return self.confidence
 
-    def _breadth(self, ids: torch.Tensor, lp: torch.Tensor, k: int) -> int | torch.Tensor:
-        """B(u) of the expanded nodes ``ids`` (at most k): one int when the rule has one breadth
-        everywhere, else per node from the confidence c(u) = max q(.|u) (or the static shape)."""
+    # cost-aware hooks of the level step (the rule's E / T state lives in the CostAwareGrowth mixin)
+    def cost_keep(self, keys: torch.Tensor, in_top: torch.Tensor, depth: int) -> torch.Tensor:
+        return self._cost_level(keys, in_top, depth)[0]
+
+    def cost_reasons(self, cum: torch.Tensor, depth: int) -> torch.Tensor:
+        """"cost" where a child as likely as the node could not raise E / T (CostState.worth_expanding)."""
         rule = self.rule
-        if rule.shape:  # Sequoia: the static tree's branching, whatever the confidence
-            return self._shape[ids].clamp(max=k)
-        if rule.b_min == rule.b_mid == rule.b_max:
-            return min(rule.b_mid, k)
-        edges = breadth_edges(self.device, rule.tau_l, rule.tau_h)
-        table = breadth_table(self.device, rule.b_min, rule.b_mid, rule.b_max, k)
-        conf = torch.exp(lp[:, 0]) if self.confidence is None else self.confidence.index_select(0, ids)
-        return table[torch.bucketize(conf, edges, right=True)]
+        n = self._verified
+        c_n = self._curve.index_select(0, n)
+        extra = rule.draft_cost + self._curve.index_select(0, n + 1) - c_n
+        v = (torch.exp(cum) * rule.scale(depth + 1)).clamp(max=1.0)
+        return (~(v * (self._draft_s + c_n) > self._expected * extra) * CODE["cost"]).to(torch.int8)
 
-    def _add_children(self, ids: torch.Tensor, top_ids: torch.Tensor, top_lps: torch.Tensor, budget: int,
-                      log_tau: float) -> tuple[torch.Tensor | int, torch.Tensor | int, torch.Tensor | None]:
-        """Children of the expanded nodes ``ids`` from their draft top-k: B(u) by confidence, τ pruning,
-        the N_max budget by path probability (ties: parent, then rank), appended in BFS order.
-
-        Returns how many children were kept, how many of them the rule will expand (device
-        tensors, or host ints under :attr:`GrowthRule.static_counts`), and the stop-reason codes of the slots
-        written (the first ``kept`` are real; None: all of them are expanded)."""
-        e, k = top_ids.shape
-        k = min(k, self.top_k)
-        self.k_used = k
-        top_ids, lp32 = top_ids[:, :k], top_lps[:, :k].float()
-        self.fed.index_fill_(0, ids, True)
-        self._rows(self.topk_tokens, ids, top_ids)
-        self._rows(self.topk_logps, ids, lp32)
-        lp = lp32.double()  # float64 from here, as the reference adds Python floats
-        b = self._breadth(ids, lp, k)
-        if isinstance(b, int):
-            self.branching.index_fill_(0, ids, b)
-        else:
-            self.branching.index_copy_(0, ids, b)
-        cum = self.cum_logps.index_select(0, ids)[:, None] + lp
-        lo, depth = self.n, self.depth + 1
-        if isinstance(b, int) and log_tau == -math.inf and budget >= e * b and not self.rule.cost_aware:
-            # every offered candidate is kept (no τ, the budget is not reached): the first b ranks
-            # of each node, already in BFS order - no sort, no compaction
-            self.cand_status[ids, :k] = status_row(self.device, k, b)
-            m = count = e * b
-            self._write_children(lo, ids if b == 1 else ids.repeat_interleave(b), top_ids[:, :b].reshape(-1),
-                                 lp[:, :b].reshape(-1), cum[:, :b].reshape(-1), depth)
-        else:
-            m, count = self._select_children(ids, top_ids, lp, cum, b, budget, log_tau, depth)
-        codes = self._reasons(lo, lo + m, depth)
-        if self.rule.static_counts:  # one breadth, no τ, no ρ or gate: the counts follow from the rule
-            kept = min(budget, e * b)
-            return kept, (kept if codes is None else 0), codes
-        if codes is None:
-            return count, count, None
-        expandable = ((codes == 0) & (self._ar[:m] < count)).sum()
-        return count, expandable, codes
-
-    def _select_children(self, ids: torch.Tensor, top_ids: torch.Tensor, lp: torch.Tensor, cum: torch.Tensor,
-                         b: int | torch.Tensor, budget: int, log_tau: float, depth: int) -> tuple[int, torch.Tensor]:
-        """The general level: τ pruning, then the budget by path probability (a sort, only where the
-        budget can bind), candidate status and the stop code of parents left childless; appends the
-        kept children in BFS order. Returns the slots written and (on the device) how many are real."""
-        rule, dev = self.rule, self.device
-        e, k = top_ids.shape
-        offered = (self._ar[:k][None, :] < (b[:, None] if isinstance(b, torch.Tensor) else b)).expand(e, k)
-        valid = (offered & (cum >= log_tau)).reshape(-1)
-        offered = offered.reshape(-1)
-        most = e * (b if isinstance(b, int) else min(rule.max_breadth, k))  # valid candidates at most
-        if budget >= most and not rule.cost_aware:
-            # the budget cannot bind: every valid candidate is kept, no sort
-            m, kept = most, valid
-            status = offered.long().mul_(2).sub_(valid.long())  # beyond B(u) 0, kept 1, pruned by tau 2
-        else:
-            m, kept, status = self._budget_cut(valid, offered, cum, budget, depth)
-        self._rows(self.cand_status, ids, status.view(e, k).to(torch.int8))
-        # an expanded node none of whose candidates survived: "cost" if the cost cut one, else
-        # "n_max" if the budget did, else "tau" (the strongest status of its row decides)
-        weight, code = stop_tables(dev)
-        self.stop.index_copy_(0, ids, code[weight[status].view(e, k).amax(1)])
-        # append the kept children in BFS order (by parent, then rank): the first c of m slots
-        flat = torch.sort(self._ar[:e * k].masked_fill(~kept, e * k)).values[:m].clamp(max=e * k - 1)
-        self._write_children(self.n, ids.index_select(0, flat // k), top_ids.reshape(-1).index_select(0, flat),
-                             lp.reshape(-1).index_select(0, flat), cum.reshape(-1).index_select(0, flat), depth)
-        return m, kept.sum()
-
-    def _budget_cut(self, valid: torch.Tensor, offered: torch.Tensor, cum: torch.Tensor, budget: int, depth: int
-                    ) -> tuple[int, torch.Tensor, torch.Tensor]:
-        """The N_max budget (and the cost rule) over a level's valid candidates, most probable first
-        (ties in flat = parent, then rank order): (slots, kept mask, status per candidate)."""
-        dev = self.device
-        n = valid.shape[0]
-        # invalid ones last (a valid -inf path probability, possible only with tau = 0, still ranks above them)
-        key = cum.reshape(-1).clamp(min=-torch.finfo(torch.float64).max).masked_fill(~valid, -math.inf)
-        m = min(budget, n)
-        top = torch.argsort(key, descending=True, stable=True)[:m]
-        kept = torch.zeros(n, dtype=torch.bool, device=dev)
-        in_top = valid.index_select(0, top)
-        cost_cut = None
-        if self.rule.cost_aware:
-            valid_top = in_top
-            in_top = in_top & (self._ar[:m] < self._cost_level(key.index_select(0, top), in_top, depth))
-            cost_cut = torch.zeros(n, dtype=torch.bool, device=dev)
-            cost_cut.index_copy_(0, top, valid_top & ~in_top)
-        kept.index_copy_(0, top, in_top)
-        # beyond B(u) 0, kept 1, pruned by tau 2, by the budget 3, by the cost 4 (a kept one is valid: 3 - 2)
-        status = offered.long().mul_(2).add_(valid).sub_(kept.long(), alpha=2)
-        if cost_cut is not None:
-            status.add_(cost_cut)
-        return m, kept, status
-
-    def _rows(self, buf: torch.Tensor, ids: torch.Tensor, rows: torch.Tensor) -> None:
-        """``buf[ids, :k] = rows``: a row copy when the rows fill the buffer's width (cheaper)."""
-        if rows.shape[1] == buf.shape[1]:
-            buf.index_copy_(0, ids, rows)
-        else:
-            buf[ids, :rows.shape[1]] = rows
-
-    def _write_children(self, lo: int, parent: torch.Tensor, tokens: torch.Tensor, lp: torch.Tensor,
-                        cum: torch.Tensor, depth: int) -> None:
-        """Node slots [lo, lo + m) get these children (all at ``depth``) and their ancestor rows."""
-        hi = lo + parent.shape[0]
-        self.tokens[lo:hi] = tokens
-        self.parents[lo:hi] = parent
-        self.depths[lo:hi].fill_(depth)
-        self._floats[:, lo:hi] = torch.stack([lp, cum])
-        self.ancestors[lo:hi] = self.ancestors.index_select(0, parent)
-        self.ancestors[lo:hi, lo:hi].diagonal().fill_(True)
+    def deepest(self) -> int:
+        """The deepest a node can be (exact on the eager path; a bound on the resident one until
+        :meth:`select` reads it): the sampled target's noise is drawn down to it."""
+        tail = self.rule.lookup_tail if (self.tail_nodes or (self.resident and self.rule.lookup_tail)) else 0
+        return self.depth + tail
 
     # --- verification inputs -----------------------------------------------------------------
     def position_offsets(self) -> torch.Tensor:
@@ -370,23 +305,55 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
 
         Node u is *consistent* when its token is the target's choice after its parent; it is
         *accepted* when it and all its ancestors are consistent. Siblings carry distinct tokens,
-        so at most one node per depth is accepted and the deepest one ends the path.
+        so at most one node per depth is accepted and the deepest one ends the path. A resident
+        tree's slots past its nodes are never accepted; its counts travel in the same transfer.
         """
         n = self.n
         tok, par, anc = self.tokens[:n], self.parents[:n], self.ancestors[:n, :n]
         consistent = tok == argmax[par.clamp(min=0)]
         consistent[:1].fill_(True)
         accepted = ~(anc & ~consistent[None, :]).any(1)
+        counts = {}
+        if self.resident:
+            accepted &= self._ar[:n] < self._n_dev
+            counts = dict(n_nodes=self._n_dev, calls=self._calls, overflow=self._overflow, tail=self._tail_dev,
+                          grown=self._grown)
         # a 0-dim index tensor would be read on the host: index_select keeps it on the device
         best = torch.argmax(torch.where(accepted, self.depths[:n], -1)).view(1)
         arrays = unpack(syncs.fetch(best=best, bonus=argmax.index_select(0, best),
                                      on_path=anc.index_select(0, best)[0], argmax=argmax,
-                                     **self._arrays(), **(extra or {})))
+                                     **self._arrays(), **(extra or {}), **counts))
+        if self.resident:
+            arrays = self._resident_counts(arrays)
         if self.orig is not None:  # a rerank may have dropped the deepest level
             self.depth = int(arrays["depths"].max())
         on_path = arrays["on_path"]
         path = np.flatnonzero(on_path[1:]) + 1  # BFS order is depth order along a path
         return Selection(path.tolist(), int(arrays["bonus"][0]), arrays)
+
+    def _resident_counts(self, a: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """A resident tree's fetched arrays cut to its nodes, and the host's counts set from them."""
+        if bool(a.pop("overflow")):
+            raise RuntimeError(f"a draft level expanded more nodes than the frontier's width {self.width} "
+                               f"(resident_shape's bound under {self.rule}): please report this")
+        n, grown = int(a.pop("n_nodes")), int(a.pop("grown"))
+        self.draft_calls, self.tail_nodes = int(a.pop("calls")), int(a.pop("tail"))
+        slots = self.n
+        for name, arr in a.items():
+            if name in ("best", "bonus") or name.startswith("chain_"):
+                continue
+            if name in ("tokens", "parents", "depths", "branching", "logps", "cum_logps"):
+                a[name] = arr[:n]
+            elif arr.ndim and arr.shape[0] == slots - 1 and name == "target_prob":
+                a[name] = arr[:n - 1]
+            elif arr.ndim and arr.shape[0] == slots:
+                a[name] = arr[:n]
+        self.n = n
+        drafted = a["depths"][:n - self.tail_nodes] if self.tail_nodes else a["depths"]
+        self.depth = int(drafted.max())
+        if self.rule.rerank and grown - 1 <= self.rule.rerank:
+            self.orig = None  # as the eager path: no rerank where the tree was small enough
+        return a
 
     def _arrays(self) -> dict[str, torch.Tensor]:
         """The node arrays to fetch; the integer and float fields travel as their shared buffers

@@ -173,11 +173,16 @@ class DraftStaticForwards:
 
 
 def draft_fast_path(model: torch.nn.Module, runtime: str, length: int, max_level: int,
-                    buckets: tuple[int, ...] | None = None, static_len: int | None = None) -> DraftStaticForwards:
+                    buckets: tuple[int, ...] | None = None, static_len: int | None = None,
+                    levels: tuple[int, int] | None = None) -> DraftStaticForwards:
     """A draft model's fast path for ``runtime`` (kept for the model and reused, like the target's):
     room for ``length`` committed tokens plus one tree's dead entries, levels up to ``max_level``
-    nodes in buckets; every bucket's forward built now."""
-    room = max_level + buckets_for(max_level, buckets)[-1]
+    nodes in buckets; every bucket's forward built now. ``levels``: (count, width) of a
+    device-resident draft phase, whose every level writes a padded frontier."""
+    sizes = buckets_for(max_level, buckets)
+    room = max_level + sizes[-1]
+    if levels is not None:
+        room = max(room, levels[0] * bucket(min(levels[1], sizes[-1]), sizes))
     path = keep_or_make(model, f"draft:{runtime}", runtime, length, max_level, buckets, static_len, DeviceSlotBook,
                         room)
     path.prepare(hidden=False)
