@@ -101,7 +101,7 @@ def _hover(scene: TreeScene, i: int, status: str) -> str:
     else:
         lines.append(f"log q(token) = {v.logp:.3f} · p(u) = {math.exp(v.cum_logp):.4f}")
     lines.append(f"c(u) = {_fmt(v.confidence)} · B(u) = {v.branching}")
-    lines.append(f"stop: {v.stop_reason} ({style.STOP_DESCRIPTIONS.get(v.stop_reason, '')})")
+    lines.append(f"{STOP_PREFIX}{style.stop_label(v.stop_reason)}")
     if status == "rejected":
         choice = scene.target_argmax[v.parent]
         lines.append(f"<span style='color:{style.REJECTED}'>✗ rejected: target chose "
@@ -502,13 +502,7 @@ def _legend_keys(scene: TreeScene, status: list[str], color_by: str, pruned: boo
     return keys
 
 
-def stop_label(reason: str) -> str:
-    """``reason (description)``, the reason once ("expanded (has children)", not
-    "expanded (expanded (has children))")."""
-    desc = style.STOP_DESCRIPTIONS.get(reason, "")
-    if not desc or desc == reason:
-        return reason
-    return desc if desc.startswith(reason) else f"{reason} ({desc})"
+stop_label = style.stop_label  # re-exported: the legend's and the hover's wording of a stop reason
 
 
 def default_title(scene: TreeScene, drafter: str | None = None) -> str:

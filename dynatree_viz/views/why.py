@@ -212,8 +212,8 @@ def _explain(p: WhyPanel, pruned: Any) -> str:
         return (f"✗ The target chose {tgt} {where}, which is not in the draft's top-"
                 f"{len(p.candidates)}: no tree shape could have drafted it.")
     if p.target_fate == "not_expanded":
-        return (f"The draft never ran {where} (stop: {p.stop_reason}, "
-                f"{style.STOP_DESCRIPTIONS.get(p.stop_reason, '')}); the target chose {tgt}.")
+        return (f"The draft never ran {where} (stop: "
+                f"{style.stop_label(p.stop_reason)}); the target chose {tgt}.")
     return f"The target chose {tgt} {where} ({FATES.get(p.target_fate, p.target_fate)})."
 
 
