@@ -148,7 +148,8 @@ def _rows(rec: IterationRecord, node: int, namer: TokenNamer) -> list[TokenRow]:
             q.setdefault(tok, math.exp(tree.logps[c]))
     drawn = int(rec.target_argmax[node])
     p.setdefault(drawn, s["choice_prob"][node])
-    res = dict(zip(*s["residual_top"][node])) if "residual_top" in s else {}
+    kept = s["residual_top"][node] if "residual_top" in s else None  # None: nothing was rejected here
+    res = dict(zip(*kept)) if kept else {}
     tokens = sorted(set(p) | set(q) | set(child_of), key=lambda t: (-(p.get(t) or 0.0), -(q.get(t) or 0.0), t))
     return [TokenRow(t, namer(t), p.get(t), q.get(t), child_of.get(t), res.get(t) if res else None)
             for t in tokens]
