@@ -10,7 +10,8 @@ fault's, not the input's).
 * ``assert_labels_clear`` (tests/helpers/viz.py) on labels that overlap, a label under a marker and
   one under an edge;
 * the sync lint (tests/helpers/sync_lint.py) on each kind of device read it knows, planted in the
-  decode loop's code.
+  decode loop's code;
+* the CI rule (tests/helpers/ci.py): under CI=true a skip for want of a browser is a failure.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from dynatree_core.runtime.host_syncs import HostSyncs
 
 from helpers import cached_pair
 from helpers.bench import bench_args, row
+from helpers.ci import fail_browser_skip
 from helpers.sync_lint import SyncLint
 from helpers.viz import assert_labels_clear
 
@@ -176,3 +178,29 @@ def test_the_sync_lint_catches_a_planted_read(kind, monkeypatch):
     monkeypatch.setattr(HostSyncs, "fetch", _planted_fetch(statement))
     calls = SyncLint(monkeypatch).steady_calls(pair, [5, 9, 14, 3], "linear", LinearConfig(k=3))
     assert any(c.startswith(f"{reported} at host_syncs.py:4 in fetch_and_read") for c in calls), calls
+
+
+# --- no silent skips on CI ------------------------------------------------------------------------------
+def _skip_report(reason: str, **kw) -> pytest.TestReport:
+    return pytest.TestReport("t.py::test", ("t.py", 1, "test"), {}, "skipped", ("t.py", 1, f"Skipped: {reason}"),
+                             "call", **kw)
+
+
+@pytest.mark.parametrize("reason", ["no Chromium on this machine (apt-get install chromium)",
+                                    "needs kaleido and a Chromium"])
+def test_on_ci_a_skip_for_want_of_a_browser_fails(reason):
+    report = _skip_report(reason)
+    fail_browser_skip(report, {"CI": "true"})
+    assert report.failed and "browser" in str(report.longrepr)
+    report = _skip_report(reason)
+    fail_browser_skip(report, {})  # off CI (a laptop without Chromium) it stays a skip
+    assert report.skipped
+
+
+def test_on_ci_other_skips_and_xfails_stay_what_they_are():
+    report = _skip_report("needs a CUDA device (run by scripts/gpu_check.sh)")
+    fail_browser_skip(report, {"CI": "true"})
+    assert report.skipped
+    xfail = _skip_report("browser flake", wasxfail="")
+    fail_browser_skip(xfail, {"CI": "true"})
+    assert xfail.skipped
