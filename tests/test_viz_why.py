@@ -91,6 +91,14 @@ def test_target_token_outside_the_top_k_and_an_unexpanded_decision_point():
     assert "depth_gate" in last.explanation
 
 
+def test_a_decision_point_the_draft_never_ran_at_is_said_in_words_without_an_empty_chart():
+    fig = dv.why(record())  # the walk ended at " on", which the depth gate stopped
+    assert len(fig.data) == 0 and not fig.layout.xaxis.visible and not fig.layout.yaxis.visible
+    words = fig.layout.title.text + " " + fig.layout.annotations[0].text
+    assert "never ran at #7" in words.replace("<br>", " ") and "top-0" not in words
+    assert "B(u) = 0" not in words and "depth_gate" in words
+
+
 def test_why_validates_its_arguments_and_uses_the_tokenizer():
     tr = _trace(record())
     with pytest.raises(ValueError, match="root"):

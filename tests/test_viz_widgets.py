@@ -156,7 +156,7 @@ def test_widgets_show_one_colour_switch():
 def test_stepper_explains_the_end_of_the_walk_and_a_clicked_node():
     st = dv.show(tiny_trace(2), tokenizer=FakeTokenizer())
     assert st.why_fig.layout.title.text.startswith("Iteration 0: why?")
-    assert "after #7 '␣on'" in st.why_fig.layout.title.text  # where the accepted path ended
+    assert "never ran at #7 '␣on'" in st.why_fig.layout.title.text  # where the accepted path ended
     st.select_node(2)  # " dog": explained at its parent, the root
     assert "after #0 '␣the'" in st.why_fig.layout.title.text
     st.select_node(0)
@@ -263,3 +263,30 @@ def test_every_view_names_the_drafter_of_a_trace(tmp_path):
     # a trace without the field (older files, AR) shows no drafter rather than failing
     t.drafter = None
     assert "drafter" not in dv.show(t).info.value
+
+
+def _px(width: str) -> float:
+    assert width.endswith("px"), width
+    return float(width[:-2])
+
+
+def test_sampling_row_says_no_top_k_for_top_k_zero():
+    from dynatree_core.policy.sampling import SamplingConfig
+    from dynatree_viz.widgets.sampling import sampling_summary
+
+    off = sampling_summary(SamplingConfig(temperature=0.7, seed=0))
+    assert "no top-k" in off and "top-k 0" not in off
+    assert "top-k 5" in sampling_summary(SamplingConfig(temperature=0.7, top_k=5, seed=0))
+
+
+def test_widget_labels_have_room_for_their_text():
+    """13 px widget font: "temperature" needs its label box wider than the default 80 px cut it
+    at, and "colour: p(token)" a button wider than the 110 px it wrapped in."""
+    from dynatree_viz.core.labels import text_width
+    from dynatree_viz.widgets.sampling import SamplingControls
+
+    for name, w in SamplingControls().widgets.items():
+        assert _px(w.style.description_width) >= text_width(w.description, 13) + 8, name
+    for toggle in (dv.show(tiny_trace(2)).color_toggle, dv.explore(tiny_trace(2)).color_toggle):
+        room = _px(toggle.style.button_width) - 2 * 12  # the button's side padding
+        assert all(text_width(label, 13) <= room for label, _ in toggle.options), toggle.options

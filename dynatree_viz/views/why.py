@@ -212,8 +212,9 @@ def _explain(p: WhyPanel, pruned: Any) -> str:
         return (f"✗ The target chose {tgt} {where}, which is not in the draft's top-"
                 f"{len(p.candidates)}: no tree shape could have drafted it.")
     if p.target_fate == "not_expanded":
-        return (f"The draft never ran {where} (stop: "
-                f"{style.stop_label(p.stop_reason)}); the target chose {tgt}.")
+        return (f"The draft never ran at #{p.at} {_q(p.at_text)} (stop: "
+                f"{style.stop_label(p.stop_reason)}), so it proposed nothing after it: there are "
+                f"no draft probabilities to show. The target chose {tgt} there.")
     return f"The target chose {tgt} {where} ({FATES.get(p.target_fate, p.target_fate)})."
 
 
@@ -230,6 +231,8 @@ def why(source: Trace | IterationRecord, iteration: int = 0, node: int | None = 
     ``tokenizer`` names top-k tokens the trace stores no text for.
     """
     p = why_data(source, iteration, node, at=at, namer=namer, tokenizer=tokenizer)
+    if p.target_fate == "not_expanded":
+        return _never_ran_figure(p, title, width)
     fig = go.Figure()
     labels = [f"#{c.rank + 1} {_q(c.text)}" for c in p.candidates]
     extra = p.target_fate in ("not_in_top_k",)
@@ -255,6 +258,27 @@ def why(source: Trace | IterationRecord, iteration: int = 0, node: int | None = 
                              marker=dict(color="#000000"), text=["◀ target: not in top-k"],
                              textposition="outside", hoverinfo="skip"))
     _decorate(fig, p, labels, title, width)
+    return fig
+
+
+def _never_ran_figure(p: WhyPanel, title: str | None, width: int) -> go.Figure:
+    """The decision point the draft never ran at: its words alone (no top-k, so no chart; an
+    empty 0-1 axis under "the draft's top-0" would only look like a missing picture)."""
+    box = " ".join(p.notes + [p.explanation])
+    head = title if title is not None else (
+        f"Iteration {p.iteration}: why? The draft never ran at #{p.at} {_q(p.at_text)} "
+        f"(p(u) = {p.p_at:.3f}); the target chose {_q(p.target_text)}")
+    fig = go.Figure()
+    text = style.wrap(box, 95)
+    fig.add_annotation(name="why explanation", xref="paper", yref="paper", x=0, y=1,
+                       xanchor="left", yanchor="top", align="left", showarrow=False, text=text,
+                       font=dict(size=12, color="#222"), bgcolor="#f4f4f4", bordercolor="#bbbbbb",
+                       borderwidth=1, borderpad=6)
+    fig.update_layout(title=dict(text=style.wrap(head, 90), x=0.01, font=dict(size=13)),
+                      template="plotly_white", width=width,
+                      height=150 + 16 * (text.count("<br>") + head.count("<br>")),
+                      margin=dict(l=20, r=20, t=70, b=10), showlegend=False,
+                      xaxis=dict(visible=False), yaxis=dict(visible=False))
     return fig
 
 
