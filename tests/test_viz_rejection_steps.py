@@ -112,3 +112,21 @@ def test_the_legend_check_fails_on_a_planted_figure():
     assert unseen_legend_entries(fig) == ["q (no bars: a lookup-tail node)", "min(p, q) (zero height)", "no point"]
     hidden = go.Figure(fig.data[1:3]).update_traces(showlegend=False)
     assert unseen_legend_entries(hidden) == []  # not in the legend: nothing named
+
+
+@pytest.mark.parametrize("verify", ["match", "rejection"])
+def test_every_sampling_view_of_a_run_shows_what_its_legend_names(verify):
+    """sampling_view at every iteration: no legend entry without a mark (a lookup-tail node has no q, a
+    node that rejected nothing has no residual: those traces are left out, not drawn empty), p on a log
+    scale (a drawn token of p = 2.5e-5 shows), and both panels name their tokens in the same order."""
+    from dynatree_viz import sampling_view
+    pair = cached_pair("llama", "sdpa", 0.1)
+    res = generate(pair, [5, 9, 14, 3, 22, 7], "dynatree", DynaTreeConfig(tau=0.0, n_max=10), max_new_tokens=24,
+                   ignore_eos=True, trace=True, temperature=0.9, seed=2, verify=verify)
+    for i in range(len(res.trace.iterations)):
+        fig = sampling_view(res.trace, i)
+        assert_legend_shows_what_it_names(fig)
+        assert fig.layout.yaxis.type == "log"
+        if verify == "match":
+            upper = [t for t in fig.data if t.xaxis == "x"][0].x
+            assert all(tuple(t.x) == tuple(upper) for t in fig.data)

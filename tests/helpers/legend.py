@@ -27,6 +27,13 @@ def _finite(values: Any) -> list[float]:
     return out
 
 
+def _present(v: Any) -> bool:
+    """A coordinate plotly draws: a category (text) or a finite number."""
+    if isinstance(v, str):
+        return True
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def _span(fig: go.Figure, axis_letter: str, trace: Any, values: list[float]) -> tuple[bool, float]:
     """(log axis?, the axis's span in its own units: its range, else that of every trace on it)."""
     axis = _axis(fig, trace, axis_letter)
@@ -51,8 +58,8 @@ def _values(trace: Any) -> tuple[Any, str]:
 def _seen(fig: go.Figure, trace: Any, min_share: float) -> bool:
     values, letter = _values(trace)
     finite = _finite(values)
-    if not isinstance(trace, go.Bar):  # markers and lines: any finite point is a mark
-        return bool(finite) if values is not None else bool(_finite(trace.x))
+    if not isinstance(trace, go.Bar):  # markers and lines: any point with both coordinates is a mark
+        return any(_present(x) and _present(y) for x, y in zip(trace.x or [], trace.y or []))
     log, span = _span(fig, letter, trace, finite)
     if log:  # a bar reaches up from the axis's floor: it shows if its value is above the floor
         floor = (_axis(fig, trace, letter).range or [-math.inf])[0]
