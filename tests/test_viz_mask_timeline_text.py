@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import numpy as np
@@ -38,6 +39,14 @@ def test_mask_heatmap_matches_the_attention_mask():
     assert "'␣cat'" in fig.data[0].hovertext[1][2] and "attends" in fig.data[0].hovertext[1][2]
 
 
+def test_mask_names_a_whole_word_token_in_full():
+    rec = record()
+    rec.token_texts = [" the", " photosynthesis", " conversion"] + list(rec.token_texts[3:])
+    ticks = [re.sub("</?b>", "", t) for t in mask_figure(rec).layout.yaxis.ticktext]
+    assert "1 photosynthe…" in ticks  # 14 letters: still cut at 12, and marked so
+    assert "2 conversion" in ticks  # what the stepper cut to "2 convers…"
+
+
 def test_mask_highlight_row_is_framed():
     rec = record()
     shapes = mask_figure(rec, highlight=5).layout.shapes
@@ -58,6 +67,17 @@ def test_timeline_series_come_from_the_trace():
     assert list(by_name["verify time"].y) == pytest.approx([1000 * r.timings["verify"] for r in tr])
     band = [s for s in fig.layout.shapes if s.name == "current iteration"]
     assert len(band) == 1 and band[0].x0 == 1.5
+
+
+def test_timeline_depth_ticks_stay_apart_on_deep_trees():
+    from dynatree_viz.views.timeline import MAX_DEPTH_TICKS, depth_dtick
+
+    for depth in (1, 3, 4, 8, 12, 30):
+        assert depth // depth_dtick(depth) + 1 <= MAX_DEPTH_TICKS
+    assert depth_dtick(3) == 1  # a shallow tree keeps one tick per level
+    tr = synthetic_trace(8)
+    axis = timeline_figure(tr).layout.yaxis3  # the tree panel's depth axis (secondary)
+    assert axis.title.text == "depth" and axis.dtick == depth_dtick(max(r.tree.depth for r in tr))
 
 
 def test_text_view_colours_tokens_by_iteration_and_kind():
@@ -149,8 +169,12 @@ def test_text_view_names_pruned_alternatives_with_a_tokenizer():
     plain = text_html(tr)
     assert "⟨5⟩" in plain  # " ran" was pruned: the trace has no text for it
     named = text_html(tr, tokenizer=FakeTokenizer())
-    assert "⟨" not in named and "&#x27;␣ran&#x27; pruned by tau" in named
-    assert "&#x27;␣fast&#x27; pruned by tau (q=0.32) ← the target&#x27;s choice" in named
+    assert "⟨" not in named and "&#x27;␣ran&#x27; pruned by τ" in named
+    fast = next(p for p in rec.tree.pruned if p.token == 10)
+    p_u = math.exp(fast.cum_logp)
+    assert p_u < 0.2 <= math.exp(fast.logp)  # τ compares p(u) (pruned), not q (which passes)
+    assert (f"&#x27;␣fast&#x27; pruned by τ (p(u)={p_u:.4f}, draft q=0.32) ← the target&#x27;s "
+            "choice") in named
 
 
 def test_mask_colours_tell_accepted_rows_apart_by_lightness():

@@ -143,7 +143,8 @@ def test_pruned_candidates_appear_as_ghost_nodes_only_on_request():
     assert PRUNED not in {t.name for t in tree_figure(rec).data}
     ghosts = tree_figure(rec, show_pruned=True).data
     ghost = next(t for t in ghosts if t.name == PRUNED)
-    assert len(ghost.x) == 1 and "pruned by tau" in ghost.hovertext[0]
+    assert len(ghost.x) == 1 and "pruned by τ (p(u) < τ)" in ghost.hovertext[0]
+    assert "p(u) = " in ghost.hovertext[0]  # the value τ is compared with
     assert ghost.y[0] == rec.tree.depths[rec.tree.pruned[0].parent] + 1
 
 

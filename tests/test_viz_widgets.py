@@ -290,3 +290,14 @@ def test_widget_labels_have_room_for_their_text():
     for toggle in (dv.show(tiny_trace(2)).color_toggle, dv.explore(tiny_trace(2)).color_toggle):
         room = _px(toggle.style.button_width) - 2 * 12  # the button's side padding
         assert all(text_width(label, 13) <= room for label, _ in toggle.options), toggle.options
+
+
+def test_stepper_can_open_with_a_node_selected():
+    tr = tiny_trace(2)
+    st = dv.show(tr, tokenizer=FakeTokenizer(), node=2)  # " dog": the draft ran at its parent
+    assert st.selected == 2 and "after #0 '␣the'" in st.why_fig.layout.title.text
+    assert len(st.why_fig.data) > 0 and "why node #2" in st.static_html()
+    st.next_button.click()  # a move clears it, as a click would
+    assert st.selected is None and "why the accepted path ended there" in st.static_html()
+    with pytest.raises(ValueError, match="node must be"):
+        dv.show(tr, node=99)

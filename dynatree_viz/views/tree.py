@@ -51,6 +51,7 @@ LEGEND_NO_TARGET_P = "hollow (pale fill): no p(token) here (the root, or not rec
 LEGEND_PRUNED = "grey ring, dotted: pruned by τ / N_max, never verified"
 LEGEND_SELECTED = "purple outline: selected node"
 STOP_PREFIX = "stop: "  # marker shape = why the node stopped growing
+_PRUNE_RULES = {"tau": "τ (p(u) < τ)", "n_max": "N_max", "cost": "the cost model"}
 
 
 def node_values(scene: TreeScene, color_by: str) -> list[float | None]:
@@ -415,8 +416,9 @@ def _pruned_trace(scene: TreeScene, pruned: list, pos: dict, n: int, chars: int)
         text=[style.short_label(scene.namer(p.token), chars) for p in pruned],
         marker=dict(symbol="circle-open", size=9, color=style.GHOST, line=dict(width=1.5)),
         hovertext=[f"<b>{style.hover_escape(scene.namer(p.token))}</b> (id {p.token})<br>"
-                   f"pruned by {p.reason} (never verified)<br>rank {p.rank} under "
-                   f"#{p.parent} · log q = {p.logp:.3f} · p = {math.exp(p.cum_logp):.4f}"
+                   f"pruned by {_PRUNE_RULES.get(p.reason, p.reason)} (never verified)<br>rank "
+                   f"{p.rank} under #{p.parent} · log q = {p.logp:.3f} · p(u) = "
+                   f"{math.exp(p.cum_logp):.4f}"
                    for p in pruned],
         hovertemplate="%{hovertext}<extra></extra>")
 

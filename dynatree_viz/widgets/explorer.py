@@ -66,15 +66,15 @@ class Stepper(StaticFallback, widgets.VBox):
     ``color_by="auto"``), ``pruned_checkbox``, ``tree_fig``, ``mask_fig``, ``why_fig``,
     ``timeline_fig`` (FigureWidgets), ``text`` (HTML), ``info`` (HTML).
     Clicking a node in the tree highlights its row in the mask and explains it in ``why_fig``
-    (:meth:`select_node`); with no node selected ``why_fig`` explains where the accepted path
-    ended. ``tokenizer`` (``.decode(list[int])``) or ``decode`` (id -> str) names tokens the
+    (:meth:`select_node`; ``node`` selects one of the ``start`` iteration on opening); with no
+    node selected ``why_fig`` explains where the accepted path ended. ``tokenizer`` (``.decode(list[int])``) or ``decode`` (id -> str) names tokens the
     trace has no text for.
     The stepper replays the recorded iterations: under sampling it shows the target's recorded
     draws and never re-grows or re-draws (that is the live explorer's job, :func:`explore`).
     """
 
-    def __init__(self, trace: Trace, *, start: int = 0, color_by: str = "auto",
-                 show_pruned: bool = False, namer: TokenNamer | None = None,
+    def __init__(self, trace: Trace, *, start: int = 0, node: int | None = None,
+                 color_by: str = "auto", show_pruned: bool = False, namer: TokenNamer | None = None,
                  decode: Callable[[int], str] | None = None, tokenizer: Any = None):
         self.trace = trace
         self.namer = namer or TokenNamer.from_trace(trace, decode=decode, tokenizer=tokenizer)
@@ -119,6 +119,8 @@ class Stepper(StaticFallback, widgets.VBox):
                                        layout=widgets.Layout(flex_flow="row wrap")),
                           self.why_fig, self.text, self.timeline_fig])
         self._redraw()
+        if node is not None:  # e.g. a node where the draft ran, so the why panel has bars
+            self.select_node(node)
 
     def static_html(self) -> str:
         """The shown iteration, complete, as static HTML (what viewers without a kernel
@@ -131,7 +133,8 @@ class Stepper(StaticFallback, widgets.VBox):
             '<div style="display:flex;flex-wrap:wrap;gap:8px">'
             + figure_snapshot_html(go.Figure(self.tree_fig), "draft tree")
             + figure_snapshot_html(go.Figure(self.mask_fig), "tree-attention mask") + "</div>",
-            figure_snapshot_html(go.Figure(self.why_fig), "why the accepted path ended there"),
+            figure_snapshot_html(go.Figure(self.why_fig), "why the accepted path ended there"
+                                 if self.selected is None else f"why node #{self.selected}"),
             self.text.value,
             figure_snapshot_html(go.Figure(self.timeline_fig), "timeline")])
 
