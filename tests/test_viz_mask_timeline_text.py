@@ -11,7 +11,7 @@ import pytest
 
 from dynatree_viz import compare_figure, mask_figure
 from dynatree_viz.synthetic import synthetic_results, synthetic_trace
-from dynatree_viz.views.compare import load_results
+from dynatree_viz.views.compare import AR_LINE_NAME, X_TITLES, load_results
 from dynatree_viz import text_html, timeline_figure
 from dynatree_viz.views.mask import ATTENDS, ATTENDS_ACCEPTED, MASKED, PREFIX
 from dynatree_viz.core import style
@@ -112,8 +112,13 @@ def test_compare_bars_and_sweep_lines():
     dyn_speed = next(t for t in bars if t.name == "dynatree" and "speedup" in t.hovertemplate)
     assert list(dyn_speed.y) == pytest.approx([1.94, 1.94])
     sweep = compare_figure(synthetic_results("sweep"), x="d0", metrics=["speedup"])
-    assert all(t.type == "scatter" for t in sweep.data) and len(sweep.data) == 2
+    assert all(t.type == "scatter" for t in sweep.data) and len(sweep.data) == 2 + 1  # + the AR baseline
     assert list(sweep.data[0].x) == [2, 3, 4, 5, 6, 7]
+    # the AR baseline is named in the legend, not written over the bars; the x axis in words
+    assert sweep.data[-1].name == AR_LINE_NAME and not sweep.layout.annotations[1:]
+    assert not [a for a in fig.layout.annotations if "AR =" in a.text or "1.0" in a.text]
+    assert sweep.layout.xaxis.title.text == X_TITLES["d0"] == "base depth D0"
+    assert compare_figure(synthetic_results("sweep"), x="d0", metrics=["tokens_per_s"]).data[-1].name != AR_LINE_NAME
 
 
 def test_compare_reads_result_files_averages_repeats_and_skips_warmup(tmp_path):
@@ -198,7 +203,8 @@ def test_method_colours_are_fixed_whatever_else_is_in_the_figure():
     sweep = compare_figure(synthetic_results("sweep"), x="d0")
     for fig in (everything, only_two, sweep):
         for t in fig.data:
-            assert _colour(t) == style.METHOD_COLORS[t.name], (t.name, _colour(t))
+            if t.name != AR_LINE_NAME:
+                assert _colour(t) == style.METHOD_COLORS[t.name], (t.name, _colour(t))
     for group in style.COLOR_GROUPS:  # labels drawn together never share a colour
         assert len({style.METHOD_COLORS[lab] for lab in group}) == len(group), group
     assert set(style.METHOD_COLORS) == {lab for g in style.COLOR_GROUPS for lab in g}
