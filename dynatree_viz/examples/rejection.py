@@ -52,9 +52,9 @@ def rejection_example(trace: Trace, margin: float = 0.1, case: str = "first") ->
     """A node of ``case`` (see the module docstring) where every tested candidate's coin lay at least
     ``margin`` from its threshold min(1, p_i/q_i) (the rule, not luck, decided). ``"first"``: among
     those the largest threshold under 1; ``"sibling"`` and ``"residual"`` (nodes whose steps the trace
-    recorded): the most candidates tested (``"sibling"``: exactly one rejected before the accepted
-    sibling, the case the rule adds to Leviathan's), then the largest smallest margin. None if no
-    node qualifies."""
+    recorded): ``"sibling"`` one rejection before the accepted sibling where there is one,
+    ``"residual"`` two or three candidates rejected where there are such (steps to see, not a wall of
+    panels), then the largest smallest margin. None if no node qualifies."""
     if case not in CASES:
         raise ValueError(f"case must be one of {CASES}, got {case!r}")
     fits = []
@@ -68,8 +68,8 @@ def rejection_example(trace: Trace, margin: float = 0.1, case: str = "first") ->
             t = first_threshold(panel) if panel.thresholds[0] is None else panel.thresholds[0]
             if t is not None and t < 1.0:
                 fits.append(((t,), panel))
-        elif case == "sibling" and rank == 1 and _stepped(trace, panel):
-            fits.append(((min(gaps),), panel))
+        elif case == "sibling" and rank >= 1 and _stepped(trace, panel):
+            fits.append(((rank == 1, min(gaps)), panel))
         elif case == "residual" and rank == -1 and _stepped(trace, panel):
             fits.append(((2 <= tested <= 3, min(gaps)), panel))  # steps to see, not a wall of panels
     return max(fits, key=lambda f: f[0])[1] if fits else None

@@ -165,8 +165,9 @@ def rejection_steps_view(trace: Trace, iteration: int, node: int, *, namer: Toke
     if data.residual_draw:
         _bars(fig, RESIDUAL_BARS, labels, data.last_residual, len(titles), shown)
     values = [v for s in data.steps for ys in (s.p, s.q, s.residual or []) for v in ys if v > 0]
-    floor = 10 ** math.floor(math.log10(min(values))) if values else 1e-6
-    fig.update_yaxes(type="log", range=[math.log10(floor), 0.05], title_text="probability (log)", dtick=1,
+    # half a decade below the smallest value: the smallest bar is as tall as a half-decade, not a hairline
+    floor = math.floor(math.log10(min(values)) - 0.5) if values else -6
+    fig.update_yaxes(type="log", range=[floor, 0.05], title_text="probability (log)", dtick=1,
                      exponentformat="power")
     for row in range(1, len(titles) + 1):
         _mark(fig, data, labels, row)

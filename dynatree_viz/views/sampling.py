@@ -238,8 +238,8 @@ def sampling_view(source: Trace | IterationRecord, iteration: int = 0, node: int
         fig.add_trace(go.Bar(x=labels, y=[y if y else None for y in ys], name=name,
                              marker=dict(color=color, pattern=dict(shape=pattern)),
                              hovertemplate="%{x}: %{y:.3g}<extra>" + name + "</extra>"), row=1, col=1)
-    known = [v for r in panel.rows for v in (r.p, r.q) if v]
-    floor = math.floor(math.log10(min(known))) if known else -6
+    known = [v for r in panel.rows for v in (r.p, r.q, r.residual) if v]
+    floor = math.floor(math.log10(min(known)) - 0.5) if known else -6  # the smallest bar: half a decade tall
     # a log scale: a drawn token of p = 2.5e-5 shows beside one of 0.8
     fig.update_yaxes(type="log", range=[floor, 0.05], dtick=1, exponentformat="power", row=1, col=1)
     drawn = next(((lab, r) for lab, r in zip(labels, panel.rows) if r.token == panel.drawn), None)
@@ -321,3 +321,5 @@ def _draw_scores(fig: go.Figure, panel: SamplingPanel, labels: list[str]) -> Non
                                                           for t in tokens], width=3)),
                              hovertemplate="%{x}: log q + g = %{y:.3f}<extra></extra>"), row=2, col=1)
         fig.update_yaxes(title_text="perturbed score", row=2, col=1)
+    fig.update_xaxes(title_text="the tokens above (no bar: not among the 8 largest log p + g recorded)",
+                     title_font_size=11, row=2, col=1)
