@@ -112,3 +112,17 @@ def test_why_validates_its_arguments_and_uses_the_tokenizer():
     assert "⟨9⟩" in [c.text for c in plain.candidates]
     named = dv.views.why.why_data(tr, 0, at=3, tokenizer=FakeTokenizer())
     assert "\n" in [c.text for c in named.candidates]
+
+
+def test_a_linear_chain_says_its_breadth_is_one_by_construction_not_from_c_u():
+    rec = record(growth=rule(b_min=1, b_mid=1, b_max=1), target={(1,): 3})  # wants " dog", rank 2
+    chain = dv.why(rec, method="linear")
+    words = (chain.layout.title.text + " " + chain.layout.annotations[-1].text).replace("<br>", " ")
+    assert "beyond_breadth" == dv.views.why.why_data(rec, method="linear").target_fate
+    assert "B = 1 by construction" in words and "a chain, by construction" in words
+    assert "c(u)" not in words
+    dyn = dv.why(rec)  # a DynaTree tree (or an unknown method): c(u) decided its breadth
+    assert "c(u) decided B(u)" in dyn.layout.annotations[-1].text.replace("<br>", " ")
+    tr = _trace(rec)
+    tr.method = "linear"  # a trace says its own method
+    assert "c(u)" not in dv.why(tr, 0).layout.title.text

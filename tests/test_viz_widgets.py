@@ -301,3 +301,16 @@ def test_stepper_can_open_with_a_node_selected():
     assert st.selected is None and "why the accepted path ended there" in st.static_html()
     with pytest.raises(ValueError, match="node must be"):
         dv.show(tr, node=99)
+
+
+def test_explorer_snapshot_names_the_sampling_once_and_the_knobs_by_symbol():
+    from dynatree_core.policy.sampling import SamplingConfig
+
+    greedy = dv.explore(tiny_trace(2)).static_html()  # no sampling row: the settings line says it
+    assert greedy.count("greedy (temperature 0)") == 1 and "τ_h = " in greedy and "tau_h=" not in greedy
+    trace = tiny_trace(2)
+    trace.sampling = SamplingConfig(temperature=0.7, seed=1).to_dict()
+    for rec in trace.iterations:
+        rec.sampling = {"choice_prob": [0.5] * len(rec.tree)}
+    snap = dv.explore(trace).static_html()  # the status table's sampling row is the one mention
+    assert snap.count("temperature 0.7") == 1, snap.split("<img")[0]

@@ -512,10 +512,17 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
     def static_html(self) -> str:
         """The current setting as static HTML (for viewers without a kernel): the slider values,
         the statistics and an image of the tree."""
-        values = ", ".join(f"{name}={w.value:g}" for name, w in self.sliders.items())
-        return (f"<p><b>settings:</b> {html.escape(values)}<br><b>sampling:</b> "
-                f"{html.escape(self.sampling_text())}</p>" + self.status.value
+        values = ", ".join(f"{SLIDERS[name][4]} = {w.value:g}" for name, w in self.sliders.items())
+        # the status table has a sampling row where sampling is in play: say it once
+        sampling = ("" if self._shows_sampling_row() else
+                    f"<br><b>sampling:</b> {html.escape(self.sampling_text())}")
+        return (f"<p><b>settings:</b> {html.escape(values)}{sampling}</p>" + self.status.value
                 + figure_snapshot_html(go.Figure(self.tree_fig), "re-grown tree"))
+
+    def _shows_sampling_row(self) -> bool:
+        """Whether the status table names the sampling (live sampling controls, or a sampled recording)."""
+        return self._sampling_controls is not None or bool(self.recorded is not None
+                                                           and self.recorded.sampling)
 
     def _fail(self, message: str) -> None:
         self.error = message
@@ -549,7 +556,7 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
         if self.recorded is not None:
             rows.append(("recorded: nodes / ℓ", f"{self.recorded.num_nodes} / "
                                                 f"{self.recorded.accepted_length}"))
-        if self._sampling_controls is not None or self.recorded is not None and self.recorded.sampling:
+        if self._shows_sampling_row():
             rows.append(("sampling", self.sampling_text()))
         if self.config is not None and not self.config.dynamic_depth:
             rows.append(("note", "dynamic depth off: D_max, ρ_stop, ρ_deep unused (depth = D0)"))
