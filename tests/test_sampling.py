@@ -27,7 +27,7 @@ from dynatree_core.records.trace import Trace
 from dynatree_core.runtime.sampling import DraftCandidates, NoiseStream, TargetSampler, inverse_cdf, probs, warp
 
 from helpers import cached_pair
-from helpers.exactness import ARCHS, ATTNS, EDGE_CONFIGS, method_configs, prompts
+from helpers.exactness import ARCHS, ATTNS, DIFFERING_NOISE, EDGE_CONFIGS, method_configs, prompts
 from helpers.features import feature_pair
 
 TEMPERATURES = (0.3, 0.7, 1.0, 1.5)
@@ -193,6 +193,18 @@ def test_edge_configs_under_match_emit_seeded_ar_tokens(arch, method, config):
     res = generate(cached_pair(arch, "sdpa", 0.0), list(prompt), method, config, max_new_tokens=30,
                    ignore_eos=True, sampling=cfg)
     assert res.tokens == seeded_ar(arch, "sdpa", prompt, 30, cfg)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("method,config", EDGE_CONFIGS)
+def test_edge_configs_under_match_emit_seeded_ar_tokens_with_a_draft_that_differs(arch, method, config):
+    """The same with a draft that is not the target: drafted tokens are rejected as well as accepted."""
+    cfg = SamplingConfig(temperature=0.7, top_p=0.95, seed=5)
+    prompt = (5, 9, 2, 33, 7)
+    res = generate(cached_pair(arch, "sdpa", DIFFERING_NOISE[arch]), list(prompt), method, config, max_new_tokens=30,
+                   ignore_eos=True, sampling=cfg)
+    assert res.tokens == seeded_ar(arch, "sdpa", prompt, 30, cfg)
+    assert 0 < res.metrics.acceptance_rate < 1, res.metrics.acceptance_rate
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
