@@ -307,7 +307,9 @@ def _colorbar(color_by: str) -> go.Scatter:
         x=[None], y=[None], mode="markers", name=COLORBAR, showlegend=False, hoverinfo="skip",
         marker=dict(color=[0.0, 1.0], cmin=0, cmax=1, colorscale=style.COLORSCALE, showscale=True,
                     colorbar=dict(title=dict(text=style.COLOR_BY_CAPTIONS[color_by]),
-                                  thickness=12, len=0.6, x=1.02, y=0.5)))
+                                  # pixels from the plot's top (into the legend's margin): a shallow tree
+                                  # gets a bar, not a 40 px stub under its caption
+                                  thickness=12, lenmode="pixels", len=280, x=1.02, y=1.0, yanchor="top")))
 
 
 def _scene(source: IterationRecord | TreeScene, namer: TokenNamer | None,
