@@ -4,7 +4,9 @@ and the legend check every figure here passes (helpers/legend.py)."""
 from __future__ import annotations
 
 import functools
+import json
 
+import numpy as np
 import plotly.graph_objects as go
 import pytest
 
@@ -108,6 +110,10 @@ def test_the_legend_check_fails_on_a_planted_figure():
                                           "no point"]
     with pytest.raises(AssertionError, match="legend names traces with no visible mark"):
         assert_legend_shows_what_it_names(fig)
+    planted = go.Figure([go.Bar(x=["a", "b"], y=np.array([0.8, 0.1]), name="p"),
+                         go.Bar(x=["a", "b"], y=np.array([0.0, 0.0]), name="zeros")])
+    stored = go.Figure(json.loads(planted.to_json()))  # as a notebook stores it: numeric arrays as base64
+    assert isinstance(stored.data[1].y, dict) and unseen_legend_entries(stored) == ["zeros"]
     fig.update_yaxes(type="log", range=[-4, 0])  # on a log axis the sliver shows; zeros never do
     assert unseen_legend_entries(fig) == ["q (no bars: a lookup-tail node)", "min(p, q) (zero height)", "no point"]
     hidden = go.Figure(fig.data[1:3]).update_traces(showlegend=False)

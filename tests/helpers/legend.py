@@ -2,15 +2,18 @@
 
 ``unseen_legend_entries(fig)`` lists the legend entries (traces shown in the legend, by name) with no
 visible mark: no finite value at all, only zero-height bars, only values a log axis cannot draw (<= 0),
-or bars all thinner than ``min_share`` of their axis's span (a sliver). The notebooks' and the views'
+or bars all thinner than ``min_share`` of their axis's span (a sliver). A legend key (a point-less
+scatter in a legend group, standing for marks other traces draw) is not a trace of its own. The notebooks' and the views'
 tests call it on the figures they draw.
 """
 
 from __future__ import annotations
 
+import base64
 import math
 from typing import Any
 
+import numpy as np
 import plotly.graph_objects as go
 
 
@@ -19,9 +22,16 @@ def _axis(fig: go.Figure, trace: Any, letter: str) -> Any:
     return fig.layout[f"{letter}axis{ref[1:]}"]
 
 
+def _decoded(values: Any) -> list:
+    """The values as a list (a stored figure keeps numeric arrays as plotly's base64 typed arrays)."""
+    if isinstance(values, dict) and "bdata" in values:  # shape, if any, does not matter here
+        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=np.dtype(values["dtype"])).tolist()
+    return list(values) if values is not None else []
+
+
 def _finite(values: Any) -> list[float]:
     out = []
-    for v in list(values) if values is not None else []:
+    for v in _decoded(values):
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
             out.append(float(v))
     return out
@@ -59,7 +69,7 @@ def _seen(fig: go.Figure, trace: Any, min_share: float) -> bool:
     values, letter = _values(trace)
     finite = _finite(values)
     if not isinstance(trace, go.Bar):  # markers and lines: any point with both coordinates is a mark
-        return any(_present(x) and _present(y) for x, y in zip(trace.x or [], trace.y or []))
+        return any(_present(x) and _present(y) for x, y in zip(_decoded(trace.x), _decoded(trace.y)))
     log, span = _span(fig, letter, trace, finite)
     if log:  # a bar reaches up from the axis's floor: it shows if its value is above the floor
         floor = (_axis(fig, trace, letter).range or [-math.inf])[0]
@@ -68,12 +78,22 @@ def _seen(fig: go.Figure, trace: Any, min_share: float) -> bool:
     return bool(heights) and (span == 0 or max(heights) >= min_share * span)
 
 
+def _is_key(trace: Any) -> bool:
+    """A legend key: a scatter with no point at all, in a legend group, that says what an encoding
+    drawn by other traces means (the tree view adds one only for an encoding in use, a contract
+    tests/test_viz_tree.py checks); not a trace that failed to draw."""
+    return isinstance(trace, go.Scatter) and bool(trace.legendgroup) and all(
+        v is None for v in _decoded(trace.x) + _decoded(trace.y))
+
+
 def unseen_legend_entries(fig: go.Figure, min_share: float = 0.01) -> list[str]:
     """Names of legend entries with no visible mark (see the module docstring)."""
     if fig.layout.showlegend is False or (fig.layout.showlegend is None and len(fig.data) == 1):
         return []  # no legend drawn (plotly hides it for a single trace unless asked)
     out = []
     for trace in fig.data:
+        if _is_key(trace):
+            continue
         in_legend = trace.showlegend is not False and (trace.name or "") != ""
         if in_legend and getattr(trace, "visible", True) not in (False, "legendonly") and not _seen(fig, trace, min_share):
             out.append(trace.name)
