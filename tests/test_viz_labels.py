@@ -84,6 +84,9 @@ def test_the_static_strip_has_no_root_only_panel_and_readable_labels():
     assert len(titles) == len(kept) and titles[0].startswith("<b>1. draft d=1</b>")
     labels = [t for t in strip.data if t.name == "labels"]
     assert labels and all(t.textfont.size >= 12 for t in labels)  # ~10 px in a notebook at 0.8
+    (bar,) = [t for t in strip.data if t.marker.colorbar.title.text]
+    cb = bar.marker.colorbar  # 40 % of the strip's height: not the tree view's pixel length
+    assert cb.lenmode == "fraction" and cb.len * strip.layout.height >= 200
 
 
 # --- the mask view: its axis labels on long trees -----------------------------------------------

@@ -505,7 +505,8 @@ def animation_strip(fig: go.Figure, *, columns: int | None = None, scale: float 
 def _strip_colorbar(f: go.Figure, x: float) -> go.Scatter:
     """The animation's colour bar (what the fill means), right of the panels."""
     bar = go.Scatter(next(t for t in f.data if t.name == tv.COLORBAR))
-    bar.marker.colorbar.update(x=x, xanchor="left", y=0.5, len=0.4)
+    # a fraction of the whole strip (the tree view sizes its bar in pixels, for one panel)
+    bar.marker.colorbar.update(x=x, xanchor="left", y=0.5, yanchor="middle", len=0.4, lenmode="fraction")
     return bar
 
 
