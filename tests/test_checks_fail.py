@@ -102,7 +102,7 @@ def test_a_bench_run_with_a_mismatching_row_says_so_loudly_and_exits_non_zero(da
 
 # --- assert_labels_clear --------------------------------------------------------------------------------
 def _figure(*traces: go.Scatter) -> go.Figure:
-    """A 400 x 300 px figure with a 300 x 200 px plot area over [0, 10] x [0, 10] (40 / 30 / 30 / 50 px margins)."""
+    """A 400 x 300 px figure whose plot area (300 x 200 px) spans [0, 10] x [0, 10]."""
     fig = go.Figure(list(traces))
     fig.update_layout(width=400, height=300, margin=dict(l=40, r=60, t=30, b=70),
                       xaxis=dict(range=[0, 10]), yaxis=dict(range=[0, 10]))
