@@ -17,11 +17,13 @@ Seeded runs (800 per setting for AR, 300 per decoder case) of the engine's AR an
 (``"none"``), under temperature alone, top-k and top-p, must match that distribution: Pearson's
 chi-square over the 64 sequences (cells expected fewer than 5 times pooled) below its critical value at
 alpha = 1e-4 (seeds fixed: deterministic). The draft is a noisy copy of the target, so trees are
-accepted in part and rejected in part.
+accepted in part and rejected in part. DynaTree under ``verify="rejection"`` (exact in distribution
+only) passes the same test.
 
 The test can fail: the same statistic is far above the threshold for AR with temperature applied after
 top-p, for AR drawing by Gumbel-max on the unwarped logits, and for a tree decoder whose nodes all read
-the noise of the root's position (one Gumbel vector for two tokens: AR never sees it, one node a step).
+the noise of the root's position (one Gumbel vector for two tokens: AR never sees it, one node a step),
+and for rejection sampling with a wrong residual (p again after a rejection).
 """
 
 from __future__ import annotations
@@ -160,6 +162,30 @@ def test_every_decoder_under_match_draws_the_targets_exact_distribution(case):
     # verification at work: one run in twenty or more accepted a drafted token, and as many had it rejected
     assert min(iterations[1], iterations[2]) >= RUNS_DECODER // 20, iterations
     assert dof >= 8 and stat < critical, f"{name}: chi2 {stat:.1f} with {dof} degrees of freedom"
+
+
+#: verify="rejection" against the same reference: DynaTree (up to three candidates per node) under top-k
+REJECTION = ("dynatree", DYNATREE, "top_k")
+
+
+def rejection_counts(runs: int) -> dict[tuple[int, ...], int]:
+    method, config, setting = REJECTION
+    return sample(method, config, dataclasses.replace(SETTINGS[setting], verify="rejection"), runs)
+
+
+def test_rejection_sampling_draws_the_targets_exact_distribution():
+    """Exact in distribution, not token for token: the same chi-square; and with the residual wrong
+    (after a rejection, p again instead of norm((p - q)+)) it fails, with the same runs."""
+    stat, dof, critical = check(rejection_counts(RUNS_DECODER), RUNS_DECODER, REJECTION[2])
+    print(f"rejection {REJECTION[0]}: chi2 {stat:.1f}, {dof} dof, threshold {critical:.1f}")
+    assert dof >= 8 and stat < critical, f"rejection: chi2 {stat:.1f} with {dof} degrees of freedom"
+
+
+def test_a_wrong_residual_fails_the_rejection_test(monkeypatch):
+    monkeypatch.setattr(device_sampling, "residual", lambda p, q: p)
+    stat, dof, critical = check(rejection_counts(RUNS_DECODER), RUNS_DECODER, REJECTION[2])
+    print(f"wrong residual: chi2 {stat:.1f}, {dof} dof, threshold {critical:.1f}")
+    assert stat > 2 * critical, f"a wrong residual went unnoticed: chi2 {stat:.1f}, {dof} dof"
 
 
 # --- wrong variants -------------------------------------------------------------------------------------
