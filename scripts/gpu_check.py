@@ -11,13 +11,16 @@ recorded with a traceback summary and the script goes on):
                margins where they first differ (near-ties explain mismatches), and whether DynaTree
                equals AR within each dtype
   bench        the benchmark (AR, linear K, fixed tree, DynaTree with its presets (--presets), and the
-               other tree policies: cost-aware DynaTree, EAGLE-2, Sequoia) on the pair in fp32, both
-               datasets, on every runtime of --runtimes side by side (eager and CUDA graphs; on a CPU
-               eager and static), and on CUDA the host-sync audit
+               other tree policies: cost-aware DynaTree, EAGLE-2, Sequoia) on the pair in fp32 (or
+               --bench-dtype), both datasets, on every runtime of --runtimes side by side (eager and
+               CUDA graphs; add compiled: --runtimes eager,graphs,compiled, compile time reported apart;
+               on a CPU eager and static), with draft and verify ms per iteration and no oracle
+               instrumentation in the timed loop, and on CUDA the host-sync audit
   fastpath     per fast runtime: the verify-cost curve c(n) over the buckets as the captured forwards
                replay them (engine.calibrate.fast_verify_curve, the curve cost-aware DynaTree on that
-               runtime is priced with); the capture time; the target's bytes of weights against the
-               measured device bandwidth (the tokens/s a step that only reads the weights would reach)
+               runtime is priced with); the capture time (compile seconds apart); the target's bytes
+               of weights against the measured device bandwidth (the tokens/s a step that only reads
+               the weights would reach)
 
 Writes ``gpu_check.json`` (every number, ``schema_version``), ``gpu_check.txt`` (the summary
 printed at the end) and ``bench.json`` (the benchmark's own result file) to ``--out``. Nothing
@@ -112,6 +115,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.presets = [x for x in str(args.presets).split(",") if x]
     args.policies = [x for x in str(args.policies).split(",") if x and x != "none"]
     args.runtimes = [x for x in str(args.runtimes).split(",") if x]
+    from dynatree_core.runtime.fast_path import RUNTIMES
+
+    named = [r for r in RUNTIMES if r != "auto"]  # side by side: each runtime by its name
+    if not args.runtimes or any(r not in named for r in args.runtimes):
+        p.error(f"--runtimes {','.join(args.runtimes)!r}: each must be one of {','.join(named)} "
+                "(e.g. eager,graphs,compiled)")
     args.out = Path(args.out)
     return args
 

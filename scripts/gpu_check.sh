@@ -4,6 +4,8 @@
 # gpu_check.txt and bench.json to --out (default results/gpu_check/). Exit 1 only if exactness failed.
 #   bash scripts/gpu_check.sh --out "$OUT"                         # GPU
 #   bash scripts/gpu_check.sh --device cpu --quick --out /tmp/gc    # CPU, a few minutes
+#   bash scripts/gpu_check.sh --sections bench,fastpath --runtimes eager,graphs,compiled --budget-s 570 \
+#       --limit-bench 420 --out "$OUT"    # the three runtimes side by side, compile seconds apart (GPU)
 # Options: python scripts/gpu_check.py --help
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"

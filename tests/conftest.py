@@ -16,10 +16,18 @@ import torch
 from dynatree_core.pairs.pair import ModelPair
 from helpers import cached_pair
 from helpers.bench import make_data_dir
+from helpers.ci import fail_browser_skip
 
 torch.set_num_threads(1)  # tiny models: threads only add overhead, and CI has two cores
 # calibrations (cost curves, acceptance vectors) measured by tests stay out of the user's cache
 os.environ.setdefault("DYNATREE_CACHE_DIR", tempfile.mkdtemp(prefix="dynatree-test-cache-"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under CI=true a skip for a missing browser fails (:func:`helpers.ci.fail_browser_skip`)."""
+    outcome = yield
+    fail_browser_skip(outcome.get_result())
 
 
 @pytest.fixture

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from helpers.bench import make_data_dir, spy_on_history
 from dynatree_core.bench.methods import method_specs, parse_methods
-from dynatree_core.bench.protocol import LengthError, RunPoint, check_lengths
-from dynatree_core.bench.results import SCHEMA_VERSION, aggregate, recompute
-from dynatree_core.bench.runner import Experiment, load_corpora, run_experiment
+from dynatree_core.bench.pairs import pair_info
+from dynatree_core.bench.protocol import LengthError, RunPoint, _digest, check_lengths
+from dynatree_core.bench.results import SCHEMA_VERSION, load_result, recompute, write_json_atomic
+from dynatree_core.bench.runner import Experiment, load_corpora, prepare, run_experiment
 from dynatree_core.pairs.tiny import tiny_pair
 
 T, N, W, L = 6, 3, 1, 24
@@ -22,13 +24,17 @@ def pair():
 
 
 @pytest.fixture(scope="module")
-def result(pair, tmp_path_factory):
+def experiment(tmp_path_factory):
     data = make_data_dir(tmp_path_factory.mktemp("data"))
     specs = method_specs(parse_methods("ar,linear,dynatree"), preset="cpu", k=3)
-    exp = Experiment(kind="bench", points=[RunPoint(s, T) for s in specs], datasets=["wikitext2", "pg19"],
-                     num_prompts=N, warmup=W, max_prompt_len={"wikitext2": L, "pg19": L}, seed=0,
-                     data_dir=str(data))
-    return run_experiment(pair, exp, load_corpora(exp), progress=False)
+    return Experiment(kind="bench", points=[RunPoint(s, T) for s in specs], datasets=["wikitext2", "pg19"],
+                      num_prompts=N, warmup=W, max_prompt_len={"wikitext2": L, "pg19": L}, seed=0,
+                      data_dir=str(data))
+
+
+@pytest.fixture(scope="module")
+def result(pair, experiment):
+    return run_experiment(pair, experiment, load_corpora(experiment), progress=False)
 
 
 def test_result_document_has_the_schema(result):
@@ -54,15 +60,33 @@ def test_every_row_generates_exactly_T_tokens_and_warmup_is_flagged(result):
     assert all(r["target_forwards_per_token"] > 0 and r["draft_forwards_per_token"] is not None for r in rows)
 
 
-def test_stored_aggregates_equal_recomputation_and_exclude_warmup(result):
-    assert recompute(result) == aggregate(result["rows"])
-    for a in result["aggregates"]:
+def test_stored_aggregates_equal_recomputation_and_exclude_warmup(result, tmp_path):
+    """The aggregates as written to the file equal those recomputed from the file's rows (what
+    ``dynatree table`` shows); a stored aggregate that drifted from its rows would differ."""
+    stored = load_result(write_json_atomic(tmp_path / "run.json", result))
+    assert stored["aggregates"] == recompute(stored)
+    for a in stored["aggregates"]:
         assert a["n"] == N - W and a["n_warmup"] == W
-    ar = [a for a in result["aggregates"] if a["label"] == "ar"]
+    ar = [a for a in stored["aggregates"] if a["label"] == "ar"]
     assert all(a["speedup"] == pytest.approx(1.0) for a in ar)
+    stored["rows"][-1]["tokens_per_s"] *= 2  # the comparison can fail: one row changed after aggregation
+    assert stored["aggregates"] != recompute(stored)
 
 
-def test_all_methods_produce_the_target_greedy_output(result):
+def test_all_methods_produce_the_target_greedy_output(pair, experiment, result):
+    """Every row's tokens are those of the target's own ``model.generate`` (greedy, Hugging Face's
+    loop, not the engine's AR) on the same prompt; and the exactness check agrees."""
+    prep = prepare(pair_info(pair), experiment, load_corpora(experiment))
+    want = {}
+    for ds in experiment.datasets:
+        for prompt in prep.prompts_for(ds, L):
+            with torch.inference_mode():
+                out = pair.target.generate(torch.tensor([prompt.token_ids]), do_sample=False, max_new_tokens=T,
+                                           min_new_tokens=T, eos_token_id=None, pad_token_id=0)
+            want[ds, prompt.index] = _digest(out[0, len(prompt.token_ids):].tolist())
+    assert len(want) == 2 * N
+    assert {(r["dataset"], r["prompt_index"], r["label"]): r["output_sha1"] for r in result["rows"]} == \
+        {(ds, i, label): sha for (ds, i), sha in want.items() for label in ("ar", "linear", "dynatree")}
     assert result["checks"]["outputs_identical_across_methods"] is True
 
 

@@ -113,3 +113,36 @@ def test_prepack_runs_fp32_linears_on_onednn_as_eager_does_and_mkl_mode_on_mkl(m
     if torch._C.has_mkl:
         assert linear_ops("mkl") == {"mkl::_mkl_linear"}
     assert mkldnn_fusion.CpuMkldnnDeviceOp.pack_linear is original
+
+
+def test_on_cuda_a_compiled_forward_is_captured_as_one_cuda_graph_timed_apart(monkeypatch, tmp_path):
+    """runtime="compiled" on CUDA is inductor, then a CUDA graph of the compiled forward: compile_forward
+    hands back the capture's replay and counts its seconds apart from the compile's. The capture itself
+    needs a GPU (gpu_check); here it is recorded, and the forward compiles for the CPU's tensors."""
+    monkeypatch.setenv(cc.CACHE_ENV, str(tmp_path))
+    monkeypatch.delenv(cc.CUDA_GRAPHS_ENV, raising=False)
+    assert cc.captures_cuda_graphs("cuda:0") and not cc.captures_cuda_graphs("cpu")
+    monkeypatch.setenv(cc.CUDA_GRAPHS_ENV, "0")
+    assert not cc.captures_cuda_graphs("cuda")
+    monkeypatch.setenv(cc.CUDA_GRAPHS_ENV, "yes")
+    with pytest.raises(ValueError, match=cc.CUDA_GRAPHS_ENV):
+        cc.captures_cuda_graphs("cuda")
+    monkeypatch.delenv(cc.CUDA_GRAPHS_ENV)
+    captured = []
+
+    def capture(fn, device):
+        captured.append((fn(), device))
+        return lambda: "replayed"
+
+    monkeypatch.setattr(cc, "capture_cuda_graph", capture)
+    x = torch.arange(6.0)
+    before = cc.compile_totals()
+    with torch.inference_mode():
+        cpu_fn = cc.compile_forward(lambda: (x * 3).cos(), "cpu")
+        assert not captured and torch.allclose(cpu_fn(), (x * 3).cos())
+        cuda_fn = cc.compile_forward(lambda: (x * 2).sin(), "cuda")
+    assert cuda_fn() == "replayed" and captured[0][1] == torch.device("cuda")
+    assert torch.allclose(captured[0][0], (x * 2).sin())  # what is captured is the compiled forward
+    after = cc.compile_totals()
+    assert (after.forwards - before.forwards, after.graphs - before.graphs) == (2, 1)
+    assert after.capture_s >= before.capture_s and "capture_s" in after.as_dict()

@@ -415,6 +415,36 @@ def test_every_decoder_on_the_default_pair_equals_ar(pair):
         assert res.metrics.target_forwards < ar.metrics.target_forwards  # the draft helps at all
 
 
+#: prose, code and a question-and-answer turn (the last runs past <|im_end|>: EOS is ignored)
+OUTSIDE_PROMPTS = ("The history of the printing press begins", "def fibonacci(n):",
+                   "Q: What is the capital of France?\nA:")
+
+
+def test_the_default_pairs_ar_and_dynatree_equal_transformers_generate(pair):
+    """An outside reference (issue 52): on the embedded pair as ``ModelPair.default()`` runs it on a CPU
+    (its linears on the kernel ``"auto"`` picks: oneDNN where available), the engine's AR and DynaTree
+    emit the tokens of transformers' own greedy ``generate`` on the GGUF target as transformers loads it
+    (torch linears; tied embeddings: the output head is the embedding matrix, which the tiny test
+    models do not share): AR 24 tokens after each of three prompts, DynaTree after the first."""
+    import copy
+
+    from dynatree_core import ModelPair, generate
+
+    target, draft, tok = pair
+    assert target.lm_head.weight.data_ptr() == target.model.embed_tokens.weight.data_ptr()  # tied
+    engine = ModelPair(target=copy.deepcopy(target), draft=copy.deepcopy(draft), tokenizer=tok).use_linear_kernel()
+    want = {}
+    for prompt in OUTSIDE_PROMPTS:
+        ids = tok(prompt)["input_ids"]
+        with torch.inference_mode():
+            out = target.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=24, min_new_tokens=24,
+                                  eos_token_id=None, pad_token_id=tok.pad_token_id)
+        want[prompt] = out[0, len(ids):].tolist()
+        assert generate(engine, ids, "ar", max_new_tokens=24, ignore_eos=True).tokens == want[prompt], prompt
+    ids = tok(OUTSIDE_PROMPTS[0])["input_ids"]
+    assert generate(engine, ids, "dynatree", max_new_tokens=24, ignore_eos=True).tokens == want[OUTSIDE_PROMPTS[0]]
+
+
 def test_distill_on_policy_data_is_written_by_the_draft(pair, tmp_path):
     from dynatree_core import distill
     from dynatree_core.pairs.default_pair import DRAFT_ASSET_DIR
@@ -497,10 +527,11 @@ def test_distill_self_prompts_and_bf16_teacher(pair, tmp_path):
     own = json.loads((work / "self_prompts.json").read_text())
     files = sorted(p.name for p in (work / "seqs").glob("*.pt"))
     assert not any(f.startswith("p") for f in files)  # --no-bundled-prompts
-    if own:  # each kept request is continued in chat form and as raw text, in equal-length batches
-        s = [torch.load(work / "seqs" / f, weights_only=True) for f in files if f.startswith("s00")]
-        assert sum(len(d["lens"]) for d in s) <= 2 * len(own)
-        assert all(len(set(d["cont"].tolist())) == 1 for d in s)
+    assert own, "this run keeps some of its self-written requests (five of six): the checks below need them"
+    # each kept request is continued in chat form and as raw text, in equal-length batches
+    s = [torch.load(work / "seqs" / f, weights_only=True) for f in files if f.startswith("s00")]
+    assert s and 0 < sum(len(d["lens"]) for d in s) <= 2 * len(own)
+    assert all(len(set(d["cont"].tolist())) == 1 for d in s)
     meta = json.loads((tmp_path / "draft" / "draft_config.json").read_text())["metadata"]
     assert meta["teacher_dtype"] == "bfloat16"
     assert json.loads((work / "data_meta.json").read_text())["self_prompts_kept"] == len(own)

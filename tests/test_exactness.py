@@ -14,7 +14,7 @@ from dynatree_core import generate
 from dynatree_core.policy.config import DynaTreeConfig, FixedTreeConfig, LinearConfig
 
 from helpers import assert_decodes, cached_pair, reference_greedy
-from helpers.exactness import ARCHS, ATTNS, EDGE_CONFIGS, method_configs, prompts
+from helpers.exactness import ARCHS, ATTNS, DIFFERING_NOISE, EDGE_CONFIGS, method_configs, prompts
 
 NOISES = (0.0, 0.02, 0.1, 1.0)
 
@@ -49,6 +49,18 @@ def test_edge_configs_are_exact(arch, attn, method, config):
     prompt = (5, 9, 2, 33, 7)
     res = generate(pair, list(prompt), method, config, max_new_tokens=30, ignore_eos=True)
     assert res.tokens == reference_greedy(arch, attn, prompt, 30)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("method,config", EDGE_CONFIGS)
+def test_edge_configs_are_exact_with_a_draft_that_differs(arch, method, config):
+    """The same edge configs with a draft that is not the target: drafted tokens are rejected as well
+    as accepted (with the identical draft above nothing is ever rejected)."""
+    pair = cached_pair(arch, "sdpa", DIFFERING_NOISE[arch])
+    prompt = (5, 9, 2, 33, 7)
+    res = generate(pair, list(prompt), method, config, max_new_tokens=30, ignore_eos=True)
+    assert res.tokens == reference_greedy(arch, "sdpa", prompt, 30)
+    assert 0 < res.metrics.acceptance_rate < 1, res.metrics.acceptance_rate
 
 
 def test_identical_draft_accepts_more_than_one_token_per_iteration():

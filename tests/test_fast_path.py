@@ -68,6 +68,30 @@ def test_every_drafter_on_the_fast_path_is_exact(kind):
         assert path.entries and (path.spec.feature_width > 0) == kind.startswith("feature")
 
 
+def test_the_feature_pairs_noise_is_seeded_on_the_cpu_and_added_on_the_parameters_device():
+    """The noise that makes a feature pair's head non-trivial lands on each parameter's device: under a
+    fake CUDA device (FakeTensorMode checks devices, no GPU needed) the helper adds it where a CPU tensor
+    added to a CUDA parameter fails, as the naive add does here (it failed on the H200, 2026-11-28); on the
+    CPU it is the seeded generator's numbers, so every device tests the same drafts."""
+    from torch._subclasses.fake_tensor import FakeTensorDeviceMismatchError, FakeTensorMode
+
+    from helpers.features import perturb_
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        head = torch.nn.Module()
+        head.w = torch.nn.Parameter(torch.zeros(3, 4, device="cuda"))
+        head.embed = torch.nn.Parameter(torch.zeros(2, device="cuda"))
+        with pytest.raises(FakeTensorDeviceMismatchError), torch.no_grad():
+            head.w.add_(torch.randn(head.w.shape, generator=torch.Generator().manual_seed(1)))  # the old helper
+        perturb_(head, 1, 0.05, skip=("embed",))
+        assert head.w.device.type == "cuda"
+    cpu = torch.nn.Module()
+    cpu.w, cpu.embed = torch.nn.Parameter(torch.zeros(3, 4)), torch.nn.Parameter(torch.zeros(2))
+    perturb_(cpu, 1, 0.05, skip=("embed",))
+    assert torch.equal(cpu.w.detach(), 0.05 * torch.randn(3, 4, generator=torch.Generator().manual_seed(1)))
+    assert not cpu.embed.detach().any()  # skipped by name
+
+
 def test_sampling_on_the_fast_path_draws_what_the_eager_path_draws():
     """Under match the tokens are seeded AR's on either path. Under rejection the resident draft
     phase verifies every node slot, so its coins come from the same seeded generator in another

@@ -150,3 +150,107 @@ def test_the_sync_audit_covers_every_way_the_loop_touches_the_device(monkeypatch
     for label, m in out["methods"].items():
         assert "error" not in m, (label, m)
         assert m["iterations"] > 0 and m["iterations_observed_gt_counted"] == 0
+
+
+def _bench_doc(dtype: str | None, identical: bool) -> dict:
+    """A finished device check with only a bench section, as the harness writes it."""
+    row = {"dataset": "wikitext2", "label": "ar", "runtime": "graphs", "tokens_per_s": 241.6, "speedup": 1.0,
+           "L_bar": 1.0, "engine_overhead_ms": 0.97, "host_syncs_per_iteration": 1.0, "host_sync_excess": 0,
+           "peak_memory_bytes": 2 ** 30, "draft_ms_per_iteration": None, "verify_ms_per_iteration": 3.6}
+    bench = {"status": "ok", "wall_s": 70.0, "target_name": "SmolLM2", "num_prompts": 3, "warmup": 1,
+             "max_new_tokens": 192, "max_prompt_len": 256, "outputs_identical_across_methods": identical,
+             "mismatching_cells": [] if identical else ["ar", "dynatree:preset=gpu"], "table": [row],
+             "compile": {"forwards": 18, "compile_s": 95.25, "graphs": 18, "capture_s": 2.5, "cache_hits": 0,
+                         "cache_misses": 18}}
+    if dtype is not None:
+        bench["dtype"] = dtype
+    return {"created": "2026-11-28T17:51:12+00:00", "total_s": 77.0, "config": {"budget_s": 165.0},
+            "sections": {"environment": {"status": "ok", "wall_s": 2.0, "info": {"device": "cuda"}}, "bench": bench}}
+
+
+def test_the_summary_prints_the_benchs_own_dtype_and_only_an_fp32_bench_fails_exactness():
+    """The H200's bf16 bench was headed "fp32" and failed the run for outputs that differ from AR in
+    bf16, where greedy exactness is not promised (docs/gpu.md, "Which dtype is exact")."""
+    from dynatree_core.bench.device_check.summary import summary, verdict
+
+    for dtype, short, fails in (("bfloat16", "bf16", False), ("float16", "fp16", False), ("float32", "fp32", True),
+                                (None, "fp32", True)):  # None: a section written before the dtype was recorded
+        doc = _bench_doc(dtype, identical=False)
+        doc["verdict"] = v = verdict(doc)
+        head = next(line for line in summary(doc).splitlines() if line.startswith("[c] bench"))
+        assert f"SmolLM2, {short}, N=3" in head, head
+        assert v["exit_code"] == int(fails) and bool(v["problems"]) == fails
+        assert fails or any(n.startswith(f"{short} bench outputs differ from AR") and "fp32" in n for n in v["notes"])
+    doc = _bench_doc("bfloat16", identical=True)
+    doc["verdict"] = v = verdict(doc)
+    text = summary(doc)
+    assert v["exit_code"] == 0 and not v["notes"]
+    assert "draft ms/it  verify ms/it" in text and "      -           3.6" in text
+    assert "18 forwards compiled in 95.2 s (FX cache hits 0, misses 18), then 18 CUDA graphs captured in 2.5 s" in text
+
+
+def test_runtimes_are_checked_by_name_and_compiled_runs_beside_eager_and_graphs(capsys):
+    import pytest
+
+    args = _module().parse_args(["--runtimes", "eager,graphs,compiled"])
+    assert args.runtimes == ["eager", "graphs", "compiled"]
+    for bad in ("eager,fast", "auto", ","):
+        with pytest.raises(SystemExit):
+            _module().parse_args(["--runtimes", bad])
+        assert "--runtimes" in capsys.readouterr().err
+
+
+def _spy_on_record_top_k(monkeypatch) -> list:
+    import dynatree_core.engine.api as api
+
+    asked, real = [], api.iterate
+
+    def iterate(*a, **kw):
+        asked.append(kw.get("record_top_k"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(api, "iterate", iterate)
+    return asked
+
+
+def test_the_device_checks_bench_reads_no_oracle_so_its_timed_runs_ask_for_no_chain_view(monkeypatch, tmp_path):
+    """Its table prints no oracle column: no run keeps the draft's chain view (record_top_k), the rows
+    carry none and the result says so; the table has each phase's ms per iteration."""
+    import time
+
+    from dynatree_core.bench.device_check.bench import section_bench
+
+    asked = _spy_on_record_top_k(monkeypatch)
+    args = _module().parse_args(["--out", str(tmp_path), *TINY, "--runtimes", "eager", "--presets", "gpu",
+                                 "--policies", "none", "--datasets", "wikitext2", "--bench-tokens", "6"])
+    sec: dict = {}
+    section_bench(sec, time.monotonic() + 300, args, {})
+    assert asked and set(asked) == {None}
+    bench = json.loads((tmp_path / "bench.json").read_text())
+    assert all("oracle" not in r and r["record_top_k"] is None for r in bench["rows"])
+    assert bench["protocol"]["oracle"]["labels"] == []
+    assert {r["label"] for r in sec["table"]} == {"ar", "linear", "fixed_tree", "dynatree:preset=gpu"}
+    assert all(r["draft_ms_per_iteration"] >= 0 and r["verify_ms_per_iteration"] > 0 for r in sec["table"])
+    assert sec["compile"]["forwards"] == 0 and sec["compile"]["graphs"] == 0  # eager: nothing compiled
+
+
+def test_a_bench_whose_tables_read_the_oracle_asks_for_it_and_sweeps_do_not(monkeypatch):
+    """``dynatree bench`` prints Table 6 (the oracle gap): its points keep the oracle (RunPoint's default)
+    and each run asks for ORACLE_TOP_K; a sweep reports Table 1 and a figure, so its points do not."""
+    from dynatree_core.bench import sweeps
+    from dynatree_core.bench.data import Prompt
+    from dynatree_core.bench.methods import method_specs
+    from dynatree_core.bench.protocol import ORACLE_TOP_K, RunPoint
+    from dynatree_core.bench.runner import oracle_settings, run_points
+    from dynatree_core.pairs.tiny import tiny_pair
+
+    asked = _spy_on_record_top_k(monkeypatch)
+    prompts = [Prompt("wikitext2", i, "x", 0, "t", 0, 8, 8, 8, [5 + i] * 8, "") for i in range(2)]
+    points = [RunPoint(s, 5) for s in method_specs(["ar", "linear", "dynatree"], preset="cpu", k=2)]
+    rows = run_points(tiny_pair("llama", noise=0.05), points, ["wikitext2"], lambda ds, n: prompts,
+                      {"wikitext2": 8}, 1, progress=False)
+    assert asked and set(asked) == {ORACLE_TOP_K}
+    assert all(r["record_top_k"] == ORACLE_TOP_K and len(r["oracle"]["reach"]) == r["iterations"] for r in rows)
+    assert oracle_settings(points)["labels"] == ["ar", "linear", "dynatree"]
+    swept, _ = sweeps.length_points(method_specs(["dynatree"], preset="cpu"), [8, 16])
+    assert swept and not any(p.oracle or p.record_top_k for p in swept)

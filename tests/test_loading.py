@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
+import socket
 
 import pytest
 
@@ -32,13 +34,37 @@ def test_offline_by_environment_fails_without_touching_the_network(monkeypatch):
     assert "'no/such-model'" in msg and "HF_HUB_OFFLINE" in msg and "check the name" in msg
 
 
+def _patched_socket(monkeypatch, reachable: bool) -> list:
+    """socket.create_connection as the loader sees it, without the network: a DNS failure (an
+    unreachable hub) or a connection that opens; returns the (host, port, timeout) it was asked for."""
+    asked: list = []
+
+    def create_connection(address, timeout=None):
+        asked.append((*address, timeout))
+        if not reachable:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(loading.socket, "create_connection", create_connection)
+    return asked
+
+
 def test_unreachable_hub_fails_at_once_naming_model_and_hub(monkeypatch):
     for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(v, raising=False)
-    monkeypatch.setenv("HF_ENDPOINT", "https://hub.invalid")  # .invalid never resolves (RFC 2606)
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.invalid")
+    asked = _patched_socket(monkeypatch, reachable=False)
     assert loading.hub_reachable(timeout=2.0) is False
+    assert asked == [("hub.invalid", 443, 2.0)]  # one connection to the endpoint's host, https port
     msg = _source_error("EleutherAI/pythia-70m-typo", "--draft")
     assert "EleutherAI/pythia-70m-typo" in msg and "hub.invalid" in msg and "unreachable" in msg
+
+
+def test_hub_reachable_is_one_connection_to_the_endpoints_host_and_port(monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "http://mirror.example:8080")
+    asked = _patched_socket(monkeypatch, reachable=True)
+    assert loading.hub_reachable(timeout=1.5) is True
+    assert asked == [("mirror.example", 8080, 1.5)]
 
 
 def test_reachable_hub_reports_a_misspelt_name(monkeypatch):

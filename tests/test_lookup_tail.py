@@ -250,15 +250,20 @@ def test_a_live_session_grows_the_tail_generate_grows(arch):
     assert argmax == first.target_argmax
 
 
-def test_the_oracle_bounds_the_drafted_part_of_a_tree_with_a_tail():
-    """The oracle replays the draft's own candidates: tail nodes count in neither the accepted
-    length nor the tree size, so no iteration beats it, though the tail accepts more."""
-    from dynatree_core.records.oracle import oracle_trace
+def test_the_oracle_scores_a_tail_and_agrees_with_the_runs_own_metrics():
+    """The oracle scores a tail's nodes like drafted ones: its ℓ̄ and mean tree size are the run's
+    own Metrics (a replay that left the tail out, as it once did, would report the drafted part
+    only: smaller here), and no iteration beats the best tree of its own size."""
+    from dynatree_core.records.oracle import oracle_trace, summarize_oracle
 
     cfg = DynaTreeConfig(n_max=4, d0=1, d_max=2, lookup_tail=6, tail_n_max=6)
-    trace = generate(cached_pair("llama", "sdpa", 0.0), [5, 9, 14, 3, 5, 9, 14, 3], "dynatree", cfg,
-                     max_new_tokens=96, ignore_eos=True, trace=True).trace
-    rows = oracle_trace(trace)
-    assert any(LOOKUP_TAIL in r.tree.stop_reasons for r in trace.iterations)
+    res = generate(cached_pair("llama", "sdpa", 0.0), [5, 9, 14, 3, 5, 9, 14, 3], "dynatree", cfg,
+                   max_new_tokens=96, ignore_eos=True, trace=True)
+    rows = oracle_trace(res.trace)
+    summary = summarize_oracle(rows)
+    assert summary.mean_accepted == pytest.approx(res.metrics.mean_accepted_length)
+    assert sum(r.nodes for r in rows) / len(rows) == pytest.approx(res.metrics.mean_tree_size)
+    assert summary.mean_tail_accepted > 0  # the tail accepted tokens: without them ℓ̄ would be smaller
+    assert summary.mean_accepted - summary.mean_tail_accepted < res.metrics.mean_accepted_length
     assert all(r.accepted <= r.best(r.nodes) for r in rows)
-    assert sum(r.accepted for r in rows) < sum(len(r.accepted_path) for r in trace.iterations)
+    assert summary.gap_own >= 0

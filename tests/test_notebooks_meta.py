@@ -11,10 +11,12 @@ import re
 import struct
 from pathlib import Path
 
+import jupytext
+import nbformat
+import plotly.graph_objects as go
 import pytest
 
-nbformat = pytest.importorskip("nbformat")
-jupytext = pytest.importorskip("jupytext")
+import dynatree_viz as dv
 
 NB_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 IGNORE = "nbval-ignore-output"
@@ -221,7 +223,6 @@ def _png_size(b64: str) -> tuple[int, int]:
 
 
 def _figures(nb):
-    go = pytest.importorskip("plotly.graph_objects")
     return [(go.Figure(o["data"][FIGURE_MIME]), o["data"].get("image/png")) for o in _outputs(nb, FIGURE_MIME)]
 
 
@@ -229,7 +230,6 @@ def _figures(nb):
 def test_animated_figures_store_their_story_as_their_image(name):
     """An animation's PNG is every step side by side, a race's is its finish: the stored image
     has the size of that story figure, not of the first frame."""
-    dv = pytest.importorskip("dynatree_viz")
     from dynatree_viz.views.animation import is_animation
 
     kinds = []
@@ -258,7 +258,6 @@ def test_every_widget_snapshot_shows_its_iteration_complete(name):
 def test_committed_tree_labels_sit_under_no_marker_or_edge(name):
     """Every committed tree view and animation frame passes the geometric check of
     tests/test_viz_labels.py on its own coordinates; masks name their accepted rows."""
-    pytest.importorskip("dynatree_viz")
     from helpers.viz import assert_labels_clear
 
     from dynatree_viz.views.animation import frame_figures

@@ -425,3 +425,32 @@ def test_bad_input():
     bad[0] = IterationRecord(**{**vars(bad[0]), "accepted_path": [len(bad[0].tree) + 3]})
     with pytest.raises(ValueError, match="accepted_path"):
         oracle_iterations(bad)
+
+
+def test_an_accepted_lookup_tail_token_is_a_candidate_of_the_reach():
+    # iteration 0: root 5 -> 7 (drafted, rank 0) -> 6 (a lookup-tail node: not in the draft's top-k)
+    # accepted, bonus 8; iteration 1: root 8 -> 9, bonus 4. S = [5, 7, 6, 8, 9, 4], P = [0, 3].
+    t0 = DraftTree.with_root(5)
+    t0.topk_tokens[0], t0.topk_logps[0] = [7, 1], [-0.1, -2.5]
+    t0._append(7, 0, 1, -0.1, -0.1)
+    t0.topk_tokens[1], t0.topk_logps[1] = [2, 3], [-0.3, -1.5]  # the draft after 7: 6 is not there
+    t0._append(6, 1, 2, -0.1, -0.2)
+    t0.stop_reasons[2] = "lookup_tail"
+    t1 = DraftTree.with_root(8)
+    t1.topk_tokens[0], t1.topk_logps[0] = [9, 2], [-0.2, -2.0]
+    t1._append(9, 0, 1, -0.2, -0.2)
+    r0 = IterationRecord(index=0, prefix_len=4, tree=t0, target_argmax=[7, 6, 8], accepted_path=[1, 2],
+                         committed=[7, 6, 8], bonus=8)
+    r1 = IterationRecord(index=1, prefix_len=7, tree=t1, target_argmax=[9, 4], accepted_path=[1],
+                         committed=[9, 4], bonus=4)
+    rows = oracle_iterations([r0, r1])
+    # the run's own counts, tail included: ℓ = 2 (one of them the tail's) on 2 nodes
+    assert [(r.accepted, r.nodes, r.tail_accepted, r.tail_nodes) for r in rows] == [(2, 2, 1, 1), (1, 1, 0, 0)]
+    # 7 (draft), 6 (the tail's proposal), then D_2 (after 6) unknown: a lower bound at 2
+    assert (rows[0].reach, rows[0].truncated) == (2, True)
+    assert all(r.accepted <= r.best(r.nodes) for r in rows)
+    summary = summarize_oracle(rows)
+    assert summary.mean_accepted == 1.5 and summary.mean_tail_accepted == 0.5
+    # without the tail's proposal as a candidate the walk would stop after 7: the run would beat it
+    t0.stop_reasons[2] = None
+    assert oracle_iterations([r0, r1])[0].reach == 1

@@ -27,7 +27,7 @@ from dynatree_core.records.trace import Trace
 from dynatree_core.runtime.sampling import DraftCandidates, NoiseStream, TargetSampler, inverse_cdf, probs, warp
 
 from helpers import cached_pair
-from helpers.exactness import ARCHS, ATTNS, EDGE_CONFIGS, method_configs, prompts
+from helpers.exactness import ARCHS, ATTNS, DIFFERING_NOISE, EDGE_CONFIGS, method_configs, prompts
 from helpers.features import feature_pair
 
 TEMPERATURES = (0.3, 0.7, 1.0, 1.5)
@@ -74,21 +74,44 @@ def test_the_noise_is_a_counter_based_gumbel_stream_the_device_reproduces():
     assert np.array_equal(dev.row(105, 300).numpy(), dev.row(105).numpy()[:300])  # a token's noise, any width
     np.testing.assert_allclose(dev.row(105, 20100).numpy()[:20000], dev.row(105).numpy(), rtol=1e-13, atol=1e-13)
     assert not np.array_equal(gumbel_noise(8, 105, 20000), g) and not np.array_equal(gumbel_noise(7, 106, 20000), g)
-    # Gumbel: exp(-exp(-g)) is uniform; the empirical CDF stays within a Kolmogorov-Smirnov band (alpha 1e-3)
-    u = np.sort(np.exp(-np.exp(-g)))
-    assert np.max(np.abs(u - np.arange(1, u.size + 1) / u.size)) < 1.95 / np.sqrt(u.size)
+    assert gumbel_in_ks_band(g)
     # and seeds far apart (the high half of a 63-bit seed counts too)
     assert not np.array_equal(gumbel_noise(7 + 2 ** 40, 105, 100), g[:100])
 
 
+def gumbel_in_ks_band(g: np.ndarray) -> bool:
+    """Gumbel: exp(-exp(-g)) is uniform; whether its empirical CDF stays within a Kolmogorov-Smirnov
+    band (alpha 1e-3)."""
+    u = np.sort(np.exp(-np.exp(-g)))
+    return bool(np.max(np.abs(u - np.arange(1, u.size + 1) / u.size)) < 1.95 / np.sqrt(u.size))
+
+
+def test_noise_that_is_not_gumbel_falls_outside_the_band():
+    """The band has power: exponential noise (-log u of the same uniforms) and Gumbel noise of a
+    tenth too small a scale both leave it."""
+    g = gumbel_noise(7, 105, 20000)
+    u = np.exp(-np.exp(-g))  # the stream's uniforms
+    assert not gumbel_in_ks_band(-np.log(u)) and not gumbel_in_ks_band(0.9 * g)
+
+
+#: the logits of the Gumbel-max draw's test, and the 1 - 1e-4 quantile of chi-square with 4 degrees of freedom
+GUMBEL_LOGITS, CHI2_4 = np.array([2.0, 1.0, 0.5, 0.0, -1.0]), 23.5
+
+
+def gumbel_max_chi2(tokens: list[int] | np.ndarray) -> float:
+    """Pearson's statistic of 20,000 drawn ``tokens`` against p (T = 1)."""
+    p = warp_probs(GUMBEL_LOGITS, SamplingConfig(temperature=1.0))
+    draws = np.bincount(tokens, minlength=5)
+    return float(((draws - 20000 * p) ** 2 / (20000 * p)).sum())
+
+
 def test_gumbel_max_draws_from_p():
-    """argmax(log p + g) over many positions has the frequencies of p (chi-square, alpha 1e-4)."""
-    logits = np.array([2.0, 1.0, 0.5, 0.0, -1.0])
+    """argmax(log p + g) over many positions has the frequencies of p (chi-square, alpha 1e-4); the
+    same test rejects the draw with the noise at half its scale (the draw of p at temperature 1/2)."""
     cfg = SamplingConfig(temperature=1.0, seed=3)
-    p = warp_probs(logits, cfg)
-    draws = np.bincount([gumbel_max(logits, cfg, t) for t in range(20000)], minlength=5)
-    chi2 = float(((draws - 20000 * p) ** 2 / (20000 * p)).sum())
-    assert chi2 < 23.5  # the 1 - 1e-4 quantile of chi-square with 4 degrees of freedom
+    assert gumbel_max_chi2([gumbel_max(GUMBEL_LOGITS, cfg, t) for t in range(20000)]) < CHI2_4
+    g = gumbel_noise(3, np.arange(20000)[:, None], 5)  # the same positions' noise, at once
+    assert gumbel_max_chi2(np.argmax(GUMBEL_LOGITS + 0.5 * g, -1)) > 5 * CHI2_4
 
 
 # --- rejection sampling on the device is the reference --------------------------------------------
@@ -193,6 +216,18 @@ def test_edge_configs_under_match_emit_seeded_ar_tokens(arch, method, config):
     res = generate(cached_pair(arch, "sdpa", 0.0), list(prompt), method, config, max_new_tokens=30,
                    ignore_eos=True, sampling=cfg)
     assert res.tokens == seeded_ar(arch, "sdpa", prompt, 30, cfg)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("method,config", EDGE_CONFIGS)
+def test_edge_configs_under_match_emit_seeded_ar_tokens_with_a_draft_that_differs(arch, method, config):
+    """The same with a draft that is not the target: drafted tokens are rejected as well as accepted."""
+    cfg = SamplingConfig(temperature=0.7, top_p=0.95, seed=5)
+    prompt = (5, 9, 2, 33, 7)
+    res = generate(cached_pair(arch, "sdpa", DIFFERING_NOISE[arch]), list(prompt), method, config, max_new_tokens=30,
+                   ignore_eos=True, sampling=cfg)
+    assert res.tokens == seeded_ar(arch, "sdpa", prompt, 30, cfg)
+    assert 0 < res.metrics.acceptance_rate < 1, res.metrics.acceptance_rate
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

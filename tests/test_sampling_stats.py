@@ -19,13 +19,16 @@ drafter (model + prompt lookup) with a lookup tail — each match the enumerated
 seeded runs at the same alpha. Two wrong rules aimed at the siblings fail it far above the threshold
 (over five times it) with a quarter as many runs: forgetting earlier removals from q at the third
 sibling (q_{i+1} = q with only x_i removed: the right rule while there are at most two candidates,
-so two-candidate trees can never see it) and not renormalising q after a removal.
+so two-candidate trees can never see it) and not renormalising q after a removal. And a q other than
+the one the candidates were drawn from fails it in each case that has one (issue 52): q not cut by
+top-k (DynaTree) or top-p (EAGLE-2) in verification though the draws were, EAGLE-2's pruned siblings
+skipped as if never drawn, and the mixed drafter verifying with the model draft's q instead of the
+mixture's.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 import pytest
@@ -41,18 +44,14 @@ from dynatree_core.policy.config import DynaTreeConfig, Eagle2Config, FixedTreeC
 from dynatree_core.policy.sampling import SamplingConfig, warp_probs
 from dynatree_core.runtime import sampling as device_sampling
 
+from helpers import stats
+from helpers.stats import chi2_critical
+
 V = 4
 PROMPT = [2]
 TOKENS = 3
 RUNS = 20_000
 CFG = SamplingConfig(temperature=1.0, verify="rejection")
-#: alpha of the test and its standard normal quantile (one-sided)
-ALPHA, Z = 1e-4, 3.719
-
-
-def chi2_critical(dof: int) -> float:
-    """The chi-square quantile 1 - ALPHA (Wilson-Hilferty: accurate to < 1% from a few degrees of freedom)."""
-    return dof * (1 - 2 / (9 * dof) + Z * math.sqrt(2 / (9 * dof))) ** 3
 
 
 @functools.lru_cache(maxsize=None)
@@ -84,17 +83,9 @@ def exact(target: torch.nn.Module | None = None, prompt: tuple[int, ...] = tuple
 
 def chi2(counts: dict[tuple[int, ...], int], runs: int,
          expected: dict[tuple[int, ...], float] | None = None) -> tuple[float, int]:
-    """Pearson's statistic over the sequences (those expected < 5 times pooled into one cell) and its
-    degrees of freedom; ``expected``: the exact distribution (default :func:`exact`'s)."""
-    cells, pooled_obs, pooled_exp = [], 0, 0.0
-    for seq, p in (exact() if expected is None else expected).items():
-        if runs * p >= 5:
-            cells.append((counts.get(seq, 0), runs * p))
-        else:
-            pooled_obs, pooled_exp = pooled_obs + counts.get(seq, 0), pooled_exp + runs * p
-    if pooled_exp > 0:
-        cells.append((pooled_obs, pooled_exp))
-    return sum((o - e) ** 2 / e for o, e in cells), len(cells) - 1
+    """Pearson's statistic and its degrees of freedom (:func:`helpers.stats.chi2`); ``expected``: the
+    exact distribution (default :func:`exact`'s)."""
+    return stats.chi2(counts, runs, exact() if expected is None else expected)
 
 
 def sample(method: str, config, runs: int, the_pair: ModelPair | None = None, prompt: tuple[int, ...] = tuple(PROMPT),
@@ -241,7 +232,8 @@ def wrong_rejection(variant: str):
     """TargetSampler._rejection as the device code has it (``"right"``), or with one mistake aimed at
     the siblings: ``"forget"``, q_{i+1} = norm(q with only x_i removed) (earlier removals forgotten: it
     first differs at the third candidate); ``"no_renorm"``, q_{i+1} = q_i with x_i removed, not
-    renormalised. The same draws in the same order as the device code."""
+    renormalised; ``"drop_pruned"``, only the candidates ``draft.verified`` marks are tested (the
+    others skipped, p and q left as they were). The same draws in the same order as the device code."""
 
     def _rejection(self, x, draft):
         p = torch.softmax(x, dim=-1)
@@ -256,6 +248,8 @@ def wrong_rejection(variant: str):
             cand = draft.tokens[:, i:i + 1]
             px, qx = p_i.gather(1, cand)[:, 0], q_i.gather(1, cand)[:, 0]
             live = (out < 0) & draft.fed & (qx > 0)
+            if variant == "drop_pruned":
+                live = live & draft.verified[:, i]
             ok = live & (coins[:, i] * qx < px)
             out = torch.where(ok, cand[:, 0], out)
             rank = torch.where(ok, i, rank)
@@ -294,3 +288,78 @@ def test_wrong_sibling_rules_fail_the_same_test(variant, monkeypatch):
     stat, dof = tree_chi2(TREE_CASES[0], RUNS6 // 4)
     print(f"{variant}: chi2 {stat:.1f}, {dof} dof, threshold {chi2_critical(dof):.1f}")
     assert stat > 5 * chi2_critical(dof), f"{variant} went unnoticed: chi2 {stat:.1f}, {dof} dof"
+
+
+# --- wrong q: cut differently from the draws, EAGLE-2's pruned siblings, the mixture's (issue 52) ---------
+def q_uncut(monkeypatch) -> None:
+    """The draft samples its candidates from q cut by top-k / top-p, but verification reads q with the
+    temperature alone (the rows kept for it are not cut): q_i(x) is too small at the drawn tokens."""
+    real_log_q, real_keep = device_sampling.DraftSampler.log_q, device_sampling.DraftSampler._keep_rows
+
+    def log_q(self, scores):
+        self.uncut = torch.softmax(scores.float() / self.cfg.temperature, dim=-1)
+        return real_log_q(self, scores)
+
+    def keep_rows(self, ids, q):
+        assert self.uncut.shape == q.shape  # the model draft's rows, over the whole vocabulary
+        real_keep(self, ids, self.uncut)
+
+    monkeypatch.setattr(device_sampling.DraftSampler, "log_q", log_q)
+    monkeypatch.setattr(device_sampling.DraftSampler, "_keep_rows", keep_rows)
+
+
+def pruned_siblings_dropped(monkeypatch) -> None:
+    """Rejection sampling over each node's verified children only: the candidates EAGLE-2's rerank
+    pruned are skipped as if never drawn (a kept sibling drawn after a pruned one is then tested as
+    a first draw from q, which it is not)."""
+    from dynatree_core.engine import loop
+
+    real = loop.draft_candidates
+
+    def with_verified(tree, sampler):
+        cand = real(tree, sampler)
+        n = cand.tokens.shape[0]
+        child = tree.parents[:n][None, :] == torch.arange(n, device=tree.device)[:, None]  # [u, c]: c under u
+        cand.verified = ((cand.tokens[:, :, None] == tree.tokens[:n][None, None, :]) & child[:, None, :]).any(-1)
+        return cand
+
+    monkeypatch.setattr(loop, "draft_candidates", with_verified)
+    monkeypatch.setattr(device_sampling.TargetSampler, "_rejection", wrong_rejection("drop_pruned"))
+
+
+def mixture_reports_model_q(monkeypatch) -> None:
+    """The mixed drafter draws its candidates from q = lambda r + (1 - lambda) q_D but keeps the model
+    draft's q_D for verification (MixDrafter._sampled_mix with that one mistake)."""
+    from dynatree_core.drafters import mix
+
+    def _sampled_mix(self, tree, ids, level):
+        s = self.ctx.sampler
+        scores, vocab_ids = self.base.level_scores(tree, ids, level)
+        m = self.lookup.matches(tree, ids, level)
+        q_d = device_sampling.dense(s.log_q(scores).exp(), vocab_ids, s.vocab_size, 0.0)
+        r = device_sampling.dense(s.log_q(m.log_shares()).exp(), m.tokens, s.vocab_size, 0.0)
+        lam = self.mix.weights(m)[:, None]
+        proposal = self._sampled(tree, ids, level, torch.log(lam * r + (1 - lam) * q_d), warped=True)
+        s._keep_rows(ids, q_d)  # the mistake: the candidates came from the mixture
+        return proposal
+
+    monkeypatch.setattr(mix.MixDrafter, "_sampled_mix", _sampled_mix)
+
+
+#: (the case it is aimed at, the mistake, runs: at most a quarter of those the right rule passes with,
+#: fewer where the mistake is gross; each fails at about twice the threshold or more)
+WRONG_Q = [(TREE_CASES[1], q_uncut, RUNS6 // 4), (TREE_CASES[2], q_uncut, 300),
+           (TREE_CASES[2], pruned_siblings_dropped, 1_000), (TREE_CASES[4], mixture_reports_model_q, 300)]
+
+
+@pytest.mark.parametrize("case,mistake,runs", WRONG_Q, ids=[f"{m.__name__}-{c[0]}" for c, m, _ in WRONG_Q])
+def test_a_wrong_q_fails_the_same_test(case, mistake, runs, monkeypatch):
+    """A q that is not the one the candidates were drawn from, in each tree case that has such a q:
+    cut by top-k / top-p (DynaTree under top-k, EAGLE-2 under top-p), EAGLE-2's pruned siblings
+    forgotten, the mixed drafter's model-only q. The statistic exceeds the threshold (the mask of
+    pruned siblings is thereby shown to mark some candidates and not all: tested all or none, the
+    rule would be exact)."""
+    mistake(monkeypatch)
+    stat, dof = tree_chi2(case, runs)
+    print(f"{mistake.__name__} {case[0]}: chi2 {stat:.1f}, {dof} dof, threshold {chi2_critical(dof):.1f}")
+    assert stat > chi2_critical(dof), f"{mistake.__name__} went unnoticed in {case[0]}: chi2 {stat:.1f}, {dof} dof"

@@ -23,10 +23,11 @@ def test_a_left_padded_batch_writes_what_each_prompt_alone_writes(model):
         assert g == _decode_equal_length(model, [p], 12, set(), False, 1.0, 1.0)[0], p
 
 
-def test_the_loop_writer_equals_the_generate_writer(model):
-    loop = _continue(model, 0, PROMPTS, 10, {1}, False, 1.0, 1.0, writer="loop")
+def test_the_loop_writers_equal_the_generate_writer(model):
     gen = _continue(model, 0, PROMPTS, 10, {1}, False, 1.0, 1.0, writer="generate")
-    assert loop == gen and all(r[:c] == p for (r, c), p in zip(loop, PROMPTS))
+    for writer in ("dynamic", "static"):
+        loop = _continue(model, 0, PROMPTS, 10, {1}, False, 1.0, 1.0, writer=writer)
+        assert loop == gen and all(r[:c] == p for (r, c), p in zip(loop, PROMPTS)), writer
 
 
 def test_equal_lengths_still_take_the_unmasked_path(model):

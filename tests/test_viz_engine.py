@@ -1,16 +1,15 @@
-"""dynatree_viz on real engine output (tiny random models; skipped without torch)."""
+"""dynatree_viz on real engine output (tiny random models)."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-
-import dynatree_viz as dv  # noqa: E402
-from dynatree_core import generate  # noqa: E402
-from dynatree_core.policy.config import DynaTreeConfig  # noqa: E402
-from dynatree_core.pairs.tiny import tiny_pair  # noqa: E402
-from dynatree_viz.views.tree import NODES, trace_index  # noqa: E402
+import dynatree_viz as dv
+from dynatree_core import generate
+from dynatree_core.policy.config import DynaTreeConfig
+from dynatree_core.pairs.tiny import tiny_pair
+from dynatree_viz.views.tree import NODES, trace_index
 
 
 @pytest.fixture(scope="module")

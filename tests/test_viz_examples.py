@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 from dynatree_core.policy.config import DynaTreeConfig
+import math
+
+import pytest
+
+from dynatree_viz.examples.branching import TIE_MARGIN, branching_example, off_top1
 from dynatree_viz.examples.knobs import knob_example, knob_sweeps, replayed, state_tokens
 
 from helpers.viz import record, tiny_trace
@@ -44,3 +49,24 @@ def test_state_tokens_end_at_the_iterations_root():
     ids = state_tokens(trace, rec)
     assert len(ids) == rec.prefix_len + 1
     assert ids[:len(trace.prompt_tokens)] == trace.prompt_tokens
+
+
+def test_a_second_choice_counts_only_when_clearly_less_probable_than_the_first():
+    rec = record(target={(1,): 3, (1, 3): 4})  # " dog" (q 0.30 vs 0.55), then " sat" (0.33 vs 0.35)
+    dog, sat = rec.accepted_path
+    assert [o.node for o in off_top1(rec, margin=0.0)] == [dog, sat]
+    (clear,) = off_top1(rec)  # 0.35 - 0.33 < TIE_MARGIN: " sat" is a near tie, not a choice
+    assert clear.node == dog and clear.rank == 2 and clear.top1_q - clear.q >= TIE_MARGIN
+    with pytest.raises(ValueError, match="margin"):
+        off_top1(rec, margin=1.5)
+
+
+def test_the_branching_chooser_never_picks_a_tie():
+    tie = record(index=0, target={(1,): 3})
+    tie.tree.topk_logps[0] = [math.log(0.4), math.log(0.4), math.log(0.1)]  # " cat" and " dog" tie
+    tie.tree.logps[tie.accepted_path[0]] = math.log(0.4)
+    clear = record(index=1, target={(1,): 3})  # " dog" 0.30 against " cat" 0.55
+    assert off_top1(tie, margin=0.0) and not off_top1(tie)
+    assert branching_example([tie, clear], min_nodes=1) is clear
+    assert branching_example([tie], min_nodes=1) is None
+    assert branching_example([tie], min_nodes=1, margin=0.0) is tie  # what it picked before

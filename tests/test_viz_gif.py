@@ -7,16 +7,14 @@ from __future__ import annotations
 import io
 
 import pytest
+from PIL import Image
 
-PIL = pytest.importorskip("PIL")
-from PIL import Image  # noqa: E402
-
-import dynatree_viz as dv  # noqa: E402
-from dynatree_core.policy.config import ARConfig  # noqa: E402
-from dynatree_viz.export import gif  # noqa: E402
-from dynatree_viz.views import tree as tv  # noqa: E402
-from dynatree_viz.views.race import FINISH  # noqa: E402
-from helpers.viz import record, tiny_trace  # noqa: E402
+import dynatree_viz as dv
+from dynatree_core.policy.config import ARConfig
+from dynatree_viz.export import gif
+from dynatree_viz.views import tree as tv
+from dynatree_viz.views.race import FINISH
+from helpers.viz import record, tiny_trace
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 import dynatree_viz as dv
 from dynatree_core.policy.config import DynaTreeConfig, FixedTreeConfig, LinearConfig
 from dynatree_viz.views import tree as tv
-from dynatree_viz.views.animation import animation_strip, frame_figures
+from dynatree_viz.views.animation import animation_strip, frame_figures, strip_frames
 from dynatree_viz.core.images import image_export_available
 from dynatree_viz.views.mask import ACCEPTED_NAMES, mask_figure
 from helpers.viz import record, tiny_trace
@@ -68,9 +68,25 @@ def test_the_static_strip_of_an_animation_keeps_its_labels_clear():
     boxes = assert_labels_clear(strip)
     rec = tr.iterations[1]
     # every panel names every node it draws (as the GIF does), and none of the labels overlap
-    frames = frame_figures(dv.animate(tr, 1))
+    frames = strip_frames(dv.animate(tr, 1))
     assert len(boxes) == sum(len(next(t for t in f.data if t.name == "labels").text or []) for f in frames)
     assert len(boxes) > 2 * (len(rec.accepted_path) + 2)  # more than the path, the root and the bonus
+
+
+def test_the_static_strip_has_no_root_only_panel_and_readable_labels():
+    fig = dv.animate(tiny_trace(3), 1)
+    frames, kept = frame_figures(fig), strip_frames(fig)
+    assert frames[0].layout.meta["phase"] == "draft" and frames[0].layout.meta["level"] == 0
+    assert len(kept) == len(frames) - 1 and kept[0].layout.meta["level"] == 1
+    strip = animation_strip(fig)
+    assert "draft d=1…" in strip.layout.title.text
+    titles = [a.text for a in strip.layout.annotations if a.text.startswith("<b>")]
+    assert len(titles) == len(kept) and titles[0].startswith("<b>1. draft d=1</b>")
+    labels = [t for t in strip.data if t.name == "labels"]
+    assert labels and all(t.textfont.size >= 12 for t in labels)  # ~10 px in a notebook at 0.8
+    (bar,) = [t for t in strip.data if t.marker.colorbar.title.text]
+    cb = bar.marker.colorbar  # 40 % of the strip's height: not the tree view's pixel length
+    assert cb.lenmode == "fraction" and cb.len * strip.layout.height >= 200
 
 
 # --- the mask view: its axis labels on long trees -----------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 
 from dynatree_viz import compare_figure, mask_figure
 from dynatree_viz.synthetic import synthetic_results, synthetic_trace
-from dynatree_viz.views.compare import load_results
+from dynatree_viz.views.compare import AR_LINE_NAME, X_TITLES, load_results
 from dynatree_viz import text_html, timeline_figure
 from dynatree_viz.views.mask import ATTENDS, ATTENDS_ACCEPTED, MASKED, PREFIX
 from dynatree_viz.core import style
@@ -38,6 +39,14 @@ def test_mask_heatmap_matches_the_attention_mask():
     assert "'␣cat'" in fig.data[0].hovertext[1][2] and "attends" in fig.data[0].hovertext[1][2]
 
 
+def test_mask_names_a_whole_word_token_in_full():
+    rec = record()
+    rec.token_texts = [" the", " photosynthesis", " conversion"] + list(rec.token_texts[3:])
+    ticks = [re.sub("</?b>", "", t) for t in mask_figure(rec).layout.yaxis.ticktext]
+    assert "1 photosynthe…" in ticks  # 14 letters: still cut at 12, and marked so
+    assert "2 conversion" in ticks  # what the stepper cut to "2 convers…"
+
+
 def test_mask_highlight_row_is_framed():
     rec = record()
     shapes = mask_figure(rec, highlight=5).layout.shapes
@@ -58,6 +67,17 @@ def test_timeline_series_come_from_the_trace():
     assert list(by_name["verify time"].y) == pytest.approx([1000 * r.timings["verify"] for r in tr])
     band = [s for s in fig.layout.shapes if s.name == "current iteration"]
     assert len(band) == 1 and band[0].x0 == 1.5
+
+
+def test_timeline_depth_ticks_stay_apart_on_deep_trees():
+    from dynatree_viz.views.timeline import MAX_DEPTH_TICKS, depth_dtick
+
+    for depth in (1, 3, 4, 8, 12, 30):
+        assert depth // depth_dtick(depth) + 1 <= MAX_DEPTH_TICKS
+    assert depth_dtick(3) == 1  # a shallow tree keeps one tick per level
+    tr = synthetic_trace(8)
+    axis = timeline_figure(tr).layout.yaxis3  # the tree panel's depth axis (secondary)
+    assert axis.title.text == "depth" and axis.dtick == depth_dtick(max(r.tree.depth for r in tr))
 
 
 def test_text_view_colours_tokens_by_iteration_and_kind():
@@ -92,8 +112,13 @@ def test_compare_bars_and_sweep_lines():
     dyn_speed = next(t for t in bars if t.name == "dynatree" and "speedup" in t.hovertemplate)
     assert list(dyn_speed.y) == pytest.approx([1.94, 1.94])
     sweep = compare_figure(synthetic_results("sweep"), x="d0", metrics=["speedup"])
-    assert all(t.type == "scatter" for t in sweep.data) and len(sweep.data) == 2
+    assert all(t.type == "scatter" for t in sweep.data) and len(sweep.data) == 2 + 1  # + the AR baseline
     assert list(sweep.data[0].x) == [2, 3, 4, 5, 6, 7]
+    # the AR baseline is named in the legend, not written over the bars; the x axis in words
+    assert sweep.data[-1].name == AR_LINE_NAME and not sweep.layout.annotations[1:]
+    assert not [a for a in fig.layout.annotations if "AR =" in a.text or "1.0" in a.text]
+    assert sweep.layout.xaxis.title.text == X_TITLES["d0"] == "base depth D0"
+    assert compare_figure(synthetic_results("sweep"), x="d0", metrics=["tokens_per_s"]).data[-1].name != AR_LINE_NAME
 
 
 def test_compare_reads_result_files_averages_repeats_and_skips_warmup(tmp_path):
@@ -149,8 +174,12 @@ def test_text_view_names_pruned_alternatives_with_a_tokenizer():
     plain = text_html(tr)
     assert "⟨5⟩" in plain  # " ran" was pruned: the trace has no text for it
     named = text_html(tr, tokenizer=FakeTokenizer())
-    assert "⟨" not in named and "&#x27;␣ran&#x27; pruned by tau" in named
-    assert "&#x27;␣fast&#x27; pruned by tau (q=0.32) ← the target&#x27;s choice" in named
+    assert "⟨" not in named and "&#x27;␣ran&#x27; pruned by τ" in named
+    fast = next(p for p in rec.tree.pruned if p.token == 10)
+    p_u = math.exp(fast.cum_logp)
+    assert p_u < 0.2 <= math.exp(fast.logp)  # τ compares p(u) (pruned), not q (which passes)
+    assert (f"&#x27;␣fast&#x27; pruned by τ (p(u)={p_u:.4f}, draft q=0.32) ← the target&#x27;s "
+            "choice") in named
 
 
 def test_mask_colours_tell_accepted_rows_apart_by_lightness():
@@ -174,7 +203,8 @@ def test_method_colours_are_fixed_whatever_else_is_in_the_figure():
     sweep = compare_figure(synthetic_results("sweep"), x="d0")
     for fig in (everything, only_two, sweep):
         for t in fig.data:
-            assert _colour(t) == style.METHOD_COLORS[t.name], (t.name, _colour(t))
+            if t.name != AR_LINE_NAME:
+                assert _colour(t) == style.METHOD_COLORS[t.name], (t.name, _colour(t))
     for group in style.COLOR_GROUPS:  # labels drawn together never share a colour
         assert len({style.METHOD_COLORS[lab] for lab in group}) == len(group), group
     assert set(style.METHOD_COLORS) == {lab for g in style.COLOR_GROUPS for lab in g}

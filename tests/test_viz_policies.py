@@ -21,7 +21,7 @@ from dynatree_viz import calibration_figure, cost_figure, oracle_gap_figure, pol
 from dynatree_viz.synthetic import synthetic_trace
 from dynatree_viz.views.policies import policy_rows
 from dynatree_viz.core import style
-from dynatree_viz.views.policies import method_styles, trace_label, tree_sizes
+from dynatree_viz.views.policies import CURVE_COLOR, DODGE, mean_verify_size, method_styles, trace_label, tree_sizes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,15 +79,19 @@ def test_cost_sizes_land_on_the_curve_sized_by_frequency():
     means = {t.legendgroup: t for t in fig.data if t.mode == "lines" and t.legendgroup}
     assert set(marks) == set(means) == set(sizes)
     dt = marks["dynatree"]
-    assert list(dt.x) == [2, 4, 6]  # n = drafted nodes + 1 (the root)
+    assert [round(x) for x in dt.x] == [2, 4, 6]  # n = drafted nodes + 1 (the root)
+    # n = 4 (dynatree, linear) and n = 6 (dynatree, eagle2) are shared: side by side, not stacked;
+    # n = 2 is dynatree's alone and stays on it
+    assert dt.x[0] == 2 and dt.x[1] < 4 < marks["linear"].x[0] and dt.x[2] < 6 < marks["eagle2"].x[0]
+    assert marks["linear"].x[0] - dt.x[1] == pytest.approx(DODGE)
     for t in marks.values():
-        assert list(t.y) == pytest.approx([1e3 * cost.verify(n) for n in t.x])
+        assert list(t.y) == pytest.approx([1e3 * cost.verify(round(n)) for n in t.x])
     assert dt.marker.size[1] == max(dt.marker.size) > dt.marker.size[0]  # n = 4, chosen 3 times
     assert "chosen 3 of 5 iterations (60%)" in dt.hovertext[1]
     assert list(means["dynatree"].x) == pytest.approx([3 + 1, 3 + 1])  # mean(3,3,3,5,1) + 1
-    assert "n̄ = 4.0" in dt.name
+    assert "n̄ = 4.0" in dt.name and mean_verify_size(sizes["dynatree"]) == pytest.approx(4.0)
     # n = 21 is past the 8-token curve: left out and counted
-    assert list(marks["eagle2"].x) == [6] and "1 past the curve" in marks["eagle2"].name
+    assert [round(x) for x in marks["eagle2"].x] == [6] and "1 past the curve" in marks["eagle2"].name
     assert "past the measured curve" in means["eagle2"].hovertemplate
     assert marks["linear"].marker.color != marks["eagle2"].marker.color
 
@@ -200,6 +204,24 @@ def test_oracle_gap_bars_curve_and_points():
     assert [list(t.y) for t in dicts.data] == [list(t.y) for t in fig.data]
     one = oracle_gap_figure({"dynatree": sums["dynatree"]})
     assert [t.name for t in one.data if t.name.startswith("oracle best")] == ["oracle best(i), top-4"]
+
+
+def test_each_methods_oracle_curve_has_its_colour_and_a_dash_of_its_own():
+    """Six runs, six curves: each in its method's colour (the point's) with its own dash, so that
+    none is told apart by dash alone; a curve two methods share stays grey."""
+    labels = ["linear", "dynatree:paper", "dynatree:cpu", "dynatree:cost", "eagle2", "sequoia"]
+    sums = {lab: summary(3, 1.0, [0.0, 0.8 + 0.01 * k, 1.4, 1.8, 2.0]) for k, lab in enumerate(labels)}
+    fig = oracle_gap_figure(sums)
+    curves = [t for t in fig.data if t.name.startswith("oracle best")]
+    points = {t.name: t for t in fig.data if t.name in sums}
+    assert [c.name.split(": ")[1] for c in curves] == labels
+    assert [c.line.color for c in curves] == [points[lab].marker.color for lab in labels]
+    assert len({c.line.color for c in curves}) == len({c.line.dash for c in curves}) == 6
+    run = [0.0, 0.9, 1.5, 1.9, 2.2]
+    shared = oracle_gap_figure({"a": summary(3, 1.0, run), "b": summary(2, 0.8, run),
+                                "c": summary(3, 1.0, [0.0, 1.0, 1.6, 2.0, 2.3])})
+    grey = next(t for t in shared.data if t.name.startswith("oracle best") and "a, b" in t.name)
+    assert grey.line.color == CURVE_COLOR
 
 
 def test_figures_from_a_measured_trace():

@@ -118,6 +118,23 @@ def test_every_frame_shows_each_lane_up_to_its_x():
     assert "play" in menu.buttons[0].label and menu.buttons[0].method == "animate"
 
 
+def test_finish_star_stands_clear_of_the_count_and_the_text():
+    fig = dv.race({"AR": _ar_of(tiny_trace(3)), "DynaTree": tiny_trace(3)})
+    y_top = fig.layout.yaxis.range[1]
+    star_px = 18  # the star marker's size
+    lane_px = (fig.layout.yaxis.domain[1] - fig.layout.yaxis.domain[0]) * (
+        fig.layout.height - fig.layout.margin.t - fig.layout.margin.b)
+    for label in ("AR", "DynaTree"):
+        star = _lane(fig.frames[-1], label, FINISH)
+        assert star.text[0].startswith("finish: ")
+        assert _lane(fig.frames[-1], label, HEAD).text[0] == ""  # no second count on the star
+        assert _lane(fig.frames[0], label, HEAD).text[0] == "0"  # ... while it runs, the count
+        text = _lane(fig.frames[-1], label, TEXT)
+        # the text hangs below its point: one 11 px line, clear of the star's top half
+        gap_px = (text.y[0] - star.y[0]) / y_top * lane_px
+        assert gap_px >= 11 * 1.3 + star_px / 2 + 11, (label, gap_px)
+
+
 def test_lane_colours_are_the_method_colours():
     ar, dt = _demo_pair(10)
     fig = dv.race([ar, dt])

@@ -120,12 +120,12 @@ def test_the_rejection_example_is_decided_by_the_rule_not_by_luck_and_draws_its_
     trace = sampled("rejection")
     counts = rejection_counts(trace)
     assert counts.nodes == counts.first + counts.sibling + counts.residual > 0
-    panel = rejection_example(trace, margin=0.0)
-    if panel is not None:  # accepted by a coin below a threshold < 1
-        t = first_threshold(panel)
-        assert panel.accepted_rank == 0 and t < 1 and panel.coins[0] <= t
-        fig = dv.sampling_view(trace, panel.iteration, panel.node)
-        assert THRESHOLD_MARKS in {tr.name for tr in fig.data}
+    panel = rejection_example(trace, margin=0.1)  # this run has one: a first candidate accepted by its coin
+    assert panel is not None, "no node accepted by a coin below a threshold < 1 in this run"
+    t = first_threshold(panel)
+    assert panel.accepted_rank == 0 and t < 1 and panel.coins[0] <= t - 0.1
+    fig = dv.sampling_view(trace, panel.iteration, panel.node)
+    assert THRESHOLD_MARKS in {tr.name for tr in fig.data}
     assert rejection_example(trace, margin=2.0) is None  # no coin lies 2 below a threshold <= 1
 
 

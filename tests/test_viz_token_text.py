@@ -54,3 +54,25 @@ def test_punctuation_labels_are_bracketed_and_spaces_visible():
     assert style.short_label(",") == "‹,›" and style.short_label('."') == '‹."›'
     assert style.short_label(" cat") == "cat" and style.short_label(" ") == "␣"
     assert style.short_label("\n") == "↵"
+
+
+def _bonus_label(fig) -> str:
+    (bonus,) = [t for t in fig.data if t.name == dv.views.tree.BONUS]
+    return bonus.text[0]
+
+
+def test_the_bonus_token_is_labelled_as_text():
+    """The bonus is no tree node: its text comes from the committed texts or the tokenizer, never
+    from the nodes' texts (a record built by hand with node texts only showed it as ⟨id⟩)."""
+    rec = record()
+    word = VOCAB[rec.bonus]
+    assert _bonus_label(dv.tree_figure(rec)) == style.short_label(word)  # from committed_texts
+    nodes_only = record()
+    nodes_only.committed_texts = []  # as 02's hand-built 5-node record had it
+    assert "⟨" in _bonus_label(dv.tree_figure(nodes_only))  # the fallback the notebook must avoid
+    for fig in (dv.tree_figure(nodes_only, tokenizer=FakeTokenizer()),
+                dv.views.animation.static_figure(dv.animate(nodes_only, tokenizer=FakeTokenizer()))):
+        assert "⟨" not in figure_text(fig) and style.short_label(word) in figure_text(fig)
+    fig = dv.tree_figure(nodes_only, tokenizer=FakeTokenizer())
+    assert _bonus_label(fig) == style.short_label(word)
+    assert f"bonus '{style.hover_escape(word)}'" in fig.layout.title.text

@@ -99,6 +99,30 @@ def test_stop_reasons_set_marker_symbols_and_legend():
     assert not any(n.count("expanded") > 1 or "((" in n for n in names)  # the reason said once
 
 
+def _says_reason_once(line: str, reason: str) -> bool:
+    """The reason's description once, never wrapped in the reason again ("expanded (expanded (...))")."""
+    desc = style.STOP_DESCRIPTIONS.get(reason, reason)
+    return line.count(desc) == 1 and f"{reason} ({reason}" not in line
+
+
+def test_hover_text_says_each_stop_reason_once():
+    rec = record()
+    fig = tree_figure(rec)
+    hover = _nodes(fig).hovertext
+    for i, reason in enumerate(rec.tree.stop_reasons):
+        lines = [ln for ln in hover[i].split("<br>") if ln.startswith(tv.STOP_PREFIX)]
+        assert len(lines) == 1 and _says_reason_once(lines[0], reason), hover[i]
+    assert f"{tv.STOP_PREFIX}expanded (has children)" in hover[0]
+    legend = {t.name for t in fig.data if t.name and t.name.startswith(tv.STOP_PREFIX)}
+    hover_lines = {ln for h in hover for ln in h.split("<br>") if ln.startswith(tv.STOP_PREFIX)}
+    assert hover_lines == legend  # the node says what its legend entry says
+
+
+@pytest.mark.parametrize("reason", sorted(style.STOP_DESCRIPTIONS))
+def test_every_stop_reason_is_worded_with_the_reason_once(reason):
+    assert _says_reason_once(style.stop_label(reason), reason)
+
+
 def test_colour_by_confidence_or_cum_prob_and_switch_buttons():
     rec = record()
     by_c = _nodes(tree_figure(rec, color_by="confidence")).marker.color
@@ -119,7 +143,8 @@ def test_pruned_candidates_appear_as_ghost_nodes_only_on_request():
     assert PRUNED not in {t.name for t in tree_figure(rec).data}
     ghosts = tree_figure(rec, show_pruned=True).data
     ghost = next(t for t in ghosts if t.name == PRUNED)
-    assert len(ghost.x) == 1 and "pruned by tau" in ghost.hovertext[0]
+    assert len(ghost.x) == 1 and "pruned by τ (p(u) < τ)" in ghost.hovertext[0]
+    assert "p(u) = " in ghost.hovertext[0]  # the value τ is compared with
     assert ghost.y[0] == rec.tree.depths[rec.tree.pruned[0].parent] + 1
 
 

@@ -91,6 +91,14 @@ def test_target_token_outside_the_top_k_and_an_unexpanded_decision_point():
     assert "depth_gate" in last.explanation
 
 
+def test_a_decision_point_the_draft_never_ran_at_is_said_in_words_without_an_empty_chart():
+    fig = dv.why(record())  # the walk ended at " on", which the depth gate stopped
+    assert len(fig.data) == 0 and not fig.layout.xaxis.visible and not fig.layout.yaxis.visible
+    words = fig.layout.title.text + " " + fig.layout.annotations[0].text
+    assert "never ran at #7" in words.replace("<br>", " ") and "top-0" not in words
+    assert "B(u) = 0" not in words and "depth_gate" in words
+
+
 def test_why_validates_its_arguments_and_uses_the_tokenizer():
     tr = _trace(record())
     with pytest.raises(ValueError, match="root"):
@@ -104,3 +112,17 @@ def test_why_validates_its_arguments_and_uses_the_tokenizer():
     assert "⟨9⟩" in [c.text for c in plain.candidates]
     named = dv.views.why.why_data(tr, 0, at=3, tokenizer=FakeTokenizer())
     assert "\n" in [c.text for c in named.candidates]
+
+
+def test_a_linear_chain_says_its_breadth_is_one_by_construction_not_from_c_u():
+    rec = record(growth=rule(b_min=1, b_mid=1, b_max=1), target={(1,): 3})  # wants " dog", rank 2
+    chain = dv.why(rec, method="linear")
+    words = (chain.layout.title.text + " " + chain.layout.annotations[-1].text).replace("<br>", " ")
+    assert "beyond_breadth" == dv.views.why.why_data(rec, method="linear").target_fate
+    assert "B = 1 by construction" in words and "a chain, by construction" in words
+    assert "c(u)" not in words
+    dyn = dv.why(rec)  # a DynaTree tree (or an unknown method): c(u) decided its breadth
+    assert "c(u) decided B(u)" in dyn.layout.annotations[-1].text.replace("<br>", " ")
+    tr = _trace(rec)
+    tr.method = "linear"  # a trace says its own method
+    assert "c(u)" not in dv.why(tr, 0).layout.title.text

@@ -156,7 +156,7 @@ def test_widgets_show_one_colour_switch():
 def test_stepper_explains_the_end_of_the_walk_and_a_clicked_node():
     st = dv.show(tiny_trace(2), tokenizer=FakeTokenizer())
     assert st.why_fig.layout.title.text.startswith("Iteration 0: why?")
-    assert "after #7 '␣on'" in st.why_fig.layout.title.text  # where the accepted path ended
+    assert "never ran at #7 '␣on'" in st.why_fig.layout.title.text  # where the accepted path ended
     st.select_node(2)  # " dog": explained at its parent, the root
     assert "after #0 '␣the'" in st.why_fig.layout.title.text
     st.select_node(0)
@@ -263,3 +263,54 @@ def test_every_view_names_the_drafter_of_a_trace(tmp_path):
     # a trace without the field (older files, AR) shows no drafter rather than failing
     t.drafter = None
     assert "drafter" not in dv.show(t).info.value
+
+
+def _px(width: str) -> float:
+    assert width.endswith("px"), width
+    return float(width[:-2])
+
+
+def test_sampling_row_says_no_top_k_for_top_k_zero():
+    from dynatree_core.policy.sampling import SamplingConfig
+    from dynatree_viz.widgets.sampling import sampling_summary
+
+    off = sampling_summary(SamplingConfig(temperature=0.7, seed=0))
+    assert "no top-k" in off and "top-k 0" not in off
+    assert "top-k 5" in sampling_summary(SamplingConfig(temperature=0.7, top_k=5, seed=0))
+
+
+def test_widget_labels_have_room_for_their_text():
+    """13 px widget font: "temperature" needs its label box wider than the default 80 px cut it
+    at, and "colour: p(token)" a button wider than the 110 px it wrapped in."""
+    from dynatree_viz.core.labels import text_width
+    from dynatree_viz.widgets.sampling import SamplingControls
+
+    for name, w in SamplingControls().widgets.items():
+        assert _px(w.style.description_width) >= text_width(w.description, 13) + 8, name
+    for toggle in (dv.show(tiny_trace(2)).color_toggle, dv.explore(tiny_trace(2)).color_toggle):
+        room = _px(toggle.style.button_width) - 2 * 12  # the button's side padding
+        assert all(text_width(label, 13) <= room for label, _ in toggle.options), toggle.options
+
+
+def test_stepper_can_open_with_a_node_selected():
+    tr = tiny_trace(2)
+    st = dv.show(tr, tokenizer=FakeTokenizer(), node=2)  # " dog": the draft ran at its parent
+    assert st.selected == 2 and "after #0 '␣the'" in st.why_fig.layout.title.text
+    assert len(st.why_fig.data) > 0 and "why node #2" in st.static_html()
+    st.next_button.click()  # a move clears it, as a click would
+    assert st.selected is None and "why the accepted path ended there" in st.static_html()
+    with pytest.raises(ValueError, match="node must be"):
+        dv.show(tr, node=99)
+
+
+def test_explorer_snapshot_names_the_sampling_once_and_the_knobs_by_symbol():
+    from dynatree_core.policy.sampling import SamplingConfig
+
+    greedy = dv.explore(tiny_trace(2)).static_html()  # no sampling row: the settings line says it
+    assert greedy.count("greedy (temperature 0)") == 1 and "τ_h = " in greedy and "tau_h=" not in greedy
+    trace = tiny_trace(2)
+    trace.sampling = SamplingConfig(temperature=0.7, seed=1).to_dict()
+    for rec in trace.iterations:
+        rec.sampling = {"choice_prob": [0.5] * len(rec.tree)}
+    snap = dv.explore(trace).static_html()  # the status table's sampling row is the one mention
+    assert snap.count("temperature 0.7") == 1, snap.split("<img")[0]

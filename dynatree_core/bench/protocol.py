@@ -41,6 +41,16 @@ class RunPoint:
     #: what runs the forwards (:data:`~dynatree_core.runtime.fast_path.RUNTIMES`; the row records the
     #: resolved one)
     runtime: str = "auto"
+    #: record the oracle's evidence (Table 6: the gap to the best tree): the engine keeps the draft's
+    #: chain view and top-:data:`ORACLE_TOP_K` candidates (``record_top_k``), which costs work inside the
+    #: timed loop (by issue 49's count about 1 ms per iteration on the H200 of docs/gpu/2026-11-28-h200),
+    #: so a run whose tables do not read it (the device check, a sweep) passes False: it times decoding alone
+    oracle: bool = True
+
+    @property
+    def record_top_k(self) -> int | None:
+        """What the engine is asked to keep for the oracle (None: nothing beyond what decoding needs)."""
+        return ORACLE_TOP_K if self.oracle else None
 
     def sampling_fields(self) -> dict[str, Any]:
         """The row fields that say how this cell sampled (temperature 0: greedy, verify None)."""
@@ -158,12 +168,13 @@ def run_prompt(pair: Any, point: RunPoint, prompt: Prompt, history: Any, allow_l
         res = generate_hf_assisted(pair, prompt.token_ids, t, point.spec.config, ignore_eos=True)
         return res, {"hf_assisted": assistant_settings(pair.draft, point.spec.config), "runtime": "eager"}
     run = iterate(pair, prompt.token_ids, point.spec.method, point.spec.config, t, ignore_eos=True,
-                  history=history, allow_long_context=allow_long_context, record_top_k=ORACLE_TOP_K,
+                  history=history, allow_long_context=allow_long_context, record_top_k=point.record_top_k,
                   sampling=point.sampling, runtime=point.runtime)
     records = list(run)
     # after the timed run: the best-tree replay reads the records (no model)
     fast = {"capture_s": run.target.capture_s} if run.target.capture_s is not None else {}
     if run.runtime == "compiled":  # this process's compiles so far: seconds, cache hits (warm) or misses
         fast["compile"] = compile_totals().as_dict()
-    return run.result, {"oracle": oracle_record(records), **calibration_record(records), "runtime": run.runtime,
-                        **fast}
+    oracle = {"oracle": oracle_record(records)} if point.oracle else {}
+    return run.result, {**oracle, "record_top_k": point.record_top_k, **calibration_record(records),
+                        "runtime": run.runtime, **fast}

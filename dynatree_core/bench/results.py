@@ -244,18 +244,28 @@ def new_run_id() -> str:
 def output_checks(rows: Sequence[dict[str, Any]], param_keys: Sequence[str] = ()) -> dict[str, Any]:
     """Exactness check: within a cell's (dataset, T, L_max, sampling settings, prompt) every method
     must produce the same tokens as AR (greedy, or seeded AR under ``verify="match"``: the engine is
-    lossless); lists any mismatching labels. Rows under ``verify="rejection"`` are exact in
-    distribution, not token for token: they are left out (``tests/test_sampling_stats.py`` tests them)."""
+    lossless); lists the mismatching methods (those whose tokens differ from AR's; every method of a
+    disagreeing cell that has no AR row). Rows under ``verify="rejection"`` are exact in distribution,
+    not token for token: they are left out (``tests/test_sampling_stats.py`` tests them).
+    ``tests/test_checks_fail.py`` shows it fail on a planted row."""
     groups: dict[tuple, dict[str, str]] = {}
+    ar_of: dict[tuple, str] = {}
     for r in rows:
         if r.get("verify") == "rejection":
             continue
         key = (r.get("dataset"), r.get("max_new_tokens"), r.get("max_prompt_len"), r.get("temperature"),
                r.get("top_p"), r.get("top_k"), r.get("prompt_index"))
         method = {k: r.get(k) for k in (*param_keys, "draft_noise")}  # shared and independent drafts apart
-        groups.setdefault(key, {})[r["label"] + json.dumps(method, default=str)] = r.get("output_sha1")
-    bad = sorted({lab for g in groups.values() if len(set(g.values())) > 1 for lab in g})
-    return {"outputs_identical_across_methods": not bad, "mismatching_cells": bad}
+        label = r["label"] + json.dumps(method, default=str)
+        groups.setdefault(key, {})[label] = r.get("output_sha1")
+        if r.get("method") == "ar":
+            ar_of[key] = label
+    bad: set[str] = set()
+    for key, g in groups.items():
+        if len(set(g.values())) > 1:
+            ref = g.get(ar_of.get(key, ""))
+            bad |= {lab for lab, sha in g.items() if ref is None or sha != ref}
+    return {"outputs_identical_across_methods": not bad, "mismatching_cells": sorted(bad)}
 
 
 def build_result(*, kind: str, run_id: str, protocol: dict[str, Any], methods: list[dict[str, Any]],

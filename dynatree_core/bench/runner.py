@@ -20,7 +20,8 @@ from dynatree_core.bench.data import Corpus, Prompt, corpus_tokenize, load_corpu
 from dynatree_core.bench.everyday import PROMPT_FORMS, check_form
 from dynatree_core.bench.execution import Backend, Execution, SerialBackend, ShardResult, execute
 from dynatree_core.bench.pairs import PairInfo, pair_info
-from dynatree_core.bench.protocol import PromptsFor, RunPoint, check_assistant, check_lengths
+from dynatree_core.bench.hf_assisted import METHOD as HF_METHOD
+from dynatree_core.bench.protocol import ORACLE_TOP_K, PromptsFor, RunPoint, check_assistant, check_lengths
 from dynatree_core.bench.results import EOS_NOTE, build_result, new_run_id
 from dynatree_core.bench.shards import Shard, fingerprint, merge_rows, plan_shards
 
@@ -110,7 +111,8 @@ def prepare(info: PairInfo, exp: Experiment, corpora: dict[str, Corpus]) -> Prep
                  "allow_long_context": exp.allow_long_context, "sweep": exp.sweep, "models": info.models(),
                  "dtype": info.dtype,
                  "points": [[p.spec.to_dict(), p.max_new_tokens, p.max_prompt_len, p.params]
-                            + ([] if p.sampling.greedy else [p.sampling.to_dict()]) for p in exp.points],
+                            + ([] if p.sampling.greedy else [p.sampling.to_dict()])
+                            + ([] if p.oracle else [{"oracle": False}]) for p in exp.points],
                  "prompts": [p.sha1 for key in sorted(prompts) for p in prompts[key]]}
     return Prepared(exp, info, corpora, prompts, shards, warnings, fingerprint(described))
 
@@ -146,6 +148,7 @@ def document(prep: Prepared, ck: Checkpoint, backend: Backend | None = None, run
         "eos_note": EOS_NOTE, "sampling": _sampling_settings(exp.points),
         "history": "carried through the W warmup prompts; every measured prompt starts from the state they left",
         "paper_protocol": exp.paper_protocol, "allow_long_context": exp.allow_long_context,
+        "oracle": oracle_settings(exp.points),
         **({"prompt_form": exp.prompt_form} if "prompts" in exp.datasets else {}), **exp.extra,
     }
     workers = {}
@@ -173,6 +176,15 @@ def document(prep: Prepared, ck: Checkpoint, backend: Backend | None = None, run
         doc["warnings"].append(f"partial result: {len(missing)} of {len(prep.shards)} shards did not finish; "
                                f"aggregates cover the finished ones only")
     return doc
+
+
+def oracle_settings(points: Sequence[RunPoint]) -> dict[str, Any]:
+    """Which rows carry the oracle's evidence (the labels whose points asked for it: their rows have
+    ``oracle`` and ``record_top_k`` set) and that it was recorded inside the timed loop."""
+    labels = list(dict.fromkeys(p.spec.label for p in points if p.oracle and p.spec.method != HF_METHOD))
+    return {"record_top_k": ORACLE_TOP_K, "labels": labels,
+            "note": "rows of these labels kept the draft's chain view and top-k candidates for the oracle "
+                    "(Table 6), inside the timed loop; the other rows timed decoding alone"}
 
 
 def _sampling_settings(points: Sequence[RunPoint]) -> list[dict[str, Any]]:

@@ -6,7 +6,9 @@
 * ``length``: T, the number of generated tokens;
 * ``prompt_length``: L_max, the prompt length.
 
-Every sweep includes AR at each (T, L_max) so speedup is recomputed from the same run.
+Every sweep includes AR at each (T, L_max) so speedup is recomputed from the same run. A sweep reports
+Table 1 and its figure, neither of which reads the oracle, so its points time decoding alone
+(``RunPoint.oracle`` False: no chain view in the timed loop).
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ SWEEPS: tuple[str, ...] = ("fixed_tree", "sensitivity", "length", "prompt_length
 SENSITIVITY_KEYS: tuple[str, ...] = ("group", "tau_h", "tau_l", "b_min", "b_mid", "b_max", "d0", "d_max")
 
 
+def _point(spec: MethodSpec, max_new_tokens: int, **kw: Any) -> RunPoint:
+    """A sweep's run point: no oracle (see the module docstring)."""
+    return RunPoint(spec, max_new_tokens, oracle=False, **kw)
+
+
 def _ar(kv_mode: str) -> MethodSpec:
     return method_specs(["ar"], kv_mode=kv_mode)[0]
 
@@ -29,11 +36,11 @@ def _ar(kv_mode: str) -> MethodSpec:
 def fixed_tree_points(ds: Sequence[int], bs: Sequence[int], taus: Sequence[float], *, n_max: int,
                       max_new_tokens: int, kv_mode: str = "gather") -> tuple[list[RunPoint], dict[str, Any]]:
     """AR plus one fixed tree per (D, B, τ)."""
-    points = [RunPoint(_ar(kv_mode), max_new_tokens, params={"d": None, "b": None, "tau": None})]
+    points = [_point(_ar(kv_mode), max_new_tokens, params={"d": None, "b": None, "tau": None})]
     for d, b, tau in itertools.product(ds, bs, taus):
         cfg = FixedTreeConfig(d=d, b=b, tau=tau, n_max=n_max, kv_mode=kv_mode)
         spec = MethodSpec(f"fixed_tree(d={d},b={b},tau={tau:g})", "fixed_tree", cfg)
-        points.append(RunPoint(spec, max_new_tokens, params={"d": d, "b": b, "tau": tau}))
+        points.append(_point(spec, max_new_tokens, params={"d": d, "b": b, "tau": tau}))
     meta = {"name": "fixed_tree", "param_keys": ["d", "b", "tau"],
             "grid": {"d": list(ds), "b": list(bs), "tau": list(taus), "n_max": n_max}}
     return points, meta
@@ -48,8 +55,8 @@ def sensitivity_points(base: DynaTreeConfig, *, thresholds: Sequence[tuple[float
                        max_new_tokens: int) -> tuple[list[RunPoint], dict[str, Any], list[str]]:
     """AR, the base config, and one DynaTree per (τ_h, τ_l), (B_min, B_mid, B_max) and
     (D0, D_max) value; invalid combinations (e.g. τ_l ≥ τ_h) are skipped and reported."""
-    points = [RunPoint(_ar(base.kv_mode), max_new_tokens, params={k: None for k in SENSITIVITY_KEYS}),
-              RunPoint(MethodSpec("dynatree(base)", "dynatree", base), max_new_tokens,
+    points = [_point(_ar(base.kv_mode), max_new_tokens, params={k: None for k in SENSITIVITY_KEYS}),
+              _point(MethodSpec("dynatree(base)", "dynatree", base), max_new_tokens,
                        params=_dt_params("base", base))]
     skipped: list[str] = []
     variants: list[tuple[str, str, dict[str, Any]]] = []
@@ -62,7 +69,7 @@ def sensitivity_points(base: DynaTreeConfig, *, thresholds: Sequence[tuple[float
         except (ValueError, TypeError) as e:
             skipped.append(f"sensitivity {group} {name}: skipped ({e})")
             continue
-        points.append(RunPoint(MethodSpec(f"dynatree({name})", "dynatree", cfg), max_new_tokens,
+        points.append(_point(MethodSpec(f"dynatree({name})", "dynatree", cfg), max_new_tokens,
                                params=_dt_params(group, cfg)))
     meta = {"name": "sensitivity", "param_keys": list(SENSITIVITY_KEYS),
             "grid": {"thresholds": [list(t) for t in thresholds], "breadth": [list(b) for b in breadths],
@@ -73,7 +80,7 @@ def sensitivity_points(base: DynaTreeConfig, *, thresholds: Sequence[tuple[float
 def length_points(specs: Sequence[MethodSpec], lengths: Sequence[int]) -> tuple[list[RunPoint], dict[str, Any]]:
     """Every method (AR added) at each T in ``lengths``."""
     specs = _with_ar(specs)
-    points = [RunPoint(s, t) for t in lengths for s in specs]
+    points = [_point(s, t) for t in lengths for s in specs]
     return points, {"name": "length", "param_keys": [], "grid": {"max_new_tokens": list(lengths)}}
 
 
@@ -81,7 +88,7 @@ def prompt_length_points(specs: Sequence[MethodSpec], prompt_lengths: Sequence[i
                          max_new_tokens: int) -> tuple[list[RunPoint], dict[str, Any]]:
     """Every method (AR added) at each L_max in ``prompt_lengths``."""
     specs = _with_ar(specs)
-    points = [RunPoint(s, max_new_tokens, max_prompt_len=n) for n in prompt_lengths for s in specs]
+    points = [_point(s, max_new_tokens, max_prompt_len=n) for n in prompt_lengths for s in specs]
     return points, {"name": "prompt_length", "param_keys": [], "grid": {"max_prompt_len": list(prompt_lengths)}}
 
 

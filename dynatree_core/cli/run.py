@@ -14,6 +14,11 @@ from dynatree_core.bench.protocol import RunPoint
 from dynatree_core.cli.args import CLIError
 from dynatree_core.cli.resolve import protocol_note, check_model_args, load_pair, pair_spec
 
+#: the exit status of a bench or sweep whose methods' tokens differ from AR's (the result file is
+#: still written: it is the evidence); 2 is bad input, 1 a failed shard
+EXACTNESS_FAILED = 3
+
+
 def _backend(args: argparse.Namespace) -> tuple[Any, Any]:
     """(backend, pair info): this process with the pair loaded here, or Ray workers that each
     load it (``--ray``; the driver then holds no weights, only the first worker's description)."""
@@ -78,7 +83,7 @@ def execute_experiment(args: argparse.Namespace, exp: Any, stem: str, print_tabl
     res.write_json_atomic(path, result, overwrite=args.overwrite)
     run.ck.remove()  # the result holds every shard now
     _report(exp, result, path, data_lines, print_tables, figure)
-    return 0
+    return 0 if result["checks"]["outputs_identical_across_methods"] else EXACTNESS_FAILED
 
 
 def _prepare_run(args: argparse.Namespace, exp: Any, stem: str) -> _Run:
@@ -162,9 +167,19 @@ def _report(exp: Any, result: dict[str, Any], path: Path, data_lines: list[str],
         _write_sweep_figure(figure, aggs, path)
     for w in result["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
-    if not result["checks"]["outputs_identical_across_methods"]:
-        print(f"warning: outputs differ from AR for {result['checks']['mismatching_cells']}", file=sys.stderr)
     print(f"\nresults: {path}")
+    if not result["checks"]["outputs_identical_across_methods"]:
+        print(exactness_banner(result["checks"]["mismatching_cells"], path), file=sys.stderr)
+
+
+def exactness_banner(mismatching: Sequence[str], path: Path) -> str:
+    """What the run prints last when a method's tokens differ from AR's: the engine promised
+    lossless decoding, so this is a bug, not a number to read past (the exit status is then
+    :data:`EXACTNESS_FAILED`)."""
+    rule = "!" * 78
+    return "\n".join([rule, "EXACTNESS CHECK FAILED: these methods' tokens differ from AR's on the same prompt "
+                      "and settings:", *(f"  {m}" for m in mismatching),
+                      f"the speeds in {path} are not comparable; please report this as a bug", rule])
 
 
 def _print_notes(title: str, notes: list[str]) -> None:

@@ -9,7 +9,8 @@ with the fp32 target's greedy tokens on held-out prompts and passages, and the s
 ``--kind feature`` trains the feature draft instead (:mod:`.feature`). Every option, its default and
 check is a field of :class:`DistillConfig`.
 
-Modules: ``config`` and ``cli`` (torch-free), ``prompts``, ``decode`` (sampling loops), ``data``,
+Modules: ``config`` and ``cli`` (torch-free), ``prompts``, ``decode`` (sampling loops), ``static_decode`` (the
+data stage's static-shape decode loop), ``data``, ``report`` (the data mix and plan vs actual of a run),
 ``training`` (the independent draft), ``evaluation``, ``feature``, ``pipeline``
 (:func:`run_distill`), ``divergence`` (TV and coupled agreement under sampling), ``lookup_fit`` (the
 lookup mix's pseudo-counts), ``runtime`` (shared torch helpers). Names are re-exported lazily, so
@@ -28,7 +29,9 @@ _EXPORTS = {
                 "N_EVAL_PROMPTS_V1", "PROMPTS_FILE", "RAW_TEMPLATES", "TEXT_TEMPLATES", "TOPICS_FILE", "chat_ids",
                 "kind_bank", "mentions_held_out_topic", "prompt_bank", "raw_ids", "read_code_tasks", "read_prompts",
                 "read_topics", "user_turn_prefix"),
-    "decode": ("eos_ids", "self_prompts", "_continue", "_decode_equal_length"),
+    "decode": ("decode", "eos_ids", "self_prompts", "_continue", "_decode_equal_length"),
+    "static_decode": ("GEN_RUNTIMES", "StaticWriter", "kv_bytes", "pick", "resolve_gen_runtime"),
+    "report": ("data_mix", "plan_vs_actual", "stage_plan"),
     "data": ("FORBIDDEN_TRAIN_NAMES", "SeqPools", "build_data", "find_data_dir", "seq_rows", "training_text_files",
              "_length_batches", "_save_seqs"),
     "training": ("cosine_lr", "export_checkpoint", "loss_temperature", "tempered_kl", "train", "_backward_batch",

@@ -21,8 +21,8 @@ checkpoints), export (fp16 weights into the package's assets). --evaluate measur
 the target's greedy tokens on held-out prompts and passages.
 
 --kind model trains the independent 2-layer draft; --kind feature trains the feature draft that
-reads the target's hidden states (bash scripts/distill_gpu.sh: the shipped one's recipe, 9 minutes on
-one GPU; bash scripts/distill_feature.sh: 90 minutes on a 2-core CPU). See the module
+reads the target's hidden states (bash scripts/distill_gpu.sh: one 8-minute GPU lease, data to evaluation;
+bash scripts/distill_feature.sh: 90 minutes on a 2-core CPU). See the module
 dynatree_core.distill for the full description.
 """
 

@@ -60,6 +60,8 @@ class DistillConfig:
     time_limit: float = option(0, "seconds for data + training (0 = none): generation stops after --data-share of "
                                     "it (resumable) and the cosine schedule is compressed into the rest")
     data_share: float = option(0.4)
+    feature_share: float = option(0.0, "--kind feature with --time-limit: the features stage stops at (--data-share + "
+                                       "this) of the limit, shards in a shuffled order (0: it runs to the end)")
     export_reserve: float = option(20.0, "seconds kept back for the export")
     # data: target continuations
     generator: str = option("target", "who writes the continuations: the target, or the --init-from draft (on-policy "
@@ -75,7 +77,14 @@ class DistillConfig:
     gen_temperature: float = option(0.8, "temperature of the sampled continuations (--temperature before "
                                          "2026-11-28; that option now sets the loss's temperature)")
     gen_top_p: float = option(0.95, "top-p of the sampled continuations")
-    gen_batch: int = option(1024)
+    gen_batch: int = option(1024, "prompts per generation batch (on a GPU: as many as memory holds; the static KV "
+                                  "cache takes 2 x layers x kv-heads x head-dim x (prompt + new tokens) values a "
+                                  "row, 23 kB a slot for SmolLM2-135M in bf16)")
+    gen_runtime: str = option("auto", "how the data stage's decode loop runs: static (preallocated cache and masks, "
+                                      "eager), compiled (its step under torch.compile, fullgraph), graphs (one CUDA "
+                                      "graph per batch), dynamic (the growing-cache loop before issue 51); auto: "
+                                      "graphs on CUDA, static elsewhere. All write the same tokens for a seed",
+                              choices=("auto", "dynamic", "static", "compiled", "graphs"))
     gen_new_tokens: int = option(256)
     passages: int = option(16384, "training-text passages to continue with the target")
     passage_batch: int = option(0, "batch size for passages (0 = --gen-batch)")
@@ -149,6 +158,8 @@ class DistillConfig:
         _check_choices(self)
         _check_device(self.device)
         _check_device(self.eval_device, "--eval-device")
+        _need(self.gen_runtime != "graphs" or self.device.startswith("cuda") or self.device == "auto",
+              f"--gen-runtime graphs captures CUDA graphs: it needs --device cuda (got {self.device!r})")
 
     @classmethod
     def option_fields(cls) -> list[dataclasses.Field]:
@@ -178,6 +189,9 @@ def _check_ranges(c: DistillConfig) -> None:
     _need(0.0 <= c.gen_frac <= 1.0, f"--gen-frac must be in [0, 1] (got {c.gen_frac})")
     _need(0.0 < c.data_share < 1.0, f"--data-share must be in (0, 1) (got {c.data_share})")
     _need(c.time_limit >= 0, f"--time-limit must be >= 0 (got {c.time_limit})")
+    _need(0.0 <= c.feature_share and c.data_share + c.feature_share < 1.0,
+          f"--feature-share must be >= 0 with --data-share + --feature-share < 1 (got {c.feature_share}, "
+          f"{c.data_share})")
     _need(c.eval_prompts >= 0, f"--eval-prompts must be >= 0 (got {c.eval_prompts})")
     _need(c.part_mb == 0 or c.part_mb >= 1, f"--part-mb must be 0 (one file) or >= 1 (got {c.part_mb})")
     _need(1 <= c.passage_min <= c.passage_max,

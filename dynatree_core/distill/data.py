@@ -16,6 +16,7 @@ import torch
 from dynatree_core.pairs.pair import resolve_device, resolve_dtype
 from dynatree_core.paths import data_dir_candidates
 from dynatree_core.distill.decode import _continue, eos_ids, self_prompts
+from dynatree_core.distill.static_decode import resolve_gen_runtime
 from dynatree_core.distill.prompts import chat_ids, kind_bank, prompt_bank, raw_ids, read_prompts
 from dynatree_core.distill.runtime import set_threads
 
@@ -156,12 +157,19 @@ def build_data(args, target=None, tok=None) -> Path:
         gen_model = writer
     t_run = getattr(args, "start_time", None) or t_start
     deadline = (t_run + args.time_limit * args.data_share) if args.time_limit else None
-    ntok, done = _run_jobs(args, sdir, todo, gen_model, tok, eos_ids(target, tok), deadline)
+    runtime = gen_runtime(args, dev)
+    if runtime == "graphs":
+        check_graphs_writer(gen_model)
+    speed = _run_jobs(args, sdir, todo, gen_model, tok, eos_ids(target, tok), deadline, runtime)
     dt = time.time() - t_start
-    print(f"[distill] wrote {ntok} tokens in {done} jobs, {dt:.0f}s", flush=True)
+    print(f"[distill] wrote {speed['tokens']} tokens in {speed['jobs']} jobs, {dt:.0f}s; generated "
+          f"{speed['new_tokens']} new tokens in {speed['decode_s']:.1f} s of decoding: "
+          f"{speed['new_tokens'] / max(speed['decode_s'], 1e-9):.0f} tokens/s ({runtime}, batch {args.gen_batch})",
+          flush=True)
     meta = {"files": [str(f.relative_to(data_dir)) for f in files], "text_tokens": n_text, "jobs": len(jobs),
-            "jobs_done": len(jobs) - len(todo) + done, "seconds_last_run": round(dt, 1), "device": str(dev),
-            "generator": args.generator, "self_prompts_kept": len(own)}
+            "jobs_done": len(jobs) - len(todo) + speed["jobs"], "seconds_last_run": round(dt, 1), "device": str(dev),
+            "generator": args.generator, "self_prompts_kept": len(own), "gen_runtime": runtime,
+            "new_tokens_last_run": speed["new_tokens"], "decode_seconds_last_run": round(speed["decode_s"], 2)}
     (work / "data_meta.json").write_text(json.dumps(meta, indent=2))
     return sdir
 
@@ -190,7 +198,8 @@ def _own_prompts(args, work: Path, writer, tok) -> list[str]:
         if sp_path.exists():
             own = json.loads(sp_path.read_text())
         else:
-            own = self_prompts(writer, tok, args.self_prompts, args.seed, batch=args.gen_batch)
+            own = self_prompts(writer, tok, args.self_prompts, args.seed, batch=args.gen_batch,
+                               runtime=gen_runtime(args, next(writer.parameters()).device))
             tmp = sp_path.with_suffix(".tmp")
             tmp.write_text(json.dumps(own, indent=0, ensure_ascii=False))
             os.replace(tmp, sp_path)
@@ -198,21 +207,54 @@ def _own_prompts(args, work: Path, writer, tok) -> list[str]:
     return own
 
 
-def _run_jobs(args, sdir: Path, todo, gen_model, tok, eos: set[int], deadline) -> tuple[int, int]:
-    """Continue each job's prompts and write its shard, until done or past ``deadline``; (tokens, jobs)."""
-    from tqdm import tqdm
+def gen_runtime(args, dev: torch.device) -> str:
+    """The decode loop's runtime (``--gen-runtime``, ``auto`` resolved; a draft writer runs the dynamic loop)."""
+    if args.generator == "draft":
+        return "dynamic"  # the independent draft is not a Hugging Face model with .model/.lm_head
+    return resolve_gen_runtime(getattr(args, "gen_runtime", "auto"), dev)
 
+
+def check_graphs_writer(model) -> bool:
+    """The CUDA-graph writer against the eager static writer on a small batch, greedy and sampled, from one
+    seed (printed: a capture that replayed another random stream would write other text)."""
+    from dynatree_core.distill.decode import decode
+
+    batch = [[11 + (7 * j + 3 * i) % 500 for i in range(8 + j % 5)] for j in range(8)]
+    same = []
+    for sample in (False, True):
+        outs = []
+        for runtime in ("static", "graphs"):
+            torch.manual_seed(0)
+            outs.append(decode(model, batch, 24, set(), sample, 0.8, 0.95, runtime=runtime))
+        same.append(outs[0] == outs[1])
+    print(f"[distill] the graphs writer writes what the static writer does on a check batch: greedy {same[0]}, "
+          f"sampled {same[1]}", flush=True)
+    return all(same)
+
+
+def _run_jobs(args, sdir: Path, todo, gen_model, tok, eos: set[int], deadline, runtime: str = "static") -> dict:
+    """Continue each job's prompts and write its shard, until done or past ``deadline``. Returns the
+    tokens written, the jobs done, the new (generated) tokens and the seconds spent decoding them."""
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    ntok, done = 0, 0
-    for i, (name, kind, payload, mx, sample) in tqdm(todo, desc=f"{args.generator} continuations", mininterval=10):
+    speed = {"tokens": 0, "jobs": 0, "new_tokens": 0, "decode_s": 0.0}
+    for i, (name, kind, payload, mx, sample) in todo:
         if deadline is not None and time.time() > deadline:
-            print(f"[distill] data time share used up: {done}/{len(todo)} jobs done (rerun to resume)", flush=True)
+            print(f"[distill] data time share used up: {speed['jobs']}/{len(todo)} jobs done (rerun to resume)",
+                  flush=True)
             break
         torch.manual_seed(args.seed * 1_000_003 + i)  # per-job seed: resumable runs sample the same text
-        rows = _continue(gen_model, pad, payload, mx, eos, sample, args.gen_temperature, args.gen_top_p)
-        ntok += _save_seqs(sdir / f"{name}.pt", rows, kind)
-        done += 1
-    return ntok, done
+        t0 = time.perf_counter()
+        rows = _continue(gen_model, pad, payload, mx, eos, sample, args.gen_temperature, args.gen_top_p,
+                         writer=runtime)
+        dt = time.perf_counter() - t0  # _continue ends with the tokens on the host: the device is done
+        new = sum(len(r) - c for r, c in rows)
+        speed["tokens"] += _save_seqs(sdir / f"{name}.pt", rows, kind)
+        speed["jobs"] += 1
+        speed["new_tokens"] += new
+        speed["decode_s"] += dt
+        print(f"[distill] job {name}: {len(payload)} x {mx} tokens, {new} new in {dt:.2f} s ({new / dt:.0f} tokens/s)"
+              f"; {speed['jobs']}/{len(todo)} done", flush=True)
+    return speed
 
 
 def seq_rows(sdir: Path):

@@ -8,6 +8,7 @@ import torch
 from dynatree_core.runtime.compat import cache_kwargs
 from dynatree_core.pairs.pair import eos_token_ids
 from dynatree_core.distill.prompts import mentions_held_out_topic, user_turn_prefix
+from dynatree_core.distill.static_decode import STOP_CHECK_EVERY, StaticWriter, nucleus
 
 
 def eos_ids(model, tok) -> set[int]:
@@ -23,24 +24,35 @@ def _first_eos_cut(g: list[int], eos: set[int]) -> int:
 
 
 def _sample_next(logits: torch.Tensor, sample: bool, temperature: float, top_p: float) -> torch.Tensor:
-    """Greedy or temperature + nucleus sampling from last-position logits ``[B, V]``."""
+    """Greedy or temperature + nucleus sampling from last-position logits ``[B, V]`` (the dynamic loop's:
+    ``torch.multinomial``, which reads the device to check its input)."""
     if not sample:
         return logits.argmax(-1)
     probs = torch.softmax(logits.float() / max(temperature, 1e-6), dim=-1)
     if top_p < 1.0:
-        sp, si = probs.sort(dim=-1, descending=True)
-        drop = (sp.cumsum(-1) - sp) > top_p  # keep the smallest prefix whose mass reaches top_p
-        sp = sp.masked_fill(drop, 0.0)
+        sp, si = nucleus(probs, top_p)
         return si.gather(-1, torch.multinomial(sp, 1)).squeeze(-1)
     return torch.multinomial(probs, 1).squeeze(-1)
 
 
 def _decode_equal_length(model, batch: list[list[int]], max_new: int, stop: set[int], sample: bool,
-                         temperature: float, top_p: float) -> list[list[int]]:
-    """:func:`_decode_batch` of prompts that all have the same length (no padding, no attention mask)."""
+                         temperature: float, top_p: float, runtime: str = "dynamic") -> list[list[int]]:
+    """:func:`decode` of prompts that all have the same length (no padding)."""
     if len({len(p) for p in batch}) > 1:
         raise ValueError("_decode_equal_length needs prompts of one length; _decode_batch pads")
-    return _decode_batch(model, batch, max_new, stop, sample, temperature, top_p)
+    return decode(model, batch, max_new, stop, sample, temperature, top_p, runtime=runtime)
+
+
+def decode(model, batch: list[list[int]], max_new: int, stop: set[int], sample: bool, temperature: float,
+           top_p: float, pad: int = 0, runtime: str = "static", stop_every: int = STOP_CHECK_EVERY
+           ) -> list[list[int]]:
+    """Continue ``batch`` (rows of ``max_new`` tokens at most, each cut by the caller at its first stop
+    token): ``runtime="dynamic"`` by :func:`_decode_batch`, else by the static-shape
+    :class:`~dynatree_core.distill.static_decode.StaticWriter` (``static``, ``compiled``, ``graphs``),
+    which writes the same tokens for a seed."""
+    if runtime == "dynamic":
+        return _decode_batch(model, batch, max_new, stop, sample, temperature, top_p, pad)
+    return StaticWriter(model, batch, max_new, stop, sample, temperature, top_p, runtime, pad).run(stop_every)
 
 
 def _left_padded(batch: list[list[int]], pad: int, max_new: int, dev) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -95,14 +107,17 @@ def _decode_batch(model, batch: list[list[int]], max_new: int, stop: set[int], s
 
 @torch.no_grad()
 def _continue(model, pad: int, batch: list[list[int]], max_new: int, eos: set[int],
-              sample: bool, temperature: float, top_p: float, writer: str = "loop") -> list[tuple[list[int], int]]:
+              sample: bool, temperature: float, top_p: float, writer: str = "static") -> list[tuple[list[int], int]]:
     """Continue a batch of prompts with the target; ``(tokens, continuation_start)`` rows.
-    ``writer="loop"``: :func:`_decode_batch` (padding-free for equal lengths, else left-padded under
-    a mask); ``"generate"``: equal lengths as before, others Hugging Face's ``generate`` with left
-    padding (the writer until 2026-11-27, kept to measure against)."""
+    ``writer``: a runtime of :func:`decode` (``static``, ``compiled``, ``graphs``; ``dynamic``: the
+    growing-cache loop :func:`_decode_batch`), or ``"generate"``: equal lengths by the dynamic loop,
+    others Hugging Face's ``generate`` with left padding (the writer until 2026-11-27, kept to measure
+    against)."""
     dev = next(model.parameters()).device
     P = max(len(p) for p in batch)
-    if writer == "loop" or all(len(p) == P for p in batch):
+    if writer != "generate":
+        gen = decode(model, batch, max_new, eos, sample, temperature, top_p, pad, runtime=writer)
+    elif all(len(p) == P for p in batch):
         gen = _decode_batch(model, batch, max_new, eos, sample, temperature, top_p, pad)
     else:
         ids = torch.full((len(batch), P), pad, dtype=torch.long)
@@ -124,7 +139,7 @@ def _continue(model, pad: int, batch: list[list[int]], max_new: int, eos: set[in
 
 
 def self_prompts(model, tok, n: int, seed: int, batch: int = 256, max_len: int = 80,
-                 temperature: float = 1.0, top_p: float = 1.0) -> list[str]:
+                 temperature: float = 1.0, top_p: float = 1.0, runtime: str = "static") -> list[str]:
     """``n`` user requests written by the target itself (sampled after the chat template's user
     header, the "Magpie" recipe): an instruct model's own idea of what users ask, far more varied
     than a topic list.  Unfinished requests, duplicates and any mention of a held-out evaluation
@@ -139,7 +154,8 @@ def self_prompts(model, tok, n: int, seed: int, batch: int = 256, max_len: int =
     out, seen = [], set()
     for b in tqdm(range(0, n, batch), desc="self-written prompts", mininterval=10):
         torch.manual_seed(seed * 7_919 + b)
-        rows = _decode_equal_length(model, [head] * min(batch, n - b), max_len, end, True, temperature, top_p)
+        rows = _decode_equal_length(model, [head] * min(batch, n - b), max_len, end, True, temperature, top_p,
+                                    runtime)
         for g in rows:
             cut = _first_eos_cut(g, end)
             if not cut or g[cut - 1] not in end:

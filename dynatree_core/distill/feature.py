@@ -83,9 +83,8 @@ def target_features(target, x: torch.Tensor, layers: tuple[int, ...] = ()) -> tu
 
 
 def build_features(args, target) -> Path:
-    """Stage: run the target (``--teacher-dtype``) over the sequences; store features + labels."""
-    from tqdm import tqdm
-
+    """Stage: run the target (``--teacher-dtype``) over the sequences; store features + labels. Shards run
+    in a shuffled order (a run stopped by its time share, ``--feature-share``, holds rows of every length)."""
     work = Path(args.work_dir)
     fdir = work / "features"
     fdir.mkdir(parents=True, exist_ok=True)
@@ -96,25 +95,55 @@ def build_features(args, target) -> Path:
     dev = next(target.parameters()).device
     teacher = target if dt == torch.float32 else _copy_as(target, dt)
     todo = [i for i in range(len(shards)) if not (fdir / f"feat_{i:05d}.pt").exists()]
+    random.Random(args.seed + 7).shuffle(todo)
     print(f"[distill] features: {len(rows)} rows, {sum(len(r) for _, r in rows)} tokens in {len(shards)} shards "
           f"({len(todo)} to do), teacher {args.teacher_dtype}, target layers {list(layers) or 'final only'}",
           flush=True)
-    for i in tqdm(todo, desc="target features", mininterval=10):
-        toks, feats, labels, lens = [], [], [], []
-        for g in shards[i]:
-            x = torch.stack([r.long() for r in g]).to(dev)
-            h, y = target_features(teacher, x, layers)
-            for b in range(x.shape[0]):
-                toks.append(x[b].int().cpu())
-                feats.append(h[b].to(torch.float16).cpu())
-                labels.append(y[b].int().cpu())
-                lens.append(x.shape[1])
-        path = fdir / f"feat_{i:05d}.pt"
-        tmp = path.with_suffix(".tmp")
-        torch.save({"tokens": torch.cat(toks), "features": torch.cat(feats), "labels": torch.cat(labels),
-                    "lens": torch.tensor(lens), "layers": torch.tensor(layers, dtype=torch.long)}, tmp)
-        os.replace(tmp, path)
+    deadline = _feature_deadline(args)
+    t0, ntok, done = time.perf_counter(), 0, 0
+    for i in todo:
+        if deadline is not None and time.time() > deadline:
+            print(f"[distill] feature time share used up: {done}/{len(todo)} shards done", flush=True)
+            break
+        ntok += _write_feature_shard(fdir / f"feat_{i:05d}.pt", shards[i], teacher, layers, dev)
+        done += 1
+    secs = time.perf_counter() - t0
+    print(f"[distill] features: {ntok} tokens in {done} shards, {secs:.1f} s ({ntok / max(secs, 1e-9):.0f} "
+          f"tokens/s)", flush=True)
+    (work / "features_meta.json").write_text(json.dumps(
+        {"shards": len(shards), "shards_done": len(shards) - len(todo) + done, "tokens_last_run": ntok,
+         "seconds_last_run": round(secs, 1), "teacher_dtype": args.teacher_dtype}, indent=2))
     return fdir
+
+
+def _feature_deadline(args) -> float | None:
+    """When the features stage stops (``--time-limit`` x (``--data-share`` + ``--feature-share``) after the
+    run's start), or None: no limit, or no share (the stage runs to the end, as before)."""
+    share = getattr(args, "feature_share", 0)
+    if not args.time_limit or not share:
+        return None
+    return (getattr(args, "start_time", None) or time.time()) + args.time_limit * (args.data_share + share)
+
+
+@torch.no_grad()
+def _write_feature_shard(path: Path, groups: list[list[torch.Tensor]], teacher, layers: tuple[int, ...], dev
+                         ) -> int:
+    """One shard: per group of equal-length rows one forward and one copy to the host of each of its
+    tokens, features (fp16) and labels (rows of a group are contiguous, so a group is its rows in
+    order); returns its tokens."""
+    toks, feats, labels, lens = [], [], [], []
+    for g in groups:
+        x = torch.stack([r.long() for r in g]).to(dev)
+        h, y = target_features(teacher, x, layers)
+        toks.append(x.int().reshape(-1).cpu())
+        feats.append(h.to(torch.float16).reshape(-1, h.shape[-1]).cpu())
+        labels.append(y.int().reshape(-1).cpu())
+        lens += [x.shape[1]] * x.shape[0]
+    tmp = path.with_suffix(".tmp")
+    torch.save({"tokens": torch.cat(toks), "features": torch.cat(feats), "labels": torch.cat(labels),
+                "lens": torch.tensor(lens), "layers": torch.tensor(layers, dtype=torch.long)}, tmp)
+    os.replace(tmp, path)
+    return sum(lens)
 
 
 def _feature_shards(rows: list[tuple[str, torch.Tensor]], batch_tokens: int) -> list[list[list[torch.Tensor]]]:
@@ -314,6 +343,7 @@ def train_feature(args, target, tok=None) -> FeatureDraftModel:
     model.eval()
     meta = _feature_meta(args, model, data, head_ids, cover, lut, step, train_s, dev)
     meta["val_curve"] = curve
+    meta["positions_trained"] = positions
     if budget is not None and step < args.steps:
         meta["note"] = f"--time-limit {args.time_limit}s reached: cosine schedule compressed into {step} steps"
     _export_feature(args, model, tok, meta, train_s)

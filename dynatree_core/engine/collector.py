@@ -151,19 +151,7 @@ class RunCollector:
             out.update(gumbel=choice.noise.gather(1, drawn)[:, 0], score_top_tokens=best.indices,
                        score_top_probs=best.values)
             return out
-        # rejection, where no candidate was accepted: the drawn token's interval of the last
-        # residual's CDF (token-id order) that the uniform fell in
-        cdf = choice.residual.cumsum(-1)
-        hi = cdf.gather(1, drawn)[:, 0] / cdf[:, -1]
-        out.update(uniform=choice.noise, interval_hi=hi, interval_lo=hi - choice.residual.gather(1, drawn)[:, 0] / cdf[:, -1])
-        out["coins"], out["accepted_rank"] = choice.coins, choice.accepted_rank
-        if choice.thresholds is not None:
-            out["thresholds"] = choice.thresholds
-        res = choice.residual.topk(m, dim=-1)
-        out["residual_top_tokens"], out["residual_top_probs"] = res.indices, res.values
-        if choice.q is not None:
-            qt = choice.q.topk(m, dim=-1)
-            out["q_top_tokens"], out["q_top_probs"] = qt.indices, qt.values
+        out.update(_rejection_extras(tree, choice, m, top.indices))
         return out
 
     def iteration(self, tree: DeviceTree, sel: Selection, prefix_len: int, new: list[int],
@@ -247,6 +235,50 @@ def _draft_scores(tree: DeviceTree, rows: tuple[torch.Tensor, ...]) -> dict[str,
             "draft_logq_top": logq}
 
 
+def _rejection_extras(tree: DeviceTree, choice: TargetChoice, m: int, p_top: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Rejection: the coins, the accepted rank, the uniform and the drawn token's CDF interval of what
+    the node's token is drawn from when no candidate is accepted (the last residual, or p where nothing
+    was rejected), the number of rejections, the last residual's and q's largest entries, and with
+    the steps kept, p_i and q_i at every step on the tokens the record names at the node."""
+    drawn = choice.tokens[:, None]
+    dist = choice.drawn_from
+    cdf = dist.cumsum(-1)  # token-id order: the interval of the CDF that the uniform fell in
+    hi = cdf.gather(1, drawn)[:, 0] / cdf[:, -1]
+    out = dict(uniform=choice.noise, interval_hi=hi, interval_lo=hi - dist.gather(1, drawn)[:, 0] / cdf[:, -1],
+               coins=choice.coins, accepted_rank=choice.accepted_rank, rejections=choice.rejections)
+    if choice.thresholds is not None:
+        out["thresholds"] = choice.thresholds
+    res = choice.residual.topk(m, dim=-1)  # rows of nodes with no rejection are zeros: recorded as None
+    out["residual_top_tokens"], out["residual_top_probs"] = res.indices, res.values
+    if choice.q is not None:
+        qt = choice.q.topk(m, dim=-1)
+        out["q_top_tokens"], out["q_top_probs"] = qt.indices, qt.values
+        if choice.steps:  # p_i, q_i on p's, q's and the residual's top, the candidates and the drawn token
+            shown = torch.cat([p_top, qt.indices, tree.topk_tokens[:tree.n, :choice.coins.shape[1]].long(), drawn,
+                               res.indices], 1)
+            out["step_tokens"] = shown
+            out["step_p"] = torch.stack([p_i.gather(1, shown) for p_i, _ in choice.steps], 1)
+            out["step_q"] = torch.stack([q_i.gather(1, shown) for _, q_i in choice.steps], 1)
+    return out
+
+
+def _rejection_steps(a: dict[str, np.ndarray]) -> list:
+    """Per node: None where nothing was rejected, else [tokens, p_i, q_i] with p_i and q_i (lists over
+    the tokens, which appear once each) before each tested candidate up to the last rejection and after it."""
+    out: list = []
+    for u, r in enumerate(a["rejections"].tolist()):
+        if r == 0:
+            out.append(None)
+            continue
+        tokens, cols = [], []
+        for j, t in enumerate(a["step_tokens"][u].tolist()):
+            if t not in tokens:
+                tokens.append(t)
+                cols.append(j)
+        out.append([tokens, a["step_p"][u, :r + 1][:, cols].tolist(), a["step_q"][u, :r + 1][:, cols].tolist()])
+    return out
+
+
 def _sampling_record(a: dict[str, np.ndarray]) -> dict[str, Any]:
     """The fetched sampling arrays as a record's ``sampling`` dict (lists per node)."""
     def pairs(name: str) -> list:
@@ -261,8 +293,11 @@ def _sampling_record(a: dict[str, np.ndarray]) -> dict[str, Any]:
     if "coins" in a:
         out.update(uniform=a["uniform"].tolist(),
                    interval=[[lo, hi] for lo, hi in zip(a["interval_lo"].tolist(), a["interval_hi"].tolist())])
+        # the residual exists only where a candidate was rejected: None at the other nodes
         out.update(coins=a["coins"].tolist(), accepted_rank=a["accepted_rank"].tolist(),
-                   residual_top=pairs("residual_top"))
+                   residual_top=[res if r else None for res, r in zip(pairs("residual_top"), a["rejections"].tolist())])
+        if "step_tokens" in a:
+            out["rejection_steps"] = _rejection_steps(a)
         if "thresholds" in a:  # each tested candidate's min(1, p_i/q_i); None where it was not tested
             out["thresholds"] = [[None if math.isnan(v) else v for v in row] for row in a["thresholds"].tolist()]
         if "q_top_tokens" in a:

@@ -1,6 +1,6 @@
 """The best possible tree, replayed from a run's records (torch-free): how much more could any tree of
 the same size have accepted? Per iteration, the oracle's *reach* is how far the target's own
-continuation stays inside the draft's top-K (:func:`oracle_iterations`), best(n) = min(n, reach);
+continuation stays inside the draft's top-K or what a prompt-lookup tail proposed (:func:`oracle_iterations`), best(n) = min(n, reach);
 :func:`summarize_oracle` gives the gap between what the trees accepted and that bound.
 """
 
@@ -25,11 +25,12 @@ class OracleIteration:
 
     ``accepted``: ℓ_r, the policy's accepted length (capped at the room for a bonus, like the
     reach, so that a final iteration cut at EOS or ``max_new_tokens`` is measured on the same
-    tokens); ``nodes``: n_r, its drafted nodes; ``reach``: the longest continuation any tree could
+    tokens); ``nodes``: n_r, its verified nodes (root excluded); ``reach``: the longest continuation any tree could
     hold (a lower bound if ``truncated``); ``top_k``: the K the reach was searched with (0: no
-    draft distribution was recorded, or unknown). A prompt-lookup tail's nodes are not the draft's
-    candidates, so they count in neither ``accepted`` nor ``nodes``: the oracle bounds what the
-    draft's own tree could accept.
+    draft distribution was recorded, or unknown). ``accepted`` and ``nodes`` are the run's own: a
+    prompt-lookup tail's nodes count in both (they are verified and accepted like drafted ones),
+    so ℓ̄ and the mean tree size agree with the run's :class:`~dynatree_core.records.metrics.Metrics`;
+    ``tail_accepted`` and ``tail_nodes`` say how many of them came from the tail.
     """
 
     index: int
@@ -38,9 +39,11 @@ class OracleIteration:
     reach: int
     truncated: bool
     top_k: int = 0
+    tail_accepted: int = 0
+    tail_nodes: int = 0
 
     def best(self, n: int) -> int:
-        """best_r(n) = min(n, reach_r): the most tokens a tree of ``n`` drafted nodes accepts."""
+        """best_r(n) = min(n, reach_r): the most tokens a tree of ``n`` nodes accepts."""
         return min(int_at_least("n", n, 0), self.reach)
 
 
@@ -59,9 +62,12 @@ def oracle_iterations(records: Sequence[IterationRecord] | Trace,
     The committed sequence is S = [root of iteration 0] + committed_0 + committed_1 + ..., iteration
     r's root sits at P_r (P_{r+1} = P_r + |committed_r|), and D_i is the draft's top-K after S[..i].
     Under greedy verification a tree accepts exactly the path spelling S[P_r + 1], S[P_r + 2], ..., so
-    iteration r's **reach** is the largest j with S[P_r + i] in D_{P_r + i - 1}[:K] for i = 1..j (each D
-    known) and P_r + j + 1 <= |S| - 1 (room for the bonus); a tree of n drafted nodes accepts at most
-    min(n, reach_r). A walk that stops at an unknown D is flagged ``truncated`` (a lower bound).
+    iteration r's **reach** is the largest j with S[P_r + i] a candidate after S[..P_r + i - 1] for
+    i = 1..j and P_r + j + 1 <= |S| - 1 (room for the bonus); a tree of n nodes accepts at most
+    min(n, reach_r). The candidates after S[..i] are D_i[:K] (where D_i is known) and the token a
+    prompt-lookup tail node of some iteration proposed there and the target accepted (the tail's
+    proposals are read from the trees, so that a run with a tail never beats its own oracle). A walk
+    that stops where neither is known is flagged ``truncated`` (a lower bound).
 
     ``records`` must be consecutive iterations of one run (each root is the token the previous
     iteration committed last; ValueError otherwise). ``top_k``: K, the candidates per
@@ -79,14 +85,15 @@ def oracle_iterations(records: Sequence[IterationRecord] | Trace,
         return []
     S, P = _committed_sequence(records)
     D = _distributions(records, S, P)
+    tail_hits = _tail_hits(records, P)
     K = top_k if top_k is not None else _shortest_top_k(records)
-    # run[i]: how many consecutive steps i, i+1, ... the draft's top-K holds the continuation
-    # (D_i known and S[i+1] in D_i[:K], and so on): one backward pass, so that a long run
-    # with long reaches stays linear in |S| instead of walking every iteration's reach anew
+    # run[i]: how many consecutive steps i, i+1, ... the candidates hold the continuation
+    # (S[i+1] in D_i[:K] or proposed by an accepted tail node, and so on): one backward pass, so
+    # that a long run with long reaches stays linear in |S| instead of walking every reach anew
     run = [0] * len(S)
     for i in range(len(S) - 2, -1, -1):
         cands = D.get(i)
-        if cands is not None and S[i + 1] in cands[:K]:
+        if i in tail_hits or (cands is not None and S[i + 1] in cands[:K]):
             run[i] = run[i + 1] + 1
     out = []
     for r, rec in enumerate(records):
@@ -95,12 +102,30 @@ def oracle_iterations(records: Sequence[IterationRecord] | Trace,
         reach = min(run[P[r]], room)
         # the walk stopped at an unknown distribution (not at a miss, not at the room limit)
         truncated = reach < room and (P[r] + reach) not in D
-        tail = {u for u, why in enumerate(rec.tree.stop_reasons) if why == LOOKUP_TAIL}
-        drafted = sum(1 for u in rec.accepted_path if u not in tail)
-        out.append(OracleIteration(index=int(rec.index), accepted=min(drafted, room),
-                                   nodes=int(rec.tree.num_drafted) - len(tail), reach=reach, truncated=truncated,
-                                   top_k=K))
+        tail = _tail_nodes(rec)
+        out.append(OracleIteration(index=int(rec.index), accepted=min(len(rec.accepted_path), room),
+                                   nodes=int(rec.tree.num_drafted), reach=reach, truncated=truncated, top_k=K,
+                                   tail_accepted=sum(1 for u in rec.accepted_path if u in tail),
+                                   tail_nodes=len(tail)))
     return out
+
+
+def _tail_nodes(rec: IterationRecord) -> set[int]:
+    """The prompt-lookup tail's nodes of one iteration's tree."""
+    return {u for u, why in enumerate(rec.tree.stop_reasons) if why == LOOKUP_TAIL}
+
+
+def _tail_hits(records: list[IterationRecord], P: list[int]) -> set[int]:
+    """Every index i where an accepted tail node proposed S[i + 1] (the candidate the lookup gave
+    after S[..i]; the node's ancestors were accepted, so its context is S[..i]). Call after
+    :func:`_distributions`, which checks that each accepted path spells S."""
+    hits: set[int] = set()
+    for r, rec in enumerate(records):
+        tail = _tail_nodes(rec)
+        for d, u in enumerate(rec.accepted_path, start=1):
+            if u in tail and d <= len(rec.committed):
+                hits.add(P[r] + d - 1)
+    return hits
 
 
 def _committed_sequence(records: list[IterationRecord]) -> tuple[list[int], list[int]]:
@@ -186,7 +211,8 @@ class OracleSummary:
     ``mean_oracle_own``: mean best_r(n_r), each iteration at the policy's own size there, with
     ``gap_own`` = mean_oracle_own − ℓ̄ (>= 0: no policy beats the oracle at its own size);
     ``truncated_fraction``: share of iterations whose reach is only a lower bound;
-    ``curve[i]`` = mean best_r(i) for i = 0..n_curve; ``top_k``: K (0: unknown or mixed zeros).
+    ``curve[i]`` = mean best_r(i) for i = 0..n_curve; ``top_k``: K (0: unknown or mixed zeros);
+    ``mean_tail_accepted``: the part of ℓ̄ a prompt-lookup tail accepted (0 without a tail).
     """
 
     n: int
@@ -199,6 +225,7 @@ class OracleSummary:
     curve: list[float] = field(default_factory=list)
     iterations: int = 0
     top_k: int = 0
+    mean_tail_accepted: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -216,6 +243,8 @@ class OracleSummary:
             raise ValueError(f"d has unknown OracleSummary fields {sorted(unknown)}; allowed: {names}")
         floats = {k: _real(k, d[k]) for k in ("mean_accepted", "mean_oracle", "gap", "mean_oracle_own",
                                                 "gap_own", "truncated_fraction")}
+        # written before the tail was scored: no tail part
+        floats["mean_tail_accepted"] = _real("mean_tail_accepted", d.get("mean_tail_accepted", 0.0))
         curve = d["curve"]
         if isinstance(curve, (str, bytes)) or not isinstance(curve, Sequence):
             raise TypeError(f"curve must be a list of numbers, got {type(curve).__name__}")
@@ -258,7 +287,7 @@ def summarize_oracle(rows: Sequence[OracleIteration] | Sequence[Sequence[OracleI
         mean_oracle_own=mean_own, gap_own=mean_own - mean_accepted,
         truncated_fraction=sum(bool(r.truncated) for r in flat) / count,
         curve=[mean([r.best(i) for r in flat]) for i in range(n_curve + 1)],
-        iterations=count, top_k=next(iter(ks), 0))
+        iterations=count, top_k=next(iter(ks), 0), mean_tail_accepted=mean([r.tail_accepted for r in flat]))
 
 
 def _flatten(rows: Any) -> list[OracleIteration]:

@@ -63,8 +63,11 @@ class IterationRecord:
     #: scores: the first is the drawn token); under ``rejection`` ``coins`` (one per candidate, in draw
     #: order), ``accepted_rank`` (-1: drawn from the residual, -2: no candidates), ``uniform`` and
     #: ``interval`` (a residual draw's uniform and the drawn token's CDF interval it fell in),
-    #: ``residual_top``, ``q_top`` and ``thresholds`` (each tested candidate's min(1, p_i / q_i) against
-    #: the residual at its turn; None where not tested); with shared draft noise ``draft_score_top`` per expanded node
+    #: ``residual_top`` (the last residual norm((p - q)+) after the node's rejections; None where none was
+    #: rejected), ``q_top`` and ``thresholds`` (each tested candidate's min(1, p_i / q_i) against
+    #: the residual at its turn; None where not tested), ``rejection_steps`` (None where nothing was
+    #: rejected, else [tokens, p_i, q_i]: p_i and q_i on those tokens before each tested candidate up to
+    #: the last rejection, and after it); with shared draft noise ``draft_score_top`` per expanded node
     #: ([tokens, log q + g, log q] of the draft's largest perturbed scores at the position its children
     #: fill: the draft's side of the coupling; None for nodes not expanded). None for greedy runs.
     sampling: dict | None = None

@@ -10,6 +10,12 @@ MKL's, slower here; without freezing they lower to ``aten::mm``: docs/bench/2026
 Packed weights cannot be pickled, so with them the FX graph cache bypasses, and
 ``$DYNATREE_COMPILE_FREEZING`` (:data:`FREEZING_MODES`) trades one for the other. :func:`compile_totals`
 reports the seconds and cache hits spent compiling in this process.
+
+On CUDA a compiled forward is then captured as one CUDA graph (:func:`capture_cuda_graph`): inductor fuses
+the ~1,400 kernels of a forward into fewer, and the graph launches them all at once, so the host pays
+one replay per forward, not one launch per kernel nor dynamo's guard checks (why not
+``mode="reduce-overhead"``: :func:`compile_forward`). ``$DYNATREE_COMPILE_CUDA_GRAPHS=0``
+(:data:`CUDA_GRAPHS_ENV`) leaves the compiled forward uncaptured, to measure inductor alone.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ CACHE_ENV = "DYNATREE_COMPILE_CACHE"
 #: constants, plain weights: the FX graph cache hits), "off" (no freezing)
 FREEZING_ENV = "DYNATREE_COMPILE_FREEZING"
 FREEZING_MODES: tuple[str, ...] = ("prepack", "mkl", "noprepack", "off")
+#: "0": compiled forwards on CUDA run as inductor left them, uncaptured (default "1": captured)
+CUDA_GRAPHS_ENV = "DYNATREE_COMPILE_CUDA_GRAPHS"
 #: the cache counters dynamo keeps (``torch._dynamo.utils.counters["inductor"]``) that we report
 _HIT, _MISS, _BYPASS = "fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass"
 
@@ -42,11 +50,14 @@ _HIT, _MISS, _BYPASS = "fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache
 @dataclass
 class CompileTotals:
     """What compiling cost in this process so far: ``compile_s`` seconds over ``forwards`` compiled
-    forwards (each timed through its first call), and the FX graph cache's hits, misses and
-    bypasses. ``warm`` is True when every graph came from the cache."""
+    forwards (each timed through its first call), the FX graph cache's hits, misses and bypasses,
+    and on CUDA ``capture_s`` seconds capturing ``graphs`` CUDA graphs of them (apart from
+    ``compile_s``). ``warm`` is True when every graph came from the cache."""
 
     forwards: int = 0
     compile_s: float = 0.0
+    graphs: int = 0
+    capture_s: float = 0.0
     cache_hits: int = 0
     cache_misses: int = 0
     cache_bypasses: int = 0
@@ -57,7 +68,8 @@ class CompileTotals:
         return self.cache_hits > 0 and self.cache_misses == 0 and self.cache_bypasses == 0
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "compile_s": round(self.compile_s, 3), "warm": self.warm}
+        return {**asdict(self), "compile_s": round(self.compile_s, 3), "capture_s": round(self.capture_s, 3),
+                "warm": self.warm}
 
 
 _TOTALS = CompileTotals()
@@ -142,8 +154,18 @@ def compile_scope(device: torch.device | str) -> Iterator[Path]:
 def compile_forward(fn: Callable[[], Any], device: torch.device | str = "cpu") -> Callable[[], Any]:
     """``fn`` compiled (inductor, static shapes) and called once inside :func:`compile_scope`, so
     the compile happens now, against the on-disk cache; the seconds and cache counters are added to
-    :func:`compile_totals`. Call it in inference mode: freezing needs parameters that do not
-    require grad."""
+    :func:`compile_totals`. On CUDA (unless :data:`CUDA_GRAPHS_ENV` is "0") the compiled forward is
+    then captured as one CUDA graph over the same static buffers (:func:`capture_cuda_graph`), timed
+    apart as ``capture_s``. Call it in inference mode: freezing needs parameters that do not
+    require grad.
+
+    Why inductor's default mode and our own capture, not ``mode="reduce-overhead"`` (inductor's
+    CUDA graph trees): the trees record lazily on the first calls, which would land inside a measured
+    decode, where our capture happens here, when the fast path is built; they treat the static KV
+    cache, mutated in place through the forward's closure, as inputs to copy or a reason to skip the
+    graph unless each buffer is marked static; and they own the outputs, invalidating the previous
+    replay's, where this path hands them out as the graphs runtime does (valid until the same
+    forward runs again). A replay of our graph also skips dynamo's guard checks: one launch per forward."""
     from torch._dynamo.utils import counters
 
     compiled = torch.compile(own_code(fn), dynamic=False, fullgraph=False)
@@ -157,7 +179,44 @@ def compile_forward(fn: Callable[[], Any], device: torch.device | str = "cpu") -
     _TOTALS.cache_misses += counters["inductor"][_MISS] - seen[_MISS]
     _TOTALS.cache_bypasses += counters["inductor"][_BYPASS] - seen[_BYPASS]
     _TOTALS.cache_dir = str(folder)
-    return compiled
+    if not captures_cuda_graphs(device):
+        return compiled
+    t0 = time.perf_counter()
+    replay = capture_cuda_graph(compiled, torch.device(device))
+    _TOTALS.capture_s += time.perf_counter() - t0
+    _TOTALS.graphs += 1
+    return replay
+
+
+def captures_cuda_graphs(device: torch.device | str) -> bool:
+    """Whether :func:`compile_forward` captures its compiled forwards on ``device`` (CUDA only;
+    ``$DYNATREE_COMPILE_CUDA_GRAPHS`` "0" turns it off, "1" is the default)."""
+    flag = os.environ.get(CUDA_GRAPHS_ENV, "1")
+    if flag not in ("0", "1"):
+        raise ValueError(f"{CUDA_GRAPHS_ENV}={flag!r}: expected '0' or '1'")
+    return torch.device(device).type == "cuda" and flag == "1"
+
+
+def capture_cuda_graph(fn: Callable[[], Any], device: torch.device) -> Callable[[], Any]:
+    """One CUDA graph of ``fn`` (two warm-up calls on a side stream first, as capture requires), in
+    a memory pool of its own: its outputs stay where the capture put them, overwritten only by its
+    own next replay, whatever other forward runs in between. ``fn`` writes only into existing
+    buffers (the fast path's static inputs and KV slots), so a replay repeats it exactly."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+
+    def replay() -> Any:
+        graph.replay()
+        return out
+
+    return replay
 
 
 def own_code(fn: Callable[[], Any]) -> Callable[[], Any]:

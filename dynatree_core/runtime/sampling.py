@@ -222,15 +222,27 @@ class TargetChoice:
     #: from the last residual
     noise: torch.Tensor
     #: rejection: the candidates' coins [n, k], the rank of the accepted candidate (-1: drawn from
-    #: the residual; -2: the node had no candidates) and the last residual [n, V]
+    #: the residual; -2: the node had no candidates), the number of candidates rejected at each node
+    #: [n] and the last residual norm((p - q)+) after them [n, V] (a row of zeros where nothing was
+    #: rejected: there p itself was the distribution, and no residual was ever formed)
     coins: torch.Tensor | None = None
     accepted_rank: torch.Tensor | None = None
+    rejections: torch.Tensor | None = None
     residual: torch.Tensor | None = None
     #: rejection: the draft's q rows the candidates were drawn from ([n, V]; None: nothing drafted)
     q: torch.Tensor | None = None
     #: rejection: each tested candidate's acceptance probability min(1, p_i(x_i) / q_i(x_i)) against
     #: the residual and the reduced q at its turn [n, k] (NaN: not tested)
     thresholds: torch.Tensor | None = None
+    #: rejection, traced: (p_i, q_i) before candidate i = 0 .. k-1 and after the last ([n, V] each, k + 1
+    #: pairs): the distributions each candidate was tested against (None: not traced)
+    steps: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    @property
+    def drawn_from(self) -> torch.Tensor:
+        """[n, V]: what a node's token is drawn from when no candidate is accepted: the last residual
+        where a candidate was rejected, p where none was (or none was drafted)."""
+        return torch.where((self.rejections > 0)[:, None], self.residual, self.p)
 
     @property
     def p(self) -> torch.Tensor:
@@ -244,10 +256,12 @@ class TargetSampler:
     """The loop's side: the target's token after every node (see the module docstring)."""
 
     def __init__(self, cfg: SamplingConfig, generator: torch.Generator | None = None,
-                 noise: NoiseStream | None = None):
+                 noise: NoiseStream | None = None, trace: bool = False):
         self.cfg, self.generator = cfg, generator
         #: match: the Gumbel stream (shared with the draft's sampler under shared noise)
         self.noise = noise
+        #: rejection: keep every step's p_i and q_i for the trace (references only: each step makes new tensors)
+        self.trace = trace
 
     def choose(self, logits: torch.Tensor, depths: torch.Tensor, deepest: int, prefix_len: int,
                draft: "DraftCandidates | None" = None) -> TargetChoice:
@@ -272,8 +286,12 @@ class TargetSampler:
         q_i = draft.q.double() if k else None
         rank = torch.where(draft.fed, -1, -2)
         out = torch.full((n,), -1, dtype=torch.long, device=p.device)
+        rejections = torch.zeros(n, dtype=torch.long, device=p.device)
         thresholds = torch.full((n, k), math.nan, dtype=torch.float64, device=p.device)
+        steps = [] if self.trace and k else None
         for i in range(k):
+            if steps is not None:
+                steps.append((p_i, q_i))
             cand = draft.tokens[:, i:i + 1]
             px, qx = p_i.gather(1, cand)[:, 0], q_i.gather(1, cand)[:, 0]
             live = (out < 0) & draft.fed & (qx > 0)
@@ -282,11 +300,16 @@ class TargetSampler:
             out = torch.where(ok, cand[:, 0], out)
             rank = torch.where(ok, i, rank)
             rej = (live & ~ok)[:, None]
+            rejections += rej[:, 0]
             p_i = torch.where(rej, residual(p_i, q_i), p_i)
             q_next = q_i.scatter(1, cand, 0.0)
             q_i = torch.where(rej, q_next / q_next.sum(-1, keepdim=True).clamp(min=1e-300), q_i)
+        if steps is not None:
+            steps.append((p_i, q_i))
         tokens = torch.where(out >= 0, out, inverse_cdf(p_i, last))
-        choice = TargetChoice(tokens, x, last, coins, rank, p_i, draft.q, thresholds)
+        # where nothing was rejected p_i is still p: no residual was formed there, and none is recorded
+        res = torch.where((rejections > 0)[:, None], p_i, 0.0)
+        choice = TargetChoice(tokens, x, last, coins, rank, rejections, res, draft.q, thresholds, steps)
         choice._p = p
         return choice
 
@@ -296,13 +319,14 @@ def make_samplers(cfg: SamplingConfig, device: torch.device, vocab_size: int, tr
     """The draft's and the target's samplers of one run (None: greedy). ``rejection`` draws from one
     generator on ``device``, seeded once; ``match`` needs none (it reads the counter-based noise,
     one stream that both read under shared draft noise: each row is computed once). ``trace``: the
-    draft's sampler keeps each expanded node's largest perturbed scores for the trace."""
+    draft's sampler keeps each expanded node's largest perturbed scores, the target's (rejection)
+    every step's p_i and q_i, for the trace."""
     if cfg.greedy:
         return None
     if cfg.rule == "rejection":
         gen = torch.Generator(device=device)
         gen.manual_seed(cfg.seed)
-        return DraftSampler(cfg, vocab_size, gen), TargetSampler(cfg, gen)
+        return DraftSampler(cfg, vocab_size, gen), TargetSampler(cfg, gen, trace=trace)
     noise = NoiseStream(cfg.seed, vocab_size, device)
     shared = noise if cfg.noise == "shared" else None
     return DraftSampler(cfg, vocab_size, noise=shared, trace=trace), TargetSampler(cfg, noise=noise)

@@ -43,6 +43,15 @@ STOP_DESCRIPTIONS: dict[str, str] = {
     "unrecorded": "replay: draft never ran here",
 }
 
+
+def stop_label(reason: str) -> str:
+    """``reason (description)``, the reason said once ("expanded (has children)", not
+    "expanded (expanded (has children))"): legend entries and hover text share it."""
+    desc = STOP_DESCRIPTIONS.get(reason, "")
+    if not desc or desc == reason:
+        return reason
+    return desc if desc.startswith(reason) else f"{reason} ({desc})"
+
 #: The Okabe-Ito palette (Okabe & Ito 2008): eight colours that stay distinct under the common
 #: colour-vision deficiencies. Every categorical colour below is taken from it.
 OKABE_ITO: dict[str, str] = {

@@ -444,6 +444,18 @@ def is_animation(fig: go.Figure) -> bool:
 
 
 _STRIP_LEFT, _STRIP_GAP_X, _STRIP_GAP_Y, _STRIP_TOP, _STRIP_RIGHT = 30, 36, 56, 40, 120
+#: token labels in the strip: a 1200 px image shows at about 0.8 in a notebook, and 10 px labels
+#: read as 8 px there
+STRIP_LABEL_FONT = 13
+
+
+def strip_frames(fig: go.Figure) -> list[go.Figure]:
+    """The frames :func:`animation_strip` draws: all but a first draft step with the root alone
+    (d = 0), when other steps follow."""
+    figs = frame_figures(fig)
+    rest = [f for f in figs if not (isinstance(f.layout.meta, dict) and f.layout.meta.get("phase") == "draft"
+                                    and f.layout.meta.get("level") == 0)]
+    return rest or figs
 
 
 def animation_strip(fig: go.Figure, *, columns: int | None = None, scale: float | None = None,
@@ -452,8 +464,10 @@ def animation_strip(fig: go.Figure, *, columns: int | None = None, scale: float 
     frame, the tree scaled by ``scale`` (default: panels about 460 px wide, at least 0.7 of the
     animation, so that every node keeps its token label as in the GIF), ``columns`` panels a row
     (default: as many as fit in ``max_width``). Each panel is titled with its step; one legend for
-    all. This is the image notebooks store for an animation."""
-    figs = frame_figures(fig)
+    all. This is the image notebooks store for an animation. The first draft step (the root
+    alone) is left out where later steps follow: every panel draws the root, so it showed an
+    empty-looking tree."""
+    figs = strip_frames(fig)
     lay0 = figs[0].layout
     plot_w = lay0.width - lay0.margin.l - lay0.margin.r
     plot_h = lay0.height - lay0.margin.t - lay0.margin.b
@@ -475,21 +489,24 @@ def animation_strip(fig: go.Figure, *, columns: int | None = None, scale: float 
     out.add_traces(legend)
     out.add_trace(_strip_colorbar(figs[0], (width + 14) / (width + _STRIP_RIGHT)))
     head = (lay0.title.text or "").split(" · ")[0]
-    depth = max(f.layout.meta.get("level") or 0 for f in figs)
+    levels = [f.layout.meta.get("level") for f in figs if f.layout.meta.get("phase") == "draft"]
+    drafts = f"draft d={min(levels)}…{max(levels)}, " if levels else ""
     out.update_layout(
-        title=dict(text=f"{head} · every step: draft d=0…{depth}, verify, select, commit",
+        title=dict(text=f"{head} · every step: {drafts}verify, select, commit",
                    x=0.01, y=1 - 16 / height, yanchor="top", yref="container", font=dict(size=15)),
         template="plotly_white", width=width + _STRIP_RIGHT, height=height, showlegend=True,
         margin=dict(l=0, r=0, t=0, b=0), hovermode="closest",
         legend=dict(orientation="h", yanchor="top", y=bottom / height - 10 / height,
-                    xanchor="left", x=_STRIP_LEFT / (width + _STRIP_RIGHT), font=dict(size=10)))
+                    xanchor="left", x=_STRIP_LEFT / (width + _STRIP_RIGHT),
+                    font=dict(size=STRIP_LABEL_FONT - 1)))
     return out
 
 
 def _strip_colorbar(f: go.Figure, x: float) -> go.Scatter:
     """The animation's colour bar (what the fill means), right of the panels."""
     bar = go.Scatter(next(t for t in f.data if t.name == tv.COLORBAR))
-    bar.marker.colorbar.update(x=x, xanchor="left", y=0.5, len=0.4)
+    # a fraction of the whole strip (the tree view sizes its bar in pixels, for one panel)
+    bar.marker.colorbar.update(x=x, xanchor="left", y=0.5, yanchor="middle", len=0.4, lenmode="fraction")
     return bar
 
 
@@ -507,7 +524,7 @@ def _add_panel(out: go.Figure, f: go.Figure, k: int, s: float, xdom: list, ydom:
             continue
         t = _scaled(go.Scatter(tr), s)
         if tr.name == tv.LABELS:  # every node named by its token, as in the GIF
-            t.update(text=[text_lines(v)[0] for v in t.text or []], textfont_size=10)  # token only
+            t.update(text=[text_lines(v)[0] for v in t.text or []], textfont_size=STRIP_LABEL_FONT)
         t.update(xaxis=f"x{ax}", yaxis=f"y{ax}", showlegend=False)
         out.add_trace(t)
     out.layout[f"xaxis{ax}"] = dict(domain=xdom, range=list(f.layout.xaxis.range), visible=False,
@@ -517,7 +534,7 @@ def _add_panel(out: go.Figure, f: go.Figure, k: int, s: float, xdom: list, ydom:
     out.add_annotation(text=f"<b>{k}. {_strip_name(meta)}</b> · {html.escape(meta.get('short', ''), quote=False)}",
                        xref=f"x{ax} domain", yref=f"y{ax} domain", x=0.0, y=1.0, xanchor="left",
                        yanchor="bottom", yshift=4, showarrow=False, align="left",
-                       font=dict(size=12, color="#222"))
+                       font=dict(size=STRIP_LABEL_FONT + 1, color="#222"))
 
 
 def _scaled(t: go.Scatter, s: float) -> go.Scatter:
@@ -545,4 +562,4 @@ def _merge(base: dict, update: dict) -> dict:
 
 
 __all__ = ["AnimationStep", "PHASES", "TARGET_CHOICES", "TEXT_PANEL", "animate", "animation_steps",
-           "animation_strip", "frame_figures", "is_animation", "static_figure"]
+           "animation_strip", "frame_figures", "is_animation", "static_figure", "strip_frames"]

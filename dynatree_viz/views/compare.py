@@ -48,6 +48,18 @@ METRIC_TITLES: dict[str, str] = {"tokens_per_s": "throughput (tokens/s)",
                                  "speedup": "speedup vs AR", "tokens_per_iteration": "L̄ (tokens/iter)",
                                  "acceptance_rate": "acceptance a", "mean_accepted_length": "ℓ̄"}
 
+#: axis titles of the sweep columns, in words and the paper's symbols (a column not named here
+#: keeps its own name)
+X_TITLES: dict[str, str] = {"max_new_tokens": "generated tokens T", "max_prompt_len": "prompt length L_max (tokens)",
+                            "d": "tree depth D", "b": "breadth B", "tau": "pruning threshold τ",
+                            "tau_h": "high-confidence threshold τ_h", "tau_l": "low-confidence threshold τ_ℓ",
+                            "b_min": "B_min", "b_mid": "B_mid", "b_max": "B_max", "d0": "base depth D0",
+                            "d_max": "depth limit D_max", "n_max": "node budget N_max", "k": "draft length K"}
+#: how the AR baseline of the speedup panels is drawn, and its legend entry (a label written on the
+#: panel would sit on whichever bar reaches the line)
+AR_LINE = dict(color="#888", dash="dot", width=1)
+AR_LINE_NAME = "AR (speedup 1.0)"
+
 ResultsLike = Any  # DataFrame | list[dict] | dict | str | PathLike | list[str | PathLike]
 
 
@@ -138,12 +150,13 @@ def compare_figure(results: ResultsLike, *, x: str | None = None,
                 if (top := _add_group(fig, df[df[color] == g], g, styles[g], metric, x, has_ds,
                                       color, k == 0, r, c)) is not None]
         if x is not None:
-            fig.update_xaxes(title_text=x, row=r, col=c)
+            fig.update_xaxes(title_text=X_TITLES.get(x, x), row=r, col=c)
         fig.update_yaxes(range=value_axis_range(tops, metric), row=r, col=c)
         if metric == "speedup":
-            fig.add_hline(y=1.0, line=dict(color="#888", dash="dot", width=1), row=r, col=c,
-                          annotation_text="AR = 1.0", annotation_position="bottom right",
-                          annotation_font=dict(size=10, color="#666"))
+            fig.add_hline(y=1.0, line=AR_LINE, row=r, col=c)
+    if "speedup" in metrics:  # the baseline named once, in the legend
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=AR_LINE, name=AR_LINE_NAME,
+                                 hoverinfo="skip"))
     fig.update_layout(template="plotly_white", barmode="group",
                       height=height or 320 * rows + 80,
                       title=dict(text=title or ("methods compared" if x is None else f"sweep over {x}"),

@@ -68,7 +68,7 @@ def _hover_matrix(rec: IterationRecord, texts: list[str], z: list[list[int]]) ->
 
 
 def mask_figure(rec: IterationRecord, *, namer: TokenNamer | None = None,
-                highlight: int | None = None, max_label_chars: int = 8,
+                highlight: int | None = None, max_label_chars: int = 12,
                 title: str | None = None, tokenizer: Any = None) -> go.Figure:
     """Heatmap of ``rec.attention_mask()`` (prefix summarised in the leftmost column).
 

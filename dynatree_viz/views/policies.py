@@ -215,8 +215,9 @@ def cost_figure(cost: CostModel | Mapping[str, Any], sizes: Any = None, *,
             secondary_y=True)
     top = max(ms) * 1.05
     styles, symbols = method_styles(list(per_method)), _symbols(list(per_method))
+    shifts = _dodge(per_method)
     for label, vals in per_method.items():
-        _add_sizes(fig, cost, label, vals, styles[label], symbols[label], top)
+        _add_sizes(fig, cost, label, vals, styles[label], symbols[label], top, shifts[label])
     fig.update_xaxes(title_text="tokens verified n (root included)", rangemode="tozero")
     fig.update_yaxes(title_text="ms per target forward", rangemode="tozero", secondary_y=False)
     if len(ms) > 1:
@@ -237,19 +238,46 @@ def cost_figure(cost: CostModel | Mapping[str, Any], sizes: Any = None, *,
     return fig
 
 
+#: horizontal distance (tokens) between the markers of methods that chose the same n
+DODGE = 0.3
+
+
+def _dodge(per_method: Mapping[str, list[int]]) -> dict[str, dict[int, float]]:
+    """{label: {n: x offset}}: methods that chose the same verify size n sit side by side around
+    n (DODGE apart, in label order) instead of on top of each other, where a large marker would
+    hide a smaller one; a size only one method chose stays at n."""
+    at: dict[int, list[str]] = {}
+    for label, vals in per_method.items():
+        for n in sorted({v + 1 for v in vals}):
+            at.setdefault(n, []).append(label)
+    out: dict[str, dict[int, float]] = {label: {} for label in per_method}
+    for n, labels in at.items():
+        for k, label in enumerate(labels):
+            out[label][n] = (k - (len(labels) - 1) / 2) * DODGE
+    return out
+
+
+def mean_verify_size(vals: Sequence[int]) -> float:
+    """n̄, the mean tokens verified per iteration (drafted nodes + the root) over every iteration:
+    the number :func:`cost_figure`'s legend shows (to one decimal)."""
+    return sum(vals) / len(vals) + 1
+
+
 def _add_sizes(fig: go.Figure, cost: CostModel, label: str, vals: list[int],
-               st: style.MethodStyle, symbol: str, top: float) -> None:
-    """One method's chosen sizes as markers on the curve plus its mean as a vertical line."""
+               st: style.MethodStyle, symbol: str, top: float, shift: Mapping[int, float]) -> None:
+    """One method's chosen sizes as markers on the curve (moved ``shift[n]`` sideways where
+    another method chose the same n) plus its mean as a vertical line."""
     counts = Counter(v + 1 for v in vals)  # drafted nodes -> tokens verified (the root too)
     on = sorted(n for n in counts if n <= len(cost.verify_s))
     past = sum(c for n, c in counts.items() if n > len(cost.verify_s))
     total = len(vals)
     most = max(counts.values())
-    mean_n = sum(vals) / total + 1
+    mean_n = mean_verify_size(vals)
     name = f"{label} (n̄ = {mean_n:.1f}, {total} iterations" + (
         f", {past} past the curve)" if past else ")")
     fig.add_trace(go.Scatter(
-        x=on, y=[1e3 * cost.verify(n) for n in on], mode="markers", name=name, legendgroup=label,
+        x=[n + shift.get(n, 0.0) for n in on], y=[1e3 * cost.verify(n) for n in on], mode="markers", name=name,
+        legendgroup=label,
         # area ∝ how often n was chosen, so a rarely used size does not look like the usual one
         marker=dict(color=st.color, symbol=symbol, opacity=0.8, line=dict(color=CURVE_COLOR, width=1),
                     size=[7 + 19 * math.sqrt(counts[n] / most) for n in on]),
@@ -364,7 +392,7 @@ def oracle_gap_figure(summaries: Mapping[str, Any], *, title: str | None = None,
     for lab, s in sums.items():
         fig.add_annotation(x=lab, y=max(s.mean_accepted, s.mean_oracle), text=f"gap {s.gap:.2f}",
                            showarrow=False, yshift=10, font=dict(size=11), row=1, col=1)
-    _add_curves(fig, sums)
+    _add_curves(fig, sums, styles)
     for lab, s in sums.items():
         st = styles[lab]
         fig.add_trace(go.Scatter(
@@ -398,17 +426,20 @@ def _summary_hover(label: str, s: OracleSummary) -> str:
         + (f", {100 * s.truncated_fraction:.0f}% only a lower bound (truncated)" if s.truncated_fraction else "")])
 
 
-def _add_curves(fig: go.Figure, sums: dict[str, OracleSummary]) -> None:
-    """One oracle curve per distinct (top_k, curve): methods measured on the same run share it."""
+def _add_curves(fig: go.Figure, sums: dict[str, OracleSummary], styles: Mapping[str, style.MethodStyle]) -> None:
+    """One oracle curve per distinct (top_k, curve): methods measured on the same run share it.
+    A curve of one method takes that method's colour (and its own dash), so that six runs' curves
+    are told apart by colour as well as by dash; a shared curve stays grey."""
     groups: dict[tuple, list[str]] = {}
     for lab, s in sums.items():
         groups.setdefault((s.top_k, tuple(round(float(v), 9) for v in s.curve)), []).append(lab)
     for k, ((top_k, curve), labs) in enumerate(groups.items()):
         name = "oracle best(i)" + (f", top-{top_k}" if top_k else "") + (
             f": {', '.join(labs)}" if len(groups) > 1 else "")
+        color = styles[labs[0]].color if len(labs) == 1 and len(groups) > 1 else CURVE_COLOR
         fig.add_trace(go.Scatter(
             x=list(range(len(curve))), y=list(curve), mode="lines", name=name,
-            line=dict(color=CURVE_COLOR, width=2, dash=("solid", *style.VARIANT_DASHES)[k % 6]),
+            line=dict(color=color, width=2.5, dash=("solid", *style.VARIANT_DASHES)[k % 6]),
             hovertemplate="i = %{x} nodes: best %{y:.2f}<extra>" + html.escape(name) + "</extra>"),
             row=1, col=2)
 

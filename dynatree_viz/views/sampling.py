@@ -35,6 +35,8 @@ P_BARS, Q_BARS, MIN_BARS, RESIDUAL_BARS, UNIFORM_LINE, INTERVAL_BAR, SCORE_BARS,
     "p: target", "q: draft", "min(p, q)", "residual (p - q)+", "uniform u", "drawn token's CDF interval",
     "log p + Gumbel noise", "coins against min(1, p/q)")
 THRESHOLD_MARKS = "threshold min(1, p/q)"
+#: match: the drawn token's perturbed score (the largest)
+WINNER_BAR = "the largest log p + g: the drawn token"
 #: shared draft noise: the draft's perturbed scores beside the target's
 DRAFT_SCORE_BARS = "log q + Gumbel noise (draft)"
 
@@ -148,7 +150,8 @@ def _rows(rec: IterationRecord, node: int, namer: TokenNamer) -> list[TokenRow]:
             q.setdefault(tok, math.exp(tree.logps[c]))
     drawn = int(rec.target_argmax[node])
     p.setdefault(drawn, s["choice_prob"][node])
-    res = dict(zip(*s["residual_top"][node])) if "residual_top" in s else {}
+    kept = s["residual_top"][node] if "residual_top" in s else None  # None: nothing was rejected here
+    res = dict(zip(*kept)) if kept else {}
     tokens = sorted(set(p) | set(q) | set(child_of), key=lambda t: (-(p.get(t) or 0.0), -(q.get(t) or 0.0), t))
     return [TokenRow(t, namer(t), p.get(t), q.get(t), child_of.get(t), res.get(t) if res else None)
             for t in tokens]
@@ -230,31 +233,39 @@ def sampling_view(source: Trace | IterationRecord, iteration: int = 0, node: int
     if panel.verify == "rejection":
         bars.append((RESIDUAL_BARS, [r.residual for r in panel.rows], style.REJECTED, "x"))
     for name, ys, color, pattern in bars:
-        fig.add_trace(go.Bar(x=labels, y=ys, name=name, marker=dict(color=color, pattern=dict(shape=pattern)),
-                             hovertemplate="%{x}: %{y:.4f}<extra>" + name + "</extra>"), row=1, col=1)
+        if not any(y for y in ys):  # nothing known here (a lookup-tail node has no q; no rejection, no residual)
+            continue
+        fig.add_trace(go.Bar(x=labels, y=[y if y else None for y in ys], name=name,
+                             marker=dict(color=color, pattern=dict(shape=pattern)),
+                             hovertemplate="%{x}: %{y:.3g}<extra>" + name + "</extra>"), row=1, col=1)
+    known = [v for r in panel.rows for v in (r.p, r.q, r.residual) if v]
+    floor = math.floor(math.log10(min(known)) - 0.5) if known else -6  # the smallest bar: half a decade tall
+    # a log scale: a drawn token of p = 2.5e-5 shows beside one of 0.8
+    fig.update_yaxes(type="log", range=[floor, 0.05], dtick=1, exponentformat="power", row=1, col=1)
     drawn = next(((lab, r) for lab, r in zip(labels, panel.rows) if r.token == panel.drawn), None)
     if drawn is not None:  # the arrow points at the drawn token's own bars
-        fig.add_annotation(x=drawn[0], y=max(drawn[1].p or 0.0, drawn[1].q or 0.0), text="drawn", showarrow=True,
+        top = max(drawn[1].p or 0.0, drawn[1].q or 0.0)
+        fig.add_annotation(x=drawn[0], y=math.log10(top) if top > 0 else floor, text="drawn", showarrow=True,
                            arrowhead=2, row=1, col=1)
-    _draw_line(fig, panel)
+    _draw_line(fig, panel, labels)
     heading = title or f"iteration {panel.iteration}, node {panel.node} ({panel.verify}): {panel.reason}"
     fig.update_layout(barmode="group", width=width, height=640, template="plotly_white",
                       title=dict(text=wrap(heading, width // 7), font_size=12, y=0.97, yanchor="top"),
                       margin=dict(t=110, b=120), legend=dict(orientation="h", y=-0.22, yanchor="top"))
     fig.update_xaxes(tickangle=-30, automargin=True, row=1, col=1)
-    fig.update_yaxes(title_text="probability", row=1, col=1)
+    fig.update_yaxes(title_text="probability (log)", row=1, col=1)
     if panel.verify == "rejection":
         fig.update_xaxes(title_text="coin (◆) and threshold min(1, p/q) (|) on [0, 1]; a residual draw: u in the "
                                     "drawn token's CDF interval", title_font_size=11, row=2, col=1)
     return fig
 
 
-def _draw_line(fig: go.Figure, panel: SamplingPanel) -> None:
+def _draw_line(fig: go.Figure, panel: SamplingPanel, labels: list[str]) -> None:
     """The draw: the largest perturbed scores (match); or each candidate's coin on [0, 1] (the first
     candidate's acceptance probability min(1, p/q) beside it) and a residual draw's uniform inside the
     drawn token's CDF interval (rejection)."""
     if panel.verify == "match":
-        _draw_scores(fig, panel)
+        _draw_scores(fig, panel, labels)
         return
     used = len(panel.coins) if panel.accepted_rank is None or panel.accepted_rank < 0 else panel.accepted_rank + 1
     # coins after the accepted one were never tested; a row names its threshold (text beside a mark at
@@ -270,37 +281,45 @@ def _draw_line(fig: go.Figure, panel: SamplingPanel) -> None:
     if shown:  # each tested candidate's min(1, p_i/q_i), against the residual from the second on
         fig.add_trace(go.Scatter(x=[t for t, _ in shown], y=[lab for _, lab in shown], mode="markers",
                                  name=THRESHOLD_MARKS,
-                                 marker=dict(symbol="line-ns-open", size=24, line=dict(width=3, color=style.ACCEPTED)),
+                                 marker=dict(symbol="line-ns-open", size=24, color=style.ACCEPTED,  # open marks: colour
+                                             line=dict(width=3, color=style.ACCEPTED)),
                                  hovertemplate="threshold %{x:.3f}<extra></extra>"), row=2, col=1)
     if panel.accepted_rank == -1 and panel.interval is not None:  # every candidate rejected: a residual draw
         lo, hi = panel.interval
-        fig.add_trace(go.Bar(x=[hi - lo], base=[lo], y=["residual draw"], orientation="h", name=INTERVAL_BAR,
-                             marker_color=style.ACCEPTED, opacity=0.5,
-                             hovertemplate=f"'{style.visible_token(panel.drawn_text)}': [{lo:.3f}, {hi:.3f})<extra></extra>"),
+        # a thick segment with end ticks: an interval of 0.005 still shows on [0, 1]
+        fig.add_trace(go.Scatter(x=[lo, hi], y=["residual draw"] * 2, mode="lines+markers", name=INTERVAL_BAR,
+                                 line=dict(color=style.ACCEPTED, width=10), opacity=0.6,
+                                 marker=dict(symbol="line-ns-open", size=18, color=style.ACCEPTED),
+                                 hovertemplate=f"'{style.visible_token(panel.drawn_text)}': "
+                                               f"[{lo:.3f}, {hi:.3f})<extra></extra>"),
                       row=2, col=1)
         fig.add_trace(go.Scatter(x=[panel.uniform], y=["residual draw"], mode="markers", name=UNIFORM_LINE,
-                                 marker=dict(symbol="line-ns-open", size=22, line=dict(width=3, color=style.BONUS))),
+                                 marker=dict(symbol="line-ns-open", size=22, color=style.BONUS,
+                                             line=dict(width=3, color=style.BONUS))),
                       row=2, col=1)
     fig.update_xaxes(range=[0, 1], row=2, col=1)
 
 
-def _draw_scores(fig: go.Figure, panel: SamplingPanel) -> None:
+def _draw_scores(fig: go.Figure, panel: SamplingPanel, labels: list[str]) -> None:
     """match: the target's largest log p + g (the first won); with shared draft noise the draft's
-    log q + g of the same tokens beside them (the draft's own largest marked)."""
-    tokens = [t for t, _, _ in panel.scores]
-    tokens += [t for t, _, _ in panel.draft_scores if t not in tokens]
-    text = {t: x for t, x, _ in panel.scores + panel.draft_scores}
-    labels = [f"'{style.visible_token(text[t])}'" for t in tokens]
+    log q + g of the same tokens beside them (the draft's own largest marked). The tokens are the
+    upper panel's, in its order (a token below the recorded top scores has no bar)."""
+    tokens = [r.token for r in panel.rows]
     target = {t: v for t, _, v in panel.scores}
-    fig.add_trace(go.Bar(x=labels, y=[target.get(t) for t in tokens], name=SCORE_BARS,
-                         marker_color=[style.BONUS if t == panel.drawn else style.GHOST for t in tokens],
-                         hovertemplate="%{x}: log p + g = %{y:.3f}<extra></extra>"), row=2, col=1)
+    for name, mine, colour in ((WINNER_BAR, True, style.BONUS), (SCORE_BARS, False, style.GHOST)):
+        # two traces, so the legend names the winner's colour too
+        fig.add_trace(go.Bar(x=labels, y=[target.get(t) if (t == panel.drawn) == mine else None for t in tokens],
+                             name=name, marker_color=colour, offsetgroup="target",
+                             hovertemplate="%{x}: log p + g = %{y:.3f}<extra></extra>"), row=2, col=1)
     if panel.draft_scores:
         draft = {t: v for t, _, v in panel.draft_scores}
         first = panel.draft_scores[0][0]
         fig.add_trace(go.Bar(x=labels, y=[draft.get(t) for t in tokens], name=DRAFT_SCORE_BARS,
+                             offsetgroup="draft",
                              marker=dict(color=style.OKABE_ITO["sky_blue"], pattern=dict(shape="/"),
                                          line=dict(color=[style.ACCEPTED if t == first else style.OKABE_ITO["sky_blue"]
                                                           for t in tokens], width=3)),
                              hovertemplate="%{x}: log q + g = %{y:.3f}<extra></extra>"), row=2, col=1)
         fig.update_yaxes(title_text="perturbed score", row=2, col=1)
+    fig.update_xaxes(title_text="the tokens above (no bar: not among the 8 largest log p + g recorded)",
+                     title_font_size=11, row=2, col=1)

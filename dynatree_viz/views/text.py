@@ -38,6 +38,16 @@ CSS = f"""
 """
 
 
+#: a pruned candidate's reason as the paper writes the rule
+PRUNE_RULES = {"tau": "τ", "n_max": "N_max", "cost": "the cost model"}
+
+
+def _p_text(cum_logp: float) -> str:
+    """p(u) with enough digits to compare with a τ of 0.05 or 0.02 (4 decimals, else 2 significant)."""
+    p = math.exp(cum_logp)
+    return f"{p:.4f}" if p >= 1e-3 else f"{p:.2g}"
+
+
 def alternatives(rec: IterationRecord, k: int, namer: TokenNamer) -> list[str]:
     """Human-readable rejected alternatives at the position of committed token ``k``."""
     tree = rec.tree
@@ -54,8 +64,10 @@ def alternatives(rec: IterationRecord, k: int, namer: TokenNamer) -> list[str]:
     for p in tree.pruned:
         if p.parent == parent:
             note = " ← the target's choice" if p.token == chosen else ""
-            out.append(f"· {style.visible_token(namer(p.token))!r} pruned by {p.reason} "
-                       f"(q={math.exp(p.logp):.2f}){note}")
+            # the rules compare the path probability p(u), not q, with τ: show the value compared
+            out.append(f"· {style.visible_token(namer(p.token))!r} pruned by "
+                       f"{PRUNE_RULES.get(p.reason, p.reason)} (p(u)={_p_text(p.cum_logp)}, "
+                       f"draft q={math.exp(p.logp):.2f}){note}")
     return out
 
 

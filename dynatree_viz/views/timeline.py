@@ -8,6 +8,8 @@ data (an AR run has no tree, acceptance or adapter) are left out, and the title 
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -131,6 +133,15 @@ def _acceptance_panel(fig: go.Figure, trace: Trace, its: list, x: list, r: int) 
                       annotation_position="top left")
 
 
+#: most depth ticks a panel shows: one per level of an 8-deep tree squeezed them into each other
+MAX_DEPTH_TICKS = 5
+
+
+def depth_dtick(max_depth: int) -> int:
+    """Whole-level tick step giving at most :data:`MAX_DEPTH_TICKS` ticks over 0..``max_depth``."""
+    return max(1, math.ceil(max_depth / (MAX_DEPTH_TICKS - 1)))
+
+
 def _label_axes(fig: go.Figure, its: list, row: dict[str, int]) -> None:
     fig.update_yaxes(title_text="tokens", rangemode="tozero", row=1, col=1)
     if "tree" in row:
@@ -139,7 +150,7 @@ def _label_axes(fig: go.Figure, its: list, row: dict[str, int]) -> None:
                          secondary_y=False)
         max_depth = max((r.tree.depth for r in its), default=1)
         fig.update_yaxes(title_text="depth", row=row["tree"], col=1, secondary_y=True,
-                         showgrid=False, range=[0, max_depth + 0.5], dtick=1)
+                         showgrid=False, range=[0, max_depth + 0.5], dtick=depth_dtick(max_depth))
     if "acceptance" in row:
         fig.update_yaxes(title_text="a", range=[-0.05, 1.05], row=row["acceptance"], col=1)
     if "adapter" in row:

@@ -51,6 +51,7 @@ LEGEND_NO_TARGET_P = "hollow (pale fill): no p(token) here (the root, or not rec
 LEGEND_PRUNED = "grey ring, dotted: pruned by τ / N_max, never verified"
 LEGEND_SELECTED = "purple outline: selected node"
 STOP_PREFIX = "stop: "  # marker shape = why the node stopped growing
+_PRUNE_RULES = {"tau": "τ (p(u) < τ)", "n_max": "N_max", "cost": "the cost model"}
 
 
 def node_values(scene: TreeScene, color_by: str) -> list[float | None]:
@@ -101,7 +102,7 @@ def _hover(scene: TreeScene, i: int, status: str) -> str:
     else:
         lines.append(f"log q(token) = {v.logp:.3f} · p(u) = {math.exp(v.cum_logp):.4f}")
     lines.append(f"c(u) = {_fmt(v.confidence)} · B(u) = {v.branching}")
-    lines.append(f"stop: {v.stop_reason} ({style.STOP_DESCRIPTIONS.get(v.stop_reason, '')})")
+    lines.append(f"{STOP_PREFIX}{style.stop_label(v.stop_reason)}")
     if status == "rejected":
         choice = scene.target_argmax[v.parent]
         lines.append(f"<span style='color:{style.REJECTED}'>✗ rejected: target chose "
@@ -306,7 +307,9 @@ def _colorbar(color_by: str) -> go.Scatter:
         x=[None], y=[None], mode="markers", name=COLORBAR, showlegend=False, hoverinfo="skip",
         marker=dict(color=[0.0, 1.0], cmin=0, cmax=1, colorscale=style.COLORSCALE, showscale=True,
                     colorbar=dict(title=dict(text=style.COLOR_BY_CAPTIONS[color_by]),
-                                  thickness=12, len=0.6, x=1.02, y=0.5)))
+                                  # pixels from the plot's top (into the legend's margin): a shallow tree
+                                  # gets a bar, not a 40 px stub under its caption
+                                  thickness=12, lenmode="pixels", len=280, x=1.02, y=1.0, yanchor="top")))
 
 
 def _scene(source: IterationRecord | TreeScene, namer: TokenNamer | None,
@@ -415,8 +418,9 @@ def _pruned_trace(scene: TreeScene, pruned: list, pos: dict, n: int, chars: int)
         text=[style.short_label(scene.namer(p.token), chars) for p in pruned],
         marker=dict(symbol="circle-open", size=9, color=style.GHOST, line=dict(width=1.5)),
         hovertext=[f"<b>{style.hover_escape(scene.namer(p.token))}</b> (id {p.token})<br>"
-                   f"pruned by {p.reason} (never verified)<br>rank {p.rank} under "
-                   f"#{p.parent} · log q = {p.logp:.3f} · p = {math.exp(p.cum_logp):.4f}"
+                   f"pruned by {_PRUNE_RULES.get(p.reason, p.reason)} (never verified)<br>rank "
+                   f"{p.rank} under #{p.parent} · log q = {p.logp:.3f} · p(u) = "
+                   f"{math.exp(p.cum_logp):.4f}"
                    for p in pruned],
         hovertemplate="%{hovertext}<extra></extra>")
 
@@ -502,13 +506,7 @@ def _legend_keys(scene: TreeScene, status: list[str], color_by: str, pruned: boo
     return keys
 
 
-def stop_label(reason: str) -> str:
-    """``reason (description)``, the reason once ("expanded (has children)", not
-    "expanded (expanded (has children))")."""
-    desc = style.STOP_DESCRIPTIONS.get(reason, "")
-    if not desc or desc == reason:
-        return reason
-    return desc if desc.startswith(reason) else f"{reason} ({desc})"
+stop_label = style.stop_label  # re-exported: the legend's and the hover's wording of a stop reason
 
 
 def default_title(scene: TreeScene, drafter: str | None = None) -> str:

@@ -86,6 +86,7 @@ class WhyPanel:
     p_at: float                       # path probability p(u) of the decision point
     tau: float | None = None
     n_max: int | None = None
+    method: str | None = None         # the decoding method, when known: what set B(u)
     callout: str | None = None
     explanation: str = ""
     notes: list[str] = field(default_factory=list)
@@ -121,7 +122,7 @@ def _decision_point(rec: IterationRecord, node: int | None, at: int | None) -> i
 
 def why_data(source: Trace | IterationRecord, iteration: int = 0, node: int | None = None, *,
              at: int | None = None, namer: TokenNamer | None = None,
-             tokenizer: Any = None) -> WhyPanel:
+             tokenizer: Any = None, method: str | None = None) -> WhyPanel:
     """The facts of :func:`why` (same arguments), without drawing."""
     rec = _record(source, iteration)
     trace = source if isinstance(source, Trace) else None
@@ -155,7 +156,8 @@ def why_data(source: Trace | IterationRecord, iteration: int = 0, node: int | No
         iteration=rec.index, at=u, at_text=scene.texts[u], node=node, candidates=cands,
         target_token=target, target_text=namer(target) if target is not None else "?",
         target_fate="not_expanded", branching=b, stop_reason=tree.stop_reasons[u],
-        on_accepted_path=on_path, p_at=math.exp(tree.cum_logps[u]), tau=tau, n_max=n_max)
+        on_accepted_path=on_path, p_at=math.exp(tree.cum_logps[u]), tau=tau, n_max=n_max,
+        method=method or (trace.method if trace is not None else None))
     if toks:
         hit = next((c for c in cands if c.is_target), None)
         panel.target_fate = hit.fate if hit is not None else "not_in_top_k"
@@ -165,6 +167,28 @@ def why_data(source: Trace | IterationRecord, iteration: int = 0, node: int | No
     if node is not None:  # say first what happened to the node asked about
         panel.notes.append(_node_line(scene, status, node))
     return panel
+
+
+#: methods whose breadth is fixed by construction, not read from the draft's confidence c(u)
+FIXED_BREADTH = {"linear": "a chain: B = 1 by construction", "fixed_tree": "a fixed tree: B is set, not read from c(u)"}
+
+
+def breadth_source(p: WhyPanel) -> str:
+    """What decided B(u): c(u) for DynaTree (and an unknown method), the construction otherwise."""
+    if p.method in FIXED_BREADTH:
+        return FIXED_BREADTH[p.method]
+    if p.method in (None, "dynatree"):
+        return "c(u) decided B(u)"
+    return f"the {p.method} policy set B(u)"
+
+
+def breadth_short(p: WhyPanel) -> str:
+    """The title's breadth note: ``c(u) → B(u) = 2`` or ``B(u) = 1: a chain, by construction``."""
+    if p.method == "linear":
+        return f"B(u) = {p.branching}: a chain, by construction"
+    if p.method in (None, "dynatree"):
+        return f"c(u) → B(u) = {p.branching}"
+    return f"B(u) = {p.branching}, set by the {p.method.replace('_', ' ')} rule"
 
 
 def _node_line(scene: TreeScene, status: list[str], v: int) -> str:
@@ -207,19 +231,20 @@ def _explain(p: WhyPanel, pruned: Any) -> str:
                 "but the path never got here: an ancestor was rejected.")
     if p.target_fate == "beyond_breadth":
         return (f"✗ The target chose {tgt} {where}: the draft ranked it #{rank + 1}, but the "
-                f"breadth rule kept only the top B(u) = {p.branching} (c(u) decided B(u)).")
+                f"breadth rule kept only the top B(u) = {p.branching} ({breadth_source(p)}).")
     if p.target_fate == "not_in_top_k":
         return (f"✗ The target chose {tgt} {where}, which is not in the draft's top-"
                 f"{len(p.candidates)}: no tree shape could have drafted it.")
     if p.target_fate == "not_expanded":
-        return (f"The draft never ran {where} (stop: {p.stop_reason}, "
-                f"{style.STOP_DESCRIPTIONS.get(p.stop_reason, '')}); the target chose {tgt}.")
+        return (f"The draft never ran at #{p.at} {_q(p.at_text)} (stop: "
+                f"{style.stop_label(p.stop_reason)}), so it proposed nothing after it: there are "
+                f"no draft probabilities to show. The target chose {tgt} there.")
     return f"The target chose {tgt} {where} ({FATES.get(p.target_fate, p.target_fate)})."
 
 
 def why(source: Trace | IterationRecord, iteration: int = 0, node: int | None = None, *,
         at: int | None = None, namer: TokenNamer | None = None, tokenizer: Any = None,
-        title: str | None = None, width: int = 760) -> go.Figure:
+        title: str | None = None, width: int = 760, method: str | None = None) -> go.Figure:
     """Why node ``node`` (BFS index) of iteration position ``iteration`` was or was not accepted.
 
     Shows the draft's top-k at the node's parent (bars of q, marked by fate: colour *and*
@@ -227,9 +252,13 @@ def why(source: Trace | IterationRecord, iteration: int = 0, node: int | None = 
     the target's token was pruned by τ or N_max. ``node=None`` explains the decision where the
     accepted path ended (the bonus token); ``at=u`` explains the decision after node u directly
     (``at=0``: after the root). ``source`` may also be an :class:`IterationRecord`.
-    ``tokenizer`` names top-k tokens the trace stores no text for.
+    ``tokenizer`` names top-k tokens the trace stores no text for; ``method`` (default: the
+    trace's) says what set the breadth B(u): DynaTree's confidence c(u), a linear chain's B = 1 or
+    a fixed tree's B.
     """
-    p = why_data(source, iteration, node, at=at, namer=namer, tokenizer=tokenizer)
+    p = why_data(source, iteration, node, at=at, namer=namer, tokenizer=tokenizer, method=method)
+    if p.target_fate == "not_expanded":
+        return _never_ran_figure(p, title, width)
     fig = go.Figure()
     labels = [f"#{c.rank + 1} {_q(c.text)}" for c in p.candidates]
     extra = p.target_fate in ("not_in_top_k",)
@@ -255,6 +284,27 @@ def why(source: Trace | IterationRecord, iteration: int = 0, node: int | None = 
                              marker=dict(color="#000000"), text=["◀ target: not in top-k"],
                              textposition="outside", hoverinfo="skip"))
     _decorate(fig, p, labels, title, width)
+    return fig
+
+
+def _never_ran_figure(p: WhyPanel, title: str | None, width: int) -> go.Figure:
+    """The decision point the draft never ran at: its words alone (no top-k, so no chart; an
+    empty 0-1 axis under "the draft's top-0" would only look like a missing picture)."""
+    box = " ".join(p.notes + [p.explanation])
+    head = title if title is not None else (
+        f"Iteration {p.iteration}: why? The draft never ran at #{p.at} {_q(p.at_text)} "
+        f"(p(u) = {p.p_at:.3f}); the target chose {_q(p.target_text)}")
+    fig = go.Figure()
+    text = style.wrap(box, 95)
+    fig.add_annotation(name="why explanation", xref="paper", yref="paper", x=0, y=1,
+                       xanchor="left", yanchor="top", align="left", showarrow=False, text=text,
+                       font=dict(size=12, color="#222"), bgcolor="#f4f4f4", bordercolor="#bbbbbb",
+                       borderwidth=1, borderpad=6)
+    fig.update_layout(title=dict(text=style.wrap(head, 90), x=0.01, font=dict(size=13)),
+                      template="plotly_white", width=width,
+                      height=150 + 16 * (text.count("<br>") + head.count("<br>")),
+                      margin=dict(l=20, r=20, t=70, b=10), showlegend=False,
+                      xaxis=dict(visible=False), yaxis=dict(visible=False))
     return fig
 
 
@@ -288,7 +338,7 @@ def _decorate(fig: go.Figure, p: WhyPanel, labels: list[str], title: str | None,
         borderpad=6))
     head = title if title is not None else (
         f"Iteration {p.iteration}: why? The draft's top-{len(p.candidates)} after "
-        f"#{p.at} {_q(p.at_text)} (p(u) = {p.p_at:.3f}, c(u) → B(u) = {b}) vs the target's "
+        f"#{p.at} {_q(p.at_text)} (p(u) = {p.p_at:.3f}, {breadth_short(p)}) vs the target's "
         f"choice {_q(p.target_text)}")
     rows = max(len(labels), 1)
     bottom = 150 + 16 * style.wrap(box, 95).count("<br>")

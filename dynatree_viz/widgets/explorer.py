@@ -4,7 +4,8 @@ Both are ``ipywidgets.VBox`` subclasses, so they display by themselves in Jupyte
 expose their controls and figures as attributes so code (and tests) can drive them:
 ``stepper.slider.value = 3``, ``stepper.next_button.click()``,
 ``explorer.sliders["n_max"].value = 4``. Figures are plotly ``FigureWidget``s (these need
-anywidget); each redraw replaces their data and layout wholesale.
+anywidget); each redraw replaces their data and layout wholesale and copies the figure into the
+widget state (:mod:`dynatree_viz.widgets.figure_state`), so a page reload shows what Python holds.
 
 Sampling: the stepper replays a recorded trace, so it never draws anew; for a sampled trace its
 info line names the temperature / top-p / top-k / seed in force and its tree colours by the
@@ -32,6 +33,7 @@ from dynatree_core.records.trace import IterationRecord, Trace
 
 from dynatree_viz.core import style
 from dynatree_viz.views.mask import mask_figure
+from dynatree_viz.widgets.figure_state import figure_widget, replace_figure, sync_state
 from dynatree_viz.widgets.regrow import LiveBackend, RegrowResult, ReplayBackend
 from dynatree_viz.widgets.sampling import SamplingControls, sampling_summary
 from dynatree_viz.core.scene import sampling_active
@@ -43,19 +45,16 @@ from dynatree_viz.views.tree import NODES, resolve_color_by, tree_figure, trace_
 from dynatree_viz.views.why import why
 
 
-def replace_figure(target: go.FigureWidget, fig: go.Figure) -> None:
-    """Redraw ``target`` with ``fig``'s data and layout (one front-end update per part)."""
-    target.data = ()
-    target.add_traces(list(fig.data))
-    target.layout = fig.layout
-
-
 def _empty_figure(message: str) -> go.Figure:
     fig = go.Figure()
     fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
     fig.update_layout(template="plotly_white", height=300, xaxis=dict(visible=False),
                       yaxis=dict(visible=False))
     return fig
+
+
+#: the colour switch's buttons: wide enough for "colour: p(token)" on one line (110 px wrapped it)
+COLOR_TOGGLE_STYLE = {"button_width": "150px"}
 
 
 class Stepper(StaticFallback, widgets.VBox):
@@ -67,15 +66,15 @@ class Stepper(StaticFallback, widgets.VBox):
     ``color_by="auto"``), ``pruned_checkbox``, ``tree_fig``, ``mask_fig``, ``why_fig``,
     ``timeline_fig`` (FigureWidgets), ``text`` (HTML), ``info`` (HTML).
     Clicking a node in the tree highlights its row in the mask and explains it in ``why_fig``
-    (:meth:`select_node`); with no node selected ``why_fig`` explains where the accepted path
-    ended. ``tokenizer`` (``.decode(list[int])``) or ``decode`` (id -> str) names tokens the
+    (:meth:`select_node`; ``node`` selects one of the ``start`` iteration on opening); with no
+    node selected ``why_fig`` explains where the accepted path ended. ``tokenizer`` (``.decode(list[int])``) or ``decode`` (id -> str) names tokens the
     trace has no text for.
     The stepper replays the recorded iterations: under sampling it shows the target's recorded
     draws and never re-grows or re-draws (that is the live explorer's job, :func:`explore`).
     """
 
-    def __init__(self, trace: Trace, *, start: int = 0, color_by: str = "auto",
-                 show_pruned: bool = False, namer: TokenNamer | None = None,
+    def __init__(self, trace: Trace, *, start: int = 0, node: int | None = None,
+                 color_by: str = "auto", show_pruned: bool = False, namer: TokenNamer | None = None,
                  decode: Callable[[int], str] | None = None, tokenizer: Any = None):
         self.trace = trace
         self.namer = namer or TokenNamer.from_trace(trace, decode=decode, tokenizer=tokenizer)
@@ -93,28 +92,35 @@ class Stepper(StaticFallback, widgets.VBox):
         self.color_toggle = widgets.ToggleButtons(
             options=[(f"colour: {style.COLOR_BY_TITLES[k]}", k) for k in style.COLOR_BY_CHOICES],
             value=resolve_color_by(color_by, sampling_active(trace.sampling)),
-            style={"button_width": "110px"})
+            style=COLOR_TOGGLE_STYLE)
         self.pruned_checkbox = widgets.Checkbox(value=show_pruned, description="pruned ghosts",
                                                 indent=False)
         self.info = widgets.HTML()
-        self.tree_fig = go.FigureWidget()
-        self.mask_fig = go.FigureWidget()
-        self.why_fig = go.FigureWidget()
-        self.timeline_fig = go.FigureWidget(timeline_figure(trace, height=700) if n else
-                                            _empty_figure("empty trace"))
+        # _redraw() below fills each figure before it is displayed and every move re-syncs its
+        # widget state, so a view built after a page reload shows it (see figure_state).
+        self.tree_fig = figure_widget()
+        self.mask_fig = figure_widget()
+        self.why_fig = figure_widget()
+        self.timeline_fig = figure_widget(timeline_figure(trace, height=700) if n else
+                                          _empty_figure("empty trace"))
         self.text = widgets.HTML()
         self.prev_button.on_click(lambda _: self.step(-1))
         self.next_button.on_click(lambda _: self.step(+1))
         self.slider.observe(lambda _: self._redraw(), names="value")
         self.color_toggle.observe(lambda _: self._draw_tree(), names="value")
         self.pruned_checkbox.observe(lambda _: self._draw_tree(), names="value")
+        wrap = widgets.Layout(flex_flow="row wrap")  # what does not fit beside goes below, never clipped
         controls = widgets.HBox([self.play, self.prev_button, self.slider, self.next_button,
-                                 self.color_toggle, self.pruned_checkbox])
+                                 self.color_toggle, self.pruned_checkbox], layout=wrap)
+        # tree (~700 px) + mask (~1050 px with its legend) overflow a 1600 px window: the mask
+        # then wraps below the tree instead of losing its legend past the edge
         super().__init__([controls, self.info,
                           widgets.HBox([self.tree_fig, self.mask_fig],
-                                       layout=widgets.Layout(overflow="auto")),
+                                       layout=widgets.Layout(flex_flow="row wrap")),
                           self.why_fig, self.text, self.timeline_fig])
         self._redraw()
+        if node is not None:  # e.g. a node where the draft ran, so the why panel has bars
+            self.select_node(node)
 
     def static_html(self) -> str:
         """The shown iteration, complete, as static HTML (what viewers without a kernel
@@ -127,7 +133,8 @@ class Stepper(StaticFallback, widgets.VBox):
             '<div style="display:flex;flex-wrap:wrap;gap:8px">'
             + figure_snapshot_html(go.Figure(self.tree_fig), "draft tree")
             + figure_snapshot_html(go.Figure(self.mask_fig), "tree-attention mask") + "</div>",
-            figure_snapshot_html(go.Figure(self.why_fig), "why the accepted path ended there"),
+            figure_snapshot_html(go.Figure(self.why_fig), "why the accepted path ended there"
+                                 if self.selected is None else f"why node #{self.selected}"),
             self.text.value,
             figure_snapshot_html(go.Figure(self.timeline_fig), "timeline")])
 
@@ -168,6 +175,7 @@ class Stepper(StaticFallback, widgets.VBox):
         self.text.value = text_html(self.trace, upto=position, current=position, namer=self.namer)
         with self.timeline_fig.batch_update():
             mark_iteration(self.timeline_fig, rec.index)
+        sync_state(self.timeline_fig)
 
     def select_node(self, node: int | None) -> None:
         """Highlight one node (BFS index) in the tree and its row in the mask."""
@@ -375,12 +383,12 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
         sampled = recorded is not None and recorded.sampling is not None
         self.color_toggle = widgets.ToggleButtons(
             options=[(f"colour: {style.COLOR_BY_TITLES[k]}", k) for k in style.COLOR_BY_CHOICES],
-            value=resolve_color_by(color_by, sampled))
+            value=resolve_color_by(color_by, sampled), style=COLOR_TOGGLE_STYLE)
         self.color_toggle.observe(lambda _: self._draw(), names="value")
         self.reset_button = widgets.Button(description="reset")
         self.reset_button.on_click(lambda _: self.reset())
         self.status = widgets.HTML()
-        self.tree_fig = go.FigureWidget()
+        self.tree_fig = figure_widget()  # filled (and its state synced) by regrow() below
         grid = widgets.GridBox(
             [self.sliders[k] for k in SLIDERS],
             layout=widgets.Layout(grid_template_columns="repeat(3, 330px)"))
@@ -504,10 +512,17 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
     def static_html(self) -> str:
         """The current setting as static HTML (for viewers without a kernel): the slider values,
         the statistics and an image of the tree."""
-        values = ", ".join(f"{name}={w.value:g}" for name, w in self.sliders.items())
-        return (f"<p><b>settings:</b> {html.escape(values)}<br><b>sampling:</b> "
-                f"{html.escape(self.sampling_text())}</p>" + self.status.value
+        values = ", ".join(f"{SLIDERS[name][4]} = {w.value:g}" for name, w in self.sliders.items())
+        # the status table has a sampling row where sampling is in play: say it once
+        sampling = ("" if self._shows_sampling_row() else
+                    f"<br><b>sampling:</b> {html.escape(self.sampling_text())}")
+        return (f"<p><b>settings:</b> {html.escape(values)}{sampling}</p>" + self.status.value
                 + figure_snapshot_html(go.Figure(self.tree_fig), "re-grown tree"))
+
+    def _shows_sampling_row(self) -> bool:
+        """Whether the status table names the sampling (live sampling controls, or a sampled recording)."""
+        return self._sampling_controls is not None or bool(self.recorded is not None
+                                                           and self.recorded.sampling)
 
     def _fail(self, message: str) -> None:
         self.error = message
@@ -541,7 +556,7 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
         if self.recorded is not None:
             rows.append(("recorded: nodes / ℓ", f"{self.recorded.num_nodes} / "
                                                 f"{self.recorded.accepted_length}"))
-        if self._sampling_controls is not None or self.recorded is not None and self.recorded.sampling:
+        if self._shows_sampling_row():
             rows.append(("sampling", self.sampling_text()))
         if self.config is not None and not self.config.dynamic_depth:
             rows.append(("note", "dynamic depth off: D_max, ρ_stop, ρ_deep unused (depth = D0)"))

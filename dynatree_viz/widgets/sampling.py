@@ -20,18 +20,21 @@ SAMPLING_SLIDERS: dict[str, tuple[float, float, float]] = {
     "temperature": (0.0, 1.5, 0.05),
     "top_p": (0.05, 1.0, 0.05),
 }
+#: room for the longest label ("temperature") in full: the default width cuts it to "temperat…"
+LABEL_WIDTH = "100px"
 SAMPLING_NOTE = ("temperature 0 = greedy (top-p unused); the seed fixes the target's draws, so a "
                  "slider changes only what it sets")
 
 
 def sampling_summary(sampling: SamplingConfig | dict | None) -> str:
     """``"greedy (temperature 0)"`` or the settings in force, e.g. ``"temperature 0.7, top-p 0.9,
-    top-k 0, seed 0, verify match"`` (from a SamplingConfig or ``Trace.sampling``'s dict)."""
+    no top-k, seed 0, verify match"`` (``top_k`` 0 is "no top-k") (from a SamplingConfig or ``Trace.sampling``'s dict)."""
     if isinstance(sampling, dict):
         sampling = SamplingConfig.from_dict(sampling)
     if sampling is None or sampling.greedy:
         return "greedy (temperature 0)"
-    return (f"temperature {sampling.temperature:g}, top-p {sampling.top_p:g}, top-k {sampling.top_k}, "
+    top_k = f"top-k {sampling.top_k}" if sampling.top_k else "no top-k"  # top_k = 0 switches it off
+    return (f"temperature {sampling.temperature:g}, top-p {sampling.top_p:g}, {top_k}, "
             f"seed {sampling.seed}, verify {sampling.rule}")
 
 
@@ -39,7 +42,9 @@ def _slider(name: str, value: float) -> widgets.FloatSlider:
     """A slider over its :data:`SAMPLING_SLIDERS` range, stretched to hold the starting value."""
     lo, hi, step = SAMPLING_SLIDERS[name]
     return widgets.FloatSlider(value=value, min=min(lo, value), max=max(hi, value), step=step,
-                               description=name, continuous_update=False, readout_format=".2f")
+                               description=name, continuous_update=False, readout_format=".2f",
+                               style={"description_width": LABEL_WIDTH},
+                               layout=widgets.Layout(width="380px"))
 
 
 class SamplingControls:
@@ -53,9 +58,11 @@ class SamplingControls:
             "temperature": _slider("temperature", self.start.temperature),
             "top_p": _slider("top_p", self.start.top_p),
             "seed": widgets.IntText(value=self.start.seed if self.start.seed is not None else 0, description="seed",
-                                    layout=widgets.Layout(width="180px")),
+                                    style={"description_width": LABEL_WIDTH},
+                                    layout=widgets.Layout(width="220px")),
         }
-        self.box = widgets.HBox(list(self.widgets.values()) + [widgets.HTML(f"<i>{SAMPLING_NOTE}</i>")])
+        self.box = widgets.HBox(list(self.widgets.values()) + [widgets.HTML(f"<i>{SAMPLING_NOTE}</i>")],
+                                layout=widgets.Layout(flex_flow="row wrap"))  # the note wraps below
 
     def observe(self, handler: Callable[[Any], None]) -> None:
         for w in self.widgets.values():

@@ -79,6 +79,12 @@ method_configs = st.one_of(
 )
 
 
+#: the draft noise (cached_pair) at which each tiny target's draft differs from it enough that every edge
+#: config below has drafted tokens rejected, and little enough that it has some accepted (the tiny GPT-NeoX
+#: accepts a 0.02 draft almost always)
+DIFFERING_NOISE = {"llama": 0.02, "gpt_neox": 0.05}
+
+
 #: budgets of 1, depth 1, the shallowest DynaTree, a wide recompute tree (shared with other drafters' tests)
 EDGE_CONFIGS = [
     ("linear", LinearConfig(k=1)),

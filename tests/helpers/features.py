@@ -33,12 +33,20 @@ def feature_pair(attn: str, head_seed: int, target_seed: int = 0) -> ModelPair:
     target = llama_target(attn, target_seed)
     draft = build_feature_draft(target, torch.arange(VOCAB_SIZE), seed=head_seed)
     if head_seed:
-        g = torch.Generator().manual_seed(head_seed)
-        with torch.no_grad():
-            for n, p in draft.named_parameters():
-                if not n.startswith("embed."):
-                    p.add_(0.05 * head_seed * torch.randn(p.shape, generator=g))
+        perturb_(draft, head_seed, 0.05 * head_seed, skip=("embed.",))
     return ModelPair(target=target, draft=draft, target_name="tiny-llama", draft_name=f"feature-{head_seed}")
+
+
+def perturb_(module: torch.nn.Module, seed: int, scale: float, skip: tuple[str, ...] = ()) -> None:
+    """Add ``scale`` * N(0, 1) noise in place to every parameter whose name starts with none of ``skip``.
+    The noise comes from a CPU generator seeded with ``seed``, so every device gets the same numbers (a CUDA
+    run tests the drafts a CPU run tests), and is moved to each parameter's device and dtype: a CPU tensor
+    added to a CUDA parameter is a device error (the H200 run of 2026-11-28, docs/gpu/2026-11-28-h200)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in module.named_parameters():
+            if not n.startswith(skip):
+                p.add_((scale * torch.randn(p.shape, generator=g)).to(p.device, p.dtype))
 
 
 @functools.lru_cache(maxsize=None)

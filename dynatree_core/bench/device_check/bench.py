@@ -1,6 +1,8 @@
 """The device check's bench section: the benchmark (AR, linear K, fixed tree, DynaTree per preset and the
-other tree policies) on both datasets, on every runtime side by side, merged into one result; on CUDA
-the host-sync audit of every way the loop touches the device."""
+other tree policies) on both datasets, on every runtime side by side, merged into one result, with the
+seconds spent compiling and capturing apart; on CUDA the host-sync audit of every way the loop touches
+the device. Its table reads no oracle, so no run records one (``RunPoint.oracle``): the timings are
+decoding's alone."""
 
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ def section_bench(sec: dict[str, Any], deadline: float, args: argparse.Namespace
     ``bench.json``; the table the summary prints; on CUDA the host-sync audit."""
     from dynatree_core.bench.protocol import RunPoint
     from dynatree_core.bench.runner import Experiment, load_corpora, run_experiment
+    from dynatree_core.runtime.compile_cache import compile_totals
 
     specs = bench_specs(args)
     sec.update(target=args.target, drafter=args.drafter, dtype=args.bench_dtype, datasets=list(args.datasets),
@@ -41,6 +44,7 @@ def section_bench(sec: dict[str, Any], deadline: float, args: argparse.Namespace
     pair = pairs.get(args.bench_dtype) or load_pair(args, args.bench_dtype)
     sec["load_s"] = round(time.monotonic() - t, 2)
     sec["target_name"], sec["draft_name"] = pair.target_name, pair.draft_name
+    compiled_before = compile_totals()
     docs: list[dict[str, Any]] = []
     for ds in args.datasets:
         per_ds = [d["_wall_s"] for d in docs]
@@ -48,7 +52,7 @@ def section_bench(sec: dict[str, Any], deadline: float, args: argparse.Namespace
             sec["truncated"] = f"time limit: {ds} skipped ({max(per_ds):.0f} s per dataset, limit reached)"
             break
         t = time.monotonic()
-        points = [RunPoint(s, args.bench_tokens, runtime=r) for r in args.runtimes for s in specs]
+        points = [RunPoint(s, args.bench_tokens, runtime=r, oracle=False) for r in args.runtimes for s in specs]
         exp = Experiment(kind="bench", points=points, datasets=[ds],
                          num_prompts=args.bench_prompts, warmup=args.bench_warmup,
                          max_prompt_len={ds: args.bench_prompt_len}, data_source="bundled",
@@ -63,12 +67,34 @@ def section_bench(sec: dict[str, Any], deadline: float, args: argparse.Namespace
     sec["result_file"] = str(path)
     sec["outputs_identical_across_methods"] = merged["checks"]["outputs_identical_across_methods"]
     sec["mismatching_cells"] = merged["checks"]["mismatching_cells"]
-    sec["table"] = bench_table(merged)
+    sec["table"] = with_phase_times(bench_table(merged), merged["aggregates"])
+    sec["compile"] = compile_delta(compiled_before, compile_totals())
     sec["bench_warnings"] = merged["warnings"]
     if pair.device.type == "cuda":
         sec["sync_audit"] = sync_audit(pair, args)
     else:
         sec["sync_audit"] = {"status": "skipped", "reason": "needs CUDA (torch.cuda sync debug mode)"}
+
+
+def with_phase_times(table: list[dict[str, Any]], aggregates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The table's rows (one per aggregate, in order) with the draft and verify phases' milliseconds per
+    iteration (each phase's mean seconds over the mean iterations; None where a phase never ran)."""
+    out = []
+    for row, a in zip(table, aggregates, strict=True):
+        its = a.get("iterations")
+        ms = {f"{phase}_ms_per_iteration": a[f"{phase}_time_s"] / its * 1e3 if its and a.get(f"{phase}_time_s")
+              else None for phase in ("draft", "verify")}
+        out.append({**row, **ms})
+    return out
+
+
+def compile_delta(before: Any, after: Any) -> dict[str, Any]:
+    """What compiling cost between two :func:`~dynatree_core.runtime.compile_cache.compile_totals`: the
+    compiled forwards and their seconds, the CUDA graphs captured of them and those seconds, apart."""
+    return {"forwards": after.forwards - before.forwards, "compile_s": round(after.compile_s - before.compile_s, 3),
+            "graphs": after.graphs - before.graphs, "capture_s": round(after.capture_s - before.capture_s, 3),
+            "cache_hits": after.cache_hits - before.cache_hits,
+            "cache_misses": after.cache_misses - before.cache_misses}
 
 
 def sync_audit(pair: Any, args: argparse.Namespace) -> dict[str, Any]:

@@ -6,6 +6,8 @@ from typing import Any
 
 
 DTYPES = ("float32", "float16", "bfloat16")
+#: how the summary writes a dtype
+SHORT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 
 def verdict(doc: dict[str, Any]) -> dict[str, Any]:
@@ -16,7 +18,13 @@ def verdict(doc: dict[str, Any]) -> dict[str, Any]:
         problems.append(f"exactness tests failed: {ex.get('failed')} failed, {ex.get('errors')} errors")
     bench = s.get("bench", {})
     if bench.get("outputs_identical_across_methods") is False:
-        problems.append(f"fp32 bench outputs differ from AR: {bench.get('mismatching_cells')}")
+        dtype = bench_dtype(bench)
+        if dtype == "float32":  # greedy exactness is promised in fp32; a low-precision bench flips near-ties
+            problems.append(f"fp32 bench outputs differ from AR: {bench.get('mismatching_cells')}")
+        else:
+            notes.append(f"{SHORT.get(dtype, dtype)} bench outputs differ from AR in {bench.get('mismatching_cells')} "
+                         "(expected off fp32: another tree size is another kernel shape, which can flip a near-tie; "
+                         "exactness is checked in fp32)")
     prec = s.get("precision", {}).get("aggregate", {})
     if prec.get("float32", {}).get("prompts") and prec["float32"]["dynatree_equals_ar"] < prec["float32"]["prompts"]:
         problems.append("fp32 DynaTree differs from fp32 AR in the precision section")
@@ -39,6 +47,11 @@ def verdict(doc: dict[str, Any]) -> dict[str, Any]:
     failed = bool(problems)
     ok = None if ex.get("status") not in ("ok", "failed") and not failed else not failed
     return {"exactness_ok": ok, "exit_code": 1 if failed else 0, "problems": problems, "notes": notes}
+
+
+def bench_dtype(bench: dict[str, Any]) -> str:
+    """The dtype the bench section ran in (sections written before it was recorded ran in fp32)."""
+    return bench.get("dtype") or "float32"
 
 
 def _verdict_word(ok: bool | None) -> str:
@@ -113,18 +126,22 @@ def summary_bench(x: dict[str, Any]) -> list[str]:
     head = f"[c] bench ({x.get('status')}, {_f(x.get('wall_s'), '.0f')} s)"
     if not x.get("table"):
         return [f"{head}: {x.get('reason') or (x.get('error') or {}).get('message', '')}"]
-    out = [f"{head}: {x.get('target_name')}, fp32, N={x['num_prompts']} (W={x['warmup']}), T={x['max_new_tokens']}, "
+    dtype = bench_dtype(x)
+    out = [f"{head}: {x.get('target_name')}, {SHORT.get(dtype, dtype)}, N={x['num_prompts']} (W={x['warmup']}), T={x['max_new_tokens']}, "
            f"L_max {x['max_prompt_len']}; outputs identical across methods: {x['outputs_identical_across_methods']}"
            + (f"; {x['truncated']}" if x.get("truncated") else ""),
-           "    dataset   runtime  method                   tok/s  speedup    L̄   overhead ms/it  syncs/it"
-           "  sync excess  peak MiB"]
+           "    dataset   runtime  method                   tok/s  speedup    L̄   draft ms/it  verify ms/it"
+           "  overhead ms/it  syncs/it  sync excess  peak MiB"]
     for r in x["table"]:
         mib = r["peak_memory_bytes"] / 2 ** 20 if r.get("peak_memory_bytes") else None
         out.append(f"    {r['dataset']:9s} {str(r.get('runtime')):8s} {r['label']:22s} {_f(r['tokens_per_s'], '7.1f'):>7s}  "
-                   f"{_f(r['speedup'], '6.2f'):>7s}"
-                   f"  {_f(r['L_bar'], '4.2f'):>4s}  {_f(r['engine_overhead_ms'], '13.2f'):>14s}  "
+                   f"{_f(r['speedup'], '6.2f'):>7s}  {_f(r['L_bar'], '4.2f'):>4s}  "
+                   f"{_f(r.get('draft_ms_per_iteration'), '.1f'):>11s}  {_f(r.get('verify_ms_per_iteration'), '.1f'):>12s}"
+                   f"  {_f(r['engine_overhead_ms'], '13.2f'):>14s}  "
                    f"{_f(r['host_syncs_per_iteration'], '8.2f'):>8s}  {_f(r['host_sync_excess'], 'd'):>11s}  "
                    f"{_f(mib, '8.0f'):>8s}")
+    if (x.get("compile") or {}).get("forwards"):
+        out.append(f"    compile (before any clock): {_compiled(x['compile'])}")
     audit = x.get("sync_audit") or {}
     if audit.get("methods"):
         out.append("    sync audit (CUDA sync debug mode): " + "; ".join(
@@ -143,5 +160,13 @@ def summary_fastpath(x: dict[str, Any]) -> list[str]:
            f"{_f(x.get('weights_bound_tok_s'), '.0f')} tok/s; AR reached {x.get('ar_tok_s')}"]
     for rt, r in (x.get("runtimes") or {}).items():
         curve = ", ".join(f"{b}: {s * 1e3:.2f}" for b, s in r["verify_s"].items())
-        out.append(f"    {rt}: capture {r['capture_s']:.1f} s; verify c(n) ms by bucket {curve}")
+        built = f"; {_compiled(r['compile'])}" if (r.get("compile") or {}).get("forwards") else ""
+        out.append(f"    {rt}: capture {r['capture_s']:.1f} s{built}; verify c(n) ms by bucket {curve}")
     return out
+
+
+def _compiled(c: dict[str, Any]) -> str:
+    """Compile seconds and graph capture seconds, apart (:func:`.bench.compile_delta`)."""
+    graphs = f", then {c['graphs']} CUDA graphs captured in {c['capture_s']:.1f} s" if c.get("graphs") else ""
+    return (f"{c['forwards']} forwards compiled in {c['compile_s']:.1f} s (FX cache hits {c.get('cache_hits')}, "
+            f"misses {c.get('cache_misses')}){graphs}")

@@ -1,0 +1,213 @@
+"""The data stage's decode loop at static shapes (issue 51): the target writes a batch of continuations
+with every buffer allocated once, so a step is a fixed sequence of kernels that ``torch.compile``
+(``fullgraph=True``) or one CUDA graph can hold.
+
+A batch of B prompts (left-padded to P) and ``max_new`` tokens lives in L = P + max_new rounded up to
+:data:`SLOT_STEP` slots: the prompt at slots [0, P) (its pads masked), token i at slot P + i. What a
+step reads and writes is preallocated:
+
+* the KV cache (a :class:`~dynatree_core.runtime.static_cache.SlotCache`, written in place at a slot
+  held in a device tensor);
+* the additive attention mask ``[B, 1, 1, L]`` (a slot is unmasked once written; no ``cat`` per step),
+  the positions (each row's prompt length + i) and the step counter i, all on the device;
+* the tokens written ``[B, max_new]`` and the rows that have written a stop token (``done [B]``).
+
+One step feeds token i - 1, writes its KV entry, and draws token i with :func:`pick`: greedy argmax, or
+the exponential race that ``torch.multinomial`` runs for one sample (argmax p / E, E ~ Exp(1)), so a
+seed writes exactly the text the loop before it wrote (:func:`~dynatree_core.distill.decode._decode_batch`).
+The stop check reads the device every :data:`STOP_CHECK_EVERY` steps, not every step; the rows past
+their stop token are cut by the caller, as before.
+
+Runtimes (``--gen-runtime``): ``static`` runs the step eagerly, ``compiled`` through
+``torch.compile(fullgraph=True)`` (the noise drawn outside it, so inductor's own random numbers never
+replace torch's), ``graphs`` captures it as one CUDA graph per batch (noise included: graph-safe RNG
+replays the same stream), ``dynamic`` is the growing-cache loop it replaced (kept to measure against).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from dynatree_core.runtime.compat import cache_kwargs
+from dynatree_core.runtime.static_cache import SlotCache
+
+#: the data stage's writers; "auto": graphs on CUDA, static elsewhere
+GEN_RUNTIMES: tuple[str, ...] = ("auto", "dynamic", "static", "compiled", "graphs")
+#: steps between two reads of ``done`` (the only host syncs of the loop besides the final copy)
+STOP_CHECK_EVERY = 16
+#: slot counts are rounded up to this (a multiple of 8 keeps fused attention kernels aligned)
+SLOT_STEP = 64
+
+
+def resolve_gen_runtime(runtime: str, device: torch.device) -> str:
+    """``runtime`` checked against the device (graphs need CUDA), ``auto`` resolved."""
+    if runtime not in GEN_RUNTIMES:
+        raise ValueError(f"--gen-runtime must be one of {', '.join(GEN_RUNTIMES)} (got {runtime!r})")
+    if runtime == "graphs" and device.type != "cuda":
+        raise ValueError(f"--gen-runtime graphs captures CUDA graphs and needs a CUDA device, not {device}")
+    if runtime == "auto":
+        return "graphs" if device.type == "cuda" else "static"
+    return runtime
+
+
+def pick(logits: torch.Tensor, noise: torch.Tensor | None, temperature: float, top_p: float) -> torch.Tensor:
+    """One token per row of ``logits [B, V]``: the argmax (``noise`` None), else a draw from
+    softmax(logits / T) cut to its top-p nucleus, as the exponential race over ``noise [B, V]`` ~ Exp(1):
+    argmax_x p_x / E_x is x with probability p_x / sum(p). It is what ``torch.multinomial(p, 1)`` computes
+    (the same noise in the same order), without its validity checks' host reads; under top-p the race
+    runs over the sorted, cut probabilities, as ``multinomial`` of them did."""
+    if noise is None:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits.float() / max(temperature, 1e-6), dim=-1)
+    if top_p < 1.0:
+        sp, si = nucleus(probs, top_p)
+        return si.gather(-1, (sp / noise).argmax(-1, keepdim=True)).squeeze(-1)
+    return (probs / noise).argmax(-1)
+
+
+def nucleus(probs: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``probs [B, V]`` sorted (descending) with the mass past the top-p nucleus zeroed, and the order:
+    the smallest prefix whose mass reaches ``top_p`` is kept."""
+    sp, si = probs.sort(dim=-1, descending=True)
+    return sp.masked_fill((sp.cumsum(-1) - sp) > top_p, 0.0), si
+
+
+def slot_count(prompt_len: int, max_new: int) -> int:
+    """Slots a batch needs: the prompt and the new tokens, rounded up to :data:`SLOT_STEP`."""
+    return SLOT_STEP * math.ceil((prompt_len + max_new) / SLOT_STEP)
+
+
+def kv_bytes(model: torch.nn.Module, rows: int, slots: int, dtype: torch.dtype) -> int:
+    """Bytes of the static KV cache of ``rows`` x ``slots`` (what bounds the batch on a GPU)."""
+    c = model.config
+    kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return 2 * c.num_hidden_layers * kv_heads * head_dim * rows * slots * torch.finfo(dtype).bits // 8
+
+
+class StaticWriter:
+    """One batch's buffers and step (see the module): ``run()`` returns the rows' tokens.
+
+    Args:
+        model: a Hugging Face causal LM (``model.model`` the decoder, ``model.lm_head`` the head).
+        batch: the prompts' token ids (any lengths; left-padded with ``pad``).
+        max_new: tokens to write per row (at most).
+        stop: ids a row stops at; the batch stops once every row has written one.
+        sample, temperature, top_p: greedy when ``sample`` is False, else :func:`pick`'s draw.
+        runtime: ``static``, ``compiled`` or ``graphs`` (:func:`resolve_gen_runtime`).
+    """
+
+    def __init__(self, model: torch.nn.Module, batch: list[list[int]], max_new: int, stop: set[int], sample: bool,
+                 temperature: float, top_p: float, runtime: str = "static", pad: int = 0):
+        if max_new < 1:
+            raise ValueError(f"max_new must be >= 1 (got {max_new})")
+        self.model, self.max_new, self.runtime = model, int(max_new), runtime
+        self.sample, self.temperature, self.top_p = sample, float(temperature), float(top_p)
+        dev = next(model.parameters()).device
+        dtype = next(model.parameters()).dtype
+        self.P = max(len(p) for p in batch)
+        B, L = len(batch), slot_count(self.P, self.max_new)
+        x = torch.full((B, self.P), pad, dtype=torch.long)
+        key_ok = torch.zeros((B, L), dtype=torch.bool)  # [B, L]: the slots a row's tokens may attend to
+        lens = torch.tensor([len(p) for p in batch], dtype=torch.long)
+        for j, p in enumerate(batch):
+            x[j, self.P - len(p):] = torch.tensor(p, dtype=torch.long)
+            key_ok[j, self.P - len(p):self.P] = True
+        self.x, self.key_ok = x.to(dev), key_ok.to(dev)
+        self.cache = SlotCache(int(model.config.num_hidden_layers), L, self.P, dev)
+        self.mask = torch.zeros((B, 1, 1, L), dtype=dtype, device=dev)  # [B, 1, 1, L] additive
+        self.mask.masked_fill_(~self.key_ok[:, None, None, :], torch.finfo(dtype).min)
+        self.base = (lens - 1).to(dev)[:, None]  # [B, 1]: the position of each row's last prompt token
+        self.i = torch.ones(1, dtype=torch.long, device=dev)  # the index of the token the next step writes
+        self.slot0 = torch.full((1,), self.P - 1, dtype=torch.long, device=dev)  # token i - 1 sits at slot P - 1 + i
+        self.out = torch.zeros((B, self.max_new), dtype=torch.long, device=dev)
+        self.done = torch.zeros(B, dtype=torch.bool, device=dev)
+        self.stop = torch.tensor(sorted(stop), dtype=torch.long, device=dev)
+        vocab = int(model.lm_head.out_features) if hasattr(model.lm_head, "out_features") else None
+        self.noise = torch.empty((B, vocab or 1), dtype=torch.float32, device=dev) if sample else None
+        self._kw = cache_kwargs(model.model, self.cache)
+        self.steps = 0  # steps run (the last batch's, for the log)
+
+    def _record(self, logits: torch.Tensor, at: torch.Tensor) -> None:
+        """Token ``at`` of every row from ``logits [B, V]`` (the noise already drawn)."""
+        t = pick(logits, self.noise, self.temperature, self.top_p)
+        self.out.index_copy_(1, at, t[:, None])
+        self.done |= (t[:, None] == self.stop).any(-1)
+
+    def prefill(self) -> None:
+        """Every prompt into the cache (slots [0, P)) and the first token drawn."""
+        causal = torch.ones((self.P, self.P), dtype=torch.bool, device=self.x.device).tril()
+        # [B, P, P]; a pad sees itself, so no row is all masked (its output is never read, but must not be NaN)
+        allowed = (self.key_ok[:, None, :self.P] & causal) | torch.eye(self.P, dtype=torch.bool, device=self.x.device)
+        mask = torch.full((len(self.x), 1, self.P, self.mask.shape[-1]), torch.finfo(self.mask.dtype).min,
+                          dtype=self.mask.dtype, device=self.x.device)
+        mask[:, 0, :, :self.P].masked_fill_(allowed, 0.0)
+        pos = (self.key_ok[:, :self.P].long().cumsum(-1) - 1).clamp(min=0)  # [B, P]: each row from 0
+        self.cache.write_at(0, self.P)
+        h = self.model.model(input_ids=self.x, attention_mask=mask, position_ids=pos, use_cache=True,
+                             **self._kw).last_hidden_state[:, -1]
+        self._draw()
+        self._record(self.model.lm_head(h), self.i - 1)
+
+    def _draw(self) -> None:
+        if self.noise is not None:
+            self.noise.exponential_()
+
+    def step(self) -> None:
+        """The static step: token i - 1 in at its slot and position, token i out, i += 1 (no host read)."""
+        slot = self.slot0 + self.i  # [1]
+        self.cache.slots[:1].copy_(slot)
+        self.mask.index_fill_(-1, slot, 0.0)
+        h = self.model.model(input_ids=self.out.index_select(1, self.i - 1), attention_mask=self.mask,
+                             position_ids=self.base + self.i, use_cache=True, **self._kw).last_hidden_state[:, -1]
+        self._record(self.model.lm_head(h), self.i)
+        self.i.add_(1)
+
+    def _advance_fn(self) -> Callable[[], None]:
+        """One step as this runtime runs it (noise first: the same RNG stream as the eager loop)."""
+        if self.runtime == "compiled":
+            step = torch.compile(self.step, fullgraph=True, dynamic=False)
+        elif self.runtime in ("static", "graphs"):
+            step = self.step
+        else:
+            raise ValueError(f"StaticWriter runs static, compiled or graphs (got {self.runtime!r})")
+
+        def advance() -> None:
+            self._draw()
+            step()
+
+        return advance
+
+    @torch.no_grad()
+    def run(self, stop_every: int = STOP_CHECK_EVERY) -> list[list[int]]:
+        """Prefill, then steps until every row stopped (checked every ``stop_every`` steps) or ``max_new``."""
+        self.prefill()
+        advance = self._advance_fn()
+        n = 1
+        while n < self.max_new:
+            if n == 2 and self.runtime == "graphs" and self.max_new > 3:
+                advance = _capture(advance)  # runs step 2 (the capture's warm-up), then replays the rest
+            else:
+                advance()
+            n += 1
+            if n % stop_every == 0 and bool(self.done.all()):
+                break
+        self.steps = n
+        return self.out[:, :n].tolist()
+
+
+def _capture(advance: Callable[[], None]) -> Callable[[], None]:
+    """``advance`` as one CUDA graph: one real step on a side stream (the warm-up capture needs), then
+    the capture, which records without running; each replay is the next step."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        advance()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        advance()
+    return graph.replay

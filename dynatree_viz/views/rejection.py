@@ -1,0 +1,202 @@
+"""View: recursive rejection sampling at one node, step by step (``verify="rejection"``).
+
+At a node with candidates x_1, x_2, ... (drawn from the draft's q without replacement), step i tests x_i
+against p_i and q_i: accepted with probability min(1, p_i(x_i) / q_i(x_i)) (the coin below it); on a
+rejection p_{i+1} = norm((p_i - q_i)+), the residual, and q_{i+1} = q_i without x_i, renormalised. If every
+candidate is rejected the token is drawn from the last residual with a uniform u (the token whose CDF
+interval holds u). p_0 = p, q_0 = q.
+
+This view draws one panel per step: p_i, q_i, min(p_i, q_i) and the residual on the same tokens (the
+candidates, the drawn token and the largest of the rest), on a log scale so a bar of 1e-4 shows beside
+one of 0.9, with the step's coin against its threshold in the panel's title; a residual draw adds a
+last panel with the residual it was drawn from. It reads the trace's ``rejection_steps`` (recorded by
+traced rejection runs at nodes where a candidate was rejected); :func:`rejection_steps_data` returns the
+facts (testable without a figure), :func:`rejection_steps_view` the figure.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from dynatree_core.records.trace import Trace
+
+from dynatree_viz.core import style
+from dynatree_viz.core.tokens import TokenNamer, resolve_namer
+
+#: the figure's trace names (tests and the legend check read them)
+P_BARS, Q_BARS, MIN_BARS, RESIDUAL_BARS = ("p_i: the target's p, then the residual it was left with",
+                                           "q_i: the draft's q without the rejected candidates",
+                                           "min(p_i, q_i)", "residual norm((p_i - q_i)+)")
+COLOURS = {P_BARS: style.ACCEPTED, Q_BARS: style.OKABE_ITO["sky_blue"], MIN_BARS: style.OKABE_ITO["bluish_green"],
+           RESIDUAL_BARS: style.REJECTED}
+#: tokens drawn per panel (the candidates and the drawn token always among them)
+SHOWN = 8
+
+
+@dataclass
+class Step:
+    """One tested candidate: p_i, q_i on the shown tokens, the coin against min(1, p_i(x)/q_i(x)), and
+    the residual it left where it was rejected (None where it was accepted)."""
+
+    candidate: int
+    text: str
+    coin: float
+    threshold: float
+    accepted: bool
+    p: list[float]
+    q: list[float]
+    residual: list[float] | None
+
+    @property
+    def margin(self) -> float:
+        """How far the coin fell from the threshold (the rule's margin: a near tie decides by luck)."""
+        return abs(self.coin - self.threshold)
+
+
+@dataclass
+class RejectionSteps:
+    """The facts behind one node's recursive rejection sampling (see :func:`rejection_steps_data`)."""
+
+    iteration: int
+    node: int
+    tokens: list[int]
+    texts: list[str]
+    steps: list[Step]
+    drawn: int
+    drawn_text: str
+    #: a residual draw: the last residual on the shown tokens, the uniform and the drawn token's interval
+    last_residual: list[float] | None = None
+    uniform: float | None = None
+    interval: tuple[float, float] | None = None
+    rejected: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rejected = sum(not s.accepted for s in self.steps)
+
+    @property
+    def residual_draw(self) -> bool:
+        return self.last_residual is not None
+
+
+def rejection_steps_data(trace: Trace, iteration: int, node: int, *, namer: TokenNamer | None = None,
+                         tokenizer: Any = None) -> RejectionSteps:
+    """Each step of the rejection sampling at ``node`` of ``iteration`` (a node where a candidate was
+    rejected, in a traced rejection run)."""
+    rec = trace.iterations[iteration]
+    s = rec.sampling or {}
+    if "coins" not in s:
+        raise ValueError("the steps of rejection sampling exist only in a run with verify='rejection' "
+                         "(generate(..., temperature=0.7, verify='rejection', trace=True))")
+    kept = (s.get("rejection_steps") or [None] * (node + 1))[node]
+    if kept is None:
+        raise ValueError(f"node {node} of iteration {iteration} rejected no candidate (or the trace predates "
+                         "rejection_steps): choose one with rejection_example(trace, case='sibling' or 'residual')")
+    namer = resolve_namer(trace, namer, tokenizer)
+    all_tokens, ps, qs = kept
+    rank, coins, thresholds = s["accepted_rank"][node], s["coins"][node], s["thresholds"][node]
+    drawn = int(rec.target_argmax[node])
+    candidates = rec.tree.topk_tokens[node]  # in draw order
+    tested = len(ps) if rank >= 0 else len(ps) - 1  # states: before each tested candidate, and after the last rejection
+    keep = _shown(all_tokens, ps, qs, list(candidates[:tested]) + [drawn])
+    cols = [all_tokens.index(t) for t in keep]
+    steps = []
+    for i in range(tested):
+        accepted = i == rank
+        steps.append(Step(int(candidates[i]), namer(candidates[i]), float(coins[i]), float(thresholds[i]), accepted,
+                          [ps[i][c] for c in cols], [qs[i][c] for c in cols],
+                          None if accepted else [ps[i + 1][c] for c in cols]))
+    out = RejectionSteps(rec.index, node, keep, [namer(t) for t in keep], steps, drawn, namer(drawn))
+    if rank == -1:
+        out.last_residual = [ps[-1][c] for c in cols]
+        out.uniform, out.interval = float(s["uniform"][node]), tuple(s["interval"][node])
+    return out
+
+
+def _shown(tokens: list[int], ps: list[list[float]], qs: list[list[float]], must: list[int]) -> list[int]:
+    """The candidates and the drawn token, then the rest by their largest p_i or q_i at any step, up to
+    :data:`SHOWN`; ordered by p (most probable first)."""
+    weight = {t: max(max(p[j], q[j]) for p, q in zip(ps, qs)) for j, t in enumerate(tokens)}
+    chosen = list(dict.fromkeys(must))
+    for t in sorted(tokens, key=lambda t: -weight[t]):
+        if len(chosen) >= max(SHOWN, len(must)):
+            break
+        if t not in chosen and weight[t] > 0:
+            chosen.append(t)
+    first = {t: ps[0][tokens.index(t)] for t in chosen}
+    return sorted(chosen, key=lambda t: (-first[t], t))
+
+
+def _step_title(i: int, step: Step) -> str:
+    tok = f"'{style.visible_token(step.text)}'"
+    against = "p and q" if i == 0 else "the residual and the reduced q"
+    if step.accepted:
+        return (f"step {i + 1}: candidate {tok} against {against}: coin {step.coin:.3f} < min(1, p_i/q_i) = "
+                f"{step.threshold:.3f}, accepted")
+    return (f"step {i + 1}: candidate {tok} against {against}: coin {step.coin:.3f} ≥ min(1, p_i/q_i) = "
+            f"{step.threshold:.3f}, rejected")
+
+
+def _draw_title(data: RejectionSteps) -> str:
+    lo, hi = data.interval
+    return (f"every candidate rejected: u = {data.uniform:.3f} lies in '{style.visible_token(data.drawn_text)}''s "
+            f"interval [{lo:.3f}, {hi:.3f}) of the last residual's CDF, so it is drawn")
+
+
+def rejection_steps_view(trace: Trace, iteration: int, node: int, *, namer: TokenNamer | None = None,
+                         tokenizer: Any = None, title: str | None = None, width: int = 900) -> go.Figure:
+    """One panel per step of the rejection sampling at ``node``: p_i, q_i, min(p_i, q_i) and the residual on
+    a log scale, tokens as text, the step's coin and threshold in its title; a residual draw adds a panel of
+    the last residual with the drawn token marked."""
+    data = rejection_steps_data(trace, iteration, node, namer=namer, tokenizer=tokenizer)
+    titles = [_step_title(i, s) for i, s in enumerate(data.steps)] + ([_draw_title(data)] if data.residual_draw else [])
+    fig = make_subplots(rows=len(titles), cols=1, subplot_titles=titles, vertical_spacing=0.5 / len(titles))
+    labels = [f"'{style.visible_token(t)}'" for t in data.texts]
+    shown: set[str] = set()
+    for row, step in enumerate(data.steps, start=1):
+        overlap = [min(p, q) for p, q in zip(step.p, step.q)]
+        for name, ys in ((P_BARS, step.p), (Q_BARS, step.q), (MIN_BARS, overlap), (RESIDUAL_BARS, step.residual)):
+            if ys is not None:
+                _bars(fig, name, labels, ys, row, shown)
+    if data.residual_draw:
+        _bars(fig, RESIDUAL_BARS, labels, data.last_residual, len(titles), shown)
+    values = [v for s in data.steps for ys in (s.p, s.q, s.residual or []) for v in ys if v > 0]
+    # half a decade below the smallest value: the smallest bar is as tall as a half-decade, not a hairline
+    floor = math.floor(math.log10(min(values)) - 0.5) if values else -6
+    fig.update_yaxes(type="log", range=[floor, 0.05], title_text="probability (log)", dtick=1,
+                     exponentformat="power")
+    for row in range(1, len(titles) + 1):
+        _mark(fig, data, labels, row)
+    heading = title or (f"iteration {data.iteration}, node {data.node}: recursive rejection sampling, "
+                        f"{data.rejected} candidate(s) rejected, '{style.visible_token(data.drawn_text)}' emitted")
+    fig.update_layout(barmode="group", width=width, height=180 + 260 * len(titles), template="plotly_white",
+                      title=dict(text=heading, font_size=13), bargap=0.25, margin=dict(t=90, b=60),
+                      legend=dict(orientation="h", y=-0.12 / len(titles) * 2, yanchor="top", x=0))
+    fig.update_annotations(font_size=12)
+    return fig
+
+
+def _bars(fig: go.Figure, name: str, labels: list[str], ys: list[float], row: int, shown: set[str]) -> None:
+    """One trace of bars (zeros left out: a log axis has no 0; the hover says the value)."""
+    fig.add_trace(go.Bar(x=labels, y=[y if y > 0 else None for y in ys], name=name, legendgroup=name,
+                         showlegend=name not in shown, marker=dict(color=COLOURS[name]),
+                         customdata=ys, hovertemplate="%{x}: %{customdata:.3g}<extra>" + name + "</extra>"),
+                  row=row, col=1)
+    shown.add(name)
+
+
+def _mark(fig: go.Figure, data: RejectionSteps, labels: list[str], row: int) -> None:
+    """Underline the token the step tested (or, in the draw's panel, the drawn token) with its label."""
+    if row <= len(data.steps):
+        step = data.steps[row - 1]
+        token, text = step.candidate, "tested" + (": accepted" if step.accepted else ": rejected")
+    else:
+        token, text = data.drawn, "drawn"
+    x = labels[data.tokens.index(token)]
+    fig.add_annotation(x=x, y=0, yref=f"y{row if row > 1 else ''} domain", yanchor="top", text=f"▲ {text}",
+                       showarrow=False, font=dict(size=11, color=style.OKABE_ITO["black"]), yshift=-22,
+                       xref=f"x{row if row > 1 else ''}")
