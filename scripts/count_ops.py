@@ -26,13 +26,21 @@ if str(ROOT) not in sys.path:
 MODEL_FILES = ("/transformers/", "/torch/nn/modules/", "feature_draft.py", "draft_model.py", "linear_kernels.py")
 
 
+#: the tree's level step: one compiled graph on the compiled and graphs runtimes (counted apart)
+STEP_FILE = "level_step.py"
+
+
 def classify(frame) -> tuple[str, str | None]:
-    """("model", None) or ("engine", "file.py:function") for the Python frame that dispatched an op."""
+    """("model", None), ("step", "file.py:function") for the level step (runtime/level_step.py, which the
+    compiled and graphs runtimes run as one compiled graph) or ("engine", "file.py:function") for the
+    Python frame that dispatched an op."""
     where = None
     while frame is not None:
         name = frame.f_code.co_filename
         if any(m in name for m in MODEL_FILES):
             return "model", None
+        if STEP_FILE in name:
+            return "step", f"{STEP_FILE}:{frame.f_code.co_name}"
         if where is None and "dynatree_core" in name:
             where = f"{name.rsplit('/', 1)[-1]}:{frame.f_code.co_name}"
         frame = frame.f_back
@@ -95,6 +103,7 @@ def count(pair, prompt, method: str, config, tokens: int, top: int, runtime: str
             "syncs_per_iteration": syncs / iterations,
             "model_ops_per_iteration": c.kinds["model"] / iterations,
             "engine_ops_per_iteration": c.kinds["engine"] / iterations,
+            "step_ops_per_iteration": c.kinds["step"] / iterations,
             "top_engine": [(w, n / iterations) for w, n in c.where.most_common(top)]}
 
 
@@ -125,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{pair.target_name} / {pair.draft_name}; T={args.tokens}; runtime {args.runtime}; "
           "ops per steady-state iteration")
     print(f"{'method':18s} {'levels/it':>9s} {'syncs/it':>8s} {'model ops/it':>12s} {'engine ops/it':>13s} "
-          f"{'engine ops/level':>16s}")
+          f"{'engine ops/level':>16s} {'step ops/level':>14s}")
     ar_engine = None
     for spec in method_specs(parse_methods(args.methods), k=[args.linear_k]):
         cfg = prepare_config(spec.config, pair) if spec.config is not None else None
@@ -134,14 +143,17 @@ def main(argv: list[str] | None = None) -> int:
             ar_engine = r["engine_ops_per_iteration"]
         per_level = ((r["engine_ops_per_iteration"] - (ar_engine or 0.0)) / r["levels_per_iteration"]
                      if r["levels_per_iteration"] else None)
+        step = r["step_ops_per_iteration"] / r["levels_per_iteration"] if r["levels_per_iteration"] else None
         print(f"{spec.label:18s} {r['levels_per_iteration']:9.2f} {r['syncs_per_iteration']:8.2f} "
               f"{r['model_ops_per_iteration']:12.0f} "
-              f"{r['engine_ops_per_iteration']:13.0f} {'-' if per_level is None else f'{per_level:16.0f}':>16s}")
+              f"{r['engine_ops_per_iteration']:13.0f} {'-' if per_level is None else f'{per_level:16.0f}':>16s} "
+              f"{'-' if step is None else f'{step:14.0f}':>14s}")
         print("    " + ", ".join(f"{w} {n:.0f}" for w, n in r["top_engine"]))
     if ar_engine is None:
         print("(engine ops/level counts all engine ops; include ar to subtract the per-iteration base)")
     else:
-        print("(engine ops/level: the engine's ops per iteration beyond AR's, per draft level)")
+        print("(engine ops/level: the engine's ops per iteration beyond AR's, per draft level run, the level step's "
+              "apart: step ops/level, one compiled graph on the compiled and graphs runtimes)")
     return 0
 
 

@@ -274,21 +274,23 @@ from helpers.device_tree import eagle_rules, rules, shape_rules, uniform_rules  
 resident_rules = st.one_of(rules, shape_rules, eagle_rules, uniform_rules)
 
 
-def _grow_resident(rule: GrowthRule, root: int, k: int, ties: bool, step_fn=None):
+def _grow_resident(rule: GrowthRule, root: int, k: int, ties: bool, step_fn=None, early_exit: bool = False):
     syncs = HostSyncs(pack=True)  # the GPU's read path: every read counted
-    dev = DeviceTree(root, rule, k, CPU, resident=True, step_fn=step_fn).grow(FakeDrafter(k, ties), syncs)
-    return dev, syncs
+    dev = DeviceTree(root, rule, k, CPU, resident=True, step_fn=step_fn, early_exit=early_exit)
+    return dev.grow(FakeDrafter(k, ties), syncs), syncs
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rule=resident_rules, root=st.integers(0, VOCAB - 1), extra_k=st.integers(0, 2), ties=st.booleans(),
-       data=st.data())
-def test_resident_growth_builds_the_reference_tree_without_reading_the_device(rule, root, extra_k, ties, data):
-    """A fixed frontier, every level run (padding where nothing is expanded), the counts read with
-    the selection: the same tree node for node, the same path, one host read in all."""
+       early_exit=st.booleans(), data=st.data())
+def test_resident_growth_builds_the_reference_tree_without_reading_the_device(rule, root, extra_k, ties, early_exit,
+                                                                              data):
+    """A fixed frontier, every level run (padding where nothing is expanded) or stopped where the
+    device has posted an empty frontier, the counts read with the selection: the same tree node for
+    node, the same path, one host read in all."""
     k = rule.max_breadth + extra_k
     ref = grow_tree(root, rule, FakeDrafter(k, ties).host_propose)
-    dev, syncs = _grow_resident(rule, root, k, ties)
+    dev, syncs = _grow_resident(rule, root, k, ties, early_exit=early_exit)
     assert syncs.count == 0  # growth read nothing
     argmax = draw_target_choices(ref, data)
     sel = dev.select(torch.tensor(argmax + [0] * (dev.n - len(argmax))), syncs)
@@ -297,6 +299,25 @@ def test_resident_growth_builds_the_reference_tree_without_reading_the_device(ru
     assert (sel.path, sel.bonus) == ref.greedy_path(argmax)
     assert dev.n == len(ref) and dev.draft_calls == ref.draft_calls
     assert dev.orig is not None or dev.depth == ref.depth
+
+
+def test_the_early_exit_runs_the_levels_that_expand_and_never_reads_the_device():
+    """On a CPU the posted flag lands at once: the resident growth runs exactly the levels the eager
+    one does (a padding level past the tree's depth never runs), with no counted read."""
+    rule = DynaTreeConfig.gpu().growth_rule()
+
+    class Counting(FakeDrafter):
+        calls = 0
+
+        def propose(self, tree, ids, level):
+            Counting.calls += 1
+            return super().propose(tree, ids, level)
+
+    ref = grow_tree(3, rule, FakeDrafter(4, False).host_propose)
+    dev = DeviceTree(3, rule, 4, CPU, resident=True, early_exit=True).grow(Counting(4, False), HostSyncs(pack=True))
+    assert Counting.calls == ref.draft_calls < dev.levels
+    sel = dev.select(torch.zeros(dev.n, dtype=torch.long), HostSyncs(pack=True))
+    assert host_tree(sel.arrays, dev.draft_calls).to_dict() == ref.to_dict()
 
 
 def test_the_frontier_width_bound_is_what_rho_stop_allows():

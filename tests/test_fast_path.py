@@ -57,12 +57,15 @@ def test_every_drafter_on_the_fast_path_is_exact(kind):
             "feature": feature, "feature+lookup": dataclasses.replace(feature, lookup=LookupMix())}[kind]
     prompt = [5, 9, 14, 3, 22, 7, 31, 12, 5, 9, 14, 3]
     for method, config in [("linear", LinearConfig(k=3)), ("dynatree", DynaTreeConfig.cpu()), ("eagle2", None)]:
-        eager = list(iterate(pair, prompt, method, config, max_new_tokens=30, ignore_eos=True, runtime="eager"))
-        fast = list(iterate(pair, prompt, method, config, max_new_tokens=30, ignore_eos=True, runtime=STATIC))
+        eager_run = iterate(pair, prompt, method, config, max_new_tokens=30, ignore_eos=True, runtime="eager")
+        fast_run = iterate(pair, prompt, method, config, max_new_tokens=30, ignore_eos=True, runtime=STATIC)
+        eager, fast = list(eager_run), list(fast_run)
         assert [r.committed for r in fast] == [r.committed for r in eager]
-        # the same levels expanded nodes; the resident draft phase runs every level (padding) and reads once
+        # the same levels expanded nodes; the resident draft phase reads once per iteration and, its early
+        # exit's flag landing at once on a CPU, runs the same draft forwards
         assert [r.draft_forwards for r in fast] == [r.draft_forwards for r in eager]
         assert all(r.host_syncs == 1 for r in fast)
+        assert fast_run.drafter.forwards == eager_run.drafter.forwards
     if kind != "lookup":  # a model draft's levels run on the fast path too, the feature draft's included
         path = fp._PATHS[pair.draft][f"draft:{STATIC}"]
         assert path.entries and (path.spec.feature_width > 0) == kind.startswith("feature")

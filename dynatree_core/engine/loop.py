@@ -210,7 +210,8 @@ class DecodingRun:
             rule, before = self._rule(remaining), self._history_state()
             # 1. draft: grow the tree, one batched draft forward per level (AR: the root alone)
             tree = DeviceTree(root, rule, ctx.top_k, self.pair.device, position=len(self.prompt) + len(out) - 1,
-                              resident=resident, step_fn=step_fn, shape_rule=shape_rule)
+                              resident=resident, step_fn=step_fn, shape_rule=shape_rule,
+                              early_exit=self.sampling.rule != "rejection")
             if drafter is not None:
                 tree.grow(drafter, col.syncs)
                 if tail is not None:

@@ -26,7 +26,7 @@ from dynatree_core.runtime.device_cost import CostAwareGrowth
 from dynatree_core.runtime.device_rerank import Rerank
 from dynatree_core.runtime.device_tables import CODE, arange_on, stop_tables, true_on
 from dynatree_core.runtime.device_tail import TailGrowth
-from dynatree_core.runtime.host_syncs import HostSyncs, read_counts, to_device
+from dynatree_core.runtime.host_syncs import HostSyncs, Peek, read_counts, to_device
 from dynatree_core.runtime.host_tree import unpack
 from dynatree_core.runtime.level_step import Level, StepRule, TreeBuffers, level_step
 
@@ -92,7 +92,7 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
 
     def __init__(self, root_token: int, rule: GrowthRule, top_k: int, device: torch.device,
                  position: int | None = None, resident: bool = False, step_fn: Callable[..., Level] | None = None,
-                 shape_rule: GrowthRule | None = None):
+                 shape_rule: GrowthRule | None = None, early_exit: bool = False):
         self.rule, self.top_k, self.device = rule, max(1, int(top_k)), device
         #: the root's absolute position (its index in prompt + output; node u's child fills
         #: position + depth(u) + 1): what shared draft noise is keyed by. None: not known (greedy)
@@ -102,6 +102,9 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
         self.resident = resident
         #: :func:`level_step` as the runtime runs it (compiled, captured); None: as it is
         self.step_fn = step_fn
+        #: resident growth stops launching levels once the device has posted an empty frontier (a
+        #: :class:`Peek`: no wait); off where a padding level must run (its draws feed a seeded stream)
+        self.peek = Peek(device) if resident and early_exit else None
         # the resident shape follows the run's rule (``shape_rule``), not this iteration's: the shapes stay
         # fixed while the history adapter or the tokens left move D0, τ_h and D_max (device parameters)
         self.levels, self.width, self.slots = resident_shape(shape_rule or rule, self.top_k)
@@ -200,6 +203,10 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
             if self.resident:
                 self._overflow = self._overflow | (lv.expand > self.width)
                 ids, valid, n, budget = lv.ids, lv.valid, lv.n, lv.budget
+                if self.peek is not None:  # stop once the device has said the frontier is empty (never waits)
+                    self.peek.post(lv.expand > 0)
+                    if self.peek.false():
+                        break
                 continue
             self.draft_calls += 1
             got = self._counts(syncs, lv, ids.shape[0], level + 1, host_budget)

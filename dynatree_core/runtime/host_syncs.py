@@ -87,6 +87,36 @@ def to_device(values: Sequence[int] | np.ndarray, device: torch.device, dtype: t
     return t.to(device)
 
 
+class Peek:
+    """A device flag the host looks at only once the device has written it: never a wait.
+
+    :meth:`post` queues a copy of a bool to (pinned) host memory and records an event; :meth:`false`
+    is True only if that copy has landed (``Event.query``, which does not block) and the flag was
+    False. On a CPU the copy lands at once. The device-resident draft phase posts "the next frontier
+    has a node to expand" after each level and stops launching levels once a posted flag says none:
+    on a launch-bound GPU the device has usually finished a level before the host has issued the
+    next, so the padding levels past the tree's depth mostly never run; when the flag is late, the
+    levels run as the no-ops they are (the tree is the same either way; only the count of draft
+    forwards can differ from run to run)."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.buf = torch.zeros(1, dtype=torch.bool, pin_memory=self.cuda)
+        self.event = torch.cuda.Event() if self.cuda else None
+        self.posted = False
+
+    def post(self, flag: torch.Tensor) -> None:
+        self.buf.copy_(flag.view(1), non_blocking=self.cuda)
+        if self.event is not None:
+            self.event.record()
+        self.posted = True
+
+    def false(self) -> bool:
+        if not self.posted or (self.event is not None and not self.event.query()):
+            return False  # not written yet: unknown, so not known to be False
+        return not self.buf.numpy()[0]  # host memory the copy has filled: no device read
+
+
 def read_counts(syncs: HostSyncs, counts: dict[str, torch.Tensor | int]) -> dict[str, int]:
     """A level's counts as host ints: those still on the device travel in one read, and there is
     no read at all when the host knows every one (static counts)."""

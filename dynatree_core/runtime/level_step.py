@@ -54,6 +54,12 @@ class StepRule:
     cost: bool
     params: torch.Tensor
     table: torch.Tensor  # [3] long: B_max, B_mid, B_min by the confidence's bucket
+    #: ``params`` as 0-dim views by name (one unbind per iteration, not a select per level and use)
+    p: dict[str, torch.Tensor] | None = None
+
+    def __post_init__(self) -> None:
+        if self.p is None:
+            object.__setattr__(self, "p", dict(zip(PARAMS, self.params.unbind(0))))
 
     @staticmethod
     def of(rule: GrowthRule, device: torch.device) -> "StepRule":
@@ -65,7 +71,7 @@ class StepRule:
                         breadth_table(device, rule.b_min, rule.b_mid, rule.b_max, rule.max_breadth))
 
     def param(self, name: str) -> torch.Tensor:
-        return self.params[PARAMS.index(name)]
+        return self.p[name]
 
 
 @dataclass
@@ -173,7 +179,9 @@ def level_step(t: TreeBuffers, r: StepRule, ids: torch.Tensor, valid: torch.Tens
     ok = (offered & (cum >= r.param("log_tau"))).reshape(-1)
     kept, cost_cut = _budget(t, r, cum.reshape(-1), ok, budget, depth, cost)
     # beyond B(u) 0, kept 1, pruned by tau 2, by the budget 3, by the cost 4
-    status = offered.reshape(-1).long() * 2 + ok.long() - kept.long() * 2 + cost_cut.long()
+    status = torch.where(kept, 1, torch.where(ok, 3, torch.where(offered.reshape(-1), 2, 0)))
+    if r.cost:
+        status = torch.where(cost_cut, 4, status)
     t.cand_status[:, :k].index_copy_(0, rows, status.view(w, k).to(torch.int8))
     # an expanded node: 0 if a child was kept, else "cost", "n_max" or "tau" (its strongest status)
     t.stop.index_copy_(0, rows, t.code.index_select(0, t.weight.index_select(0, status).view(w, k).amax(1)))
@@ -182,9 +190,9 @@ def level_step(t: TreeBuffers, r: StepRule, ids: torch.Tensor, valid: torch.Tens
 
 
 def _budget(t: TreeBuffers, r: StepRule, cum: torch.Tensor, ok: torch.Tensor, budget: torch.Tensor, depth: int,
-            cost) -> tuple[torch.Tensor, torch.Tensor]:
+            cost) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The N_max budget (and the cost rule) over a level's valid candidates, most probable first
-    (ties: flat = parent, then rank order): the kept mask and the cost rule's cut."""
+    (ties: flat = parent, then rank order): the kept mask and the cost rule's cut (None without it)."""
     m = cum.shape[0]
     # invalid ones last (a valid -inf path probability, possible only with tau = 0, still ranks above them)
     key = cum.clamp(min=-torch.finfo(torch.float64).max).masked_fill(~ok, -math.inf)
@@ -192,7 +200,7 @@ def _budget(t: TreeBuffers, r: StepRule, cum: torch.Tensor, ok: torch.Tensor, bu
     place = torch.empty_like(order).scatter_(0, order, t.ar[:m])  # each candidate's place in that order
     kept = ok & (place < budget)
     if not r.cost:
-        return kept, torch.zeros_like(kept)
+        return kept, None
     in_top = (ok.index_select(0, order)) & (t.ar[:m] < budget)
     j = cost.cost_keep(key.index_select(0, order), in_top, depth)
     within = kept & (place < j)
