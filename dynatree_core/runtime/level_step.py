@@ -115,15 +115,17 @@ _COMPILED: dict[str, object] = {}
 
 def step_for(runtime: str, device: torch.device):
     """:func:`level_step` as ``runtime`` runs it: compiled whole (``torch.compile(fullgraph=True)``,
-    inductor; on CUDA with CUDA graphs, ``reduce-overhead``) on ``compiled`` and ``graphs``, as it is
-    elsewhere (None). Its shapes are fixed per run (the frontier's width, k) and the level's depth is a
-    tensor, so a run compiles two graphs (the root's level and the others), not one per level."""
+    inductor: its ~120 small ops fused into a few kernels) on ``compiled`` and ``graphs``, as it is
+    elsewhere (None). Not CUDA-graphed (``reduce-overhead``): every level's outputs are the next one's
+    inputs and the tree's buffers are written in place, which cudagraph trees copy or skip. Its shapes
+    are fixed per run (the frontier's width, k) and the level's depth is a tensor, so a run compiles two
+    graphs (the root's level and the others), not one per level; the first call compiles (the
+    benchmark's warm-up prompt)."""
     if runtime not in ("compiled", "graphs"):
         return None
     key = f"{runtime}:{device.type}"
     if key not in _COMPILED:
-        mode = "reduce-overhead" if device.type == "cuda" else None
-        _COMPILED[key] = torch.compile(level_step, fullgraph=True, dynamic=False, mode=mode)
+        _COMPILED[key] = torch.compile(level_step, fullgraph=True, dynamic=False)
     return _COMPILED[key]
 
 

@@ -63,10 +63,10 @@ class SyncLint:
 
         return spy
 
-    def steady_calls(self, pair, prompt, method: str, config) -> list[str]:
+    def steady_calls(self, pair, prompt, method: str, config, runtime: str = "eager") -> list[str]:
         """The flagged calls of a loop's iterations after its first (which may build cached
         constants), sorted and without repeats; fails if there was no such iteration."""
-        run = iterate(pair, prompt, method, config, max_new_tokens=24, ignore_eos=True)
+        run = iterate(pair, prompt, method, config, max_new_tokens=24, ignore_eos=True, runtime=runtime)
         next(run)
         self.active = True
         try:
