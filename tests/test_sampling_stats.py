@@ -346,8 +346,8 @@ def mixture_reports_model_q(monkeypatch) -> None:
     monkeypatch.setattr(mix.MixDrafter, "_sampled_mix", _sampled_mix)
 
 
-#: (the case it is aimed at, the mistake, runs: at most a quarter of those the right rule passes with,
-#: fewer where the mistake is gross; each fails at about twice the threshold or more)
+#: (the case it is aimed at, the mistake, runs: a quarter of those the right rule passes with or fewer;
+#: each fails at twice the threshold or more)
 WRONG_Q = [(TREE_CASES[1], q_uncut, RUNS6 // 4), (TREE_CASES[2], q_uncut, 300),
            (TREE_CASES[2], pruned_siblings_dropped, 1_000), (TREE_CASES[4], mixture_reports_model_q, 300)]
 
@@ -355,7 +355,7 @@ WRONG_Q = [(TREE_CASES[1], q_uncut, RUNS6 // 4), (TREE_CASES[2], q_uncut, 300),
 @pytest.mark.parametrize("case,mistake,runs", WRONG_Q, ids=[f"{m.__name__}-{c[0]}" for c, m, _ in WRONG_Q])
 def test_a_wrong_q_fails_the_same_test(case, mistake, runs, monkeypatch):
     """A q that is not the one the candidates were drawn from, in each tree case that has such a q:
-    cut by top-k / top-p (DynaTree under top-k, EAGLE-2 under top-p), EAGLE-2's pruned siblings
+    not cut by top-k (DynaTree) or top-p (EAGLE-2) in verification, EAGLE-2's pruned siblings
     forgotten, the mixed drafter's model-only q. The statistic exceeds the threshold (the mask of
     pruned siblings is thereby shown to mark some candidates and not all: tested all or none, the
     rule would be exact)."""
