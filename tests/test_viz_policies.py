@@ -21,7 +21,7 @@ from dynatree_viz import calibration_figure, cost_figure, oracle_gap_figure, pol
 from dynatree_viz.synthetic import synthetic_trace
 from dynatree_viz.views.policies import policy_rows
 from dynatree_viz.core import style
-from dynatree_viz.views.policies import CURVE_COLOR, mean_verify_size, method_styles, trace_label, tree_sizes
+from dynatree_viz.views.policies import CURVE_COLOR, SIDE_BY_SIDE, mean_verify_size, method_styles, trace_label, tree_sizes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -224,6 +224,10 @@ def test_each_methods_oracle_curve_has_its_colour_and_a_dash_of_its_own():
                                 "c": summary(3, 1.0, [0.0, 1.0, 1.6, 2.0, 2.3])})
     grey = next(t for t in shared.data if t.name.startswith("oracle best") and "a, b" in t.name)
     assert grey.line.color == CURVE_COLOR
+    # "a" and "c" are both at n = 3: side by side (their gap segments with them), "b" alone at n = 2
+    x = {t.name: t.x[0] for t in shared.data if t.name in ("a", "b", "c")}
+    assert x["b"] == 2 and x["c"] - x["a"] == pytest.approx(SIDE_BY_SIDE) and x["a"] < 3 < x["c"]
+    assert next(t for t in shared.data if t.name == "c: gap").x[0] == x["c"]
 
 
 def test_figures_from_a_measured_trace():
@@ -237,7 +241,7 @@ def test_figures_from_a_measured_trace():
     fig = oracle_gap_figure(sums)
     for lab, s in sums.items():
         seg = next(t for t in fig.data if t.name == f"{lab}: gap")
-        assert list(seg.x) == [s.n, s.n] and seg.y[1] - seg.y[0] == pytest.approx(s.gap)
+        assert seg.x[0] == seg.x[1] and round(seg.x[0]) == s.n and seg.y[1] - seg.y[0] == pytest.approx(s.gap)
     unknown_k = dataclasses.replace(sums["linear"], top_k=0)
     assert oracle_gap_figure({"linear": unknown_k}).data[2].name == "oracle best(i)"
 

@@ -387,14 +387,15 @@ def oracle_gap_figure(summaries: Mapping[str, Any], *, title: str | None = None,
         fig.add_annotation(x=lab, y=max(s.mean_accepted, s.mean_oracle), text=f"gap {s.gap:.2f}",
                            showarrow=False, yshift=10, font=dict(size=11), row=1, col=1)
     _add_curves(fig, sums, styles)
+    shift = _side_by_side({lab: s.n for lab, s in sums.items()})
     for lab, s in sums.items():
-        st = styles[lab]
+        st, x = styles[lab], s.n + shift[lab]
         fig.add_trace(go.Scatter(
-            x=[s.n], y=[s.mean_accepted], mode="markers", name=lab, legendgroup=lab,
+            x=[x], y=[s.mean_accepted], mode="markers", name=lab, legendgroup=lab,
             marker=dict(color=st.color, symbol=symbols[lab], size=12, line=dict(color=CURVE_COLOR, width=1)),
             hovertext=[hover[lab]], hovertemplate="%{hovertext}<extra></extra>"), row=1, col=2)
         fig.add_trace(go.Scatter(
-            x=[s.n, s.n], y=[s.mean_accepted, s.mean_oracle], mode="lines", name=f"{lab}: gap",
+            x=[x, x], y=[s.mean_accepted, s.mean_oracle], mode="lines", name=f"{lab}: gap",
             legendgroup=lab, showlegend=False, line=dict(color=st.color, dash="dot", width=2),
             hovertemplate=f"{html.escape(lab)}: gap {s.gap:.2f}<extra></extra>"), row=1, col=2)
     top = max([s.mean_oracle for s in sums.values()] + [s.mean_accepted for s in sums.values()])
@@ -408,6 +409,19 @@ def oracle_gap_figure(summaries: Mapping[str, Any], *, title: str | None = None,
                       margin=dict(l=60, r=20, t=100, b=120), width=1000,
                       legend=dict(font=dict(size=10), orientation="h", yanchor="top", y=-0.2, x=0))
     return fig
+
+
+#: tree sizes between the points (and gap segments) of methods at the same n
+SIDE_BY_SIDE = 0.3
+
+
+def _side_by_side(sizes: Mapping[str, int]) -> dict[str, float]:
+    """{label: x offset}: methods at the same tree size n sit SIDE_BY_SIDE apart around n (in
+    label order), so that one's marker does not hide another's; a size of one method stays at n."""
+    at: dict[int, list[str]] = {}
+    for lab, n in sizes.items():
+        at.setdefault(n, []).append(lab)
+    return {lab: (k - (len(labs) - 1) / 2) * SIDE_BY_SIDE for labs in at.values() for k, lab in enumerate(labs)}
 
 
 def _summary_hover(label: str, s: OracleSummary) -> str:
