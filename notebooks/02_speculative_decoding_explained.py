@@ -123,22 +123,33 @@ rec = next((r for r in lin[:-1] if 0 < r.accepted_length < r.tree.depth),
            next((r for r in lin[:-1] if r.accepted_length < r.tree.depth), lin[0]))
 print("looking at iteration", rec.index)
 
+# %% [markdown]
+# The target scores every guess in its one forward, but the walk reads them top down and stops at the first
+# mismatch: the guesses below it are never reached, whatever they match (the table marks them).
+
 # %% tags=["nbval-ignore-output"]
 # In a chain, node d sits at depth d and its parent is node d - 1.
 # target_argmax[i] is the target's greedy next token after node i.
-pd.DataFrame([{"depth": d, "draft guessed": rec.token_texts[d], "target wanted": tok.decode([rec.target_argmax[d - 1]]),
-               "match": rec.tree.tokens[d] == rec.target_argmax[d - 1]} for d in range(1, len(rec.tree))])
-
-# %%
 first_miss = next((d for d in range(1, len(rec.tree)) if rec.tree.tokens[d] != rec.target_argmax[d - 1]),
                   len(rec.tree))
+
+
+def outcome(d):
+    return "accepted" if d < first_miss else "✗ rejected: first mismatch" if d == first_miss else "not reached"
+
+
+pd.DataFrame([{"depth": d, "draft guessed": rec.token_texts[d], "target wanted": tok.decode([rec.target_argmax[d - 1]]),
+               "match": rec.tree.tokens[d] == rec.target_argmax[d - 1] if d <= first_miss else "not reached",
+               "outcome": outcome(d)} for d in range(1, len(rec.tree))])
+
+# %%
 print("accepted = the guesses before the first mismatch:", rec.accepted_length == first_miss - 1)
 print("bonus = the target's own token at the break:", rec.bonus == rec.target_argmax[first_miss - 1])
 print("committed = accepted guesses + bonus:",
       rec.committed == [rec.tree.tokens[i] for i in rec.accepted_path] + [rec.bonus])
 
 # %% [markdown]
-# The picture: the root (left), the drafted chain, accepted nodes in blue with a ring, the first rejected
+# The picture: the root (top), the drafted chain, accepted nodes in blue with a ring, the first rejected
 # guess marked with a vermillion ✗, and the bonus token the target supplied (the legend names every mark).
 
 # %% tags=["nbval-ignore-output"]
@@ -146,10 +157,11 @@ dv.tree_figure(rec, title=f"linear K=5, iteration {rec.index}")
 
 # %% [markdown]
 # *Why* did the chain break there? The panel below puts the draft's top candidates at the node where
-# the path ended next to the target's choice (and says when the target's token was pruned).
+# the path ended next to the target's choice (and says when the target's token was pruned). A chain
+# drafts one guess per position, B(u) = 1 by construction: the draft's confidence c(u) decides nothing here.
 
 # %% tags=["nbval-ignore-output"]
-dv.why(rec)
+dv.why(rec, method="linear")  # linear: B(u) = 1 by construction, whatever c(u) says
 
 # %% [markdown]
 # ## 3 · A fixed tree: more than one guess per position
@@ -157,11 +169,21 @@ dv.why(rec)
 # The chain is lost at its first wrong guess, even when the draft's *second* choice was right. A tree
 # keeps the top-B guesses at every node, to depth D, and the target still checks **all** of them in
 # one forward. A full binary tree of depth 3 has 2 + 4 + 8 = 14 drafted nodes.
+# The example is an iteration where the draft's second choice, clearly less probable than its first
+# (`dv.branching_example` skips near ties), was the one the target accepted; where our prompt's 40 tokens
+# have none, the cell tries the story openings of `dv.EXAMPLE_PROMPTS`.
 
 # %% tags=["nbval-ignore-output"]
-ft = list(iterate(pair, prompt, "fixed_tree", FixedTreeConfig(d=3, b=2, tau=0.0), max_new_tokens=40,
-                  trace=True, ignore_eos=True))
-rec_ft = dv.branching_example(ft, min_nodes=1) or ft[0]  # an iteration where a second child won
+# an iteration where a clearly second choice won (not a near tie): our prompt first, then story openings
+for ft_prompt in [prompt, *dv.EXAMPLE_PROMPTS]:
+    ft = list(iterate(pair, ft_prompt, "fixed_tree", FixedTreeConfig(d=3, b=2, tau=0.0), max_new_tokens=40,
+                      trace=True, ignore_eos=True))
+    rec_ft = dv.branching_example(ft, min_nodes=1)
+    if rec_ft is not None:
+        break
+else:
+    rec_ft = ft[0]
+print("prompt:", repr(ft_prompt))
 print("drafted nodes:", rec_ft.num_nodes, "| a full binary tree of depth 3:", rec_ft.num_nodes == 2 + 4 + 8)
 won = dv.off_top1(rec_ft)
 assert won, "the figure below must show a second choice accepted"
@@ -343,7 +365,8 @@ path5, bonus5 = tree5.greedy_path(argmax5)
 rec5 = IterationRecord(index=0, prefix_len=prefix_len, tree=tree5, target_argmax=argmax5,
                        accepted_path=path5, committed=[tree5.tokens[i] for i in path5] + [bonus5], bonus=bonus5,
                        position_ids=(prefix_len + tree5.position_offsets()).tolist(),
-                       token_texts=[session.token_text(t) for t in tree5.tokens])
+                       token_texts=[session.token_text(t) for t in tree5.tokens],
+                       committed_texts=[session.token_text(t) for t in [tree5.tokens[i] for i in path5] + [bonus5]])
 full = np.concatenate([np.ones((n, prefix_len), dtype=bool), mask], axis=1)
 additive = pl.additive_mask(rec5.attention_mask(), torch.float32, torch.device("cpu"))[0, 0]
 print("attention_mask() == prefix + hand-built mask:", np.array_equal(rec5.attention_mask(), full))

@@ -41,6 +41,7 @@ import torch
 from IPython.display import HTML, Markdown, display
 
 import dynatree_viz as dv
+from dynatree_viz.widgets.explorer import SLIDERS
 from dynatree_core import (ARConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, ModelPair,
                            generate, iterate)
 
@@ -49,6 +50,7 @@ from dynatree_core import (ARConfig, DynaTreeConfig, FixedTreeConfig, LinearConf
 dv.use_static_fallbacks()
 torch.manual_seed(0)  # decoding is greedy (deterministic); this only pins anything random we add
 pd.set_option("display.precision", 3)
+SYMBOL = {name: spec[4] for name, spec in SLIDERS.items()}  # tau_h -> τ_h: the paper's symbols, for the reader
 
 # %% [markdown]
 # Load the model pair. `ModelPair.default()` is the embedded offline pair: SmolLM2-135M-Instruct
@@ -94,7 +96,7 @@ res = next(t for t in recorded if example.record in t.iterations)   # the trace 
 state = dv.state_tokens(res, example.record)                           # prompt + text up to its root
 assert len(example.moving) >= 5, example.moving  # the tour below must show a trade-off
 display(Markdown(f"Chosen: iteration {example.record.index} of *{res.prompt_text}*; ℓ moves with "
-                 f"{len(example.moving)} of {len(KNOBS)} knobs ({', '.join(example.moving)}). The state "
+                 f"{len(example.moving)} of {len(KNOBS)} knobs ({', '.join(SYMBOL[k] for k in example.moving)}). The state "
                  f"the explorer re-drafts ends in: …*{pair.tokenizer.decode(state[-12:])}*"))
 
 # %% [markdown]
@@ -103,8 +105,9 @@ display(Markdown(f"Chosen: iteration {example.record.index} of *{res.prompt_text
 # Move a slider: the tree for the chosen state's next iteration is re-drafted under the new rule and
 # verified by the target. Accepted nodes get a blue ring and a thick blue edge, rejected ones a vermillion
 # ✗, the target's bonus token an orange ★. The panel reports the nodes verified, the accepted length ℓ, and
-# a cost-model estimate: one draft forward per tree level plus a verify forward c(n) over the n tokens of the
-# tree, here the core's `CostModel` fitted to the recorded run's timings (c(n) = a + b·n by least squares), so
+# a cost-model estimate: one draft forward per level the draft ran on (level 0, the root, also feeds in the
+# same forward the committed tokens the draft has not read yet) plus a verify forward c(n) over the n tokens
+# of the tree, here the core's `CostModel` fitted to the recorded run's timings (c(n) = a + b·n by least squares), so
 # the cost is in milliseconds; a tree larger than any recorded is past the fitted curve and gets no estimate
 # (without timings, the explorer prices trees with an illustrative default and says so). The widget needs a
 # running kernel; a static page shows a snapshot of its starting state.
@@ -139,8 +142,9 @@ replay
 #
 # `TreeSession(pair, prompt)` prefills both models once; `session.regrow(rule)` drafts and verifies one
 # tree under any `GrowthRule` and returns `(tree, target_argmax)`. For each knob we grow the tree at a
-# few values and tabulate the verified nodes, depth, draft forwards (one per tree level) and the
-# accepted length ℓ.
+# few values and tabulate the verified nodes, depth, draft forwards and the accepted length ℓ. A draft
+# forward is spent per level the draft *ran on*: that is the tree's depth, or one more when the draft also
+# ran on the deepest nodes and pruning (τ or N_max) dropped every child it proposed there.
 #
 # A useful fact to check: every knob except N_max only *adds* nodes in one direction (a wider
 # breadth adds children, a later depth stop adds levels, a lower τ keeps more candidates), so the
@@ -175,7 +179,7 @@ def effect(name, values, trees):
     """One sentence, computed from the trees: where the parameter changed the tree, or why it did not."""
     changes = [f"{a:g}→{b:g}" for a, b, ta, tb in zip(values, values[1:], trees, trees[1:]) if paths(ta) != paths(tb)]
     if changes:
-        return f"**{name}** changed the tree at {', '.join(changes)}."
+        return f"**{SYMBOL[name]}** changed the tree at {', '.join(changes)}."
     t = trees[0]
     conf = [c for c in t.confidences[:len(t)] if c is not None]
     probs = [math.exp(x) for x in t.cum_logps[1:]]
@@ -193,7 +197,7 @@ def effect(name, values, trees):
            "n_max": f"the tree has {t.num_drafted} nodes, within every budget tried"}.get(
                name, f"no node's probability falls between the values tried (path p(u): "
                      f"{', '.join(f'{p:.2f}' for p in probs)}; stop reasons {stops})")
-    return f"**{name}** did not change this tree over {values}: {why}."
+    return f"**{SYMBOL[name]}** did not change this tree over {values}: {why}."
 
 tables, effects = {}, {}
 
@@ -257,6 +261,29 @@ display(tables["tau"], tables["n_max"])
 # %% tags=["nbval-ignore-output"]
 Markdown("\n\n".join(effects[k] for k in ("tau", "n_max")))
 
+# %%
+rows = [(k, v, r) for k, df in tables.items() for v, r in df.iterrows()]
+print("draft forwards = depth, or depth + 1, in every row:",
+      all(r["draft forwards"] in (r["depth"], r["depth"] + 1) for _, _, r in rows))
+
+# %% tags=["nbval-ignore-output"]
+over = [(k, v, r) for k, v, r in rows if r["draft forwards"] == r["depth"] + 1]
+if over:
+    k, v, r = over[0]
+    t, _ = grow(**{**FIXED.get(k, {}), k: v})
+    deepest = [i for i in range(len(t)) if t.depths[i] == t.depth]
+    ran = [i for i in deepest if t.confidences[i] is not None]   # c(u) is known only where the draft ran
+    cut = pd.Series([p.reason for p in t.pruned if p.parent in ran]).value_counts().to_dict()
+    assert ran and cut and not any(t.parents[i] in ran for i in range(len(t)))  # ran there, kept nothing
+    display(Markdown(
+        f"One draft forward per level the draft ran on: at {SYMBOL[k]} = {v:g} the tree has depth {r['depth']} "
+        f"but took {r['draft forwards']} forwards. The last one ran on "
+        + (f"the one node at depth {t.depth}" if len(deepest) == 1 else
+           f"{len(ran)} of the {len(deepest)} nodes at depth {t.depth}")
+        + f" (c(u) = {', '.join(f'{t.confidences[i]:.2f}' for i in ran)}), and every child it "
+        f"proposed there was pruned ({', '.join(f'{n} by {SYMBOL.get(w, w)}' for w, n in cut.items())}), so "
+        "the tree gained no level for it."))
+
 # %% [markdown]
 # ## The trade-off, plotted
 #
@@ -271,8 +298,8 @@ gain = {k: (int(df["accepted ℓ"].min()), int(df["accepted ℓ"].max()), int(df
         for k, df in tables.items()}
 assert len(live_moving) >= 5, live_moving  # the panels below show a trade-off, not a flat line
 display(Markdown("ℓ moved with " + ", ".join(
-    f"**{k}** ({gain[k][0]} → {gain[k][1]} over {gain[k][2]}–{gain[k][3]} nodes)" for k in live_moving)
-    + "; it stayed at " + ", ".join(f"**{k}** = {gain[k][1]}" for k in tables if k not in live_moving)
+    f"**{SYMBOL[k]}** ({gain[k][0]} → {gain[k][1]} over {gain[k][2]}–{gain[k][3]} nodes)" for k in live_moving)
+    + "; it stayed at " + ", ".join(f"**{SYMBOL[k]}**: ℓ = {gain[k][1]}" for k in tables if k not in live_moving)
     + " (the sentences under each table say why)."))
 
 # %% tags=["nbval-ignore-output"]
@@ -280,7 +307,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 names = list(tables)
-fig = make_subplots(rows=2, cols=4, subplot_titles=names, horizontal_spacing=0.06, vertical_spacing=0.2)
+fig = make_subplots(rows=2, cols=4, subplot_titles=[SYMBOL[k] for k in names], horizontal_spacing=0.06,
+                    vertical_spacing=0.2)
 for k, name in enumerate(names):
     df = tables[name]
     # values that grew the same tree share one point: one label "0.7, 0.9, 0.99", not three overprinted
@@ -315,8 +343,10 @@ for k, key in enumerate(["nodes", "accepted ℓ"]):
     fig.add_trace(go.Heatmap(z=[[c[key] for c in row] for row in grid], x=[str(d) for d in d0s],
                              y=[str(h) for h in tau_hs], coloraxis=f"coloraxis{k + 1}", texttemplate="%{z}"),
                   row=1, col=k + 1)
-fig.update_layout(template="plotly_white", height=380, coloraxis=dict(colorscale="Blues", showscale=False),
-                  coloraxis2=dict(colorscale="Greens", showscale=False))
+fig.update_layout(template="plotly_white", height=400, coloraxis=dict(colorscale="Blues", showscale=False),
+                  coloraxis2=dict(colorscale="Greens", showscale=False), margin=dict(t=90),
+                  title=dict(text="The chosen state's tree under D0 × τ_h: nodes paid (left) and ℓ gained (right)",
+                             x=0.01))
 fig.update_xaxes(title_text="D0")
 fig.update_yaxes(title_text="τ_h", col=1)
 fig
@@ -329,6 +359,36 @@ print(f"ℓ over the grid: {min(ells)} to {max(ells)}; nodes: {min(c['nodes'] fo
       f"{max(c['nodes'] for row in grid for c in row)}")
 print("within each row, a larger D0 never shrinks the tree:",
       all(a["nodes"] <= b["nodes"] for row in grid for a, b in zip(row, row[1:])))
+
+# %% [markdown]
+# The τ_h = 0.5 row is the odd one out. The next cell finds where its accepted walk ends and says why, from
+# the two trees (τ_h = 0.5 and the next value tried).
+
+# %% tags=["nbval-ignore-output"]
+def walk(tau_h):
+    t, argmax = session.regrow(base.replace(tau_h=tau_h).growth_rule())
+    return t, argmax, t.greedy_path(argmax)[0]
+
+
+lo, hi = tau_hs[0], tau_hs[1]
+t_lo, arg_lo, path_lo = walk(lo)
+t_hi, arg_hi, path_hi = walk(hi)
+u = path_lo[-1] if path_lo else 0                  # where the τ_h = 0.5 walk ended
+u_hi = next(j for j in range(len(t_hi)) if t_hi.token_path(j) == t_lo.token_path(u))  # the same node
+c, target = t_lo.confidences[u], arg_lo[u]
+rank = t_lo.topk_tokens[u].index(target) + 1 if target in t_lo.topk_tokens[u] else None
+assert c is not None and lo <= c < hi and t_lo.branching[u] < t_hi.branching[u_hi] and rank and rank > 1
+name = lambda t, i: dv.core.style.visible_token(session.token_text(t.tokens[i]))
+Markdown(
+    f"**Why τ_h = {lo:g} collapses the tree.** After *{name(t_lo, u)}* (depth {t_lo.depths[u]}) the draft's "
+    f"confidence is c(u) = {c:.2f}. At τ_h = {lo:g} that counts as sure (c(u) ≥ τ_h), so u gets "
+    f"B_min = {t_lo.branching[u]} child, the draft's first choice "
+    f"*{dv.core.style.visible_token(session.token_text(t_lo.topk_tokens[u][0]))}*; the target chose "
+    f"*{dv.core.style.visible_token(session.token_text(target))}*, the draft's #{rank}, so the walk ends there "
+    f"with ℓ = {len(path_lo)} whatever D0 says; the whole tree has {t_lo.num_drafted} drafted nodes "
+    f"(stop reasons: {pd.Series(t_lo.stop_reasons[1:]).value_counts().to_dict()}). From τ_h = {hi:g}, "
+    f"c(u) < τ_h gives u B(u) = {t_hi.branching[u_hi]} children, the target's token among them, and "
+    f"ℓ = {len(path_hi)}.")
 
 # %% [markdown]
 # ## What to try next

@@ -26,16 +26,7 @@
 # * the exact settings of the paper's GPU run (Pythia-2.8B target, Pythia-70M draft), in a cell that
 #   is off by default.
 #
-# **The protocol.** Prompts are natural text from **WikiText-2** (raw, test) and **PG-19** (test),
-# truncated to **L_max** tokens (800 and 1000 in the paper). Each method greedily generates **T** new
-# tokens (1500) with EOS ignored, so every run has the same length. **N** prompts (10) are decoded in
-# order; the first **W** (2) are warmup and left out of the means and standard deviations. Speedup is
-# always recomputed as throughput / AR's throughput from the same run. DynaTree's history state is
-# carried from one prompt to the next within a method.
-#
-# Here: N = 3 (W = 1), T = 32, L_max = 128 — minutes on a CPU, so the numbers are noisy. The bundled
-# excerpts of both datasets ship with the package; with the full datasets in a local data directory,
-# use `data_source="auto"`.
+# The protocol itself is printed below, after the setup, from the one place that states it.
 
 # %% tags=["parameters"]
 # Parameters (papermill -p PAIR tiny-llama runs the notebook on a tiny random pair in seconds: for development)
@@ -75,6 +66,21 @@ device = "cuda" if torch.cuda.is_available() else "cpu"
 pair = ModelPair.named(PAIR, device=device)   # or drafter="model" / "feature" / "feature+lookup"
 print(f"target: {pair.target_name}\ndraft:  {pair.draft_name} ({pair.drafter_kind} drafter)\n"
       f"device: {pair.device} (linear kernel: {pair.linear_kernel})")
+
+# %% [markdown]
+# ## The protocol
+#
+# Stated once, in `dynatree_core.bench.protocol_statement` (notebook 04 prints the same words):
+
+# %% tags=["nbval-ignore-output"]
+from dynatree_core.bench.protocol_statement import PAPER_SETTINGS, protocol_statement
+
+display(Markdown(protocol_statement()))
+
+# %% [markdown]
+# Here: N = 3 (W = 1), T = 32, L_max = 128 — minutes on a CPU, so the numbers are noisy. The bundled
+# excerpts of both datasets ship with the package; with the full datasets in a local data directory,
+# use `data_source="auto"`.
 
 # %%
 from dynatree_core.bench import tables
@@ -120,6 +126,45 @@ print("AR accepts nothing and commits one token per iteration:",
       bool((t3[t3["method"] == "ar"]["L_bar"] == 1.0).all()))
 
 # %% [markdown]
+# **Reading Table 3.** Acceptance a is accepted tokens ÷ *tree depth* (summed over a run's
+# iterations), and ℓ̄ is accepted tokens per iteration, so ℓ̄ / a is the trees' mean depth. A method
+# can have the lowest acceptance and yet the highest L̄ when its trees are the deepest: a deep guess that
+# is only partly accepted still adds tokens, but it divides by its whole depth.
+
+# %% tags=["nbval-ignore-output"]
+tail = next(s.config for s in specs if s.method == "dynatree").lookup_tail
+
+
+def table3_facts(t3):
+    """Per dataset: which method has the lowest acceptance and which the highest L̄, with the
+    trees' mean depth ℓ̄ / a that explains them (AR drafts nothing: left out); and the datasets
+    where DynaTree's trees were the deepest."""
+    out, deepest_dt = [], []
+    for ds, g in t3[t3["method"] != "ar"].groupby("dataset", sort=False):
+        g = g.set_index("method")
+        depth = (g["l_bar"] / g["acceptance"]).where(g["acceptance"] > 0)  # a = ℓ / depth
+        low_a, high_l = g["acceptance"].idxmin(), g["L_bar"].idxmax()
+        deepest = depth.idxmax() if depth.notna().any() else None
+        depths = ", ".join(f"{m} {d:.1f}" for m, d in depth.items() if d == d)
+        line = (f"* **{ds}**: lowest acceptance **{low_a}** (a = {g.loc[low_a, 'acceptance']:.2f}), highest L̄ "
+                f"**{high_l}** ({g.loc[high_l, 'L_bar']:.2f}); mean tree depth ℓ̄ / a: {depths}.")
+        if low_a == high_l == deepest:
+            line += (f" {low_a} has both because its trees are the deepest: the acceptance divides its accepted "
+                     f"tokens by {depth[low_a]:.1f} levels, the others' by at most {depth.drop(low_a).max():.1f}.")
+        out.append(line)
+        if deepest == "dynatree":
+            deepest_dt.append(ds)
+    return out, deepest_dt
+
+
+facts, deepest_dt = table3_facts(t3)
+display(Markdown("\n".join(facts) + (
+    f"\n\nDynaTree's trees were the deepest on {' and '.join(deepest_dt)}: its CPU preset continues the most "
+    f"probable leaf with a prompt-lookup tail of up to {tail} tokens (no draft forward; notebook 06), long where "
+    "the text repeats itself, and counted in the depth whether or not the target agrees."
+    if tail and deepest_dt else "")))
+
+# %% [markdown]
 # ### Figure 4 shape: methods compared per dataset
 
 # %% tags=["nbval-ignore-output"]
@@ -139,6 +184,45 @@ print("variants:", list(tables.table4(abl_aggs)["variant"]))
 
 # %% tags=["nbval-ignore-output"]
 display(Markdown(tables.to_markdown(tables.table4(abl_aggs), tables.TITLES[4])))
+
+# %% [markdown]
+# **Reading Table 4.** Two measured prompts on a CPU that other work shares: the cell below sets
+# each step's change in throughput against the spread between prompts, then against what does
+# not depend on the machine, the forwards each variant made.
+
+# %% tags=["nbval-ignore-output"]
+from dynatree_core.bench.methods import ABLATION_LABELS
+
+abl_by = {a["label"]: a for a in abl_aggs if a["label"] in ABLATION_LABELS}
+names = dict(zip(ABLATION_LABELS, tables.table4(abl_aggs)["variant"]))
+
+
+def step_facts(before, after):
+    """One ablation step in words: throughput change against the spread, then the forwards."""
+    b, a = abl_by[before], abl_by[after]
+    diff, spread = a["tokens_per_s"] - b["tokens_per_s"], max(a["tokens_per_s_std"] or 0, b["tokens_per_s_std"] or 0)
+    speed = (f"{'slower' if diff < 0 else 'faster'} by {abs(diff):.1f} tok/s, "
+             + ("within one standard deviation between prompts" if abs(diff) <= spread else "more than one standard deviation")
+             + f" ({spread:.1f} tok/s)")
+    t_b, t_a = b["target_forwards_per_token"], a["target_forwards_per_token"]
+    d_b, d_a = b["draft_forwards_per_token"], a["draft_forwards_per_token"]
+    return (f"* **{names[after]}** against **{names[before]}**: {speed}; target forwards per token "
+            f"{t_b:.3f} → {t_a:.3f} ({'more' if t_a > t_b else 'fewer' if t_a < t_b else 'as many'}), draft forwards per "
+            f"token {d_b:.3f} → {d_a:.3f} ({'more' if d_a > d_b else 'fewer' if d_a < d_b else 'as many'}), L̄ "
+            f"{b['tokens_per_iteration']:.2f} → {a['tokens_per_iteration']:.2f}.")
+
+
+hist_b, hist_a = abl_by[ABLATION_LABELS[1]], abl_by[ABLATION_LABELS[2]]
+a_star = next(s.config for s in abl_specs if s.label == ABLATION_LABELS[2]).history.target_acceptance
+shrank = (hist_a["draft_forwards_per_iteration"] < hist_b["draft_forwards_per_iteration"]
+          and hist_a["acceptance_rate"] < a_star)
+display(Markdown("\n".join(step_facts(x, y) for x, y in zip(ABLATION_LABELS, ABLATION_LABELS[1:])) + (
+    f"\n\nThe history adapter steers acceptance towards a* = {a_star}; this pair accepts less "
+    f"(a = {hist_a['acceptance_rate']:.2f}), so it lowers D0 and the trees get shallower (draft forwards per iteration "
+    f"{hist_b['draft_forwards_per_iteration']:.2f} → {hist_a['draft_forwards_per_iteration']:.2f}): fewer draft forwards, "
+    "fewer tokens per iteration and so more target forwards. Which of the two costs more is a fact about the "
+    "machine (notebook 06 measures it); notebook 04 follows the adapter through one long run."
+    if shrank else "")))
 
 # %% [markdown]
 # ## Figures 5 and 6 shapes: scaling with T and with L_max
@@ -194,8 +278,9 @@ if RUN_PAPER:
                                            device="cuda", dtype="float16")
     paper_specs = method_specs(["ar", "linear", "fixed_tree", "dynatree", "ablation"], preset="paper",
                                k=5, d=5, b=2, tau=0.05, n_max=256)
-    paper_exp = Experiment(kind="bench", points=[RunPoint(s, 1500) for s in paper_specs],
-                           datasets=["wikitext2", "pg19"], num_prompts=10, warmup=2,
+    paper_exp = Experiment(kind="bench", points=[RunPoint(s, PAPER_SETTINGS["max_new_tokens"]) for s in paper_specs],
+                           datasets=["wikitext2", "pg19"], num_prompts=PAPER_SETTINGS["num_prompts"],
+                           warmup=PAPER_SETTINGS["warmup"],
                            max_prompt_len=dict(PAPER_MAX_PROMPT_LEN), seed=0, data_source="auto",
                            paper_protocol=True, allow_long_context=True)
     paper_result = run_experiment(paper_pair, paper_exp, load_corpora(paper_exp))

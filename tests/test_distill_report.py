@@ -40,6 +40,7 @@ def test_the_report_sets_each_stage_against_its_plan(tmp_path):
                                                           "positions_trained": 9000, "data": {"tokens": 700}}))
     plan = stage_plan(330, 0.25, 0.15, 15)
     assert plan == pytest.approx({"data": 82.5, "features": 49.5, "training": 183.0})
+    assert "planned no limit, used   80.5 s" in report(tmp_path, stage_plan(0, 0.25, 0.15, 15))
     rows = plan_vs_actual(tmp_path, plan)
     assert rows[0][:3] == ("data", 82.5, 80.5) and "21 tokens generated (3/s decoding, graphs); jobs 3/4" in rows[0][3]
     assert rows[1][2] == 0.0  # no features metadata: nothing claimed

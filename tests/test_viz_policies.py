@@ -21,7 +21,7 @@ from dynatree_viz import calibration_figure, cost_figure, oracle_gap_figure, pol
 from dynatree_viz.synthetic import synthetic_trace
 from dynatree_viz.views.policies import policy_rows
 from dynatree_viz.core import style
-from dynatree_viz.views.policies import CURVE_COLOR, DODGE, mean_verify_size, method_styles, trace_label, tree_sizes
+from dynatree_viz.views.policies import CURVE_COLOR, SIDE_BY_SIDE, mean_verify_size, method_styles, trace_label, tree_sizes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,30 +70,32 @@ def test_cost_curve_of_a_fit_to_a_trace_marks_the_recorded_sizes():
     assert 4.2e-3 <= fit.draft_s <= 4.2e-3 * 1.1
 
 
-def test_cost_sizes_land_on_the_curve_sized_by_frequency():
+def test_cost_sizes_sit_in_one_lane_per_method_sized_by_frequency():
     cost = cost_model()
     sizes = {"dynatree": [3, 3, 3, 5, 1], "linear": [3, 3, 3], "eagle2": [5, 20]}
     fig = cost_figure(cost, sizes)
     assert len(fig.data) == 3 + 2 * len(sizes)
-    marks = {t.legendgroup: t for t in fig.data if t.mode == "markers" and t.legendgroup}
-    means = {t.legendgroup: t for t in fig.data if t.mode == "lines" and t.legendgroup}
+    marks = {t.legendgroup: t for t in fig.data if t.mode == "markers" and t.showlegend is not False and t.legendgroup}
+    means = {t.legendgroup: t for t in fig.data if t.name.endswith("mean n̄")}
     assert set(marks) == set(means) == set(sizes)
     dt = marks["dynatree"]
-    assert [round(x) for x in dt.x] == [2, 4, 6]  # n = drafted nodes + 1 (the root)
-    # n = 4 (dynatree, linear) and n = 6 (dynatree, eagle2) are shared: side by side, not stacked;
-    # n = 2 is dynatree's alone and stays on it
-    assert dt.x[0] == 2 and dt.x[1] < 4 < marks["linear"].x[0] and dt.x[2] < 6 < marks["eagle2"].x[0]
-    assert marks["linear"].x[0] - dt.x[1] == pytest.approx(DODGE)
-    for t in marks.values():
-        assert list(t.y) == pytest.approx([1e3 * cost.verify(round(n)) for n in t.x])
+    assert list(dt.x) == [2, 4, 6]  # n = drafted nodes + 1 (the root)
+    # each method in a lane of its own under the curve (first on top), so that methods that chose
+    # the same n (here 4: dynatree and linear; 6: dynatree and eagle2) never hide each other
+    lanes = {lab: set(t.y) for lab, t in marks.items()}
+    assert lanes == {"dynatree": {0}, "linear": {1}, "eagle2": {2}} and dt.yaxis == "y3"
+    assert list(fig.layout.yaxis3.ticktext) == list(sizes)
+    assert all(f"c(n) = {1e3 * cost.verify(n):.2f} ms" in h for n, h in zip(dt.x, dt.hovertext))
     assert dt.marker.size[1] == max(dt.marker.size) > dt.marker.size[0]  # n = 4, chosen 3 times
     assert "chosen 3 of 5 iterations (60%)" in dt.hovertext[1]
-    assert list(means["dynatree"].x) == pytest.approx([3 + 1, 3 + 1])  # mean(3,3,3,5,1) + 1
+    assert list(means["dynatree"].x) == pytest.approx([3 + 1]) and list(means["dynatree"].y) == [0]
     assert "n̄ = 4.0" in dt.name and mean_verify_size(sizes["dynatree"]) == pytest.approx(4.0)
     # n = 21 is past the 8-token curve: left out and counted
-    assert [round(x) for x in marks["eagle2"].x] == [6] and "1 past the curve" in marks["eagle2"].name
+    assert list(marks["eagle2"].x) == [6] and "1 past the curve" in marks["eagle2"].name
     assert "past the measured curve" in means["eagle2"].hovertemplate
     assert marks["linear"].marker.color != marks["eagle2"].marker.color
+    alone = cost_figure(cost)  # no sizes: the curve alone, one panel
+    assert len(alone.data) == 3 and "yaxis3" not in alone.layout
 
 
 def test_cost_sizes_from_traces_use_the_method_and_preset():
@@ -222,6 +224,10 @@ def test_each_methods_oracle_curve_has_its_colour_and_a_dash_of_its_own():
                                 "c": summary(3, 1.0, [0.0, 1.0, 1.6, 2.0, 2.3])})
     grey = next(t for t in shared.data if t.name.startswith("oracle best") and "a, b" in t.name)
     assert grey.line.color == CURVE_COLOR
+    # "a" and "c" are both at n = 3: side by side (their gap segments with them), "b" alone at n = 2
+    x = {t.name: t.x[0] for t in shared.data if t.name in ("a", "b", "c")}
+    assert x["b"] == 2 and x["c"] - x["a"] == pytest.approx(SIDE_BY_SIDE) and x["a"] < 3 < x["c"]
+    assert next(t for t in shared.data if t.name == "c: gap").x[0] == x["c"]
 
 
 def test_figures_from_a_measured_trace():
@@ -235,7 +241,7 @@ def test_figures_from_a_measured_trace():
     fig = oracle_gap_figure(sums)
     for lab, s in sums.items():
         seg = next(t for t in fig.data if t.name == f"{lab}: gap")
-        assert list(seg.x) == [s.n, s.n] and seg.y[1] - seg.y[0] == pytest.approx(s.gap)
+        assert seg.x[0] == seg.x[1] and round(seg.x[0]) == s.n and seg.y[1] - seg.y[0] == pytest.approx(s.gap)
     unknown_k = dataclasses.replace(sums["linear"], top_k=0)
     assert oracle_gap_figure({"linear": unknown_k}).data[2].name == "oracle best(i)"
 

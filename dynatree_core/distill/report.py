@@ -46,14 +46,17 @@ def _read(path: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def stage_plan(time_limit: float, data_share: float, feature_share: float, export_reserve: float) -> dict[str, float]:
+def stage_plan(time_limit: float, data_share: float, feature_share: float, export_reserve: float
+               ) -> dict[str, float | None]:
     """Seconds each stage is given: data and features their shares of ``time_limit``, training the rest
-    less the export reserve (the pipeline's deadlines)."""
+    less the export reserve (the pipeline's deadlines); None for each without a limit (``time_limit`` 0)."""
+    if time_limit <= 0:
+        return {"data": None, "features": None, "training": None}
     return {"data": time_limit * data_share, "features": time_limit * feature_share,
             "training": time_limit * (1 - data_share - feature_share) - export_reserve}
 
 
-def plan_vs_actual(work: Path, plan: dict[str, float]) -> list[tuple[str, float, float, str]]:
+def plan_vs_actual(work: Path, plan: dict[str, float | None]) -> list[tuple[str, float | None, float, str]]:
     """(stage, planned s, used s, what it produced) from the run's metadata files under ``work``."""
     data, feats, train = (_read(Path(work) / n) for n in ("data_meta.json", "features_meta.json", "train_meta.json"))
     new, dec = data.get("new_tokens_last_run", 0), data.get("decode_seconds_last_run", 0.0)
@@ -70,7 +73,7 @@ def plan_vs_actual(work: Path, plan: dict[str, float]) -> list[tuple[str, float,
     ]
 
 
-def report(work: Path, plan: dict[str, float]) -> str:
+def report(work: Path, plan: dict[str, float | None]) -> str:
     """The text ``scripts/distill_gpu.sh`` prints at the end."""
     lines = ["[report] the data mix (tokens by source; share of the generated sources):"]
     for k, m in sorted(data_mix(Path(work) / "seqs").items()):
@@ -79,7 +82,8 @@ def report(work: Path, plan: dict[str, float]) -> str:
                      f"({m['new_tokens']} written by the target) in {m['rows']} rows")
     lines.append("[report] plan vs what happened:")
     for stage, planned, used, what in plan_vs_actual(Path(work), plan):
-        lines.append(f"[report]   {stage:9s} planned {planned:6.0f} s, used {used:6.1f} s: {what}")
+        given = f"{planned:6.0f} s" if planned is not None else "no limit"
+        lines.append(f"[report]   {stage:9s} planned {given}, used {used:6.1f} s: {what}")
     return "\n".join(lines)
 
 

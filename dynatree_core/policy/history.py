@@ -2,8 +2,8 @@
 
 :class:`HistoryAdapter` owns the two parameters the paper adapts online, D0 and τ_h, and gives the
 :class:`~dynatree_core.policy.growth_rule.GrowthRule` of the next iteration. Its state is plain
-data: traces record it, and a run can start from the state the previous prompt left (the paper
-resets it per prompt).
+data: traces record it, and a run can start from the state the previous prompt left (what the
+benchmark does with it between prompts is stated once, in :mod:`dynatree_core.bench.protocol_statement`).
 """
 
 from __future__ import annotations

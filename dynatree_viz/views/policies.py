@@ -187,74 +187,70 @@ def cost_figure(cost: CostModel | Mapping[str, Any], sizes: Any = None, *,
                 title: str | None = None, height: int | None = None) -> go.Figure:
     """The verify-cost curve c(n) and where each policy operates on it.
 
-    x = tokens verified n (root included), y = ms of one target forward. The measured sizes
+    Top: x = tokens verified n (root included), y = ms of one target forward. The measured sizes
     (``cost.sizes``) are markers, the interpolated curve a line; the marginal cost c(n) − c(n−1)
-    is a dashed line on the right axis. ``sizes`` (see :func:`tree_sizes`) adds, per method, a
-    marker at each chosen n = size + 1 on the curve, its area by how often n was chosen, and a
-    vertical line at the mean n̄. Sizes past the curve's end are left out and counted in the legend.
+    is a dashed line on the right axis. ``sizes`` (see :func:`tree_sizes`) adds a panel below on
+    the same n axis, one lane per method: a marker at each n = size + 1 it chose, its area by how
+    often, and a bar at its mean n̄ (a lane each, so that no method's marks hide another's where
+    several chose the same n; the hover gives c(n)). Sizes past the curve's end are left out and
+    counted in the legend.
     """
     cost = _as_cost(cost)
     per_method = tree_sizes(sizes) if sizes is not None else {}
-    n_all = list(range(1, len(cost.verify_s) + 1))
-    ms = [1e3 * s for s in cost.verify_s]
-    fig = make_subplots(specs=[[{"secondary_y": True}]])
-    fig.add_trace(go.Scatter(
-        x=n_all, y=ms, mode="lines", name="c(n), interpolated", line=dict(color=CURVE_COLOR, width=2),
-        hovertemplate="n = %{x} tokens<br>c(n) = %{y:.2f} ms<extra>verify cost</extra>"))
-    measured = [n for n in sorted(set(cost.sizes)) if 1 <= n <= len(ms)]
-    if measured:
-        fig.add_trace(go.Scatter(
-            x=measured, y=[ms[n - 1] for n in measured], mode="markers", name="c(n), measured",
-            marker=dict(color=CURVE_COLOR, size=9, symbol="circle-open", line=dict(width=2)),
-            hovertemplate="n = %{x} tokens<br>c(n) = %{y:.2f} ms<extra>measured</extra>"))
-    if len(ms) > 1:
-        fig.add_trace(go.Scatter(
-            x=n_all[1:], y=[b - a for a, b in zip(ms, ms[1:])], mode="lines",
-            name="marginal cost c(n) − c(n−1)", line=dict(color=MARGINAL_COLOR, dash="dash", width=1.5),
-            hovertemplate="n = %{x}: +%{y:.2f} ms for this token<extra>marginal</extra>"),
-            secondary_y=True)
-    top = max(ms) * 1.05
+    lanes = bool(per_method)
+    fig = make_subplots(rows=2 if lanes else 1, cols=1, shared_xaxes=True, vertical_spacing=0.05,
+                        row_heights=[0.6, 0.4] if lanes else None,
+                        specs=[[{"secondary_y": True}]] + ([[{}]] if lanes else []))
+    ms = _add_curve(fig, cost)
     styles, symbols = method_styles(list(per_method)), _symbols(list(per_method))
-    shifts = _dodge(per_method)
-    for label, vals in per_method.items():
-        _add_sizes(fig, cost, label, vals, styles[label], symbols[label], top, shifts[label])
-    fig.update_xaxes(title_text="tokens verified n (root included)", rangemode="tozero")
-    fig.update_yaxes(title_text="ms per target forward", rangemode="tozero", secondary_y=False)
+    for k, (label, vals) in enumerate(per_method.items()):
+        _add_sizes(fig, cost, label, vals, styles[label], symbols[label], k)
+    fig.update_xaxes(rangemode="tozero")
+    fig.update_xaxes(title_text="tokens verified n (root included)", row=2 if lanes else 1, col=1)
+    fig.update_yaxes(title_text="ms per target forward", rangemode="tozero", row=1, col=1, secondary_y=False)
     if len(ms) > 1:
         fig.update_yaxes(title_text="ms per extra token", rangemode="tozero", showgrid=False,
-                         tickmode="auto", nticks=6, tickformat=".1f", secondary_y=True)
+                         tickmode="auto", nticks=6, tickformat=".1f", row=1, col=1, secondary_y=True)
+    if lanes:  # first method on top, each lane named by its method
+        fig.update_yaxes(tickmode="array", tickvals=list(range(len(per_method))), ticktext=list(per_method),
+                         range=[len(per_method) - 0.4, -0.6], showgrid=False, row=2, col=1)
     info = " · ".join(x for x in (f"draft {cost.draft}" if cost.draft else "", cost.dtype,
                                   f"prefix {cost.prefix_len} tokens" if cost.prefix_len else "",
                                   f"one draft level {1e3 * cost.draft_s:.2f} ms") if x)
     head = title if title is not None else (
         f"verify cost c(n) on {cost.device or 'an unnamed device'} · target "
         f"{cost.target or 'unnamed'}")
-    fig.update_layout(template="plotly_white", height=height or 540,
+    fig.update_layout(template="plotly_white", height=height or (540 + 28 * len(per_method) if lanes else 540),
                       title=dict(text=f"{head}<br><span style='font-size:11px;color:#666'>{info}</span>",
                                  x=0.01, font=dict(size=14)),
                       # the legend below the plot: beside it, it collides with the right axis title
-                      margin=dict(l=60, r=60, t=90, b=120), width=900,
-                      legend=dict(font=dict(size=10), orientation="h", yanchor="top", y=-0.18, x=0))
+                      margin=dict(l=110 if lanes else 60, r=60, t=90, b=120), width=900,
+                      legend=dict(font=dict(size=10), orientation="h", yanchor="top", y=-0.12 if lanes else -0.18,
+                                  x=0))
     return fig
 
 
-#: horizontal distance (tokens) between the markers of methods that chose the same n
-DODGE = 0.3
-
-
-def _dodge(per_method: Mapping[str, list[int]]) -> dict[str, dict[int, float]]:
-    """{label: {n: x offset}}: methods that chose the same verify size n sit side by side around
-    n (DODGE apart, in label order) instead of on top of each other, where a large marker would
-    hide a smaller one; a size only one method chose stays at n."""
-    at: dict[int, list[str]] = {}
-    for label, vals in per_method.items():
-        for n in sorted({v + 1 for v in vals}):
-            at.setdefault(n, []).append(label)
-    out: dict[str, dict[int, float]] = {label: {} for label in per_method}
-    for n, labels in at.items():
-        for k, label in enumerate(labels):
-            out[label][n] = (k - (len(labels) - 1) / 2) * DODGE
-    return out
+def _add_curve(fig: go.Figure, cost: CostModel) -> list[float]:
+    """c(n) as a line, its measured sizes as rings and the marginal cost on the right axis (top
+    panel); returns c(n) in ms."""
+    n_all = list(range(1, len(cost.verify_s) + 1))
+    ms = [1e3 * s for s in cost.verify_s]
+    fig.add_trace(go.Scatter(
+        x=n_all, y=ms, mode="lines", name="c(n), interpolated", line=dict(color=CURVE_COLOR, width=2),
+        hovertemplate="n = %{x} tokens<br>c(n) = %{y:.2f} ms<extra>verify cost</extra>"), row=1, col=1)
+    measured = [n for n in sorted(set(cost.sizes)) if 1 <= n <= len(ms)]
+    if measured:
+        fig.add_trace(go.Scatter(
+            x=measured, y=[ms[n - 1] for n in measured], mode="markers", name="c(n), measured",
+            marker=dict(color=CURVE_COLOR, size=9, symbol="circle-open", line=dict(width=2)),
+            hovertemplate="n = %{x} tokens<br>c(n) = %{y:.2f} ms<extra>measured</extra>"), row=1, col=1)
+    if len(ms) > 1:
+        fig.add_trace(go.Scatter(
+            x=n_all[1:], y=[b - a for a, b in zip(ms, ms[1:])], mode="lines",
+            name="marginal cost c(n) − c(n−1)", line=dict(color=MARGINAL_COLOR, dash="dash", width=1.5),
+            hovertemplate="n = %{x}: +%{y:.2f} ms for this token<extra>marginal</extra>"),
+            row=1, col=1, secondary_y=True)
+    return ms
 
 
 def mean_verify_size(vals: Sequence[int]) -> float:
@@ -264,9 +260,9 @@ def mean_verify_size(vals: Sequence[int]) -> float:
 
 
 def _add_sizes(fig: go.Figure, cost: CostModel, label: str, vals: list[int],
-               st: style.MethodStyle, symbol: str, top: float, shift: Mapping[int, float]) -> None:
-    """One method's chosen sizes as markers on the curve (moved ``shift[n]`` sideways where
-    another method chose the same n) plus its mean as a vertical line."""
+               st: style.MethodStyle, symbol: str, lane: int) -> None:
+    """One method's chosen sizes as markers in its lane (y = ``lane`` of the lower panel) plus a
+    bar at its mean n̄."""
     counts = Counter(v + 1 for v in vals)  # drafted nodes -> tokens verified (the root too)
     on = sorted(n for n in counts if n <= len(cost.verify_s))
     past = sum(c for n, c in counts.items() if n > len(cost.verify_s))
@@ -276,22 +272,20 @@ def _add_sizes(fig: go.Figure, cost: CostModel, label: str, vals: list[int],
     name = f"{label} (n̄ = {mean_n:.1f}, {total} iterations" + (
         f", {past} past the curve)" if past else ")")
     fig.add_trace(go.Scatter(
-        x=[n + shift.get(n, 0.0) for n in on], y=[1e3 * cost.verify(n) for n in on], mode="markers", name=name,
-        legendgroup=label,
+        x=on, y=[lane] * len(on), mode="markers", name=name, legendgroup=label,
         # area ∝ how often n was chosen, so a rarely used size does not look like the usual one
-        marker=dict(color=st.color, symbol=symbol, opacity=0.8, line=dict(color=CURVE_COLOR, width=1),
-                    size=[7 + 19 * math.sqrt(counts[n] / most) for n in on]),
+        marker=dict(color=st.color, symbol=symbol, opacity=0.85, line=dict(color=CURVE_COLOR, width=1),
+                    size=[6 + 16 * math.sqrt(counts[n] / most) for n in on]),
         hovertext=[f"{html.escape(label)}<br>n = {n} tokens ({n - 1} drafted)<br>chosen "
                    f"{counts[n]} of {total} iterations ({100 * counts[n] / total:.0f}%)<br>"
                    f"c(n) = {1e3 * cost.verify(n):.2f} ms" for n in on],
-        hovertemplate="%{hovertext}<extra></extra>"))
+        hovertemplate="%{hovertext}<extra></extra>"), row=2, col=1)
     c_mean = _cost_at(cost, mean_n)
     at = f"c(n̄) ≈ {1e3 * c_mean:.2f} ms" if math.isfinite(c_mean) else "past the measured curve"
     fig.add_trace(go.Scatter(
-        x=[mean_n, mean_n], y=[0, top], mode="lines", name=f"{label}: mean n̄", legendgroup=label,
-        showlegend=False, line=dict(color=st.color, dash=st.dash if st.dash != "solid" else "dot",
-                                    width=1.5),
-        hovertemplate=f"{html.escape(label)}: mean n̄ = {mean_n:.2f}, {at}<extra></extra>"))
+        x=[mean_n], y=[lane], mode="markers", name=f"{label}: mean n̄", legendgroup=label, showlegend=False,
+        marker=dict(symbol="line-ns", size=24, line=dict(color=CURVE_COLOR, width=2.5)),
+        hovertemplate=f"{html.escape(label)}: mean n̄ = {mean_n:.2f}, {at}<extra></extra>"), row=2, col=1)
 
 
 # --- 2. reliability diagram --------------------------------------------------------------------
@@ -393,14 +387,15 @@ def oracle_gap_figure(summaries: Mapping[str, Any], *, title: str | None = None,
         fig.add_annotation(x=lab, y=max(s.mean_accepted, s.mean_oracle), text=f"gap {s.gap:.2f}",
                            showarrow=False, yshift=10, font=dict(size=11), row=1, col=1)
     _add_curves(fig, sums, styles)
+    shift = _side_by_side({lab: s.n for lab, s in sums.items()})
     for lab, s in sums.items():
-        st = styles[lab]
+        st, x = styles[lab], s.n + shift[lab]
         fig.add_trace(go.Scatter(
-            x=[s.n], y=[s.mean_accepted], mode="markers", name=lab, legendgroup=lab,
+            x=[x], y=[s.mean_accepted], mode="markers", name=lab, legendgroup=lab,
             marker=dict(color=st.color, symbol=symbols[lab], size=12, line=dict(color=CURVE_COLOR, width=1)),
             hovertext=[hover[lab]], hovertemplate="%{hovertext}<extra></extra>"), row=1, col=2)
         fig.add_trace(go.Scatter(
-            x=[s.n, s.n], y=[s.mean_accepted, s.mean_oracle], mode="lines", name=f"{lab}: gap",
+            x=[x, x], y=[s.mean_accepted, s.mean_oracle], mode="lines", name=f"{lab}: gap",
             legendgroup=lab, showlegend=False, line=dict(color=st.color, dash="dot", width=2),
             hovertemplate=f"{html.escape(lab)}: gap {s.gap:.2f}<extra></extra>"), row=1, col=2)
     top = max([s.mean_oracle for s in sums.values()] + [s.mean_accepted for s in sums.values()])
@@ -414,6 +409,19 @@ def oracle_gap_figure(summaries: Mapping[str, Any], *, title: str | None = None,
                       margin=dict(l=60, r=20, t=100, b=120), width=1000,
                       legend=dict(font=dict(size=10), orientation="h", yanchor="top", y=-0.2, x=0))
     return fig
+
+
+#: tree sizes between the points (and gap segments) of methods at the same n
+SIDE_BY_SIDE = 0.3
+
+
+def _side_by_side(sizes: Mapping[str, int]) -> dict[str, float]:
+    """{label: x offset}: methods at the same tree size n sit SIDE_BY_SIDE apart around n (in
+    label order), so that one's marker does not hide another's; a size of one method stays at n."""
+    at: dict[int, list[str]] = {}
+    for lab, n in sizes.items():
+        at.setdefault(n, []).append(lab)
+    return {lab: (k - (len(labs) - 1) / 2) * SIDE_BY_SIDE for labs in at.values() for k, lab in enumerate(labs)}
 
 
 def _summary_hover(label: str, s: OracleSummary) -> str:

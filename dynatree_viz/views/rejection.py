@@ -143,8 +143,8 @@ def _step_title(i: int, step: Step) -> str:
 
 def _draw_title(data: RejectionSteps) -> str:
     lo, hi = data.interval
-    return (f"every candidate rejected: u = {data.uniform:.3f} lies in '{style.visible_token(data.drawn_text)}''s "
-            f"interval [{lo:.3f}, {hi:.3f}) of the last residual's CDF, so it is drawn")
+    return (f"every candidate rejected: u = {data.uniform:.3f} lies in [{lo:.3f}, {hi:.3f}), the interval of "
+            f"'{style.visible_token(data.drawn_text)}' in the last residual's CDF, so it is drawn")
 
 
 def rejection_steps_view(trace: Trace, iteration: int, node: int, *, namer: TokenNamer | None = None,
