@@ -83,7 +83,7 @@ class DistillConfig:
     gen_runtime: str = option("auto", "how the data stage's decode loop runs: static (preallocated cache and masks, "
                                       "eager), compiled (its step under torch.compile, fullgraph), graphs (one CUDA "
                                       "graph per batch), dynamic (the growing-cache loop before issue 51); auto: "
-                                      "graphs on CUDA, static elsewhere. All write the same tokens for a seed",
+                                      "graphs on CUDA, dynamic elsewhere (faster on a CPU). All write the same tokens for a seed",
                               choices=("auto", "dynamic", "static", "compiled", "graphs"))
     gen_new_tokens: int = option(256)
     passages: int = option(16384, "training-text passages to continue with the target")

@@ -34,7 +34,8 @@ import torch
 from dynatree_core.runtime.compat import cache_kwargs
 from dynatree_core.runtime.static_cache import SlotCache
 
-#: the data stage's writers; "auto": graphs on CUDA, static elsewhere
+#: the data stage's writers; "auto": graphs on CUDA, dynamic elsewhere (on a CPU the static loop measured slower:
+#: docs/bench/2026-11-28-teacher-data)
 GEN_RUNTIMES: tuple[str, ...] = ("auto", "dynamic", "static", "compiled", "graphs")
 #: steps between two reads of ``done`` (the only host syncs of the loop besides the final copy)
 STOP_CHECK_EVERY = 16
@@ -49,7 +50,7 @@ def resolve_gen_runtime(runtime: str, device: torch.device) -> str:
     if runtime == "graphs" and device.type != "cuda":
         raise ValueError(f"--gen-runtime graphs captures CUDA graphs and needs a CUDA device, not {device}")
     if runtime == "auto":
-        return "graphs" if device.type == "cuda" else "static"
+        return "graphs" if device.type == "cuda" else "dynamic"
     return runtime
 
 
