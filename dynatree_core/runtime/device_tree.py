@@ -114,29 +114,7 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
         # to no node land there, so no write ever needs a size read from the device
         self.capacity = cap + 1
         self.scratch = cap
-        long = dict(dtype=torch.long, device=device)
-        # One buffer per dtype, the fields are views of it: a level writes a new node's integer
-        # fields with one op and its log-probs with another (each op costs a launch on a GPU and
-        # microseconds of dispatch on a CPU).
-        self._ints = torch.zeros((4, cap + 1), **long)
-        self.tokens, self.parents, self.depths, self.branching = self._ints.unbind(0)
-        # Writes of host scalars use fill_ on a slice: ``t[0] = x`` copies x from pageable host
-        # memory, which synchronises the stream (CUDA's sync debug mode flags it).
-        self.tokens[:1].fill_(root_token)
-        self.parents[:1].fill_(-1)
-        self._floats = torch.zeros((2, cap + 1), dtype=torch.float64, device=device)
-        self.logps, self.cum_logps = self._floats.unbind(0)
-        self.fed = torch.zeros(cap + 1, dtype=torch.bool, device=device)  # given to the draft (expanded)
-        self.stop = torch.zeros(cap + 1, dtype=torch.int8, device=device)
-        self.topk_tokens = torch.zeros((cap + 1, self.top_k), **long)
-        self.topk_logps = torch.zeros((cap + 1, self.top_k), dtype=torch.float32, device=device)
-        self.cand_status = torch.zeros((cap + 1, self.top_k), dtype=torch.int8, device=device)
-        #: c(u) of each expanded node when the drafter states it (under rejection sampling its
-        #: candidates are draws, so the first is not the maximum); None: c(u) is the first candidate's
-        self.confidence: torch.Tensor | None = None
-        #: ancestor matrix: row u is True at u and at every ancestor of u (root included); a slot
-        #: no node fills sees only itself (the fast path verifies every slot)
-        self.ancestors = torch.eye(cap + 1, dtype=torch.bool, device=device)
+        self._allocate(cap, root_token)
         self.n = 1
         self.k_used = self.top_k  # top-k columns the drafter filled (fewer only for a tiny vocabulary)
         self.depth = 0  # deepest drafted level (host; the lookup tail may reach deeper)
@@ -164,6 +142,33 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
             self._shape = to_device(shape, device)
         if rule.cost_aware:
             self._init_cost(cap)
+
+    def _allocate(self, cap: int, root_token: int) -> None:
+        """The node arrays: ``cap`` node slots and the spare one."""
+        device = self.device
+        long = dict(dtype=torch.long, device=device)
+        # One buffer per dtype, the fields are views of it: a level writes a new node's integer
+        # fields with one op and its log-probs with another (each op costs a launch on a GPU and
+        # microseconds of dispatch on a CPU).
+        self._ints = torch.zeros((4, cap + 1), **long)
+        self.tokens, self.parents, self.depths, self.branching = self._ints.unbind(0)
+        # Writes of host scalars use fill_ on a slice: ``t[0] = x`` copies x from pageable host
+        # memory, which synchronises the stream (CUDA's sync debug mode flags it).
+        self.tokens[:1].fill_(root_token)
+        self.parents[:1].fill_(-1)
+        self._floats = torch.zeros((2, cap + 1), dtype=torch.float64, device=device)
+        self.logps, self.cum_logps = self._floats.unbind(0)
+        self.fed = torch.zeros(cap + 1, dtype=torch.bool, device=device)  # given to the draft (expanded)
+        self.stop = torch.zeros(cap + 1, dtype=torch.int8, device=device)
+        self.topk_tokens = torch.zeros((cap + 1, self.top_k), **long)
+        self.topk_logps = torch.zeros((cap + 1, self.top_k), dtype=torch.float32, device=device)
+        self.cand_status = torch.zeros((cap + 1, self.top_k), dtype=torch.int8, device=device)
+        #: c(u) of each expanded node when the drafter states it (under rejection sampling its
+        #: candidates are draws, so the first is not the maximum); None: c(u) is the first candidate's
+        self.confidence: torch.Tensor | None = None
+        #: ancestor matrix: row u is True at u and at every ancestor of u (root included); a slot
+        #: no node fills sees only itself (the fast path verifies every slot)
+        self.ancestors = torch.eye(cap + 1, dtype=torch.bool, device=device)
 
     # --- growth ------------------------------------------------------------------------------
     def grow(self, drafter: Proposer, syncs: HostSyncs) -> "DeviceTree":
@@ -199,14 +204,11 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
             depth = self._ar[level + 1] if self.resident else level + 1  # a tensor: one compiled graph for all levels
             lv = self._step(t, step, ids, valid, prop.tokens[:, :k], prop.logps[:, :k], conf, depth, n, budget,
                             width, cost)
-            self._calls = self._calls + valid.any().long() if self.resident else self._calls
             if self.resident:
-                self._overflow = self._overflow | (lv.expand > self.width)
+                stop = self._resident_level(lv, valid)
                 ids, valid, n, budget = lv.ids, lv.valid, lv.n, lv.budget
-                if self.peek is not None:  # stop once the device has said the frontier is empty (never waits)
-                    self.peek.post(lv.expand > 0)
-                    if self.peek.false():
-                        break
+                if stop:
+                    break
                 continue
             self.draft_calls += 1
             got = self._counts(syncs, lv, ids.shape[0], level + 1, host_budget)
@@ -218,6 +220,22 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
             if not n_expand:
                 break
             ids, valid, n, budget = lv.ids[:n_expand], lv.valid[:n_expand], lv.n, lv.budget
+        return self._finish(n, host_budget, got)
+
+    def _resident_level(self, lv: Level, fed: torch.Tensor) -> bool:
+        """A resident level's counters (on the device) and whether the device has already said that
+        the next frontier is empty (then growth stops; never a wait)."""
+        self._calls = self._calls + fed.any().long()
+        self._overflow = self._overflow | (lv.expand > self.width)
+        if self.peek is None:
+            return False
+        self.peek.post(lv.expand > 0)
+        return self.peek.false()
+
+    def _finish(self, n: torch.Tensor, host_budget: int, got: dict[str, int]) -> "DeviceTree":
+        """After the levels: the cost-aware fill, EAGLE-2's rerank; a resident tree's host counts
+        become bounds (every slot is verified) until :meth:`select` reads the real ones."""
+        rule = self.rule
         if self.resident:
             self._n_dev = self._grown = n
             self.n = self.scratch  # every node slot until select() reads how many are real
