@@ -89,6 +89,24 @@ def test_the_static_strip_has_no_root_only_panel_and_readable_labels():
     assert cb.lenmode == "fraction" and cb.len * strip.layout.height >= 200
 
 
+def test_the_static_strip_spends_no_more_than_its_level_height_per_tree_level():
+    # 02's strip drew the animation's 140 px per level (two-line labels, target's choices): 3,183 px
+    # tall, mostly white; its panels carry one-line labels, which stay clear at STRIP_LEVEL_PX
+    from dynatree_viz.views.animation import STRIP_LEVEL_PX
+    for rec in [tiny_trace(3).iterations[1], *_dynatree_records()[1:3]]:
+        fig = dv.animate(rec, show_pruned=True)
+        plot_h = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+        levels = abs(fig.layout.yaxis.range[0] - fig.layout.yaxis.range[1])
+        assert plot_h / levels > 1.5 * STRIP_LEVEL_PX  # the animation's own spacing is far looser
+        strip = animation_strip(fig)
+        for k in range(1, len(strip_frames(fig)) + 1):
+            ax = "" if k == 1 else str(k)
+            dom, rng = strip.layout[f"yaxis{ax}"].domain, strip.layout[f"yaxis{ax}"].range
+            px_per_level = (dom[1] - dom[0]) * strip.layout.height / abs(rng[0] - rng[1])
+            assert px_per_level == pytest.approx(STRIP_LEVEL_PX, rel=0.01)
+    assert_labels_clear(animation_strip(dv.animate(tiny_trace(3), 1, show_pruned=True)))
+
+
 # --- the mask view: its axis labels on long trees -----------------------------------------------
 
 def _ticks_px(fig, axis):

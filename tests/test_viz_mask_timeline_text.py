@@ -69,6 +69,23 @@ def test_timeline_series_come_from_the_trace():
     assert len(band) == 1 and band[0].x0 == 1.5
 
 
+def test_a_time_part_too_thin_to_see_is_named_in_the_title_not_the_legend():
+    # 04's commit time (< 1 ms under 180 ms stacks) was a legend entry with no bar to see
+    from helpers.legend import unseen_legend_entries
+
+    tr = synthetic_trace(8)
+    for r in tr:
+        r.timings["commit"] = 0.0001 if r.index else 0.0004
+    fig = timeline_figure(tr)
+    names = [t.name for t in fig.data]
+    assert "commit time" not in names and "verify time" in names and not unseen_legend_entries(fig)
+    titles = [a.text for a in fig.layout.annotations]
+    assert any(t.startswith("time per iteration (ms); commit ≤ 0.4 ms, too thin to draw") for t in titles)
+    for r in tr:
+        r.timings["commit"] = 0.5 * r.timings["verify"]  # thick enough: a bar of its own again
+    assert "commit time" in [t.name for t in timeline_figure(tr).data]
+
+
 def test_timeline_depth_ticks_stay_apart_on_deep_trees():
     from dynatree_viz.views.timeline import MAX_DEPTH_TICKS, depth_dtick
 

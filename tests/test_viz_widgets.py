@@ -314,3 +314,16 @@ def test_explorer_snapshot_names_the_sampling_once_and_the_knobs_by_symbol():
         rec.sampling = {"choice_prob": [0.5] * len(rec.tree)}
     snap = dv.explore(trace).static_html()  # the status table's sampling row is the one mention
     assert snap.count("temperature 0.7") == 1, snap.split("<img")[0]
+
+
+def test_control_rows_wrap_whole_controls_and_checkboxes_take_their_texts_width(trace):
+    # live in JupyterLab at 1,600 px, the explorer's row (two checkboxes at ipywidgets' default
+    # 300 px, the colour switch, reset) overflowed its 1,168 px output, and the switch wrapped its
+    # third button ("colour: p(token)") under the others: a row wraps whole controls instead
+    import ipywidgets as widgets
+
+    for w in (dv.explore(trace, iteration=2), dv.show(trace)):
+        rows = [c for c in w.children if isinstance(c, widgets.HBox) and w.color_toggle in c.children]
+        assert len(rows) == 1 and rows[0].layout.flex_flow == "row wrap"
+        boxes = [c for c in rows[0].children if isinstance(c, widgets.Checkbox)]
+        assert boxes and all(b.layout.width == "auto" for b in boxes)

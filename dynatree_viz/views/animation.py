@@ -447,6 +447,10 @@ _STRIP_LEFT, _STRIP_GAP_X, _STRIP_GAP_Y, _STRIP_TOP, _STRIP_RIGHT = 30, 36, 56, 
 #: token labels in the strip: a 1200 px image shows at about 0.8 in a notebook, and 10 px labels
 #: read as 8 px there
 STRIP_LABEL_FONT = 13
+#: vertical pixels per tree level in a strip panel: a node, its one-line label and a staggered
+#: second label row fit in 64 px; the animation's own spacing (~140 px, for two-line labels and
+#: the target's choices) made 02's strip 3,183 px tall, mostly white
+STRIP_LEVEL_PX = 64
 
 
 def strip_frames(fig: go.Figure) -> list[go.Figure]:
@@ -462,7 +466,9 @@ def animation_strip(fig: go.Figure, *, columns: int | None = None, scale: float 
                     max_width: int = 1250) -> go.Figure:
     """Every step of an :func:`animate` figure in one picture (small multiples): one panel per
     frame, the tree scaled by ``scale`` (default: panels about 460 px wide, at least 0.7 of the
-    animation, so that every node keeps its token label as in the GIF), ``columns`` panels a row
+    animation, so that every node keeps its token label as in the GIF) across and to
+    :data:`STRIP_LEVEL_PX` per tree level down (the panels carry one-line labels and none of the
+    target's choices, so they need less height than the animation), ``columns`` panels a row
     (default: as many as fit in ``max_width``). Each panel is titled with its step; one legend for
     all. This is the image notebooks store for an animation. The first draft step (the root
     alone) is left out where later steps follow: every panel draws the root, so it showed an
@@ -472,7 +478,9 @@ def animation_strip(fig: go.Figure, *, columns: int | None = None, scale: float 
     plot_w = lay0.width - lay0.margin.l - lay0.margin.r
     plot_h = lay0.height - lay0.margin.t - lay0.margin.b
     s = scale or min(max(460 / plot_w, 0.7), 1.0)
-    pw, ph = plot_w * s, plot_h * s
+    levels_y = abs(lay0.yaxis.range[0] - lay0.yaxis.range[1]) if lay0.yaxis.range else 0
+    sy = min(s, STRIP_LEVEL_PX * levels_y / plot_h) if levels_y else s  # one level: y unit 1
+    pw, ph = plot_w * s, plot_h * sy
     cols = columns or max(1, min(len(figs), int((max_width - _STRIP_LEFT) // (pw + _STRIP_GAP_X))))
     rows = -(-len(figs) // cols)
     legend = [t for t in figs[0].data if t.showlegend is not False and t.x == (None,)

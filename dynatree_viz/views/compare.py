@@ -155,8 +155,9 @@ def compare_figure(results: ResultsLike, *, x: str | None = None,
         if metric == "speedup":
             fig.add_hline(y=1.0, line=AR_LINE, row=r, col=c)
     if "speedup" in metrics:  # the baseline named once, in the legend
+        # a legend key for the lines drawn as shapes (its group marks it as a key, not a trace)
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=AR_LINE, name=AR_LINE_NAME,
-                                 hoverinfo="skip"))
+                                 legendgroup="ar-baseline", hoverinfo="skip"))
     fig.update_layout(template="plotly_white", barmode="group",
                       height=height or 320 * rows + 80,
                       title=dict(text=title or ("methods compared" if x is None else f"sweep over {x}"),

@@ -83,12 +83,7 @@ def timeline_figure(trace: Trace, *, current: int | None = None, height: int | N
         _acceptance_panel(fig, trace, its, x, row["acceptance"])
     if "adapter" in row:
         _adapter_panel(fig, its, x, row["adapter"])
-    for key, color in _TIMING_COLORS.items():
-        if not any(r.timings.get(key) for r in its) and key != "verify":
-            continue  # e.g. AR never drafts: no all-zero "draft time" series in the legend
-        fig.add_trace(go.Bar(x=x, y=[1000.0 * r.timings.get(key, 0.0) for r in its],
-                             name=f"{key} time", marker_color=color, legendgroup="time"),
-                      row=row["time"], col=1)
+    _time_panel(fig, its, x, row["time"], panels.index("time"))
     head = title if title is not None else (
         f"{trace.method}: {len(its)} iterations, {len(trace.tokens)} tokens")
     missing = [_MISSING[k] for k in PANELS if k not in row]
@@ -104,6 +99,29 @@ def timeline_figure(trace: Trace, *, current: int | None = None, height: int | N
     if its:
         mark_iteration(fig, current)
     return fig
+
+
+#: a time part whose longest bar is below this share of the tallest stack is too thin to see: it
+#: is named in the panel's title instead of a legend entry with no visible bar (04: commit < 1 ms
+#: under 180 ms stacks)
+THIN_SHARE = 0.01
+
+
+def _time_panel(fig: go.Figure, its: list, x: list, r: int, title_index: int) -> None:
+    """The draft / verify / commit time stacked per iteration (ms)."""
+    parts = {k: [1000.0 * it.timings.get(k, 0.0) for it in its] for k in _TIMING_COLORS}
+    top = max((sum(v) for v in zip(*parts.values())), default=0.0)
+    thin = []
+    for key, color in _TIMING_COLORS.items():
+        if not any(parts[key]) and key != "verify":
+            continue  # e.g. AR never drafts: no all-zero "draft time" series in the legend
+        if key != "verify" and max(parts[key]) < THIN_SHARE * top:
+            thin.append(f"{key} ≤ {max(parts[key]):.2g} ms, too thin to draw")
+            continue
+        fig.add_trace(go.Bar(x=x, y=parts[key], name=f"{key} time", marker_color=color, legendgroup="time"),
+                      row=r, col=1)
+    if thin:
+        fig.layout.annotations[title_index].text = f"{PANELS['time'][0]}; {', '.join(thin)}"
 
 
 def _adapter_panel(fig: go.Figure, its: list, x: list, r: int) -> None:

@@ -94,7 +94,7 @@ class Stepper(StaticFallback, widgets.VBox):
             value=resolve_color_by(color_by, sampling_active(trace.sampling)),
             style=COLOR_TOGGLE_STYLE)
         self.pruned_checkbox = widgets.Checkbox(value=show_pruned, description="pruned ghosts",
-                                                indent=False)
+                                                indent=False, layout=widgets.Layout(width="auto"))
         self.info = widgets.HTML()
         # _redraw() below fills each figure before it is displayed and every move re-syncs its
         # widget state, so a view built after a page reload shows it (see figure_state).
@@ -373,10 +373,12 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
         self._sampling_controls = self._build_sampling(sampling)
         self.sampling_sliders: dict[str, widgets.ValueWidget] = (
             self._sampling_controls.widgets if self._sampling_controls else {})
-        self.dynamic_breadth = widgets.Checkbox(value=self.base_config.dynamic_breadth,
-                                                description="dynamic breadth", indent=False)
-        self.dynamic_depth = widgets.Checkbox(value=self.base_config.dynamic_depth,
-                                              description="dynamic depth", indent=False)
+        # as wide as their text (a checkbox's default is 300 px: with them the colour switch had
+        # no room in a 1,168 px output and wrapped its third button under the others)
+        self.dynamic_breadth = widgets.Checkbox(value=self.base_config.dynamic_breadth, indent=False,
+                                                description="dynamic breadth", layout=widgets.Layout(width="auto"))
+        self.dynamic_depth = widgets.Checkbox(value=self.base_config.dynamic_depth, indent=False,
+                                              description="dynamic depth", layout=widgets.Layout(width="auto"))
         for cb in (self.dynamic_breadth, self.dynamic_depth):
             cb.observe(self._on_change, names="value")
         # live trees carry no p(token): "auto" colours by it only for a sampled recording
@@ -394,7 +396,7 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
             layout=widgets.Layout(grid_template_columns="repeat(3, 330px)"))
         rows = [widgets.HTML(self._header_html()), grid,
                 widgets.HBox([self.dynamic_breadth, self.dynamic_depth, self.color_toggle,
-                              self.reset_button])]
+                              self.reset_button], layout=widgets.Layout(flex_flow="row wrap"))]
         if self._sampling_controls is not None:
             rows.append(self._sampling_controls.box)
         super().__init__(rows + [self.status, self.tree_fig])
