@@ -110,3 +110,26 @@ def test_replace_figure_keeps_the_state_whatever_the_trace_count():
                                 layout=dict(title_text="three")))
     data, layout = _state(w)
     assert [t["name"] for t in data] == ["b", "c", "d"] and layout["title"]["text"] == "three"
+
+
+def test_replace_figure_clears_in_the_open_views_what_the_new_layout_no_longer_sets():
+    # live in JupyterLab: after a move, the mask kept the last iteration's frames of accepted rows
+    # (assigning a layout sends only the keys the new one sets); a reload, built from the state,
+    # drew it right. The open view gets the same layout as the state.
+    import plotly.graph_objects as go
+
+    w = figure_widget(go.Figure([go.Scatter(x=[0], y=[0])], layout=dict(
+        shapes=[dict(type="rect", x0=0, x1=1, y0=0, y1=1)], annotations=[dict(text="a", x=0, y=0)],
+        legend=dict(x=0.3), title_text="old")))
+    view = dict(w.layout.to_plotly_json())
+    sent = []
+    w.observe(lambda c: c["new"] and sent.append(c["new"]["relayout_data"]), names="_py2js_relayout")
+    replace_figure(w, go.Figure([go.Scatter(x=[1], y=[1])], layout=dict(title_text="new")))
+    for msg in sent:  # plotly.js relayout: null unsets a key, [] empties an array of items
+        for k, v in msg.items():
+            if v is None:
+                view.pop(k, None)
+            else:
+                view[k] = v
+    assert not view.get("shapes") and not view.get("annotations") and "legend" not in view
+    assert view["title"]["text"] == "new" == _state(w)[1]["title"]["text"]

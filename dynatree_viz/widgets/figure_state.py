@@ -39,8 +39,20 @@ def replace_figure(target: go.FigureWidget, fig: go.Figure) -> None:
 
     The views are updated by messages (delete the old traces, add the new ones, relayout): the
     front end applies them to what it shows, which, since the state always holds the figure,
-    is what Python holds too, even in a view rebuilt by a reload."""
+    is what Python holds too, even in a view rebuilt by a reload.
+
+    Assigning a layout sends only the keys the new layout sets: a key only the old one had (the
+    mask's frames of the last iteration's accepted rows, an annotation) stayed drawn in the open
+    views (seen live in JupyterLab: stale frames after a move, gone after a reload). So those
+    keys are cleared first."""
+    stale = set(target._layout_obj._props or {}) - set(fig.layout.to_plotly_json())
     target.data = ()
     target.add_traces(list(fig.data))
+    if stale:  # plotly.js relayout: [] empties an array of items, null resets anything else
+        target._send_relayout_msg({k: [] if k in _ITEM_ARRAYS else None for k in sorted(stale)})
     target.layout = fig.layout
     sync_state(target)
+
+
+#: layout keys holding a list of items (plotly's "info arrays" of shapes, annotations, ...)
+_ITEM_ARRAYS = frozenset({"shapes", "annotations", "images", "sliders", "updatemenus", "selections"})
