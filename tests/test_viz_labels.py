@@ -160,3 +160,16 @@ def test_plotly_keeps_the_plot_area_the_label_geometry_assumes():
                 mask_figure(rec)):
         full = fig.full_figure_for_development(warn=False).to_plotly_json()["layout"]
         assert full["computed"]["margin"] == {k: fig.layout.margin[k] for k in "lrtb"}
+
+
+@pytest.mark.parametrize("n_nodes", [2, 5, 40])
+def test_mask_colour_bar_gives_each_colour_its_row_on_small_masks(n_nodes):
+    # live in the stepper, a 3-row mask squeezed the bar's four labels into ~15 px each (overlapping)
+    from dynatree_viz.views.mask import CODE_NAMES, COLORBAR_ROW_PX
+
+    rec = dv.synthetic.synthetic_trace(1, config=FixedTreeConfig(d=8, b=4, tau=0.0, n_max=n_nodes))[0]
+    fig = mask_figure(rec)
+    cb = fig.data[0].colorbar
+    plot_h = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    assert cb.lenmode == "pixels" and cb.len >= COLORBAR_ROW_PX * len(CODE_NAMES)
+    assert cb.len >= 0.5 * plot_h - 1e-9 and cb.yanchor == "top"

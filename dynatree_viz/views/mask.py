@@ -104,6 +104,10 @@ def mask_figure(rec: IterationRecord, *, namer: TokenNamer | None = None,
     geo = _MaskGeometry.of(n, k, labels, acc_rows)
     fig = go.Figure(heat)
     fig.data[0].colorbar.x = 1 + geo.colorbar_px / geo.plot_w
+    # half the plot's height, but never under COLORBAR_ROW_PX per colour: a 3-row mask (live in
+    # the stepper) squeezed its four labels into ~15 px each, overlapping
+    fig.data[0].colorbar.update(lenmode="pixels", len=max(0.5 * geo.plot_h, COLORBAR_ROW_PX * len(CODE_NAMES)),
+                                y=1.0, yanchor="top")
     fig.update_layout(
         title=dict(text=title if title is not None else
                    f"Tree-attention mask: {n} queries × ({rec.prefix_len} prefix + {n} tree keys)",
@@ -115,6 +119,8 @@ def mask_figure(rec: IterationRecord, *, namer: TokenNamer | None = None,
     return fig
 
 
+#: px of the colour bar per colour (a label of the mask's tick font, and a gap)
+COLORBAR_ROW_PX = 24
 #: annotation name of the accepted rows' labels right of the matrix
 ACCEPTED_NAMES = "accepted row"
 TICK_FONT = 11
