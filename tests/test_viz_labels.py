@@ -172,4 +172,4 @@ def test_mask_colour_bar_gives_each_colour_its_row_on_small_masks(n_nodes):
     cb = fig.data[0].colorbar
     plot_h = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
     assert cb.lenmode == "pixels" and cb.len >= COLORBAR_ROW_PX * len(CODE_NAMES)
-    assert cb.len >= 0.5 * plot_h - 1e-9 and cb.yanchor == "top"
+    assert cb.len >= 0.5 * plot_h - 1 and cb.yanchor == "top"  # the layout rounds its height up
