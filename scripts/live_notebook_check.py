@@ -1,0 +1,237 @@
+"""Live check of the notebooks' widgets in JupyterLab, driven through headless Chromium.
+
+For each notebook named: open it in JupyterLab (a copy, so nothing is saved over the committed
+one) at a 1600 x 1000 window, run all cells, take a screenshot of every widget, move its first
+slider one step, reload the page while the kernel still runs, and check what a reader would see:
+
+* every plotly figure of a widget comes back drawn (traces in ``gd.data``, not an empty grid),
+  before and after a second move;
+* no browser console error (``Error setting state: indices must be valid indices for gd.data``
+  was the symptom of a FigureWidget whose saved state lagged behind its figure);
+* no control's description is cut (``temperat…``) or wrapped onto a second line;
+* no widget's figure is wider than the output area it sits in (a clipped legend).
+
+It needs a JupyterLab with the ipywidgets and anywidget front ends, a kernel that imports this
+project, playwright (``pip install playwright``; no browser download: it drives the system
+Chromium) and Chromium. It uses the CPU for the notebooks' cells, so run it under the CPU lock
+where others measure. Usage::
+
+    python scripts/live_notebook_check.py --lab-python LAB_VENV/bin/python --kernel-python \\
+        .venv/bin/python --out /tmp/live notebooks/01_quickstart.ipynb notebooks/03_parameter_explorer.ipynb
+
+It prints one line per finding and ``OK`` lines for the checks that hold; the exit status is the
+number of findings. Screenshots go to ``--out``. docs/notebooks.md describes the check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+#: JS: per plotly graph inside a widget output, how many traces it draws and its size
+_GRAPHS_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output .js-plotly-plot')].map(g => {
+  const r = g.getBoundingClientRect();
+  const area = g.closest('.jp-OutputArea-output').getBoundingClientRect();
+  return {traces: (g.data || []).length, points: (g.data || []).reduce((n, t) => n + ((t.x || []).length), 0),
+          width: r.width, height: r.height, area_right: area.right, right: r.right,
+          title: ((g.layout || {}).title || {}).text || ''};
+})"""
+
+#: JS: every widget control's description label that is cut (ellipsis) or wraps
+_LABELS_JS = """() => [...document.querySelectorAll('.widget-label, .widget-label-basic, .widget-toggle-button, .widget-button')]
+  .filter(e => e.offsetParent !== null && e.textContent.trim()).map(e => {
+    const cs = getComputedStyle(e); const lh = parseFloat(cs.lineHeight) || parseFloat(cs.fontSize) * 1.3;
+    return {text: e.textContent.trim(), cut: e.scrollWidth > e.clientWidth + 1,
+            lines: Math.round(e.getBoundingClientRect().height / lh)};
+  }).filter(l => l.cut || l.lines > 1)"""
+
+_BUSY_JS = """() => [...document.querySelectorAll('.jp-InputArea-prompt')].some(p => p.textContent.includes('*'))"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _kernelspec(root: Path, python: str) -> Path:
+    """A ``python3`` kernelspec running ``python`` (the project's interpreter), first on JUPYTER_PATH."""
+    spec = root / "jpath" / "kernels" / "python3"
+    spec.mkdir(parents=True, exist_ok=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (ipykernel)", "language": "python"}))
+    return root / "jpath"
+
+
+def _start_lab(lab_python: str, kernel_python: str, notebooks: list[Path], work: Path) -> tuple[subprocess.Popen, str]:
+    for nb in notebooks:
+        shutil.copy(nb, work / nb.name)
+    env = dict(os.environ, JUPYTER_PATH=str(_kernelspec(work, kernel_python)),
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    settings = work / "settings"  # every cell in the DOM (no windowing: a reloaded page draws what is
+    settings.mkdir(exist_ok=True)  # off screen too), and no news pop-up over the widgets
+    (settings / "overrides.json").write_text(json.dumps({
+        "@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"},
+        "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}))
+    port = _free_port()
+    proc = subprocess.Popen(
+        [lab_python, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--IdentityProvider.token=live",
+         f"--ServerApp.root_dir={work}", "--ServerApp.disable_check_xsrf=True",
+         f"--LabApp.app_settings_dir={settings}", "--LabServerApp.extension_manager=readonly", "--allow-root"],
+        cwd=work, env=env, stdout=open(work / "lab.log", "w"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(120):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc, url
+        except OSError:
+            time.sleep(0.5)
+    proc.terminate()
+    raise RuntimeError(f"JupyterLab did not start; see {work / 'lab.log'}")
+
+
+def _wait_idle(page, budget_s: float) -> None:
+    """Until no cell shows [*] (and the kernel indicator is idle) for two seconds."""
+    end, calm = time.time() + budget_s, 0
+    while time.time() < end:
+        busy = page.evaluate(_BUSY_JS)
+        calm = 0 if busy else calm + 1
+        if calm >= 4:
+            return
+        time.sleep(0.5)
+    raise TimeoutError("the notebook did not finish running")
+
+
+def _wait_notebook(page) -> None:
+    """Until a notebook is shown (a restored workspace may hold a hidden one as well)."""
+    page.wait_for_function("() => [...document.querySelectorAll('.jp-Notebook')].some(e => e.offsetParent !== null)",
+                           timeout=120_000)
+
+
+def _run_all(page) -> None:
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+
+
+def _graphs_drawn(page, label: str, findings: list[str]) -> list[dict]:
+    graphs = page.evaluate(_GRAPHS_JS)
+    empty = [g for g in graphs if g["traces"] == 0]
+    for g in empty:
+        findings.append(f"{label}: a figure is drawn empty ({g['title'][:60]!r})")
+    for g in graphs:
+        if g["right"] > g["area_right"] + 2:
+            findings.append(f"{label}: a figure ({g['title'][:50]!r}) is {g['right'] - g['area_right']:.0f} px "
+                            "wider than its output area (clipped)")
+    return graphs
+
+
+def _move_slider(page) -> bool:
+    """One step right on the first slider of the widgets (keyboard, as a user would)."""
+    handle = page.locator(".widget-slider .noUi-handle, .widget-hslider .noUi-handle").first
+    if handle.count() == 0:
+        return False
+    handle.scroll_into_view_if_needed()
+    handle.focus()
+    page.keyboard.press("ArrowRight")
+    return True
+
+
+def check(nb: str, url: str, out: Path, browser, budget_s: float) -> list[str]:
+    findings: list[str] = []
+    # 1600 px wide (the width the clipping is judged at); tall, so a widget fits one screenshot
+    page = browser.new_page(viewport={"width": 1600, "height": 2400})
+    console: list[str] = []
+    page.on("console", lambda m: console.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: console.append(str(e)))
+    stem = Path(nb).stem
+    # ?reset: a workspace with this notebook alone (the page queries below read the whole page)
+    page.goto(f"{url}/lab/tree/{nb}?reset&token=live", wait_until="domcontentloaded")
+    _wait_notebook(page)
+    time.sleep(3)
+    _run_all(page)
+    time.sleep(2)
+    _wait_idle(page, budget_s)
+    time.sleep(4)  # the widgets' figures draw after the kernel is idle
+    ran = _screens(page, out / f"{stem}_1_run", findings, "after run all")
+    moved = _move_slider(page)
+    time.sleep(4)
+    _wait_idle(page, budget_s)
+    _screens(page, out / f"{stem}_2_moved", findings, "after a move")
+    before = page.evaluate(_GRAPHS_JS)
+    page.keyboard.press("Control+s")  # what autosave does: the page reloads the notebook from disk
+    time.sleep(3)
+    page.reload(wait_until="domcontentloaded")
+    _wait_notebook(page)
+    time.sleep(12)  # the widget manager fetches every model's state from the running kernel
+    after = _screens(page, out / f"{stem}_3_reloaded", findings, "after reload")
+    if [g["traces"] for g in after] != [g["traces"] for g in before]:
+        findings.append(f"after reload: traces per figure {[g['traces'] for g in after]} "
+                        f"!= before {[g['traces'] for g in before]}")
+    if _move_slider(page):
+        time.sleep(4)
+        _wait_idle(page, budget_s)
+    _screens(page, out / f"{stem}_4_moved_after_reload", findings, "after reload and a move")
+    for label in page.evaluate(_LABELS_JS):
+        findings.append(f"control label {label['text']!r} " + ("cut" if label["cut"] else f"on {label['lines']} lines"))
+    errors = [c for c in console if "favicon" not in c and "404" not in c]
+    findings += [f"console error: {c[:200]}" for c in errors]
+    print(f"{nb}: traces per figure after run all {[g['traces'] for g in ran]}, slider moved: {moved}, "
+          f"after reload {[g['traces'] for g in after]}, console errors: {len(errors)}")
+    page.close()
+    return findings
+
+
+def _screens(page, prefix: Path, findings: list[str], label: str) -> list[dict]:
+    """A screenshot of each widget (ipywidgets box holding a plotly graph) and of the whole page."""
+    graphs = _graphs_drawn(page, label, findings)
+    boxes = page.locator(".jp-OutputArea-output .widget-vbox:not(.widget-vbox .widget-vbox)")
+    for k in range(boxes.count()):
+        box = boxes.nth(k)
+        box.scroll_into_view_if_needed()
+        time.sleep(0.5)
+        box.screenshot(path=f"{prefix}_widget{k}.png")
+    page.screenshot(path=f"{prefix}_page.png")
+    return graphs
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("notebooks", nargs="+", type=Path)
+    ap.add_argument("--lab-python", required=True, help="a python with jupyterlab, jupyterlab_widgets, anywidget")
+    ap.add_argument("--kernel-python", default=sys.executable, help="a python that imports this project")
+    ap.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--budget", type=float, default=600, help="seconds a notebook may run")
+    a = ap.parse_args()
+    from playwright.sync_api import sync_playwright
+    a.out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="live-lab-"))
+    proc, url = _start_lab(a.lab_python, a.kernel_python, [p.resolve() for p in a.notebooks], work)
+    findings: list[str] = []
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=a.chromium, args=["--no-sandbox"])
+            for nb in a.notebooks:
+                found = check(nb.name, url, a.out, browser, a.budget)
+                findings += [f"{nb.name}: {f}" for f in found]
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    for f in findings:
+        print("FINDING", f)
+    print(f"{len(findings)} finding(s); screenshots in {a.out}")
+    return len(findings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
