@@ -32,6 +32,8 @@ class TargetBackend(Protocol):
     runtime: str
     #: seconds spent capturing or compiling forwards before the run (None: eager, nothing built)
     capture_s: float | None
+    #: the static cache's length (prompt, new tokens and a tree fit in it); None: eager, no bound
+    capacity: int | None
 
     def prefill(self, ids: torch.Tensor, want_hidden: bool, clock: pl.ForwardClock | None) -> torch.Tensor | None:
         """Commit the causal chain ``ids`` [1, q]; with ``want_hidden`` its final hidden states [q, H]."""
@@ -55,6 +57,7 @@ class EagerTarget:
 
     runtime = "eager"
     capture_s = None  # nothing is captured or compiled
+    capacity = None  # a dynamic cache: no static length
 
     def __init__(self, model: torch.nn.Module, cache: TargetCache | None = None):
         self.model = model
@@ -114,6 +117,10 @@ class StaticTarget:
     def __post_init__(self) -> None:
         self.path.owner = self  # a later run on the same target takes the path over
         self.runtime = self.path.runtime
+
+    @property
+    def capacity(self) -> int:
+        return self.path.capacity
 
     @property
     def cache(self) -> StaticTargetCache:

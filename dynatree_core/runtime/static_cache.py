@@ -81,10 +81,15 @@ class SlotCache(Cache):
     def write_at(self, start: int, count: int) -> None:
         """The next forward writes ``count`` entries at slots ``start ..`` (in place: the slot
         buffer's address never changes)."""
+        self.claim(start, count)
+        torch.add(self._ar[:count], start, out=self.slots[:count])
+
+    def claim(self, start: int, count: int) -> None:
+        """:meth:`write_at`'s checks and bookkeeping, for a caller that writes ``slots`` itself (a
+        compiled region: ``slots[:count] = start + arange(count)``)."""
         if count > self.max_write or start + count > self.capacity:
             raise ValueError(f"a forward of {count} entries at slot {start} does not fit the static cache "
                              f"({self.capacity} slots, {self.max_write} per forward)")
-        torch.add(self._ar[:count], start, out=self.slots[:count])
         self.written = max(self.written, start + count)
 
     @property
