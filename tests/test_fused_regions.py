@@ -2,8 +2,8 @@
 grows the very trees the eager path grows.
 
 On the ``compiled`` and ``graphs`` runtimes every piece of a draft level around the draft's forward
-is one ``torch.compile(fullgraph=True)`` region: the forward's inputs, the head's top-k, prompt lookup
-with the mixture, the growth rule's step. Here the ``static`` runtime is made to compile them with
+is one ``torch.compile(fullgraph=True)`` region (the forward's inputs, the head's top-k, prompt lookup
+with the mixture, the growth rule's step), and so are the verify forward's inputs. Here the ``static`` runtime is made to compile them with
 dynamo's eager backend (the tracing is the proof that there is no graph break, no host read and no
 data-dependent Python branch; inductor's code generation is the GPU's runtime), inside real decodes.
 """
@@ -47,7 +47,8 @@ def regions_traced(monkeypatch):
     torch._dynamo.reset()
     for module in ("dynatree_core.runtime.fused", "dynatree_core.runtime.level_step",
                    "dynatree_core.runtime.static_draft", "dynatree_core.drafters.feature_drafter",
-                   "dynatree_core.drafters.model_drafter", "dynatree_core.drafters.mix"):
+                   "dynatree_core.drafters.model_drafter", "dynatree_core.drafters.mix",
+                   "dynatree_core.runtime.backend"):
         monkeypatch.setattr(f"{module}.compiled", compiled)
     monkeypatch.setattr("dynatree_core.runtime.level_step.COMPILING", ("static",))
     with torch._dynamo.config.patch(recompile_limit=4, fail_on_recompile_limit_hit=True):
@@ -77,7 +78,7 @@ def test_every_region_compiles_whole_and_grows_the_eager_trees(kind, regions_tra
         assert _trees(fast) == _trees(eager), method
         assert all(r.host_syncs == 1 for r in fast)
         seen |= set(regions_traced)
-    want = {"resident_step", "level_inputs", "chain_inputs"} | ({"head_topk"} if kind.startswith("feature") else {"logits_topk"})
+    want = {"resident_step", "level_inputs", "chain_inputs", "verify_inputs"} | ({"head_topk"} if kind.startswith("feature") else {"logits_topk"})
     assert want | ({"mix_level"} if kind.endswith("lookup") else set()) == seen
 
 
@@ -85,7 +86,7 @@ def test_every_marked_region_is_one_the_fast_path_runs():
     """Nothing is marked a region (and so left out of the engine's op count) that no test traces."""
     names = {code.co_name for code in fused.REGIONS}
     assert names == {"level_step", "resident_step", "level_inputs", "chain_inputs", "head_topk", "logits_topk",
-                     "mix_level"}
+                     "mix_level", "verify_inputs"}
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
