@@ -150,21 +150,17 @@ class DraftStaticForwards:
         The inputs are written by one compiled region (:func:`level_inputs`), the forward replayed."""
         q, book = ids.shape[0], self.book
         b = self._bucket(q)
-        start = book.reserve(b, write=False)
-        if b not in self.path.buckets:  # wider than any bucket: not on a resident path (its width is bounded)
+        if b not in self.path.buckets:  # never: a level has at most N_max nodes, the buckets hold the whole tree
             raise ValueError(f"a draft level of {q} nodes is wider than the largest bucket ({self.path.buckets[-1]})")
+        start = book.reserve(b, write=False)
         x = self.path.entry(b, False).inputs
         scalars = to_device([start, root_pos, book.committed], ids.device)  # one host -> device copy
-        self._fill(x, tree.tokens, tree.depths, tree.parents, tree.ancestors, book.alive, slot, ids, feats, scalars,
-                   self.path.cache.cache._ar, self.path.cache.cache.slots)
+        compiled(level_inputs, self.path.runtime, ids.device)(
+            x, tree.tokens, tree.depths, tree.parents, tree.ancestors, book.alive, slot, ids, feats, scalars,
+            self.path.cache.cache._ar, self.path.cache.cache.slots)
         logits = self._run(b, q, x, clock)
         book.physical = start + q
         return logits
-
-    @property
-    def _fill(self):
-        """:func:`level_inputs` as this path's runtime runs it."""
-        return compiled(level_inputs, self.path.runtime, self.book.alive.device)
 
     def _bucket(self, q: int) -> int:
         return bucket(q, self.path.buckets) if q <= self.path.buckets[-1] else q
