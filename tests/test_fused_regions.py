@@ -134,3 +134,18 @@ def test_the_lookups_static_buffer_refuses_to_overflow():
     with pytest.raises(ValueError, match="static buffer holds 4 tokens"):
         s.extend([4, 5], [3, 4], [4, 5])
     assert s.length == 3 and np.array_equal(s.lens.numpy(), [3, 3])
+
+
+def test_a_later_run_reuses_the_compiled_regions(regions_traced):
+    """The regions compile once per run's shapes: a second prompt (a new drafter, new static buffers,
+    another tree) runs on the graphs the first compiled, none traced again."""
+    from torch._dynamo.utils import counters
+
+    pair = dataclasses.replace(feature_pair("sdpa", 1, 0), lookup=LookupMix())
+    traced = []
+    for prompt in (PROMPT, PROMPT[3:] + [40, 41, 42]):
+        before = counters["stats"]["unique_graphs"]
+        list(iterate(pair, prompt, "dynatree", DynaTreeConfig.gpu(), max_new_tokens=16, ignore_eos=True,
+                     runtime="static"))
+        traced.append(counters["stats"]["unique_graphs"] - before)
+    assert traced[0] >= 5 and traced[1] == 0  # the first run traced every region
