@@ -16,7 +16,7 @@
 # Time plan (TIME_LIMIT = 330 s for data + features + training, all in one python process):
 #   ~20-30 s   start, target load (GGUF, dequantized)
 #   25%        data: bf16 target continuations by the static-shape decode loop (--gen-runtime auto: one CUDA graph
-#              per batch, 8,192 rows a batch, 4,096 for passages), in a shuffled job order so a stopped stage holds a
+#              per view of a batch's cache, 8,192 rows a batch, 4,096 for passages), in a shuffled job order so a stopped stage holds a
 #              mix; everyday prompts weigh most: the six kinds in chat and raw form (--kind-prompts), the target's
 #              self-written requests (--self-prompts), the bundled prompts and topic bank, against training-text
 #              passages (never wiki.test.raw or pg19/: the evaluation text); tokens/s in the log per job

@@ -266,9 +266,10 @@ def pack(payload: Payload, out_dir: Path, capacity: int) -> dict:
             with open(p, "rb") as f:
                 tar.addfile(info, f)
     writer.close()
-    pid = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:12]
     parts = [{"call": q["call"], "file": q["path"].name, "size": q["size"], "sha256": q["sha"].hexdigest()}
              for q in writer.parts]
+    # the parts' hashes too: a second pack of the same files (another gzip time stamp) never mixes with the first
+    pid = hashlib.sha256(json.dumps([files, parts], sort_keys=True).encode()).hexdigest()[:12]
     manifest = {"payload_id": pid, "parts": parts, "files": files}
     for q in writer.parts:
         (q["path"].parent / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
@@ -526,8 +527,8 @@ def prepare(args) -> list[dict]:
 
 def status(repo: Path) -> None:
     state = git_path(repo, STATE_FILE)
-    print(f"[gpu_stage] {'slimmed: ' + ', '.join(json.loads(state.read_text())['paths']) if state.exists() else 'not slimmed'}"
-          f"; a call would send {travelling_bytes(repo) / MIB:.1f} MiB without carry")
+    what = "slimmed: " + ", ".join(json.loads(state.read_text())["paths"]) if state.exists() else "not slimmed"
+    print(f"[gpu_stage] {what}; a call would send {travelling_bytes(repo) / MIB:.1f} MiB without carry")
 
 
 def parser() -> argparse.ArgumentParser:

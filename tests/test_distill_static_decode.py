@@ -145,7 +145,7 @@ def test_the_static_cache_takes_the_bytes_kv_bytes_says(model):
 
 
 def test_gen_runtime_is_checked_before_any_model_work():
-    assert resolve_gen_runtime("auto", torch.device("cpu")) == "dynamic"
+    assert resolve_gen_runtime("auto", torch.device("cpu")) == "static"
     assert resolve_gen_runtime("auto", torch.device("cuda")) == "graphs"
     with pytest.raises(ValueError, match="needs a CUDA device"):
         resolve_gen_runtime("graphs", torch.device("cpu"))

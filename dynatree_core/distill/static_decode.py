@@ -25,7 +25,7 @@ their stop token are cut by the caller, as before.
 
 Runtimes (``--gen-runtime``): ``static`` runs the step eagerly, ``compiled`` through
 ``torch.compile(fullgraph=True)`` (the noise drawn outside it, so inductor's own random numbers never
-replace torch's), ``graphs`` captures it as one CUDA graph per batch (noise included: graph-safe RNG
+replace torch's), ``graphs`` captures it as one CUDA graph per view of a batch (noise included: graph-safe RNG
 replays the same stream), ``dynamic`` is the growing-cache loop it replaced (kept to measure against).
 """
 
@@ -39,8 +39,8 @@ import torch
 from dynatree_core.runtime.compat import cache_kwargs
 from dynatree_core.runtime.static_cache import SlotCache, SlotLayer
 
-#: the data stage's writers; "auto": graphs on CUDA, dynamic elsewhere (on a CPU the static loop measured slower:
-#: docs/bench/2026-11-28-teacher-data)
+#: the data stage's writers; "auto": graphs on CUDA, the eager static loop elsewhere (on a CPU it runs as fast as
+#: the dynamic loop since it reads only the slots written: docs/bench/2026-11-28-teacher-data)
 GEN_RUNTIMES: tuple[str, ...] = ("auto", "dynamic", "static", "compiled", "graphs")
 #: steps between two reads of ``done`` (the only host syncs of the loop besides the final copy)
 STOP_CHECK_EVERY = 16
@@ -55,7 +55,7 @@ def resolve_gen_runtime(runtime: str, device: torch.device) -> str:
     if runtime == "graphs" and device.type != "cuda":
         raise ValueError(f"--gen-runtime graphs captures CUDA graphs and needs a CUDA device, not {device}")
     if runtime == "auto":
-        return "graphs" if device.type == "cuda" else "dynamic"
+        return "graphs" if device.type == "cuda" else "static"
     return runtime
 
 
@@ -127,13 +127,19 @@ class StaticWriter:
         stop: ids a row stops at; the batch stops once every row has written one.
         sample, temperature, top_p: greedy when ``sample`` is False, else :func:`pick`'s draw.
         runtime: ``static``, ``compiled`` or ``graphs`` (:func:`resolve_gen_runtime`).
+        views: ``exact`` (attend over the slots written so far), ``bucketed`` (rounded up to
+            :data:`SLOT_STEP`) or ``auto`` (exact when eager, bucketed when compiled or captured); an eager
+            writer with bucketed views runs the kernels a captured one does (``check_graphs_writer``).
     """
 
     def __init__(self, model: torch.nn.Module, batch: list[list[int]], max_new: int, stop: set[int], sample: bool,
-                 temperature: float, top_p: float, runtime: str = "static", pad: int = 0):
+                 temperature: float, top_p: float, runtime: str = "static", pad: int = 0, views: str = "auto"):
+        if views not in ("auto", "exact", "bucketed"):
+            raise ValueError(f"views must be auto, exact or bucketed (got {views!r})")
         if max_new < 1:
             raise ValueError(f"max_new must be >= 1 (got {max_new})")
         self.model, self.max_new, self.runtime = model, int(max_new), runtime
+        self.exact_views = views == "exact" or (views == "auto" and runtime == "static")
         self.sample, self.temperature, self.top_p = sample, float(temperature), float(top_p)
         dev = next(model.parameters()).device
         dtype = next(model.parameters()).dtype
@@ -190,11 +196,11 @@ class StaticWriter:
     def view_slots(self, n: int) -> int:
         """Slots step ``n`` attends over. Token n - 1 goes to slot P - 1 + n, so P + n slots are live: the
         eager ``static`` runtime reads exactly those (as the dynamic loop's cache holds them); ``compiled``
-        and ``graphs`` round up to :data:`SLOT_STEP`, so a batch has a few shapes, each compiled or
-        captured once (reading all L slots every step cost the CPU 10-20% at batch 64, and a GPU at batch
-        8,192 reads the whole cache every step: the bytes of attention are the step's bulk)."""
+        and ``graphs`` (and ``views="bucketed"``) round up to :data:`SLOT_STEP`, so a batch has a few
+        shapes, each compiled or captured once (at batch 8,192 on a GPU the bytes the attention reads are
+        most of a step's, and reading all L slots reads about twice the live ones)."""
         live = self.P + n
-        if self.runtime == "static":
+        if self.exact_views:
             return min(self.L, live)
         return min(self.L, SLOT_STEP * math.ceil(live / SLOT_STEP))
 
