@@ -507,6 +507,14 @@ def prepare(args) -> list[dict]:
     payload = gather(args, repo)
     if not git_path(repo, STATE_FILE).exists():
         slim(repo, args.slim or list(SLIM_DEFAULT))
+    try:
+        return _pack_and_plan(args, repo, payload, limit, margin)
+    except BaseException:
+        print("gpu_stage: the checkout is still slimmed: run python scripts/gpu_stage.py restore", file=sys.stderr)
+        raise
+
+
+def _pack_and_plan(args, repo: Path, payload: Payload, limit: int, margin: int) -> list[dict]:
     ensure_stage_ignored(repo)
     base = travelling_bytes(repo)
     capacity = limit - margin - base - MANIFEST_ALLOWANCE

@@ -175,3 +175,14 @@ def test_a_missing_or_broken_part_is_refused(tmp_path, capsys):
     part.write_bytes(bytes(blob))  # one bit flipped in transfer
     with pytest.raises(SystemExit, match="does not match its manifest"):
         gs.receive(repo / calls[0]["carry"][0], machine)
+
+
+def test_a_failed_prepare_says_the_checkout_is_still_slimmed(tmp_path, capsys):
+    repo, src = _checkout(tmp_path), _payload_sources(tmp_path)
+    before = _view(repo)
+    argv = ["--repo", str(repo), "prepare", "--gguf", str(src["gguf"]), "--data-dir", str(src["data"]),
+            "--wheel", str(src["wheel"]), "--limit-mib", "0.01", "--margin-mib", "0"]
+    with pytest.raises(SystemExit, match="the slim tree still sends"):
+        gs.main(argv)
+    assert "still slimmed" in capsys.readouterr().err
+    assert gs.restore(repo) and _view(repo)["status"] == before["status"]
