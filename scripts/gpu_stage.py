@@ -436,7 +436,8 @@ def _distill_command(pid: str, recipe_env: str) -> str:
 #: issue 49's check (docs/gpu.md, "The device-resident draft phase"): its tiny-model tests need no payload
 #: and ride in call 1; its bench needs the GGUF and gets a call of its own after the distillation
 CHECK_TESTS = ("DYNATREE_TEST_DEVICE=cuda PYTHONPATH=. timeout 100 python3 -m pytest -q -p no:cacheprovider "
-               "tests/test_fast_path.py tests/test_device_tree.py > $OUT/tests.log 2>&1; tail -4 $OUT/tests.log")
+               "tests/test_fast_path.py tests/test_device_tree.py tests/test_fused_regions.py > $OUT/tests.log 2>&1; "
+               "tail -4 $OUT/tests.log")
 CHECK_BENCH = ("timeout 200 bash scripts/gpu_check.sh --out $OUT/gc --sections bench,fastpath --bench-dtype "
                "bfloat16 --runtimes graphs,compiled --presets gpu --policies eagle2 --linear-k 3 --bench-prompts 2 "
                "--budget-s 180 --no-progress > $OUT/gc.log 2>&1; tail -40 $OUT/gc.log")
