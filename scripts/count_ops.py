@@ -26,21 +26,20 @@ if str(ROOT) not in sys.path:
 MODEL_FILES = ("/transformers/", "/torch/nn/modules/", "feature_draft.py", "draft_model.py", "linear_kernels.py")
 
 
-#: the tree's level step: one compiled graph on the compiled and graphs runtimes (counted apart)
-STEP_FILE = "level_step.py"
-
-
 def classify(frame) -> tuple[str, str | None]:
-    """("model", None), ("step", "file.py:function") for the level step (runtime/level_step.py, which the
-    compiled and graphs runtimes run as one compiled graph) or ("engine", "file.py:function") for the
-    Python frame that dispatched an op."""
+    """("model", None), ("step", "file.py:function") for an op issued inside a compiled region of the
+    fast path (``runtime/fused.py``: the level's inputs, the head's top-k, lookup and the mixture, the
+    level step, which the compiled and graphs runtimes run as one compiled graph each) or ("engine",
+    "file.py:function") for the Python frame that dispatched an op."""
+    from dynatree_core.runtime.fused import REGIONS
+
     where = None
     while frame is not None:
         name = frame.f_code.co_filename
         if any(m in name for m in MODEL_FILES):
             return "model", None
-        if STEP_FILE in name:
-            return "step", f"{STEP_FILE}:{frame.f_code.co_name}"
+        if frame.f_code in REGIONS:
+            return "step", f"{name.rsplit('/', 1)[-1]}:{frame.f_code.co_name}"
         if where is None and "dynatree_core" in name:
             where = f"{name.rsplit('/', 1)[-1]}:{frame.f_code.co_name}"
         frame = frame.f_back
@@ -134,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{pair.target_name} / {pair.draft_name}; T={args.tokens}; runtime {args.runtime}; "
           "ops per steady-state iteration")
     print(f"{'method':18s} {'levels/it':>9s} {'syncs/it':>8s} {'model ops/it':>12s} {'engine ops/it':>13s} "
-          f"{'engine ops/level':>16s} {'step ops/level':>14s}")
+          f"{'engine ops/level':>16s} {'region ops/level':>16s}")
     ar_engine = None
     for spec in method_specs(parse_methods(args.methods), k=[args.linear_k]):
         cfg = prepare_config(spec.config, pair) if spec.config is not None else None
@@ -147,13 +146,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{spec.label:18s} {r['levels_per_iteration']:9.2f} {r['syncs_per_iteration']:8.2f} "
               f"{r['model_ops_per_iteration']:12.0f} "
               f"{r['engine_ops_per_iteration']:13.0f} {'-' if per_level is None else f'{per_level:16.0f}':>16s} "
-              f"{'-' if step is None else f'{step:14.0f}':>14s}")
+              f"{'-' if step is None else f'{step:16.0f}':>16s}")
         print("    " + ", ".join(f"{w} {n:.0f}" for w, n in r["top_engine"]))
     if ar_engine is None:
         print("(engine ops/level counts all engine ops; include ar to subtract the per-iteration base)")
     else:
-        print("(engine ops/level: the engine's ops per iteration beyond AR's, per draft level run, the level step's "
-              "apart: step ops/level, one compiled graph on the compiled and graphs runtimes)")
+        print("(engine ops/level: the engine's ops per iteration beyond AR's, per draft level run; the ops inside "
+              "the fast path's compiled regions apart: region ops/level, one compiled graph per region on the "
+              "compiled and graphs runtimes)")
     return 0
 
 

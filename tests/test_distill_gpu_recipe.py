@@ -144,7 +144,7 @@ TINY = ["--time-limit", "0", "--threads", "2", "--max-prompts", "2", "--samples-
         "--kind-prompts", "2", "--bank-new-tokens", "6", "--feature-text-tokens", "600", "--feature-batch-tokens", "2048",
         "--max-len", "64",
         "--batch-tokens", "256", "--steps", "2", "--warmup", "1", "--val-rows", "2", "--log-every", "1",
-        "--eval-prompts", "1", "--eval-passages", "1"]
+        "--eval-prompts", "1", "--eval-passages", "1", "--eval-new-tokens", "8", "--eval-prompt-tokens", "8"]
 
 
 def _staged_gguf_parts(d: Path) -> str:
@@ -169,8 +169,8 @@ def test_the_gpu_recipe_runs_its_pipeline_at_a_tiny_size_on_the_cpu(tmp_path):
     feature draft at T = 0.7 (KL at T alone), 15 MB parts, the evaluation, the data mix and plan vs actual."""
     work, out, stage = tmp_path / "work", tmp_path / "draft", tmp_path / "stage"
     env = _recipe_env(tmp_path, TEMPERATURE="0.7", STAGE=str(stage), GGUF_PARTS=_staged_gguf_parts(tmp_path / "parts"))
-    # the static loop (the GPU's, as graphs) on the CPU: "auto" would take the dynamic loop here
-    tiny = [*TINY[TINY.index("--threads"):], "--self-prompts", "2", "--passage-batch", "2", "--gen-runtime", "static"]
+    # the script's --gen-runtime auto: the static loop on a CPU (the GPU's, as graphs)
+    tiny = [*TINY[TINY.index("--threads"):], "--self-prompts", "2", "--passage-batch", "2"]
     run = subprocess.run(["bash", str(ROOT / "scripts" / "distill_gpu.sh"), *tiny], env=env,
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -185,6 +185,7 @@ def test_the_gpu_recipe_runs_its_pipeline_at_a_tiny_size_on_the_cpu(tmp_path):
     assert meta["positions_trained"] > 0
     ev = json.loads((work / "eval.json").read_text())
     assert ev["heldout_prompts"] == 1 and 0 <= ev["agree_passages"] <= 1 and "with_lookup" in ev
+    assert ev["target_reused"] and ev["config"]["eval_new_tokens"] == 8  # the loaded target, not a second load
     data = json.loads((work / "data_meta.json").read_text())
     assert data["gen_runtime"] == "static" and data["new_tokens_last_run"] > 0 and data["self_prompts_kept"] >= 1
     assert '"agree_passages"' in run.stdout and "done in" in run.stdout and "tokens/s (static" in run.stdout
@@ -232,3 +233,20 @@ def test_the_everyday_cpu_recipe_fine_tunes_the_shipped_feature_draft_at_a_tiny_
     assert torch.equal(shipped["head.vocab_ids"], tuned["head.vocab_ids"])
     assert set(shipped) == set(tuned)
     assert not torch.equal(shipped["fc_feat.weight"].float(), tuned["fc_feat.weight"].float())
+
+
+@pytest.mark.parametrize("change", [{"eval_new_tokens": 0}, {"eval_prompt_tokens": 0}])
+def test_the_evaluation_sizes_are_checked_before_any_model_work(change):
+    from dynatree_core.distill.config import DistillConfig
+
+    with pytest.raises(ValueError, match="--eval-new-tokens and --eval-prompt-tokens must be >= 1"):
+        DistillConfig(**change)
+
+
+def test_the_evaluation_reuses_the_loaded_target_only_in_fp32_on_its_device():
+    from dynatree_core.distill.pipeline import _on
+
+    target = tiny_model("llama", hidden=64)
+    assert _on(target, torch.device("cpu"))
+    assert not _on(target, torch.device("meta"))  # another device: the evaluation loads its own
+    assert not _on(target.to(torch.bfloat16), torch.device("cpu"))  # not the fp32 reference

@@ -63,6 +63,47 @@ def test_the_step_compiles_as_one_graph_and_writes_the_same_tokens(model):
     assert int(w.i) == 12 and bool(w.done.any()) == any(7 in r for r in eager)
 
 
+def _poisoned_run(model, n_new: int, exact: bool) -> list[list[int]]:
+    """The eager loop with every slot past the prompt filled with NaN after the prefill: a step that reads a
+    slot before writing it turns its rows' logits to NaN (a masked slot still multiplies its value by 0)."""
+    w = StaticWriter(model, PROMPTS, n_new, set(), False, 1.0, 1.0)
+    with torch.no_grad():
+        w.prefill()
+        for layer in w.cache.layers:
+            layer.keys[:, :, w.P:] = float("nan")
+            layer.values[:, :, w.P:] = float("nan")
+        for n in range(1, n_new):
+            w.step(w.view_slots(n) if exact else None)
+    return w.out.tolist()
+
+
+def test_the_eager_step_reads_only_the_slots_written_so_far(model):
+    """On a CPU the step attends over the live slots alone (P + n at step n), as the dynamic loop's cache
+    holds them; reading all L slots (the deliberately wrong variant: view None) reads the poisoned ones."""
+    old = _decode_batch(model, PROMPTS, 20, set(), False, 1.0, 1.0)
+    assert _poisoned_run(model, 20, exact=True) == old
+    assert _poisoned_run(model, 20, exact=False) != old
+
+
+def test_each_bucketed_view_compiles_as_one_graph_and_writes_the_same_tokens(model):
+    """``compiled`` and ``graphs`` attend over the live slots rounded up to SLOT_STEP: a batch of 7-token
+    prompts and 70 new tokens (L = 128) runs at views 64 and 128, one graph each, and writes the eager
+    loop's tokens."""
+    torch._dynamo.reset()
+    eager = _seeded(lambda: decode(model, PROMPTS, 70, set(), True, 0.8, 1.0, runtime="static"))
+    w = StaticWriter(model, PROMPTS, 70, set(), True, 0.8, 1.0, runtime="compiled")
+    step = torch.compile(w.step, fullgraph=True, dynamic=False, backend="aot_eager")
+    views = [w.view_slots(n) for n in range(1, 70)]
+    assert sorted(set(views)) == [64, 128] and views == sorted(views)
+    torch.manual_seed(3)
+    with torch.no_grad():
+        w.prefill()
+        for v in views:
+            w.noise.exponential_()
+            step(v)
+    assert w.out.tolist() == eager
+
+
 def test_the_race_sampler_is_multinomials_draw_token_for_token():
     """pick's exponential race over the same noise stream is ``torch.multinomial(p, 1)`` (top-p: of the
     sorted, cut probabilities); drawing the race's noise in vocabulary order under top-p is not."""
@@ -104,7 +145,7 @@ def test_the_static_cache_takes_the_bytes_kv_bytes_says(model):
 
 
 def test_gen_runtime_is_checked_before_any_model_work():
-    assert resolve_gen_runtime("auto", torch.device("cpu")) == "dynamic"
+    assert resolve_gen_runtime("auto", torch.device("cpu")) == "static"
     assert resolve_gen_runtime("auto", torch.device("cuda")) == "graphs"
     with pytest.raises(ValueError, match="needs a CUDA device"):
         resolve_gen_runtime("graphs", torch.device("cpu"))

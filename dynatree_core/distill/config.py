@@ -50,6 +50,9 @@ class DistillConfig:
     eval_only: bool = option(False, "only evaluate, do not build data or train")
     eval_passages: int = option(10)
     eval_prompts: int = option(0, "evaluate on the first N held-out prompts only (0: all 48; fewer for a quick check)")
+    eval_new_tokens: int = option(64, "tokens the target writes after each evaluation passage (agreement is measured "
+                                      "on them)")
+    eval_prompt_tokens: int = option(48, "tokens the target writes after each held-out prompt")
     eval_device: str = option("cpu", "device of the evaluation's fp32 target and draft (cpu: this project's reference; "
                                      "the decode-step cost is that device's)")
     with_lookup: bool = option(False, "--kind feature: also measure the draft with prompt lookup mixed in (LookupMix "
@@ -82,8 +85,9 @@ class DistillConfig:
                                   "row, 23 kB a slot for SmolLM2-135M in bf16)")
     gen_runtime: str = option("auto", "how the data stage's decode loop runs: static (preallocated cache and masks, "
                                       "eager), compiled (its step under torch.compile, fullgraph), graphs (one CUDA "
-                                      "graph per batch), dynamic (the growing-cache loop before issue 51); auto: "
-                                      "graphs on CUDA, dynamic elsewhere (faster on a CPU). All write the same tokens for a seed",
+                                      "graph per view of the cache), dynamic (the growing-cache loop before issue "
+                                      "51); auto: graphs on CUDA, static elsewhere. All write the same tokens for a "
+                                      "seed",
                               choices=("auto", "dynamic", "static", "compiled", "graphs"))
     gen_new_tokens: int = option(256)
     passages: int = option(16384, "training-text passages to continue with the target")
@@ -193,6 +197,8 @@ def _check_ranges(c: DistillConfig) -> None:
           f"--feature-share must be >= 0 with --data-share + --feature-share < 1 (got {c.feature_share}, "
           f"{c.data_share})")
     _need(c.eval_prompts >= 0, f"--eval-prompts must be >= 0 (got {c.eval_prompts})")
+    _need(c.eval_new_tokens >= 1 and c.eval_prompt_tokens >= 1, "--eval-new-tokens and --eval-prompt-tokens must be "
+          f">= 1 (got {c.eval_new_tokens}, {c.eval_prompt_tokens})")
     _need(c.part_mb == 0 or c.part_mb >= 1, f"--part-mb must be 0 (one file) or >= 1 (got {c.part_mb})")
     _need(1 <= c.passage_min <= c.passage_max,
           f"need 1 <= --passage-min <= --passage-max (got {c.passage_min}, {c.passage_max})")

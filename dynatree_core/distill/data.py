@@ -215,9 +215,10 @@ def gen_runtime(args, dev: torch.device) -> str:
 
 
 def check_graphs_writer(model) -> bool:
-    """The CUDA-graph writer against the eager static writer on a small batch, greedy and sampled, from one
-    seed (printed: a capture that replayed another random stream would write other text)."""
-    from dynatree_core.distill.decode import decode
+    """The CUDA-graph writer against the eager static writer with the same (bucketed) views, so the same
+    kernels, on a small batch, greedy and sampled, from one seed (printed: a capture that replayed another
+    random stream would write other text)."""
+    from dynatree_core.distill.static_decode import StaticWriter
 
     batch = [[11 + (7 * j + 3 * i) % 500 for i in range(8 + j % 5)] for j in range(8)]
     same = []
@@ -225,7 +226,7 @@ def check_graphs_writer(model) -> bool:
         outs = []
         for runtime in ("static", "graphs"):
             torch.manual_seed(0)
-            outs.append(decode(model, batch, 24, set(), sample, 0.8, 0.95, runtime=runtime))
+            outs.append(StaticWriter(model, batch, 24, set(), sample, 0.8, 0.95, runtime, views="bucketed").run())
         same.append(outs[0] == outs[1])
     print(f"[distill] the graphs writer writes what the static writer does on a check batch: greedy {same[0]}, "
           f"sampled {same[1]}", flush=True)

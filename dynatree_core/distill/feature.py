@@ -534,14 +534,15 @@ def feature_step_cost(model: FeatureDraftModel, target, ctx: list[int], steps: i
 def evaluate_feature_draft(draft_dir=None, data_dir=None, n_passages: int = 10, passage_len: int = 256,
                            new_tokens: int = 64, prompt_new_tokens: int = 48, threads_gen: int = 1,
                            threads_timing: int = 2, seed: int = 0, verbose: bool = True, lookup=None,
-                           device: str = "cpu", n_prompts: int = 0) -> dict:
+                           device: str = "cpu", n_prompts: int = 0, loaded: tuple | None = None) -> dict:
     """The independent draft's evaluation (:func:`dynatree_core.distill.evaluate_draft`) for a feature
     draft: same prompts, passages, continuations and bootstrap; agreement reported per depth.
 
     ``lookup`` (a :class:`~dynatree_core.drafters.LookupMix`): also the top-1 agreement of the draft
     with prompt lookup mixed in, on the same continuations (``res["with_lookup"]``). ``device``:
     where the fp32 target and the draft run (the step cost is that device's); ``n_prompts``: the
-    first that many held-out prompts only (0: all)."""
+    first that many held-out prompts only (0: all); ``loaded``: ``(target, tokenizer)``, the fp32 target
+    already loaded on ``device`` (else it is loaded here)."""
     from dynatree_core.distill.lookup_fit import hit_counts, position_records
 
     from dynatree_core.pairs.default_pair import FEATURE_DRAFT_ASSET_DIR, load_target
@@ -550,9 +551,10 @@ def evaluate_feature_draft(draft_dir=None, data_dir=None, n_passages: int = 10, 
     draft_dir = Path(draft_dir) if draft_dir else FEATURE_DRAFT_ASSET_DIR
     set_threads(threads_timing)
     t = time.time()
-    target, tok = load_target(device=device)
+    target, tok = loaded if loaded is not None else load_target(device=device)
     model = load_feature_draft(draft_dir, target, tokenizer=tok)
     res["pair_load_seconds"] = round(time.time() - t, 2)
+    res["target_reused"] = loaded is not None
     res["device"] = device_name(resolve_device(device))
     res["draft_size_mb"] = round(dir_size(draft_dir) / 1e6, 2)
     eos = ev.eos_ids(target, tok)

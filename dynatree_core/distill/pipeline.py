@@ -49,8 +49,9 @@ def run_distill(config, target=None, tok=None) -> int:
         if args.stage == "export":
             export_checkpoint(args, target=target)
     if args.evaluate or args.eval_only:
-        _write_eval(args, evaluate_draft(args.out_dir, args.data_dir, n_passages=args.eval_passages, seed=args.seed),
-                    {})
+        _write_eval(args, evaluate_draft(args.out_dir, args.data_dir, n_passages=args.eval_passages, seed=args.seed,
+                                         new_tokens=args.eval_new_tokens, prompt_new_tokens=args.eval_prompt_tokens),
+                    _eval_sizes(args))
     return 0
 
 
@@ -76,10 +77,28 @@ def _run_feature(args: DistillConfig, target=None, tok=None) -> int:
         from dynatree_core.drafters import LookupMix
 
         mix = LookupMix() if args.with_lookup else None
+        # the fp32 target already loaded serves the evaluation too, where it sits on the evaluation's device
+        # (a second load costs 20-30 s: the GGUF's tokenizer and weights again)
+        same = target is not None and _on(target, resolve_device(args.eval_device))
         res = evaluate_feature_draft(args.out_dir, args.data_dir, n_passages=args.eval_passages, seed=args.seed,
-                                     lookup=mix, device=args.eval_device, n_prompts=args.eval_prompts)
-        _write_eval(args, res, {"kind": "feature", "with_lookup": args.with_lookup, "eval_prompts": args.eval_prompts})
+                                     lookup=mix, device=args.eval_device, n_prompts=args.eval_prompts,
+                                     new_tokens=args.eval_new_tokens, prompt_new_tokens=args.eval_prompt_tokens,
+                                     loaded=(target, tok) if same else None)
+        _write_eval(args, res, {"kind": "feature", "with_lookup": args.with_lookup, "eval_prompts": args.eval_prompts,
+                                **_eval_sizes(args)})
     return 0
+
+
+def _on(model, dev: torch.device) -> bool:
+    """``model`` is in fp32 on ``dev`` ("cuda" and "cuda:0" alike: an unnumbered device is the current one)."""
+    p = next(model.parameters())
+    here = p.device.index if p.device.index is not None else 0
+    there = dev.index if dev.index is not None else (torch.cuda.current_device() if dev.type == "cuda" else 0)
+    return p.dtype == torch.float32 and p.device.type == dev.type and here == there
+
+
+def _eval_sizes(args: DistillConfig) -> dict:
+    return {"eval_new_tokens": args.eval_new_tokens, "eval_prompt_tokens": args.eval_prompt_tokens}
 
 
 def _write_eval(args: DistillConfig, res: dict, config_extra: dict) -> None:

@@ -12,6 +12,11 @@ step reads and writes is preallocated:
   the positions (each row's prompt length + i) and the step counter i, all on the device;
 * the tokens written ``[B, max_new]`` and the rows that have written a stop token (``done [B]``).
 
+A step attends over a prefix of the slots (:class:`PrefixSlotCache`, :meth:`StaticWriter.view_slots`), not
+all L: eagerly over exactly the slots written so far, compiled or captured over them rounded up to
+:data:`SLOT_STEP` (a few shapes a batch, each compiled or captured once). The bytes the attention reads
+are most of a step's at a large batch, and reading all L slots made the step slower than the dynamic loop's.
+
 One step feeds token i - 1, writes its KV entry, and draws token i with :func:`pick`: greedy argmax, or
 the exponential race that ``torch.multinomial`` runs for one sample (argmax p / E, E ~ Exp(1)), so a
 seed writes exactly the text the loop before it wrote (:func:`~dynatree_core.distill.decode._decode_batch`).
@@ -20,7 +25,7 @@ their stop token are cut by the caller, as before.
 
 Runtimes (``--gen-runtime``): ``static`` runs the step eagerly, ``compiled`` through
 ``torch.compile(fullgraph=True)`` (the noise drawn outside it, so inductor's own random numbers never
-replace torch's), ``graphs`` captures it as one CUDA graph per batch (noise included: graph-safe RNG
+replace torch's), ``graphs`` captures it as one CUDA graph per view of a batch (noise included: graph-safe RNG
 replays the same stream), ``dynamic`` is the growing-cache loop it replaced (kept to measure against).
 """
 
@@ -32,10 +37,10 @@ from typing import Callable
 import torch
 
 from dynatree_core.runtime.compat import cache_kwargs
-from dynatree_core.runtime.static_cache import SlotCache
+from dynatree_core.runtime.static_cache import SlotCache, SlotLayer
 
-#: the data stage's writers; "auto": graphs on CUDA, dynamic elsewhere (on a CPU the static loop measured slower:
-#: docs/bench/2026-11-28-teacher-data)
+#: the data stage's writers; "auto": graphs on CUDA, the eager static loop elsewhere (on a CPU it runs as fast as
+#: the dynamic loop since it reads only the slots written: docs/bench/2026-11-28-teacher-data)
 GEN_RUNTIMES: tuple[str, ...] = ("auto", "dynamic", "static", "compiled", "graphs")
 #: steps between two reads of ``done`` (the only host syncs of the loop besides the final copy)
 STOP_CHECK_EVERY = 16
@@ -50,7 +55,7 @@ def resolve_gen_runtime(runtime: str, device: torch.device) -> str:
     if runtime == "graphs" and device.type != "cuda":
         raise ValueError(f"--gen-runtime graphs captures CUDA graphs and needs a CUDA device, not {device}")
     if runtime == "auto":
-        return "graphs" if device.type == "cuda" else "dynamic"
+        return "graphs" if device.type == "cuda" else "static"
     return runtime
 
 
@@ -89,6 +94,29 @@ def kv_bytes(model: torch.nn.Module, rows: int, slots: int, dtype: torch.dtype) 
     return 2 * c.num_hidden_layers * kv_heads * head_dim * rows * slots * torch.finfo(dtype).bits // 8
 
 
+class _PrefixLayer(SlotLayer):
+    """A :class:`SlotLayer` whose forward attends over its first ``owner.view`` slots only."""
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        keys, values = super().update(key_states, value_states, *args, **kwargs)
+        return keys[:, :, :self.owner.view], values[:, :, :self.owner.view]
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.owner.view, 0
+
+
+class PrefixSlotCache(SlotCache):
+    """A :class:`SlotCache` read through a prefix of ``view`` slots (a Python int, set before each
+    forward): the attention reads the slots written so far, rounded up to a bucket, not all of them.
+    The buffers stay whole and in place; a view is a slice of them, so its address never changes."""
+
+    def __init__(self, layers: int, capacity: int, max_write: int, device: torch.device):
+        super().__init__(layers, capacity, max_write, device)
+        self.layers = [_PrefixLayer(self.capacity, self) for _ in range(layers)]
+        self.view = self.capacity
+
+
 class StaticWriter:
     """One batch's buffers and step (see the module): ``run()`` returns the rows' tokens.
 
@@ -99,13 +127,19 @@ class StaticWriter:
         stop: ids a row stops at; the batch stops once every row has written one.
         sample, temperature, top_p: greedy when ``sample`` is False, else :func:`pick`'s draw.
         runtime: ``static``, ``compiled`` or ``graphs`` (:func:`resolve_gen_runtime`).
+        views: ``exact`` (attend over the slots written so far), ``bucketed`` (rounded up to
+            :data:`SLOT_STEP`) or ``auto`` (exact when eager, bucketed when compiled or captured); an eager
+            writer with bucketed views runs the kernels a captured one does (``check_graphs_writer``).
     """
 
     def __init__(self, model: torch.nn.Module, batch: list[list[int]], max_new: int, stop: set[int], sample: bool,
-                 temperature: float, top_p: float, runtime: str = "static", pad: int = 0):
+                 temperature: float, top_p: float, runtime: str = "static", pad: int = 0, views: str = "auto"):
+        if views not in ("auto", "exact", "bucketed"):
+            raise ValueError(f"views must be auto, exact or bucketed (got {views!r})")
         if max_new < 1:
             raise ValueError(f"max_new must be >= 1 (got {max_new})")
         self.model, self.max_new, self.runtime = model, int(max_new), runtime
+        self.exact_views = views == "exact" or (views == "auto" and runtime == "static")
         self.sample, self.temperature, self.top_p = sample, float(temperature), float(top_p)
         dev = next(model.parameters()).device
         dtype = next(model.parameters()).dtype
@@ -118,7 +152,8 @@ class StaticWriter:
             x[j, self.P - len(p):] = torch.tensor(p, dtype=torch.long)
             key_ok[j, self.P - len(p):self.P] = True
         self.x, self.key_ok = x.to(dev), key_ok.to(dev)
-        self.cache = SlotCache(int(model.config.num_hidden_layers), L, self.P, dev)
+        self.L = L
+        self.cache = PrefixSlotCache(int(model.config.num_hidden_layers), L, self.P, dev)
         self.mask = torch.zeros((B, 1, 1, L), dtype=dtype, device=dev)  # [B, 1, 1, L] additive
         self.mask.masked_fill_(~self.key_ok[:, None, None, :], torch.finfo(dtype).min)
         self.base = (lens - 1).to(dev)[:, None]  # [B, 1]: the position of each row's last prompt token
@@ -143,11 +178,12 @@ class StaticWriter:
         causal = torch.ones((self.P, self.P), dtype=torch.bool, device=self.x.device).tril()
         # [B, P, P]; a pad sees itself, so no row is all masked (its output is never read, but must not be NaN)
         allowed = (self.key_ok[:, None, :self.P] & causal) | torch.eye(self.P, dtype=torch.bool, device=self.x.device)
-        mask = torch.full((len(self.x), 1, self.P, self.mask.shape[-1]), torch.finfo(self.mask.dtype).min,
+        mask = torch.full((len(self.x), 1, self.P, self.P), torch.finfo(self.mask.dtype).min,
                           dtype=self.mask.dtype, device=self.x.device)
-        mask[:, 0, :, :self.P].masked_fill_(allowed, 0.0)
+        mask[:, 0].masked_fill_(allowed, 0.0)
         pos = (self.key_ok[:, :self.P].long().cumsum(-1) - 1).clamp(min=0)  # [B, P]: each row from 0
         self.cache.write_at(0, self.P)
+        self.cache.view = self.P  # the prompt attends over the prompt's slots alone
         h = self.model.model(input_ids=self.x, attention_mask=mask, position_ids=pos, use_cache=True,
                              **self._kw).last_hidden_state[:, -1]
         self._draw()
@@ -157,18 +193,33 @@ class StaticWriter:
         if self.noise is not None:
             self.noise.exponential_()
 
-    def step(self) -> None:
-        """The static step: token i - 1 in at its slot and position, token i out, i += 1 (no host read)."""
+    def view_slots(self, n: int) -> int:
+        """Slots step ``n`` attends over. Token n - 1 goes to slot P - 1 + n, so P + n slots are live: the
+        eager ``static`` runtime reads exactly those (as the dynamic loop's cache holds them); ``compiled``
+        and ``graphs`` (and ``views="bucketed"``) round up to :data:`SLOT_STEP`, so a batch has a few
+        shapes, each compiled or captured once (at batch 8,192 on a GPU the bytes the attention reads are
+        most of a step's, and reading all L slots reads about twice the live ones)."""
+        live = self.P + n
+        if self.exact_views:
+            return min(self.L, live)
+        return min(self.L, SLOT_STEP * math.ceil(live / SLOT_STEP))
+
+    def step(self, view: int | None = None) -> None:
+        """The static step: token i - 1 in at its slot and position, token i out, i += 1 (no host read),
+        attending over the first ``view`` slots (all L when None; :meth:`view_slots` says how many)."""
+        self.cache.view = self.L if view is None else view
         slot = self.slot0 + self.i  # [1]
         self.cache.slots[:1].copy_(slot)
         self.mask.index_fill_(-1, slot, 0.0)
-        h = self.model.model(input_ids=self.out.index_select(1, self.i - 1), attention_mask=self.mask,
-                             position_ids=self.base + self.i, use_cache=True, **self._kw).last_hidden_state[:, -1]
+        h = self.model.model(input_ids=self.out.index_select(1, self.i - 1),
+                             attention_mask=self.mask[..., :self.cache.view], position_ids=self.base + self.i,
+                             use_cache=True, **self._kw).last_hidden_state[:, -1]
         self._record(self.model.lm_head(h), self.i)
         self.i.add_(1)
 
-    def _advance_fn(self) -> Callable[[], None]:
-        """One step as this runtime runs it (noise first: the same RNG stream as the eager loop)."""
+    def _advance_fn(self) -> Callable[[int], None]:
+        """One step over ``view`` slots as this runtime runs it (noise first: the same RNG stream as the
+        eager loop); compiled, each view is its own graph (the int is a constant of the trace)."""
         if self.runtime == "compiled":
             step = torch.compile(self.step, fullgraph=True, dynamic=False)
         elif self.runtime in ("static", "graphs"):
@@ -176,9 +227,9 @@ class StaticWriter:
         else:
             raise ValueError(f"StaticWriter runs static, compiled or graphs (got {self.runtime!r})")
 
-        def advance() -> None:
+        def advance(view: int) -> None:
             self._draw()
-            step()
+            step(view)
 
         return advance
 
@@ -187,12 +238,17 @@ class StaticWriter:
         """Prefill, then steps until every row stopped (checked every ``stop_every`` steps) or ``max_new``."""
         self.prefill()
         advance = self._advance_fn()
+        graphs: dict[int, Callable[[], None]] = {}  # view -> the captured step ("graphs")
+        pool = torch.cuda.graph_pool_handle() if self.runtime == "graphs" else None
         n = 1
         while n < self.max_new:
-            if n == 2 and self.runtime == "graphs" and self.max_new > 3:
-                advance = _capture(advance)  # runs step 2 (the capture's warm-up), then replays the rest
+            view = self.view_slots(n)
+            if view in graphs:
+                graphs[view]()
+            elif n >= 2 and self.runtime == "graphs":  # step 1 ran eagerly (the CUDA libraries' warm-up)
+                graphs[view] = _capture(lambda v=view: advance(v), pool)  # runs step n, then replays the view's
             else:
-                advance()
+                advance(view)
             n += 1
             if n % stop_every == 0 and bool(self.done.all()):
                 break
@@ -200,15 +256,16 @@ class StaticWriter:
         return self.out[:, :n].tolist()
 
 
-def _capture(advance: Callable[[], None]) -> Callable[[], None]:
+def _capture(advance: Callable[[], None], pool=None) -> Callable[[], None]:
     """``advance`` as one CUDA graph: one real step on a side stream (the warm-up capture needs), then
-    the capture, which records without running; each replay is the next step."""
+    the capture, which records without running; each replay is the next step. A batch's graphs (one per
+    view) share ``pool``: they replay one at a time."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         advance()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, pool=pool):
         advance()
     return graph.replay

@@ -9,6 +9,7 @@ import torch
 from dynatree_core.drafters.feature_draft import FeatureDraftModel
 from dynatree_core.drafters.protocol import DraftContext, Drafter, Proposal, level_visibility
 from dynatree_core.runtime import plumbing as pl
+from dynatree_core.runtime.fused import compiled, region
 from dynatree_core.runtime.host_syncs import to_device
 from dynatree_core.runtime.ngram import TopKTensors
 
@@ -118,12 +119,25 @@ class FeatureDrafter(Drafter):
     def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> Proposal:
         out = self._forward_level(tree, ids, level)
         if self.ctx.sampler is not None:
-            return self._sampled(tree, ids, level, *self._head_logits(out[-1:] if level == 0 else out))
+            return self._sampled(tree, ids, level, *self._head_logits(self._kept(ids, out, level)))
+        if self.fast is not None and level:  # one compiled region: the features kept, the head's top-k
+            logits, vocab_ids = self._head_logits(out)
+            return Proposal(*compiled(head_topk, self.fast.path.runtime, self.device)(
+                logits, vocab_ids, min(self.ctx.top_k, vocab_ids.shape[0]), self.feats, ids, out))
         return self._greedy(self._head_topk(out), level)
 
     def level_scores(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> tuple[torch.Tensor, torch.Tensor]:
         out = self._forward_level(tree, ids, level)
-        return self._head_logits(out[-1:] if level == 0 else out)
+        return self._head_logits(self._kept(ids, out, level))
+
+    def _kept(self, ids: torch.Tensor, out: torch.Tensor, level: int) -> torch.Tensor:
+        """The rows whose scores a level asks for (level 0: the root's), each fast-path node's
+        predicted feature kept for its children (the eager path keeps them as it runs)."""
+        if level == 0:
+            return out[-1:]
+        if self.fast is not None:
+            self.feats.index_copy_(0, ids, out)  # type: ignore[union-attr]
+        return out
 
     def _forward_level(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> torch.Tensor:
         """One draft forward for tree level ``ids``: the predicted features (level 0: one row per
@@ -152,11 +166,9 @@ class FeatureDrafter(Drafter):
         self.forwards += 1
         if level > 0:
             assert self.slot is not None and self.feats is not None, "propose: level 0 (the root) comes first"
-            out = self.fast.level(tree, ids, self.slot, self.root_pos, self.ctx.clock, self.feats[tree.parents[ids]])
-            self.feats[ids] = out
-            return out
-        out, start = self.fast.chain(to_device(self.pending, self.device), self.ctx.clock, self.pending_feats,
-                                     self.pos0)
+            # the features each node's child reads are kept by the caller (:func:`head_topk`, :meth:`_kept`)
+            return self.fast.level(tree, ids, self.slot, self.root_pos, self.ctx.clock, self.feats)
+        out, start = self.fast.chain(self.pending, self.ctx.clock, self.pending_feats, self.pos0)
         return self._root_fed(tree, ids, out[self._chain_rows():], start + len(self.pending))
 
     def _root_fed(self, tree: "DeviceTree", ids: torch.Tensor, out: torch.Tensor, base: int) -> torch.Tensor:
@@ -207,3 +219,12 @@ class FeatureDrafter(Drafter):
         return {**super().settings(), **self.model.settings()}
 
 
+@region
+def head_topk(logits: torch.Tensor, vocab_ids: torch.Tensor, k: int, feats: torch.Tensor, ids: torch.Tensor,
+              out: torch.Tensor) -> TopKTensors:
+    """A fast-path tree level after the feature draft's forward and head (``logits`` [q, head ids]):
+    each node's predicted feature ``out`` kept (``feats`` [cap, H], row by node id: its children
+    read it) and the head's top-k (token ids, log-probabilities), as one compiled region."""
+    feats.index_copy_(0, ids, out)
+    top = torch.log_softmax(logits.float(), dim=-1).topk(k, dim=-1)
+    return vocab_ids[top.indices], top.values

@@ -10,8 +10,8 @@ import torch
 from dynatree_core.drafters.protocol import CHAIN_ROWS, DraftContext, Drafter, Proposal
 from dynatree_core.policy.lookup import PromptLookup
 from dynatree_core.runtime.host_syncs import to_device
-from dynatree_core.runtime.ngram import (CompactVocab, LookupMatches, TopKTensors, compact_ids, contexts_ending_at,
-                                         lookup_matches)
+from dynatree_core.runtime.ngram import (CompactVocab, LookupMatches, StaticSeq, TopKTensors, compact_ids,
+                                         contexts_ending_at, lookup_matches)
 
 if TYPE_CHECKING:  # pragma: no cover
     from dynatree_core.runtime.device_tree import DeviceTree
@@ -37,10 +37,21 @@ class LookupDrafter(Drafter):
         self._seq_index = compact_ids(self._index, self.seq)
         self._dev: tuple[torch.Tensor, CompactVocab] | None = None  # seq and vocab on the tree's device
         self._fresh = len(self.seq)  # tokens committed since the last level 0 (the chain it reports)
+        #: on the fast path (``ctx.seq_capacity``): the committed tokens in static buffers, which a
+        #: compiled region reads (:func:`~dynatree_core.drafters.mix.mix_level`); None: device copies
+        #: that grow as tokens are committed
+        self.static: StaticSeq | None = None
+        if ctx.seq_capacity is not None:
+            self.static = StaticSeq.empty(ctx.seq_capacity, torch.device(ctx.seq_device))
+            self.static.extend(self.seq, self._seq_index, list(self._index))
 
     def fork(self, ctx: DraftContext | None = None) -> "LookupDrafter":
         new = super().fork(ctx)
         new.seq, new._index, new._seq_index = list(self.seq), dict(self._index), list(self._seq_index)
+        if self.static is not None:
+            s = self.static
+            new.static = StaticSeq(s.seq.clone(), s.index.clone(), s.tokens.clone(), s.lens.clone(), s.length, s.unique)
+            new._dev = None
         return new
 
     def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> Proposal:
@@ -77,6 +88,10 @@ class LookupDrafter(Drafter):
     def _on(self, device: torch.device) -> tuple[torch.Tensor, CompactVocab]:
         """The committed tokens and their compact vocabulary on ``device`` (copied when first needed
         there; :meth:`commit` extends them)."""
+        if self.static is not None:
+            if self._dev is None:  # views of the static buffers (dropped at each commit)
+                self._dev = self.static.views()
+            return self._dev
         if self._dev is None or self._dev[0].device != device:
             self._dev = (to_device(self.seq, device),
                          CompactVocab(to_device(list(self._index), device), to_device(self._seq_index, device)))
@@ -112,7 +127,10 @@ class LookupDrafter(Drafter):
         known = len(self._index)
         new_index = compact_ids(self._index, committed)
         self._seq_index.extend(new_index)
-        if self._dev is not None:  # extend the device copies (host-to-device only: no sync)
+        if self.static is not None:
+            self.static.extend(committed, new_index, list(self._index)[known:])
+            self._dev = None
+        elif self._dev is not None:  # extend the device copies (host-to-device only: no sync)
             seq, vocab = self._dev
             dev = seq.device
             self._dev = (torch.cat([seq, to_device(committed, dev)]),

@@ -12,7 +12,8 @@ from dynatree_core.drafters.lookup import LookupDrafter
 from dynatree_core.drafters.protocol import DraftContext, Drafter, Proposal
 from dynatree_core.policy.lookup import PromptLookup
 from dynatree_core.runtime.host_syncs import to_device
-from dynatree_core.runtime.ngram import LookupMatches, TopKTensors
+from dynatree_core.runtime.fused import compiled, region
+from dynatree_core.runtime.ngram import LookupMatches, StaticSeq, TopKTensors, static_matches, tree_contexts
 from dynatree_core.runtime.sampling import dense
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -74,18 +75,37 @@ class LookupMix:
 def mix_topk(draft: TopKTensors, m: LookupMatches, mix: LookupMix, k: int) -> TopKTensors:
     """The top-k of :class:`LookupMix`'s mixture for q rows: the draft's top-k ``draft`` ([q, k] ids
     and log-probs) and the lookup's ``m``. Device ops only."""
+    return _mixed_topk(draft, m, _kappa_table(mix, m.counts.device), k)
+
+
+def _mixed_topk(draft: TopKTensors, m: LookupMatches, kappa: torch.Tensor, k: int) -> TopKTensors:
+    """:func:`mix_topk` with κ_n as a table by n-gram length (:func:`_kappa_table`)."""
     ids_d, lps_d = draft
-    total = m.total
-    lam = mix.weights(m)[:, None]
-    ids_l = m.top(ids_d.shape[1])
+    total = m.counts.sum(1)
+    lam = (total / (total + kappa[m.ngram]))[:, None]
+    idx = m.top_index(ids_d.shape[1])
+    ids_l = m.tokens[idx]
     cand = torch.cat([ids_d, ids_l], 1)  # [q, 2k]: a lookup candidate the draft lists is dropped below
     p_d = torch.cat([lps_d.exp(), torch.zeros(ids_l.shape, dtype=lps_d.dtype, device=lps_d.device)], 1)
     r = m.count_of(cand) / total.clamp(min=1.0)[:, None]
     mixed = lam * r + (1 - lam) * p_d
-    dup = torch.cat([torch.zeros_like(ids_d, dtype=torch.bool),
-                     (ids_l[:, :, None] == ids_d[:, None, :]).any(-1)], 1)
+    dup = (ids_l[:, :, None] == ids_d[:, None, :]).any(-1)
+    if m.size is not None:  # a static buffer's padding entries are no candidates
+        dup = dup | (idx >= m.size)
+    dup = torch.cat([torch.zeros_like(ids_d, dtype=torch.bool), dup], 1)
     top = mixed.masked_fill(dup, -1.0).topk(min(k, ids_d.shape[1]), dim=-1)
     return cand.gather(1, top.indices), top.values.log()
+
+
+@region
+def mix_level(draft_ids: torch.Tensor, draft_lps: torch.Tensor, s: StaticSeq, ancestors: torch.Tensor,
+              depths: torch.Tensor, tree_tokens: torch.Tensor, ids: torch.Tensor, level: torch.Tensor,
+              source: PromptLookup, kappa: torch.Tensor, k: int) -> TopKTensors:
+    """A fast-path tree level's mixture, as one compiled region: prompt lookup over the committed
+    tokens' static buffers (:class:`StaticSeq`) for each node of ``ids`` at ``level`` (a device
+    scalar), mixed into the draft's top-k (``draft_ids`` / ``draft_lps``)."""
+    contexts = tree_contexts(s.seq, s.lens[0], ancestors, depths, tree_tokens, ids, level, source.max_ngram)
+    return _mixed_topk((draft_ids, draft_lps), static_matches(s, contexts, source), kappa, k)
 
 
 @functools.lru_cache(maxsize=32)
@@ -140,6 +160,11 @@ class MixDrafter(Drafter):
             return self._sampled_mix(tree, ids, level)
         k = self.ctx.top_k
         base = self.base.propose(tree, ids, level)
+        static = self.lookup.static
+        if static is not None and base.chain is None:  # the fast path: one compiled region
+            fn = compiled(mix_level, self.ctx.runtime, tree.device)
+            return Proposal(*fn(base.tokens, base.logps, static, tree.ancestors, tree.depths, tree.tokens, ids,
+                                tree.level_tensor(level), self.mix.lookup, _kappa_table(self.mix, tree.device), k))
         top = mix_topk((base.tokens, base.logps), self.lookup.matches(tree, ids, level), self.mix, k)
         # the chain view (level 0): the model's rows, each mixed with the lookup as it stood then
         chain = None if base.chain is None else mix_topk(

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 from transformers import DynamicCache
 
-from dynatree_core.drafters.protocol import DraftContext, Drafter, Proposal, level_visibility
+from dynatree_core.drafters.protocol import DraftContext, Drafter, Proposal, level_visibility, logits_topk
 from dynatree_core.runtime import plumbing as pl
+from dynatree_core.runtime.fused import compiled
 from dynatree_core.runtime.host_syncs import to_device
 from dynatree_core.runtime.static_draft import DraftStaticForwards
 
@@ -59,6 +60,8 @@ class ModelDrafter(Drafter):
         logits = self._forward_level(tree, ids, level)
         if self.ctx.sampler is not None:
             return self._sampled(tree, ids, level, logits[-1:] if level == 0 else logits)
+        if self.fast is not None and level:  # one compiled region
+            return Proposal(*compiled(logits_topk, self.fast.path.runtime, self.device)(logits, self.ctx.top_k))
         return self._greedy(self._topk(logits), level)
 
     def level_scores(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> tuple[torch.Tensor, None]:
@@ -98,7 +101,7 @@ class ModelDrafter(Drafter):
         assert self.fast is not None
         self.forwards += 1
         if level == 0:
-            logits, start = self.fast.chain(to_device(self.pending, self.device), self.ctx.clock)
+            logits, start = self.fast.chain(self.pending, self.ctx.clock)
             self.base = self.fast.book.committed
             self.slot = torch.full((tree.capacity,), -1, dtype=torch.long, device=self.device)
             self.slot[:1].fill_(start + len(self.pending) - 1)  # the root's slot

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 import torch
 
 from dynatree_core.runtime import plumbing as pl
+from dynatree_core.runtime.fused import region
 from dynatree_core.runtime.ngram import TopKTensors
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -49,6 +50,14 @@ def level_visibility(tree: "DeviceTree", ids: torch.Tensor, slot: torch.Tensor, 
     return allowed[:, :past + q].bool(), tree.depths[ids]
 
 
+@region
+def logits_topk(logits: torch.Tensor, top_k: int) -> TopKTensors:
+    """The top-k (at most the vocabulary) of a level's logits [q, V]: token ids and log-probabilities
+    (a compiled region on the fast path)."""
+    top = torch.log_softmax(logits.float(), dim=-1).topk(min(top_k, logits.shape[-1]), dim=-1)
+    return top.indices, top.values
+
+
 @dataclass(frozen=True)
 class DraftContext:
     """What a run gives its drafter, once, at :meth:`Drafter.start` (nobody sets a drafter's attributes).
@@ -58,13 +67,21 @@ class DraftContext:
     candidates (None: greedy top-k); ``fast``: the draft model's fast-path forwards (a
     :class:`~dynatree_core.runtime.static_draft.DraftStaticForwards`: static cache, captured levels,
     built for :attr:`Drafter.fast_model`; None: eager); ``keep_chain``: report the chain view at level 0
-    (:attr:`Proposal.chain`; a trace or the benchmark's oracle reads it)."""
+    (:attr:`Proposal.chain`; a trace or the benchmark's oracle reads it); ``seq_capacity`` /
+    ``seq_device``: the committed sequence's static room on the fast path (None: eager); ``runtime``: the run's."""
 
     top_k: int = 1
     clock: pl.ForwardClock | None = None
     sampler: "DraftSampler | None" = None
     fast: Any = None
     keep_chain: bool = False
+    #: on the fast path: the committed sequence's room (prompt, new tokens: the target's static
+    #: cache length) and its device, for drafters that keep the committed tokens in static buffers
+    #: (prompt lookup); None: they grow as tokens are committed
+    seq_capacity: int | None = None
+    seq_device: str = "cpu"
+    #: the run's runtime: how the fast path's compiled regions run (:func:`~dynatree_core.runtime.fused.compiled`)
+    runtime: str = "eager"
 
     def __post_init__(self) -> None:
         if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 1:
@@ -179,9 +196,7 @@ class Drafter(ABC):
         return -CHAIN_ROWS - 1 if self.ctx.keep_chain else -1
 
     def _topk(self, logits: torch.Tensor) -> TopKTensors:
-        k = min(self.ctx.top_k, logits.shape[-1])
-        top = torch.log_softmax(logits.float(), dim=-1).topk(k, dim=-1)
-        return top.indices, top.values
+        return logits_topk(logits, self.ctx.top_k)
 
     def _greedy(self, top: TopKTensors, level: int) -> Proposal:
         """A model draft's greedy proposal from the top-k of its level's rows: at level 0 the last

@@ -196,12 +196,13 @@ class DecodingRun:
         top_k = self._draft_top_k()
         col = RunCollector(self.pair.device, self.pair.tokenizer, self.prompt, self._trace(drafter, top_k),
                            draft_sampler)
-        ctx = DraftContext(top_k, col.clock, draft_sampler, fast, keep_chain=self.tracing or bool(self.record_top_k))
+        ctx = DraftContext(top_k, col.clock, draft_sampler, fast, keep_chain=self.tracing or bool(self.record_top_k),
+                           seq_capacity=self.target.capacity, seq_device=str(self.pair.device), runtime=self.runtime)
         tail, own_tail = tail_lookup(drafter) if drafter is not None and self.config.lookup_tail else (None, False)
         need_hidden = drafter is not None and drafter.needs_target_hidden  # a feature drafter reads them
         out, root = [], self.prompt[-1]
         resident, shape_rule = self._resident(), self.config.growth_rule()
-        step_fn = step_for(self.runtime, self.pair.device)
+        step_fn = step_for(self.runtime, self.pair.device, resident)
         self._prefill(drafter, ctx, need_hidden, col)
         if own_tail:
             tail.start(self.prompt, ctx)  # a lookup of the loop's own: it follows the committed tokens

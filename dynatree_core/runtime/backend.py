@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol, Sequence
 import torch
 
 from dynatree_core.runtime import plumbing as pl
+from dynatree_core.runtime.fused import compiled, region
+from dynatree_core.runtime.host_syncs import to_device
 from dynatree_core.runtime.fast_path import FastPath, StaticInputs, bucket, check_owner, fast_path, forward_fn
 from dynatree_core.runtime.static_cache import StaticTargetCache
 from dynatree_core.runtime.static_draft import DraftStaticForwards, draft_fast_path
@@ -32,6 +34,8 @@ class TargetBackend(Protocol):
     runtime: str
     #: seconds spent capturing or compiling forwards before the run (None: eager, nothing built)
     capture_s: float | None
+    #: the static cache's length (prompt, new tokens and a tree fit in it); None: eager, no bound
+    capacity: int | None
 
     def prefill(self, ids: torch.Tensor, want_hidden: bool, clock: pl.ForwardClock | None) -> torch.Tensor | None:
         """Commit the causal chain ``ids`` [1, q]; with ``want_hidden`` its final hidden states [q, H]."""
@@ -55,6 +59,7 @@ class EagerTarget:
 
     runtime = "eager"
     capture_s = None  # nothing is captured or compiled
+    capacity = None  # a dynamic cache: no static length
 
     def __init__(self, model: torch.nn.Module, cache: TargetCache | None = None):
         self.model = model
@@ -116,6 +121,10 @@ class StaticTarget:
         self.runtime = self.path.runtime
 
     @property
+    def capacity(self) -> int:
+        return self.path.capacity
+
+    @property
     def cache(self) -> StaticTargetCache:
         check_owner(self.path, self)
         return self.path.cache
@@ -170,23 +179,40 @@ class StaticTarget:
         b = bucket(n, self.path.buckets)
         entry = self.path.entry(b, want_hidden)
         committed = cache.committed
-        start = cache.reserve(b)  # first: it may compact, which moves the committed entries
+        start = cache.reserve(b, write=False)  # first: it may compact, which moves the committed entries
         visible = cache.visible(tree.device)
-        x = entry.inputs
-        x.ids[0, :n].copy_(tree.tokens[:n])
-        x.ids[0, n:].fill_(0)
-        torch.add(tree.position_offsets(), committed, out=x.pos[0, :n])
-        x.pos[0, n:].fill_(committed)
-        x.mask.fill_(torch.finfo(x.mask.dtype).min)
-        rows = x.mask[0, 0, :n]
-        rows.masked_fill_(visible[None, :], 0.0)
-        rows[:, start:start + n].masked_fill_(tree.tree_mask(), 0.0)
-        x.mask[0, 0, n:, start + n:start + b].diagonal().fill_(0.0)
+        staged = to_device([start, committed, n], tree.device)  # one host -> device copy
+        compiled(verify_inputs, self.runtime, tree.device)(entry.inputs, tree.tokens, tree.depths, tree.ancestors,
+                                                           visible, cache.cache.slots, staged, cache.cache._ar)
         with pl.timed(clock):
             logits, hidden = entry.run()
         logits = logits[:n]
         return pl.DeviceVerified(logits, None if hidden is None else hidden[:n], committed, logits.argmax(dim=-1),
                                  start)
+
+
+@region
+def verify_inputs(x: StaticInputs, tokens: torch.Tensor, depths: torch.Tensor, ancestors: torch.Tensor,
+                  visible: torch.Tensor, slots: torch.Tensor, staged: torch.Tensor, ar: torch.Tensor) -> None:
+    """The verify forward's inputs in the bucket's buffers ``x``: the root and the tree's first n
+    nodes (``tokens``, ``depths``, ``ancestors``: the tree's arrays) after the committed entries
+    (``visible``), each seeing those, its ancestors and itself at position committed + depth; rows
+    past n are dummies that see only their own slot; the cache slots written (``slots``).
+    ``staged``: [first slot, committed count, n] on the device: shapes depend only on the bucket,
+    the tree's capacity and the cache, so one compiled graph per bucket."""
+    b, last = x.ids.shape[1], tokens.shape[0] - 1
+    start, committed, n = staged.unbind(0)
+    row = ar[:b]
+    real = row < n
+    node = row.clamp(max=last)
+    x.ids[0].copy_(torch.where(real, tokens.index_select(0, node), 0))
+    x.pos[0].copy_(torch.where(real, depths.index_select(0, node) + committed, committed))
+    col = start + row
+    slots[:b].copy_(col)
+    tree = ancestors.index_select(0, node).index_select(1, node) & real[:, None] & real[None, :]
+    block = tree | (row[None, :] == row[:, None])
+    seen = (visible[None, :] & real[:, None]).scatter(1, col[None, :].expand(b, b), block)
+    x.mask[0, 0].copy_(torch.where(seen, 0.0, torch.finfo(x.mask.dtype).min).to(x.mask.dtype))
 
 
 def target_backend(model: torch.nn.Module, runtime: str, length: int, max_tree: int, hidden: bool,

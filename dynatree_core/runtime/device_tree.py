@@ -28,7 +28,7 @@ from dynatree_core.runtime.device_tables import CODE, arange_on, stop_tables, tr
 from dynatree_core.runtime.device_tail import TailGrowth
 from dynatree_core.runtime.host_syncs import HostSyncs, Peek, read_counts, to_device
 from dynatree_core.runtime.host_tree import unpack
-from dynatree_core.runtime.level_step import Level, StepRule, TreeBuffers, level_step
+from dynatree_core.runtime.level_step import Level, StepRule, TreeBuffers, level_step, resident_step
 
 
 def resident_shape(rule: GrowthRule, top_k: int) -> tuple[int, int, int]:
@@ -100,7 +100,8 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
         #: grow without reading the device (a fixed frontier of :attr:`width` over :attr:`levels`
         #: levels) and verify every node slot (:attr:`slots`): the fast path's draft phase
         self.resident = resident
-        #: :func:`level_step` as the runtime runs it (compiled, captured); None: as it is
+        #: :func:`level_step` (:func:`resident_step` when resident) as the runtime runs it (compiled);
+        #: None: as it is
         self.step_fn = step_fn
         #: resident growth stops launching levels once the device has posted an empty frontier (a
         #: :class:`Peek`: no wait); off where a padding level must run (its draws feed a seeded stream)
@@ -130,6 +131,7 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
         # node ids and flat candidate indices (slices of it are views: no op per level)
         self._ar = arange_on(device, max(cap + 2, (cap + 1) * self.top_k))
         self._true = true_on(device)
+        self._level_t: dict[int, torch.Tensor] = {}
         # the resident path's counters, read with the selection: levels that expanded a node, a
         # frontier wider than its bound (never, by the bound's proof: checked), the nodes grown
         self._calls = torch.zeros((), dtype=torch.long, device=device)
@@ -200,16 +202,18 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
             if prop.confidence is not None:  # the drafter states c(u) (sampled candidates): for B(u), the trace
                 conf = prop.confidence
                 self._confidence().index_copy_(0, torch.where(valid, ids, self.scratch), conf.double())
-            width = self.width if self.resident else ids.shape[0] * k
-            depth = self._ar[level + 1] if self.resident else level + 1  # a tensor: one compiled graph for all levels
-            lv = self._step(t, step, ids, valid, prop.tokens[:, :k], prop.logps[:, :k], conf, depth, n, budget,
-                            width, cost)
-            if self.resident:
-                stop = self._resident_level(lv, valid)
+            tokens, logps = (prop.tokens, prop.logps) if prop.tokens.shape[1] == k else \
+                (prop.tokens[:, :k], prop.logps[:, :k])
+            if self.resident:  # the depth is a tensor: one compiled graph for all levels
+                lv, self._calls, self._overflow = (self.step_fn or resident_step)(
+                    t, step, ids, valid, tokens, logps, conf, self.level_tensor(level + 1), n, budget, self.width,
+                    self._calls, self._overflow)
                 ids, valid, n, budget = lv.ids, lv.valid, lv.n, lv.budget
-                if stop:
+                if self._empty_next(lv):
                     break
                 continue
+            lv = (self.step_fn or level_step)(t, step, ids, valid, tokens, logps, conf, level + 1, n, budget,
+                                              ids.shape[0] * k, cost)
             self.draft_calls += 1
             got = self._counts(syncs, lv, ids.shape[0], level + 1, host_budget)
             kept, n_expand = got["kept"], got["expand"]
@@ -222,14 +226,12 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
             ids, valid, n, budget = lv.ids[:n_expand], lv.valid[:n_expand], lv.n, lv.budget
         return self._finish(n, host_budget, got)
 
-    def _resident_level(self, lv: Level, fed: torch.Tensor) -> bool:
-        """A resident level's counters (on the device) and whether the device has already said that
-        the next frontier is empty (then growth stops; never a wait)."""
-        self._calls = self._calls + fed.any().long()
-        self._overflow = self._overflow | (lv.expand > self.width)
+    def _empty_next(self, lv: Level) -> bool:
+        """Whether the device has already said that a resident level's next frontier is empty (then
+        growth stops; never a wait: a :class:`Peek`)."""
         if self.peek is None:
             return False
-        self.peek.post(lv.expand > 0)
+        self.peek.post(lv.more)
         return self.peek.false()
 
     def _finish(self, n: torch.Tensor, host_budget: int, got: dict[str, int]) -> "DeviceTree":
@@ -249,11 +251,6 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
         if self.resident:  # the drafted slots: the verification reads them all
             self.n = self.slots - (rule.tail_n_max if rule.lookup_tail else 0)
         return self
-
-    def _step(self, *args) -> Level:
-        """:func:`level_step`, compiled or captured once per level shape where the runtime asks
-        (:attr:`step_fn`)."""
-        return (self.step_fn or level_step)(*args)
 
     def _counts(self, syncs: HostSyncs, lv: Level, expanded: int, depth: int, budget: int) -> dict[str, int]:
         """The eager path's read of a level: how many children were kept and how many will be
@@ -308,6 +305,13 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
         v = (torch.exp(cum) * rule.scale(depth + 1)).clamp(max=1.0)
         return (~(v * (self._draft_s + c_n) > self._expected * extra) * CODE["cost"]).to(torch.int8)
 
+    def level_tensor(self, level: int) -> torch.Tensor:
+        """``level`` as a device scalar (a view: no op that launches; made once per tree and level),
+        for compiled regions whose shapes must not depend on the level."""
+        if level not in self._level_t:
+            self._level_t[level] = self._ar[level]
+        return self._level_t[level]
+
     def deepest(self) -> int:
         """The deepest a node can be (exact on the eager path; a bound on the resident one until
         :meth:`select` reads it): the sampled target's noise is drawn down to it."""
@@ -341,8 +345,9 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
         counts = {}
         if self.resident:
             accepted &= self._ar[:n] < self._n_dev
-            counts = dict(n_nodes=self._n_dev, calls=self._calls, overflow=self._overflow, tail=self._tail_dev,
-                          grown=self._grown)
+            # one array for the five counts: each fetched array costs ops to pack and unpack
+            counts = dict(counts=torch.stack([self._n_dev, self._calls, self._overflow.long(), self._tail_dev,
+                                              self._grown]))
         # a 0-dim index tensor would be read on the host: index_select keeps it on the device
         best = torch.argmax(torch.where(accepted, self.depths[:n], -1)).view(1)
         arrays = unpack(syncs.fetch(best=best, bonus=argmax.index_select(0, best),
@@ -358,11 +363,11 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
 
     def _resident_counts(self, a: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """A resident tree's fetched arrays cut to its nodes, and the host's counts set from them."""
-        if bool(a.pop("overflow")):
+        n, calls, overflow, tail, grown = (int(v) for v in a.pop("counts"))
+        if overflow:
             raise RuntimeError(f"a draft level expanded more nodes than the frontier's width {self.width} "
                                f"(resident_shape's bound under {self.rule}): please report this")
-        n, grown = int(a.pop("n_nodes")), int(a.pop("grown"))
-        self.draft_calls, self.tail_nodes = int(a.pop("calls")), int(a.pop("tail"))
+        self.draft_calls, self.tail_nodes = calls, tail
         slots = self.n
         for name, arr in a.items():
             if name in ("best", "bonus") or name.startswith("chain_"):

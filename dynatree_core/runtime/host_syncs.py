@@ -102,11 +102,13 @@ class Peek:
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
         self.buf = torch.zeros(1, dtype=torch.bool, pin_memory=self.cuda)
+        self._host = self.buf.numpy()  # the same memory, read without an op
         self.event = torch.cuda.Event() if self.cuda else None
         self.posted = False
 
     def post(self, flag: torch.Tensor) -> None:
-        self.buf.copy_(flag.view(1), non_blocking=self.cuda)
+        """Queue the copy of ``flag`` ([1] or [] bool)."""
+        self.buf.copy_(flag if flag.dim() else flag.view(1), non_blocking=self.cuda)
         if self.event is not None:
             self.event.record()
         self.posted = True
@@ -114,7 +116,7 @@ class Peek:
     def false(self) -> bool:
         if not self.posted or (self.event is not None and not self.event.query()):
             return False  # not written yet: unknown, so not known to be False
-        return not self.buf.numpy()[0]  # host memory the copy has filled: no device read
+        return not self._host[0]  # host memory the copy has filled: no device read
 
 
 def read_counts(syncs: HostSyncs, counts: dict[str, torch.Tensor | int]) -> dict[str, int]:

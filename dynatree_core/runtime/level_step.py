@@ -27,6 +27,7 @@ import torch
 
 from dynatree_core.policy.growth_rule import GrowthRule
 from dynatree_core.runtime.device_tables import CODE, breadth_table
+from dynatree_core.runtime.fused import COMPILING, compiled, region
 from dynatree_core.runtime.host_syncs import to_device
 
 #: the rule's numbers a level reads, in the order of :meth:`StepRule.values` (one host -> device
@@ -108,25 +109,27 @@ class Level:
     valid: torch.Tensor  # [width] bool
     kept: torch.Tensor  # [] long
     expand: torch.Tensor  # [] long (may exceed width only if the width bound were wrong: checked)
+    more: torch.Tensor  # [1] bool: whether the next frontier has a node (what an early exit reads)
 
 
-_COMPILED: dict[str, object] = {}
+def step_for(runtime: str, device: torch.device, resident: bool = False):
+    """:func:`level_step` (:func:`resident_step` for a device-resident tree) as ``runtime`` runs it
+    (:func:`~dynatree_core.runtime.fused.compiled`: compiled whole on ``compiled`` and ``graphs``, its
+    ~120 small ops fused into a few kernels; None elsewhere). The level's depth is a tensor, so a run
+    compiles two graphs (the root's level and the others), not one per level."""
+    return compiled(resident_step if resident else level_step, runtime, device) if runtime in COMPILING else None
 
 
-def step_for(runtime: str, device: torch.device):
-    """:func:`level_step` as ``runtime`` runs it: compiled whole (``torch.compile(fullgraph=True)``,
-    inductor: its ~120 small ops fused into a few kernels) on ``compiled`` and ``graphs``, as it is
-    elsewhere (None). Not CUDA-graphed (``reduce-overhead``): every level's outputs are the next one's
-    inputs and the tree's buffers are written in place, which cudagraph trees copy or skip. Its shapes
-    are fixed per run (the frontier's width, k) and the level's depth is a tensor, so a run compiles two
-    graphs (the root's level and the others), not one per level; the first call compiles (the
-    benchmark's warm-up prompt)."""
-    if runtime not in ("compiled", "graphs"):
-        return None
-    key = f"{runtime}:{device.type}"
-    if key not in _COMPILED:
-        _COMPILED[key] = torch.compile(level_step, fullgraph=True, dynamic=False)
-    return _COMPILED[key]
+@region
+def resident_step(t: "TreeBuffers", r: "StepRule", ids: torch.Tensor, valid: torch.Tensor, top_ids: torch.Tensor,
+                  top_lps: torch.Tensor, conf: torch.Tensor | None, depth: torch.Tensor, n: torch.Tensor,
+                  budget: torch.Tensor, width: int, calls: torch.Tensor, overflow: torch.Tensor
+                  ) -> tuple["Level", torch.Tensor, torch.Tensor]:
+    """:func:`level_step` on a device-resident tree, with its counters kept on the device in the same
+    region: ``calls`` (levels that expanded a node) and ``overflow`` (a next frontier wider than
+    ``width``: never, by :func:`~dynatree_core.runtime.device_tree.resident_shape`'s bound; checked)."""
+    lv = level_step(t, r, ids, valid, top_ids, top_lps, conf, depth, n, budget, width)
+    return lv, calls + valid.any().long(), overflow | (lv.expand > width)
 
 
 def breadth(t: TreeBuffers, r: StepRule, ids: torch.Tensor, conf: torch.Tensor, k: int) -> torch.Tensor:
@@ -160,6 +163,7 @@ def stop_codes(r: StepRule, t: TreeBuffers, cum: torch.Tensor, depth: "int | tor
     return out.to(torch.int8)
 
 
+@region
 def level_step(t: TreeBuffers, r: StepRule, ids: torch.Tensor, valid: torch.Tensor, top_ids: torch.Tensor,
                top_lps: torch.Tensor, conf: torch.Tensor | None, depth: "int | torch.Tensor", n: torch.Tensor,
                budget: torch.Tensor, width: int, cost=None) -> Level:
@@ -245,4 +249,5 @@ def _append(t: TreeBuffers, r: StepRule, ids: torch.Tensor, kept: torch.Tensor, 
         pad = width - nxt.shape[0]
         nxt = torch.cat([nxt, torch.full((pad,), t.scratch, dtype=nxt.dtype, device=nxt.device)])
         valid = torch.cat([valid, torch.zeros(pad, dtype=torch.bool, device=valid.device)])
-    return Level(n + got, left, nxt, valid, got, expand.long().sum())
+    n_expand = expand.long().sum()
+    return Level(n + got, left, nxt, valid, got, n_expand, (n_expand > 0).view(1))

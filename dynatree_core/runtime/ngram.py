@@ -7,6 +7,7 @@ distinct committed tokens are kept on the host as they are committed (:class:`Co
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -100,6 +101,8 @@ class LookupMatches:
     ngram: torch.Tensor
     tokens: torch.Tensor
     dense: bool = False
+    #: [] how many entries of ``tokens`` are real (a static buffer's: :class:`StaticSeq`); None: all
+    size: torch.Tensor | None = None
 
     @functools.cached_property
     def total(self) -> torch.Tensor:
@@ -124,8 +127,10 @@ class LookupMatches:
         order top-k gives equal scores."""
         q, width = self.counts.shape
         found = (self.ngram > 0)[:, None]
-        score = torch.where(found, self.counts + self.recency,
-                            -torch.arange(width, device=self.counts.device, dtype=torch.float32))
+        place = torch.arange(width, device=self.counts.device)
+        score = torch.where(found, self.counts + self.recency, -place.float())
+        if self.size is not None:  # a static buffer's entries past the real ones rank last
+            score = score.masked_fill(place >= self.size, -math.inf)
         return torch.topk(score, min(k, width), dim=-1).indices
 
     def top(self, k: int) -> torch.Tensor:
@@ -189,3 +194,72 @@ def lookup_matches(seq: torch.Tensor, contexts: torch.Tensor, source: PromptLook
     recency.scatter_reduce_(1, nxt, hit * pos, reduce="amax")
     return LookupMatches(counts, recency, ngram.long(), tokens, dense)
 
+
+@dataclass
+class StaticSeq:
+    """The committed tokens in buffers of a fixed ``capacity`` (the fast path's: shapes never change,
+    so a lookup over them is one compiled region): ``seq`` [cap], ``index`` [cap] (each position's
+    index among the distinct tokens), ``tokens`` [cap] (the distinct tokens, first occurrence order)
+    and ``lens`` [2] = (L, U) on the device, how many of each are real; ``length`` and ``unique``: the
+    same on the host, which writes every committed token (no device read)."""
+
+    seq: torch.Tensor
+    index: torch.Tensor
+    tokens: torch.Tensor
+    lens: torch.Tensor
+    length: int = 0
+    unique: int = 0
+
+    @staticmethod
+    def empty(capacity: int, device: torch.device) -> "StaticSeq":
+        long = dict(dtype=torch.long, device=device)
+        return StaticSeq(torch.zeros(capacity, **long), torch.zeros(capacity, **long), torch.zeros(capacity, **long),
+                         torch.zeros(2, **long))
+
+    def extend(self, tokens: Sequence[int], index: Sequence[int], new: Sequence[int]) -> None:
+        """Append committed ``tokens`` (their compact ``index``; ``new``: the distinct tokens first seen
+        in them): one host -> device copy, then writes at host-known offsets."""
+        m, u, cap = len(tokens), len(new), self.seq.shape[0]
+        if self.length + m > cap:
+            raise ValueError(f"the lookup's static buffer holds {cap} tokens: {self.length} + {m} do not fit")
+        end, uend = self.length + m, self.unique + u
+        staged = to_device(list(tokens) + list(index) + list(new) + [end, uend], self.seq.device)
+        self.seq[self.length:end].copy_(staged[:m])
+        self.index[self.length:end].copy_(staged[m:2 * m])
+        if u:
+            self.tokens[self.unique:uend].copy_(staged[2 * m:2 * m + u])
+        self.lens.copy_(staged[2 * m + u:])
+        self.length, self.unique = end, uend
+
+    def views(self) -> tuple[torch.Tensor, CompactVocab]:
+        """The real tokens and their compact vocabulary (views: what the dynamic lookups read)."""
+        return self.seq[:self.length], CompactVocab(self.tokens[:self.unique], self.index[:self.length])
+
+
+def tree_contexts(seq: torch.Tensor, length: torch.Tensor, ancestors: torch.Tensor, depths: torch.Tensor,
+                  tree_tokens: torch.Tensor, ids: torch.Tensor, level: torch.Tensor, n: int) -> torch.Tensor:
+    """[q, n]: the last ``n`` tokens ending at each node of ``ids`` (tree level ``level``, a device
+    scalar): its path below the root, then the committed tokens ``seq`` (``length`` real; the root is
+    the last), -1 before the start. Fixed shapes whatever the level (what :class:`StaticSeq` reads)."""
+    q, width = ids.shape[0], ancestors.shape[1]
+    anc = ancestors.index_select(0, ids)
+    # each node's path tokens by depth (column = depth; others to the spare last column)
+    col = torch.where(anc, depths.clamp(0, width - 1)[None, :], width)
+    path = torch.full((q, width + 1), -1, dtype=seq.dtype, device=seq.device)
+    path.scatter_(1, col, tree_tokens[None, :].expand(q, -1))
+    back = torch.arange(n - 1, -1, -1, device=seq.device)  # column c holds the token n - 1 - c back
+    depth = level - back  # that token's depth: >= 1 in the tree; <= 0 committed, at length - 1 + depth
+    in_tree = path.gather(1, depth.clamp(0, width - 1)[None, :].expand(q, -1))
+    pos = length - 1 + depth
+    committed = torch.where(pos >= 0, seq.index_select(0, pos.clamp(0, seq.shape[0] - 1)), -1)  # tree columns: any index
+    return torch.where((depth >= 1)[None, :], in_tree, committed[None, :])
+
+
+def static_matches(s: StaticSeq, contexts: torch.Tensor, source: PromptLookup) -> LookupMatches:
+    """:func:`lookup_matches` over a :class:`StaticSeq` (device lengths: no host value, fixed shapes):
+    occurrences past the real tokens are masked by the ``limit`` every row shares."""
+    length = s.lens[0]
+    limit = (length - 1).expand(contexts.shape[0])
+    m = lookup_matches(s.seq, contexts, source, CompactVocab(s.tokens, s.index), limit)
+    m.size = s.lens[1]
+    return m

@@ -81,10 +81,15 @@ class SlotCache(Cache):
     def write_at(self, start: int, count: int) -> None:
         """The next forward writes ``count`` entries at slots ``start ..`` (in place: the slot
         buffer's address never changes)."""
+        self.claim(start, count)
+        torch.add(self._ar[:count], start, out=self.slots[:count])
+
+    def claim(self, start: int, count: int) -> None:
+        """:meth:`write_at`'s checks and bookkeeping, for a caller that writes ``slots`` itself (a
+        compiled region: ``slots[:count] = start + arange(count)``)."""
         if count > self.max_write or start + count > self.capacity:
             raise ValueError(f"a forward of {count} entries at slot {start} does not fit the static cache "
                              f"({self.capacity} slots, {self.max_write} per forward)")
-        torch.add(self._ar[:count], start, out=self.slots[:count])
         self.written = max(self.written, start + count)
 
     @property
@@ -145,9 +150,10 @@ class StaticTargetCache:
             self._visible = to_device(flags, device, torch.bool)
         return self._visible
 
-    def reserve(self, count: int) -> int:
+    def reserve(self, count: int, write: bool = True) -> int:
         """Room for a forward of ``count`` entries at the first free slot (compacting the dead
-        entries away first if they are in the way); returns that slot and points the writes there."""
+        entries away first if they are in the way); returns that slot and points the writes there
+        (``write=False``: the caller's compiled region writes the slots)."""
         if self._pending:
             raise RuntimeError("StaticTargetCache: resolve the last forward's entries before the next one")
         if self.physical + count > self.capacity and self.dead:
@@ -156,7 +162,10 @@ class StaticTargetCache:
             raise ValueError(f"the static cache is full: {self.committed} committed entries + a forward of {count} "
                              f"exceed its {self.capacity} slots (raise static_len)")
         start = self.physical
-        self.cache.write_at(start, count)
+        if write:
+            self.cache.write_at(start, count)
+        else:
+            self.cache.claim(start, count)
         self._pending = count
         return start
 

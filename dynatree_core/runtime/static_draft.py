@@ -14,12 +14,15 @@ entries, its fed ancestors and itself (a dummy row sees only itself).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
 from dynatree_core.runtime import plumbing as pl
 from dynatree_core.runtime.fast_path import (FastPath, StaticInputs, bucket, buckets_for, check_owner, keep_or_make,
                                              static_inputs)
+from dynatree_core.runtime.fused import compiled, region
+from dynatree_core.runtime.host_syncs import to_device
 from dynatree_core.runtime.static_cache import SlotCache
 
 
@@ -42,7 +45,7 @@ class DeviceSlotBook:
     def capacity(self) -> int:
         return self.cache.capacity
 
-    def reserve(self, count: int, room: int = 0) -> int:
+    def reserve(self, count: int, room: int = 0, write: bool = True) -> int:
         """The next forward writes ``count`` entries from the returned slot. With ``room``, the dead
         entries are compacted away first unless ``room`` more slots stay free after it: a tree's
         level 0 asks for the whole tree's room, so that no later level of the tree compacts (which
@@ -53,13 +56,18 @@ class DeviceSlotBook:
             raise ValueError(f"the draft's static cache is full: {self.committed} committed entries + a forward of "
                              f"{count} exceed its {self.capacity} slots (raise static_len)")
         start = self.physical
-        self.cache.write_at(start, count)
+        if write:
+            self.cache.write_at(start, count)
+        else:  # the caller's compiled region writes the slots
+            self.cache.claim(start, count)
         self.physical += count
         return start
 
-    def commit_chain(self, start: int, count: int) -> None:
-        """Entries [start, start + count) are committed (a level-0 chain of committed tokens)."""
-        self.alive[start:start + count].fill_(True)
+    def commit_chain(self, start: int, count: int, on_device: bool = True) -> None:
+        """Entries [start, start + count) are committed (a level-0 chain of committed tokens);
+        ``on_device=False``: a compiled region has marked them already (:func:`chain_inputs`)."""
+        if on_device:
+            self.alive[start:start + count].fill_(True)
         self.committed += count
 
     def commit_slots(self, slots: torch.Tensor, count: int) -> None:
@@ -96,26 +104,40 @@ class DraftStaticForwards:
         return self.path.cache
 
     @torch.inference_mode()
-    def chain(self, ids: torch.Tensor, clock: pl.ForwardClock | None, feats: torch.Tensor | None = None,
+    def chain(self, tokens: Sequence[int], clock: pl.ForwardClock | None, feats: torch.Tensor | None = None,
               first_pos: int | None = None) -> tuple[torch.Tensor, int]:
-        """Level 0: the causal chain ``ids`` [q] after the committed entries, committed at once (they
-        are committed tokens); returns its outputs [q, ...] (logits; a feature draft's predicted
-        features) and its first slot. ``feats`` [q, F]: a feature draft's input features; ``first_pos``:
-        the first token's position (default: the committed count). Padded to a bucket when one holds
-        it, else run eagerly (a first level that reads the whole prompt)."""
-        q, book = ids.shape[0], self.book
+        """Level 0: the causal chain ``tokens`` (q of them) after the committed entries, committed at
+        once (they are committed tokens); returns its outputs [q, ...] (logits; a feature draft's
+        predicted features) and its first slot. ``feats`` [q, F]: a feature draft's input features;
+        ``first_pos``: the first token's position (default: the committed count). Padded to a bucket
+        when one holds it (the inputs written by one compiled region, :func:`chain_inputs`), else run
+        eagerly (a first level that reads the whole prompt)."""
+        q, book = len(tokens), self.book
         committed, b = book.committed, self._bucket(q)
-        start = book.reserve(b, room=self.tree_room)
-        x = self._inputs(b, q, start)
-        x.ids[0, :q].copy_(ids)
-        if feats is not None:
-            x.feats[0, :q].copy_(feats)
-        torch.add(self.path.cache.cache._ar[:q], committed if first_pos is None else first_pos, out=x.pos[0, :q])
-        rows = x.mask[0, 0, :q]
-        rows.masked_fill_(book.alive[None, :], 0.0)
-        rows[:, start:start + q].masked_fill_(pl.causal_allowed(q, 0, ids.device), 0.0)
+        first = committed if first_pos is None else first_pos
+        bucketed = b in self.path.buckets
+        start = book.reserve(b, room=self.tree_room, write=not bucketed)
+        dev = book.alive.device
+        if bucketed:
+            x = self.path.entry(b, False).inputs
+            # the padded tokens and the scalars in one host -> device copy
+            staged = to_device(list(tokens) + [0] * (b - q) + [start, first, committed, q], dev)
+            if feats is not None:
+                x.feats[0, :q].copy_(feats)
+                x.feats[0, q:].zero_()
+            compiled(chain_inputs, self.path.runtime, dev)(x, book.alive, self.path.cache.cache.slots, staged,
+                                                          self.path.cache.cache._ar)
+        else:
+            x = self._inputs(b, q, start)
+            x.ids[0, :q].copy_(to_device(tokens, dev))
+            if feats is not None:
+                x.feats[0, :q].copy_(feats)
+            torch.add(self.path.cache.cache._ar[:q], first, out=x.pos[0, :q])
+            rows = x.mask[0, 0, :q]
+            rows.masked_fill_(book.alive[None, :], 0.0)
+            rows[:, start:start + q].masked_fill_(pl.causal_allowed(q, 0, dev), 0.0)
         logits = self._run(b, q, x, clock)
-        book.commit_chain(start, q)
+        book.commit_chain(start, q, on_device=not bucketed)
         book.physical = start + q  # the padding's slots are free again
         return logits, start
 
@@ -124,24 +146,19 @@ class DraftStaticForwards:
               clock: pl.ForwardClock | None, feats: torch.Tensor | None = None) -> torch.Tensor:
         """One tree level ``ids`` [q]: each node sees the committed entries, its fed ancestors (their
         ``slot``) and itself, at position ``root_pos`` + depth; ``slot`` gets the level's slots.
-        ``feats`` [q, F]: a feature draft's input features."""
+        ``feats`` [cap, F]: a feature draft's predicted features by node (each node reads its parent's).
+        The inputs are written by one compiled region (:func:`level_inputs`), the forward replayed."""
         q, book = ids.shape[0], self.book
         b = self._bucket(q)
-        start = book.reserve(b)
-        x = self._inputs(b, q, start)
-        x.ids[0, :q].copy_(tree.tokens[ids])
-        if feats is not None:
-            x.feats[0, :q].copy_(feats)
-        torch.add(tree.depths[ids], root_pos, out=x.pos[0, :q])
-        rows = x.mask[0, 0, :q]
-        rows.masked_fill_(book.alive[None, :], 0.0)
-        anc = tree.ancestors.index_select(0, ids) & (slot >= 0)[None, :]
-        cols = torch.where(anc, slot[None, :], book.capacity)  # not an ancestor: the spare column
-        seen = torch.zeros((q, book.capacity + 1), dtype=torch.bool, device=ids.device).scatter_(1, cols, True)
-        rows.masked_fill_(seen[:, :book.capacity], 0.0)
-        rows[:, start:start + q].diagonal().fill_(0.0)
+        if b not in self.path.buckets:  # never: a level has at most N_max nodes, the buckets hold the whole tree
+            raise ValueError(f"a draft level of {q} nodes is wider than the largest bucket ({self.path.buckets[-1]})")
+        start = book.reserve(b, write=False)
+        x = self.path.entry(b, False).inputs
+        scalars = to_device([start, root_pos, book.committed], ids.device)  # one host -> device copy
+        compiled(level_inputs, self.path.runtime, ids.device)(
+            x, tree.tokens, tree.depths, tree.parents, tree.ancestors, book.alive, slot, ids, feats, scalars,
+            self.path.cache.cache._ar, self.path.cache.cache.slots)
         logits = self._run(b, q, x, clock)
-        slot.index_copy_(0, ids, self.path.cache.cache._ar[:q] + start)
         book.physical = start + q
         return logits
 
@@ -170,6 +187,60 @@ class DraftStaticForwards:
             else:
                 logits, _ = self.path.spec.forward(self.path.model, self.path.cache.cache, x, False)()
         return logits[:q]
+
+
+@region
+def level_inputs(x: StaticInputs, tokens: torch.Tensor, depths: torch.Tensor, parents: torch.Tensor,
+                 ancestors: torch.Tensor, alive: torch.Tensor, slot: torch.Tensor, ids: torch.Tensor,
+                 feats: torch.Tensor | None, scalars: torch.Tensor, ar: torch.Tensor, slots: torch.Tensor) -> None:
+    """A tree level's forward inputs in the bucket's buffers ``x`` (rows past ``ids``' q are dummies
+    that see only their own slot), the cache slots it writes (``slots``) and the level's slots by
+    node in ``slot``. ``scalars``: [first slot written, the root's position, the committed count] on
+    the device; ``ar``: an arange of at least the cache's length. Shapes depend only on q, the bucket
+    and the cache: one compiled graph."""
+    q, b, cap = ids.shape[0], x.ids.shape[1], alive.shape[0]
+    start, root_pos, committed = scalars.unbind(0)
+    slots[:b].copy_(start + ar[:b])
+    x.ids[0, :q].copy_(tokens.index_select(0, ids))
+    x.ids[0, q:].zero_()
+    if feats is not None and x.feats is not None:  # a node reads the feature its parent's step predicted
+        x.feats[0, :q].copy_(feats.index_select(0, parents.index_select(0, ids)))
+        x.feats[0, q:].zero_()
+    x.pos[0, :q].copy_(depths.index_select(0, ids) + root_pos)
+    x.pos[0, q:].copy_(committed.expand(b - q))
+    # seen: the committed entries, each fed ancestor's slot (others to the spare last column), itself
+    anc = ancestors.index_select(0, ids) & (slot >= 0)[None, :]
+    seen = torch.zeros((b, cap + 1), dtype=torch.bool, device=ids.device)
+    seen[:q].scatter_(1, torch.where(anc, slot[None, :], cap), True)
+    seen[:q, :cap] |= alive[None, :]
+    seen.index_put_((ar[:b], start + ar[:b]), torch.ones((), dtype=torch.bool, device=ids.device))
+    x.mask[0, 0].copy_(torch.where(seen[:, :cap], 0.0, torch.finfo(x.mask.dtype).min).to(x.mask.dtype))
+    slot.index_copy_(0, ids, ar[:q] + start)
+
+
+@region
+def chain_inputs(x: StaticInputs, alive: torch.Tensor, slots: torch.Tensor, staged: torch.Tensor,
+                 ar: torch.Tensor) -> None:
+    """Level 0's forward inputs in the bucket's buffers ``x``: the chain of q committed tokens after
+    the committed entries, causal among themselves (rows past q are dummies that see only their own
+    slot), its cache slots (``slots``) and the chain marked committed (``alive``). ``staged``: the
+    tokens padded to the bucket, then [first slot, first position, committed count, q], on the
+    device: shapes depend only on the bucket and the cache, so one compiled graph per bucket."""
+    b, cap = x.ids.shape[1], alive.shape[0]
+    start, first, committed, q = staged[b:].unbind(0)
+    row = ar[:b]
+    real = row < q
+    x.ids[0].copy_(staged[:b])
+    x.pos[0].copy_(torch.where(real, row + first, committed))
+    col = start + row
+    slots[:b].copy_(col)
+    # a real row sees the committed entries and the chain up to itself; a dummy row only itself
+    own = row[None, :] == row[:, None]
+    block = (row[None, :] <= row[:, None]) & real[:, None] | own
+    seen = alive[None, :] & real[:, None]
+    seen = seen.scatter(1, col[None, :].expand(b, b), block)
+    x.mask[0, 0].copy_(torch.where(seen, 0.0, torch.finfo(x.mask.dtype).min).to(x.mask.dtype))
+    alive.index_put_((col,), real)
 
 
 def draft_fast_path(model: torch.nn.Module, runtime: str, length: int, max_level: int,

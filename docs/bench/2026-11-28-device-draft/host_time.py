@@ -7,17 +7,20 @@ reads per iteration and the tokens. The code measured is whatever ``dynatree_cor
 ``run.sh`` runs this file once against the code before the change and once after, alternately.
 
     PYTHONPATH=<checkout> python host_time.py --runtime static --out after.json
+    PYTHONPATH=<checkout> python host_time.py --runtime compiled --mix --out after.json   # the regions compiled
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 
 import torch
 
 from dynatree_core import generate
+from dynatree_core.drafters import LookupMix
 from dynatree_core.pairs.tiny import tiny_pair
 from dynatree_core.policy.config import DynaTreeConfig, Eagle2Config, LinearConfig
 
@@ -26,9 +29,11 @@ POLICIES = {"linear": ("linear", LinearConfig(k=3)), "dynatree:cpu": ("dynatree"
 PROMPT = [5, 9, 14, 3, 22, 7, 31, 12, 18, 4, 9, 14, 3, 22, 7, 31, 12, 5, 9, 14]
 
 
-def measure(runtime: str, tokens: int, repeats: int) -> dict:
+def measure(runtime: str, tokens: int, repeats: int, mix: bool = False) -> dict:
     torch.manual_seed(0)
     pair = tiny_pair("llama", noise=0.05)
+    if mix:  # prompt lookup mixed into the draft, as in the default pair
+        pair = dataclasses.replace(pair, lookup=LookupMix())
     out = {}
     for name, (method, cfg) in POLICIES.items():
         generate(pair, PROMPT, method, cfg, max_new_tokens=tokens, ignore_eos=True, runtime=runtime)  # builds
@@ -57,10 +62,11 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--mix", action="store_true", help="mix prompt lookup into the draft (LookupMix)")
     args = ap.parse_args()
     torch.set_num_threads(2)
     res = {"runtime": args.runtime, "tokens": args.tokens, "repeats": args.repeats, "torch": torch.__version__,
-           "policies": measure(args.runtime, args.tokens, args.repeats)}
+           "mix": args.mix, "policies": measure(args.runtime, args.tokens, args.repeats, args.mix)}
     with open(args.out, "w") as f:
         json.dump(res, f, indent=1)
 
