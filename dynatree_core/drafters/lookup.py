@@ -49,9 +49,7 @@ class LookupDrafter(Drafter):
         new = super().fork(ctx)
         new.seq, new._index, new._seq_index = list(self.seq), dict(self._index), list(self._seq_index)
         if self.static is not None:
-            s = self.static
-            new.static = StaticSeq(s.seq.clone(), s.index.clone(), s.tokens.clone(), s.lens.clone(), s.length, s.unique)
-            new._dev = None
+            new.static, new._dev = self.static.clone(), None
         return new
 
     def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> Proposal:

@@ -65,8 +65,7 @@ class LookupMix:
 
     def weights(self, m: LookupMatches) -> torch.Tensor:
         """λ per row of ``m``: C / (C + κ_n) for its match of n tokens seen C times (0: no match)."""
-        total = m.total
-        return total / (total + _kappa_table(self, total.device)[m.ngram])
+        return _weights(m.total, m.ngram, _kappa_table(self, m.total.device))
 
     def settings(self) -> dict[str, Any]:
         return {"max_ngram": self.lookup.max_ngram, "min_ngram": self.lookup.min_ngram, "prior": list(self.prior)}
@@ -82,7 +81,7 @@ def _mixed_topk(draft: TopKTensors, m: LookupMatches, kappa: torch.Tensor, k: in
     """:func:`mix_topk` with κ_n as a table by n-gram length (:func:`_kappa_table`)."""
     ids_d, lps_d = draft
     total = m.counts.sum(1)
-    lam = (total / (total + kappa[m.ngram]))[:, None]
+    lam = _weights(total, m.ngram, kappa)[:, None]
     idx = m.top_index(ids_d.shape[1])
     ids_l = m.tokens[idx]
     cand = torch.cat([ids_d, ids_l], 1)  # [q, 2k]: a lookup candidate the draft lists is dropped below
@@ -106,6 +105,11 @@ def mix_level(draft_ids: torch.Tensor, draft_lps: torch.Tensor, s: StaticSeq, an
     scalar), mixed into the draft's top-k (``draft_ids`` / ``draft_lps``)."""
     contexts = tree_contexts(s.seq, s.lens[0], ancestors, depths, tree_tokens, ids, level, source.max_ngram)
     return _mixed_topk((draft_ids, draft_lps), static_matches(s, contexts, source), kappa, k)
+
+
+def _weights(total: torch.Tensor, ngram: torch.Tensor, kappa: torch.Tensor) -> torch.Tensor:
+    """λ = C / (C + κ_n) per row: ``total`` C, ``ngram`` n, ``kappa`` the table of :func:`_kappa_table`."""
+    return total / (total + kappa[ngram])
 
 
 @functools.lru_cache(maxsize=32)

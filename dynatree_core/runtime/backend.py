@@ -212,7 +212,7 @@ def verify_inputs(x: StaticInputs, tokens: torch.Tensor, depths: torch.Tensor, a
     tree = ancestors.index_select(0, node).index_select(1, node) & real[:, None] & real[None, :]
     block = tree | (row[None, :] == row[:, None])
     seen = (visible[None, :] & real[:, None]).scatter(1, col[None, :].expand(b, b), block)
-    x.mask[0, 0].copy_(torch.where(seen, 0.0, torch.finfo(x.mask.dtype).min).to(x.mask.dtype))
+    x.mask[0, 0].copy_(pl.additive_mask(seen, x.mask.dtype, seen.device)[0, 0])
 
 
 def target_backend(model: torch.nn.Module, runtime: str, length: int, max_tree: int, hidden: bool,

@@ -231,6 +231,11 @@ class StaticSeq:
         self.lens.copy_(staged[2 * m + u:])
         self.length, self.unique = end, uend
 
+    def clone(self) -> "StaticSeq":
+        """An independent copy (a forked drafter's)."""
+        return StaticSeq(self.seq.clone(), self.index.clone(), self.tokens.clone(), self.lens.clone(), self.length,
+                         self.unique)
+
     def views(self) -> tuple[torch.Tensor, CompactVocab]:
         """The real tokens and their compact vocabulary (views: what the dynamic lookups read)."""
         return self.seq[:self.length], CompactVocab(self.tokens[:self.unique], self.index[:self.length])

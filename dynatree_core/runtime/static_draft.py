@@ -214,7 +214,7 @@ def level_inputs(x: StaticInputs, tokens: torch.Tensor, depths: torch.Tensor, pa
     seen[:q].scatter_(1, torch.where(anc, slot[None, :], cap), True)
     seen[:q, :cap] |= alive[None, :]
     seen.index_put_((ar[:b], start + ar[:b]), torch.ones((), dtype=torch.bool, device=ids.device))
-    x.mask[0, 0].copy_(torch.where(seen[:, :cap], 0.0, torch.finfo(x.mask.dtype).min).to(x.mask.dtype))
+    x.mask[0, 0].copy_(pl.additive_mask(seen[:, :cap], x.mask.dtype, seen.device)[0, 0])
     slot.index_copy_(0, ids, ar[:q] + start)
 
 
@@ -239,7 +239,7 @@ def chain_inputs(x: StaticInputs, alive: torch.Tensor, slots: torch.Tensor, stag
     block = (row[None, :] <= row[:, None]) & real[:, None] | own
     seen = alive[None, :] & real[:, None]
     seen = seen.scatter(1, col[None, :].expand(b, b), block)
-    x.mask[0, 0].copy_(torch.where(seen, 0.0, torch.finfo(x.mask.dtype).min).to(x.mask.dtype))
+    x.mask[0, 0].copy_(pl.additive_mask(seen, x.mask.dtype, seen.device)[0, 0])
     alive.index_put_((col,), real)
 
 
