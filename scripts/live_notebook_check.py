@@ -40,7 +40,7 @@ from pathlib import Path
 _GRAPHS_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output .js-plotly-plot')].map(g => {
   const r = g.getBoundingClientRect();
   const area = g.closest('.jp-OutputArea-output').getBoundingClientRect();
-  return {traces: (g.data || []).length, points: (g.data || []).reduce((n, t) => n + ((t.x || []).length), 0),
+  return {traces: (g.data || []).length, notes: ((g.layout || {}).annotations || []).filter(a => a.text).length, points: (g.data || []).reduce((n, t) => n + ((t.x || []).length), 0),
           width: r.width, height: r.height, area_right: area.right, right: r.right,
           title: ((g.layout || {}).title || {}).text || ''};
 })"""
@@ -117,6 +117,19 @@ def _wait_notebook(page) -> None:
                            timeout=120_000)
 
 
+def _answer_dialogs(page, out: Path, stem: str) -> None:
+    """Accept a dialog JupyterLab opens over a fresh page (e.g. the kernel chooser when the
+    notebook's kernel is still starting), saying which: it would swallow the clicks below."""
+    for k in range(3):
+        dialog = page.locator(".jp-Dialog")
+        if dialog.count() == 0:
+            return
+        page.screenshot(path=str(out / f"{stem}_dialog{k}.png"))
+        print(f"INFO {stem}: dialog answered: {' '.join(dialog.first.inner_text().split())[:160]!r}")
+        dialog.locator(".jp-Dialog-button.jp-mod-accept").first.click()
+        time.sleep(2)
+
+
 def _run_all(page) -> None:
     page.get_by_role("menuitem", name="Run", exact=True).click()
     page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
@@ -124,7 +137,8 @@ def _run_all(page) -> None:
 
 def _graphs_drawn(page, label: str, findings: list[str]) -> list[dict]:
     graphs = page.evaluate(_GRAPHS_JS)
-    empty = [g for g in graphs if g["traces"] == 0]
+    # a figure of words alone (the why panel where the draft never ran) has no trace but is drawn
+    empty = [g for g in graphs if g["traces"] == 0 and g["notes"] == 0]
     for g in empty:
         findings.append(f"{label}: a figure is drawn empty ({g['title'][:60]!r})")
     for g in graphs:
@@ -157,6 +171,7 @@ def check(nb: str, url: str, out: Path, browser, budget_s: float) -> list[str]:
     page.goto(f"{url}/lab/tree/{nb}?reset&token=live", wait_until="domcontentloaded")
     _wait_notebook(page)
     time.sleep(3)
+    _answer_dialogs(page, out, stem)
     _run_all(page)
     time.sleep(2)
     _wait_idle(page, budget_s)
@@ -215,7 +230,8 @@ def main() -> int:
     from playwright.sync_api import sync_playwright
     a.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="live-lab-"))
-    proc, url = _start_lab(a.lab_python, a.kernel_python, [p.resolve() for p in a.notebooks], work)
+    proc, url = _start_lab(a.lab_python, str(Path(a.kernel_python).absolute()),  # the lab runs elsewhere
+                            [p.resolve() for p in a.notebooks], work)
     findings: list[str] = []
     try:
         with sync_playwright() as pw:

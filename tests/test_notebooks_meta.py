@@ -236,7 +236,7 @@ def test_animated_figures_store_their_story_as_their_image(name):
     for fig, png in _figures(_read(name)):
         if not fig.frames:
             continue
-        story = dv.views.animation.static_figure(fig)
+        story = dv.views.strip.static_figure(fig)
         kinds.append("animate" if is_animation(fig) else "race")
         assert _png_size(png) == (story.layout.width, story.layout.height), f"{name}: {kinds[-1]}"
         if kinds[-1] == "race":

@@ -15,7 +15,8 @@ import pytest
 import dynatree_viz as dv
 from dynatree_core.policy.config import DynaTreeConfig, FixedTreeConfig, LinearConfig
 from dynatree_viz.views import tree as tv
-from dynatree_viz.views.animation import animation_strip, frame_figures, strip_frames
+from dynatree_viz.views.animation import frame_figures
+from dynatree_viz.views.strip import animation_strip, static_figure, strip_frames
 from dynatree_viz.core.images import image_export_available
 from dynatree_viz.views.mask import ACCEPTED_NAMES, mask_figure
 from helpers.viz import record, tiny_trace
@@ -89,22 +90,76 @@ def test_the_static_strip_has_no_root_only_panel_and_readable_labels():
     assert cb.lenmode == "fraction" and cb.len * strip.layout.height >= 200
 
 
-def test_the_static_strip_spends_no_more_than_its_level_height_per_tree_level():
+def _px_per_level(strip, k):
+    ax = "" if k == 1 else str(k)
+    dom, rng = strip.layout[f"yaxis{ax}"].domain, strip.layout[f"yaxis{ax}"].range
+    return (dom[1] - dom[0]) * strip.layout.height / abs(rng[0] - rng[1]), rng
+
+
+def test_the_static_strip_spends_far_less_height_per_level_than_the_animation():
     # 02's strip drew the animation's 140 px per level (two-line labels, target's choices): 3,183 px
-    # tall, mostly white; its panels carry one-line labels, which stay clear at STRIP_LEVEL_PX
-    from dynatree_viz.views.animation import STRIP_LEVEL_PX
+    # tall, mostly white; its panels carry one-line labels and take what those need
+    from dynatree_viz.views.strip import STRIP_LEVEL_PX
     for rec in [tiny_trace(3).iterations[1], *_dynatree_records()[1:3]]:
         fig = dv.animate(rec, show_pruned=True)
         plot_h = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
         levels = abs(fig.layout.yaxis.range[0] - fig.layout.yaxis.range[1])
-        assert plot_h / levels > 1.5 * STRIP_LEVEL_PX  # the animation's own spacing is far looser
         strip = animation_strip(fig)
-        for k in range(1, len(strip_frames(fig)) + 1):
-            ax = "" if k == 1 else str(k)
-            dom, rng = strip.layout[f"yaxis{ax}"].domain, strip.layout[f"yaxis{ax}"].range
-            px_per_level = (dom[1] - dom[0]) * strip.layout.height / abs(rng[0] - rng[1])
-            assert px_per_level == pytest.approx(STRIP_LEVEL_PX, rel=0.01)
-    assert_labels_clear(animation_strip(dv.animate(tiny_trace(3), 1, show_pruned=True)))
+        per_level = {round(_px_per_level(strip, k)[0], 3) for k in range(1, len(strip_frames(fig)) + 1)}
+        assert len(per_level) == 1  # every panel on one vertical scale: steps compare at a glance
+        (px,) = per_level
+        assert STRIP_LEVEL_PX <= px < 0.7 * plot_h / levels
+
+
+@pytest.mark.parametrize("show_pruned", [False, True])
+def test_the_strip_replans_its_labels_on_wide_trees(show_pruned):
+    # the strip used to scale the animation's label plan (two rows at 11 px) to 13 px labels at 0.7
+    # of the width: sibling labels touched ("old" / "man king" in 02) and edges crossed labels on
+    # every synthetic tree of 12+ nodes
+    for rec in _dynatree_records()[1:]:
+        fig = dv.animate(rec, show_pruned=show_pruned)
+        strip = animation_strip(fig)
+        boxes = assert_labels_clear(strip)
+        kept = strip_frames(fig)
+        assert len(boxes) == sum(len(next(t for t in f.data if t.name == "labels").text or []) for f in kept)
+        assert len({t.textfont.size for t in strip.data if t.name == "labels"}) == 1
+
+
+def test_a_wide_tree_still_gets_two_panels_a_row():
+    # a 22-node tree with its pruned ghosts drew one panel a row at 0.7 scale: 757 x 3,528 px
+    from dynatree_viz.views.strip import STRIP_MIN_SCALE
+    wide = max(_dynatree_records()[1:], key=lambda r: len(r.tree) + len(r.tree.pruned))
+    fig = dv.animate(wide, show_pruned=True)
+    strip = animation_strip(fig)
+    assert strip.layout.xaxis.domain[1] < strip.layout.xaxis2.domain[0]  # panel 2 beside panel 1
+    plot_w = fig.layout.width - fig.layout.margin.l - fig.layout.margin.r
+    panel_w = (strip.layout.xaxis.domain[1] - strip.layout.xaxis.domain[0]) * strip.layout.width
+    assert panel_w >= STRIP_MIN_SCALE * plot_w - 1
+    assert_labels_clear(strip)
+
+
+def test_a_row_of_shallow_steps_is_shorter_than_a_row_of_deep_ones():
+    # the first steps draw two levels of a five-level tree: their row used to be as tall as the last
+    fig = dv.animate(_dynatree_records()[1], show_pruned=True)
+    strip = animation_strip(fig, columns=2)
+    kept = strip_frames(fig)
+    first, last = _px_per_level(strip, 1), _px_per_level(strip, len(kept))
+    top_h = (strip.layout.yaxis.domain[1] - strip.layout.yaxis.domain[0])
+    last_ax = strip.layout[f"yaxis{len(kept)}"]
+    assert first[1][0] < last[1][0]  # the first row's range stops at its deepest level
+    assert top_h < last_ax.domain[1] - last_ax.domain[0]
+    deepest_first = max(max(next(t for t in f.data if t.name == "labels").y) for f in kept[:2])
+    assert first[1][0] < deepest_first + 1  # and no further than its labels below it
+
+
+def test_a_still_picture_drops_the_buttons_a_picture_cannot_press():
+    # the tree view's c(u) / p(u) / p(token) switch showed in every static PNG and did nothing there
+    fig = dv.tree_figure(record())
+    assert fig.layout.updatemenus  # live, the switch recolours the nodes
+    still = static_figure(fig)
+    assert not still.layout.updatemenus
+    assert fig.layout.updatemenus  # the live figure keeps its switch
+    assert [t.name for t in still.data] == [t.name for t in fig.data]
 
 
 # --- the mask view: its axis labels on long trees -----------------------------------------------

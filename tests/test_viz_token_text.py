@@ -33,7 +33,7 @@ def test_a_record_carrying_its_tokenizer_is_labelled_as_text_in_every_view():
     rec = unknown_token_record()
     rec.tokenizer = FakeTokenizer()  # what the engine's collector sets on every record it keeps
     for fig in (dv.tree_figure(rec, show_pruned=True), dv.why(rec), dv.mask_figure(rec),
-                dv.views.animation.static_figure(dv.animate(rec, show_pruned=True))):
+                dv.views.strip.static_figure(dv.animate(rec, show_pruned=True))):
         text = figure_text(fig)
         assert "⟨" not in text, "a view labelled a token by its id although a tokenizer is known"
     assert "cat" in figure_text(dv.why(rec))
@@ -71,7 +71,7 @@ def test_the_bonus_token_is_labelled_as_text():
     nodes_only.committed_texts = []  # as 02's hand-built 5-node record had it
     assert "⟨" in _bonus_label(dv.tree_figure(nodes_only))  # the fallback the notebook must avoid
     for fig in (dv.tree_figure(nodes_only, tokenizer=FakeTokenizer()),
-                dv.views.animation.static_figure(dv.animate(nodes_only, tokenizer=FakeTokenizer()))):
+                dv.views.strip.static_figure(dv.animate(nodes_only, tokenizer=FakeTokenizer()))):
         assert "⟨" not in figure_text(fig) and style.short_label(word) in figure_text(fig)
     fig = dv.tree_figure(nodes_only, tokenizer=FakeTokenizer())
     assert _bonus_label(fig) == style.short_label(word)

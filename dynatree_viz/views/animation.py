@@ -16,7 +16,8 @@ and the last frame looks like the static view):
   bold blue, the bonus underlined in orange, as in the text view).
 
 :func:`animation_steps` gives the steps as data, :func:`animate` the figure (play/pause buttons
-and a step slider), :func:`frame_figures` one static figure per frame (of any animated figure); slides and images
+and a step slider), :func:`frame_figures` one static figure per frame (of any animated figure), and
+:func:`dynatree_viz.views.strip.animation_strip` every step in one picture; slides and images
 of the frames are written by :mod:`dynatree_viz.export.slides`.
 """
 
@@ -357,7 +358,7 @@ def animate(source: Trace | IterationRecord | str, iteration: int = 0, *,
     ``TARGET_CHOICES`` (the "→ x" labels); the text above the tree is the ``TEXT_PANEL``
     annotation. Each frame's ``layout.meta`` holds its step (``phase``, ``level``, ``nodes``,
     ``committed_text``, ``short``) and the accepted node ids. Its static image (where a notebook
-    is read without a kernel) is :func:`animation_strip`: every step in one picture.
+    is read without a kernel) is :func:`dynatree_viz.views.strip.animation_strip`: every step in one picture.
     """
     rec, trace = _record(source, iteration)
     namer = resolve_namer(trace or rec, namer, tokenizer)
@@ -428,134 +429,10 @@ def _without_controls(layout: dict) -> dict:
     return out
 
 
-def static_figure(fig: go.Figure) -> go.Figure:
-    """What a reader without a kernel should see of ``fig``: an :func:`animate` figure as
-    :func:`animation_strip` (every step), any other animated figure (e.g. :func:`race`) as its
-    last frame (the whole story told), a still figure as itself."""
-    if not fig.frames:
-        return fig
-    return animation_strip(fig) if is_animation(fig) else frame_figures(fig)[-1]
-
-
 def is_animation(fig: go.Figure) -> bool:
     """Whether ``fig`` is an :func:`animate` figure (every frame's meta names its phase)."""
     return bool(fig.frames) and all(isinstance(fr.layout.meta, dict) and "phase" in fr.layout.meta
                                     for fr in fig.frames)
-
-
-_STRIP_LEFT, _STRIP_GAP_X, _STRIP_GAP_Y, _STRIP_TOP, _STRIP_RIGHT = 30, 36, 56, 40, 120
-#: token labels in the strip: a 1200 px image shows at about 0.8 in a notebook, and 10 px labels
-#: read as 8 px there
-STRIP_LABEL_FONT = 13
-#: vertical pixels per tree level in a strip panel: a node, its one-line label and a staggered
-#: second label row fit in 64 px; the animation's own spacing (~140 px, for two-line labels and
-#: the target's choices) made 02's strip 3,183 px tall, mostly white
-STRIP_LEVEL_PX = 64
-
-
-def strip_frames(fig: go.Figure) -> list[go.Figure]:
-    """The frames :func:`animation_strip` draws: all but a first draft step with the root alone
-    (d = 0), when other steps follow."""
-    figs = frame_figures(fig)
-    rest = [f for f in figs if not (isinstance(f.layout.meta, dict) and f.layout.meta.get("phase") == "draft"
-                                    and f.layout.meta.get("level") == 0)]
-    return rest or figs
-
-
-def animation_strip(fig: go.Figure, *, columns: int | None = None, scale: float | None = None,
-                    max_width: int = 1250) -> go.Figure:
-    """Every step of an :func:`animate` figure in one picture (small multiples): one panel per
-    frame, the tree scaled by ``scale`` (default: panels about 460 px wide, at least 0.7 of the
-    animation, so that every node keeps its token label as in the GIF) across and to
-    :data:`STRIP_LEVEL_PX` per tree level down (the panels carry one-line labels and none of the
-    target's choices, so they need less height than the animation), ``columns`` panels a row
-    (default: as many as fit in ``max_width``). Each panel is titled with its step; one legend for
-    all. This is the image notebooks store for an animation. The first draft step (the root
-    alone) is left out where later steps follow: every panel draws the root, so it showed an
-    empty-looking tree."""
-    figs = strip_frames(fig)
-    lay0 = figs[0].layout
-    plot_w = lay0.width - lay0.margin.l - lay0.margin.r
-    plot_h = lay0.height - lay0.margin.t - lay0.margin.b
-    s = scale or min(max(460 / plot_w, 0.7), 1.0)
-    levels_y = abs(lay0.yaxis.range[0] - lay0.yaxis.range[1]) if lay0.yaxis.range else 0
-    sy = min(s, STRIP_LEVEL_PX * levels_y / plot_h) if levels_y else s  # one level: y unit 1
-    pw, ph = plot_w * s, plot_h * sy
-    cols = columns or max(1, min(len(figs), int((max_width - _STRIP_LEFT) // (pw + _STRIP_GAP_X))))
-    rows = -(-len(figs) // cols)
-    legend = [t for t in figs[0].data if t.showlegend is not False and t.x == (None,)
-              and t.name not in (LEGEND_Q, LEGEND_TARGET)]  # the panels carry no such labels
-    bottom = int(tv.legend_height([t.name for t in legend], cols * pw) + 20)
-    width = int(_STRIP_LEFT * 2 + cols * pw + (cols - 1) * _STRIP_GAP_X)
-    height = int(_STRIP_TOP + rows * (ph + _STRIP_GAP_Y) + bottom)
-    out = go.Figure()
-    for k, f in enumerate(figs):
-        x0 = _STRIP_LEFT + (k % cols) * (pw + _STRIP_GAP_X)
-        y0 = _STRIP_TOP + (k // cols) * (ph + _STRIP_GAP_Y) + _STRIP_GAP_Y
-        _add_panel(out, f, k + 1, s, [x0 / (width + _STRIP_RIGHT), (x0 + pw) / (width + _STRIP_RIGHT)],
-                   [1 - (y0 + ph) / height, 1 - y0 / height])
-    out.add_traces(legend)
-    out.add_trace(_strip_colorbar(figs[0], (width + 14) / (width + _STRIP_RIGHT)))
-    head = (lay0.title.text or "").split(" · ")[0]
-    levels = [f.layout.meta.get("level") for f in figs if f.layout.meta.get("phase") == "draft"]
-    drafts = f"draft d={min(levels)}…{max(levels)}, " if levels else ""
-    out.update_layout(
-        title=dict(text=f"{head} · every step: {drafts}verify, select, commit",
-                   x=0.01, y=1 - 16 / height, yanchor="top", yref="container", font=dict(size=15)),
-        template="plotly_white", width=width + _STRIP_RIGHT, height=height, showlegend=True,
-        margin=dict(l=0, r=0, t=0, b=0), hovermode="closest",
-        legend=dict(orientation="h", yanchor="top", y=bottom / height - 10 / height,
-                    xanchor="left", x=_STRIP_LEFT / (width + _STRIP_RIGHT),
-                    font=dict(size=STRIP_LABEL_FONT - 1)))
-    return out
-
-
-def _strip_colorbar(f: go.Figure, x: float) -> go.Scatter:
-    """The animation's colour bar (what the fill means), right of the panels."""
-    bar = go.Scatter(next(t for t in f.data if t.name == tv.COLORBAR))
-    # a fraction of the whole strip (the tree view sizes its bar in pixels, for one panel)
-    bar.marker.colorbar.update(x=x, xanchor="left", y=0.5, yanchor="middle", len=0.4, lenmode="fraction")
-    return bar
-
-
-def _strip_name(meta: dict) -> str:
-    level = meta.get("level")
-    return f"draft d={level}" if meta.get("phase") == "draft" else str(meta.get("phase"))
-
-
-def _add_panel(out: go.Figure, f: go.Figure, k: int, s: float, xdom: list, ydom: list) -> None:
-    """One step of the strip on axes ``k``: the frame's tree scaled by ``s``, its title above."""
-    meta = f.layout.meta if isinstance(f.layout.meta, dict) else {}
-    ax = "" if k == 1 else str(k)  # plotly's names: x, x2, x3 …
-    for tr in f.data:
-        if tr.x == (None,) or tr.name in (TARGET_CHOICES, tv.COLORBAR):
-            continue
-        t = _scaled(go.Scatter(tr), s)
-        if tr.name == tv.LABELS:  # every node named by its token, as in the GIF
-            t.update(text=[text_lines(v)[0] for v in t.text or []], textfont_size=STRIP_LABEL_FONT)
-        t.update(xaxis=f"x{ax}", yaxis=f"y{ax}", showlegend=False)
-        out.add_trace(t)
-    out.layout[f"xaxis{ax}"] = dict(domain=xdom, range=list(f.layout.xaxis.range), visible=False,
-                                    anchor=f"y{ax}")
-    out.layout[f"yaxis{ax}"] = dict(domain=ydom, range=list(f.layout.yaxis.range), visible=False,
-                                    anchor=f"x{ax}")
-    out.add_annotation(text=f"<b>{k}. {_strip_name(meta)}</b> · {html.escape(meta.get('short', ''), quote=False)}",
-                       xref=f"x{ax} domain", yref=f"y{ax} domain", x=0.0, y=1.0, xanchor="left",
-                       yanchor="bottom", yshift=4, showarrow=False, align="left",
-                       font=dict(size=STRIP_LABEL_FONT + 1, color="#222"))
-
-
-def _scaled(t: go.Scatter, s: float) -> go.Scatter:
-    """A copy of ``t`` with its marker sizes and line widths times ``s``."""
-    def times(v: Any) -> Any:
-        return [x * s for x in v] if isinstance(v, (list, tuple)) else v * s if v is not None else v
-    if t.marker is not None and t.marker.size is not None:
-        t.marker.size = times(t.marker.size)
-    if t.marker is not None and t.marker.line is not None and t.marker.line.width is not None:
-        t.marker.line.width = times(t.marker.line.width)
-    if t.line is not None and t.line.width is not None:
-        t.line.width = t.line.width * s
-    return t
 
 
 def _merge(base: dict, update: dict) -> dict:
@@ -570,4 +447,4 @@ def _merge(base: dict, update: dict) -> dict:
 
 
 __all__ = ["AnimationStep", "PHASES", "TARGET_CHOICES", "TEXT_PANEL", "animate", "animation_steps",
-           "animation_strip", "frame_figures", "is_animation", "static_figure", "strip_frames"]
+           "frame_figures", "is_animation"]

@@ -8,7 +8,7 @@ as nothing or as a Python repr. So:
 * :func:`use_static_fallbacks` makes every figure's output carry a PNG beside the Plotly JSON
   (renderer ``plotly_mimetype+dynatree_png``): JupyterLab, VS Code and Colab pick the interactive
   JSON, static viewers the image (Plotly JSON is not in their display priority). The image of an
-  animation tells its whole story (:func:`dynatree_viz.views.animation.static_figure`): every step of
+  animation tells its whole story (:func:`dynatree_viz.views.strip.static_figure`): every step of
   :func:`~dynatree_viz.views.animation` side by side, the finish of :func:`~dynatree_viz.views.race`.
 * :class:`StaticFallback` gives a widget a ``text/html`` snapshot of its current state beside the
   widget view: a live kernel shows the widget; nbconvert drops widget views without stored state
@@ -30,7 +30,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.io._base_renderers import PngRenderer
 
-from dynatree_viz.views.animation import static_figure
+from dynatree_viz.views.strip import static_figure
 from dynatree_viz.core.images import ImageExportUnavailable, quiet_kaleido, require_image_export
 
 _state: dict[str, Any] = {"images": None, "reason": ""}
@@ -79,7 +79,7 @@ def use_static_fallbacks(images: bool | None = None) -> str:
 
 class StaticPngRenderer(PngRenderer):
     """plotly's PNG renderer, at each figure's own size, drawing what a reader without a kernel
-    should see (:func:`dynatree_viz.views.animation.static_figure`: an animation's every step, a race's
+    should see (:func:`dynatree_viz.views.strip.static_figure`: an animation's every step, a race's
     finish) and without kaleido's warnings in the notebook's output."""
 
     def __init__(self) -> None:
@@ -103,8 +103,10 @@ def figure_png(fig: go.Figure) -> bytes | None:
 
 
 def figure_snapshot_html(fig: go.Figure, alt: str) -> str:
-    """An ``<img>`` of the figure (PNG inlined as data: no network), or a note saying why not."""
-    png = figure_png(fig)
+    """An ``<img>`` of what a reader without a kernel should see of the figure
+    (:func:`~dynatree_viz.views.strip.static_figure`; PNG inlined as data: no network), or a note
+    saying why not."""
+    png = figure_png(static_figure(fig))
     if png is None:
         return (f'<p style="color:#555;font-style:italic">[{html.escape(alt)}: no static image '
                 f'({html.escape(_state["reason"] or "image export unavailable")})]</p>')
