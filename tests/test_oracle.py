@@ -363,6 +363,8 @@ def test_summary_by_hand():
             OracleIteration(2, accepted=2, nodes=4, reach=2, truncated=False, top_k=2)]
     s = summarize_oracle(rows, n_curve=5)
     assert s.n == round(7 / 3) == 2
+    assert s.mean_nodes == pytest.approx(7 / 3)  # the mean itself, which n rounds to whole nodes
+    assert summarize_oracle(rows, n=4).mean_nodes == pytest.approx(7 / 3)  # a given n leaves the mean as it is
     assert s.mean_accepted == pytest.approx(1.0)
     assert s.mean_oracle == pytest.approx((2 + 0 + 2) / 3)
     assert s.gap == pytest.approx(4 / 3 - 1)
@@ -385,6 +387,9 @@ def test_summary_round_trip():
     back = OracleSummary.from_dict(s.to_dict())
     assert back == s
     assert OracleSummary.from_dict(json.loads(json.dumps(s.to_dict()))) == s
+    # a summary written before the mean size was kept reads back with it unknown, not as the rounded n
+    old = {k: v for k, v in s.to_dict().items() if k != "mean_nodes"}
+    assert OracleSummary.from_dict(old).mean_nodes is None
 
 
 # --- bad input ---------------------------------------------------------------------------------

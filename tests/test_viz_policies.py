@@ -14,7 +14,7 @@ import pytest
 
 from dynatree_core.policy.cost_model import CostModel
 from dynatree_core.policy.config import LinearConfig
-from dynatree_core.records.oracle import OracleSummary, oracle_trace, summarize_oracle
+from dynatree_core.records.oracle import OracleIteration, OracleSummary, oracle_trace, summarize_oracle
 from dynatree_core.records.reliability import Calibration, DepthCalibration, ReliabilityBin
 from dynatree_core.records.reliability import calibration as measure_calibration
 from dynatree_viz import calibration_figure, cost_figure, oracle_gap_figure, policy_table
@@ -208,6 +208,19 @@ def test_oracle_gap_bars_curve_and_points():
     assert [t.name for t in one.data if t.name.startswith("oracle best")] == ["oracle best(i), top-4"]
 
 
+def test_the_oracle_hover_says_that_n_rounds_the_mean_size():
+    """The oracle runs at a whole tree size n = round(n̄): its hover names n̄ and says n rounds it,
+    so that a reader never takes 7 for a mean of 6.53; an n equal to the mean needs no remark."""
+    rows = [OracleIteration(i, accepted=1, nodes=k, reach=3, truncated=False, top_k=4)
+            for i, k in enumerate([6, 7, 7])]  # n̄ = 6.67, n = 7
+    s = summarize_oracle(rows, n_curve=8)
+    point = next(t for t in oracle_gap_figure({"dynatree": s}).data if t.name == "dynatree")
+    assert "tree size n = 7 (the mean size 6.67, rounded)" in point.hovertext[0]
+    exact = summarize_oracle([dataclasses.replace(r, nodes=7) for r in rows], n_curve=8)
+    hover = next(t for t in oracle_gap_figure({"d": exact}).data if t.name == "d").hovertext[0]
+    assert "tree size n = 7" in hover and "rounded" not in hover
+
+
 def test_each_methods_oracle_curve_has_its_colour_and_a_dash_of_its_own():
     """Six runs, six curves: each in its method's colour (the point's) with its own dash, so that
     none is told apart by dash alone; a curve two methods share stays grey."""
@@ -293,6 +306,9 @@ def test_policy_table_html_bolds_the_fastest_and_dashes_missing_values(tmp_path)
     cells = re.findall(r"<td[^>]*>(.*?)</td>", body[2])  # eagle2: no oracle gap measured
     assert cells[-1] == "–" and cells[-2] == "24.0"
     assert "mean tree size" in h and "oracle gap" in h
+    # the gap's n is the mean tree size rounded (6.5 beside n = 7 must not read as a second mean)
+    head = re.findall(r"<th[^>]*>(.*?)</th>", h)
+    assert head[-1] == "oracle gap (at n = mean size, rounded)" and "rounded to whole nodes" in h
     no_size = result_doc()
     for a in no_size["aggregates"]:
         a.pop("mean_tree_size", None)

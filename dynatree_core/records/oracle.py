@@ -206,7 +206,9 @@ def _shortest_top_k(records: list[IterationRecord]) -> int:
 class OracleSummary:
     """The gap between a policy and the best tree, pooled over iterations (and runs).
 
-    ``n``: the tree size the oracle is given (default: the policy's mean size, rounded);
+    ``n``: the tree size the oracle is given, a whole number of nodes (default: the policy's mean
+    size, rounded); ``mean_nodes``: that mean size itself, n̄ = mean n_r (None where unknown: a
+    summary written before it was kept), so that a display can show the mean and say that n rounds it;
     ``mean_accepted``: ℓ̄; ``mean_oracle``: mean best_r(n); ``gap`` = mean_oracle − ℓ̄;
     ``mean_oracle_own``: mean best_r(n_r), each iteration at the policy's own size there, with
     ``gap_own`` = mean_oracle_own − ℓ̄ (>= 0: no policy beats the oracle at its own size);
@@ -226,6 +228,7 @@ class OracleSummary:
     iterations: int = 0
     top_k: int = 0
     mean_tail_accepted: float = 0.0
+    mean_nodes: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -245,12 +248,14 @@ class OracleSummary:
                                                 "gap_own", "truncated_fraction")}
         # written before the tail was scored: no tail part
         floats["mean_tail_accepted"] = _real("mean_tail_accepted", d.get("mean_tail_accepted", 0.0))
+        # written before the mean size was kept: unknown, not invented from the rounded n
+        mean_nodes = None if d.get("mean_nodes") is None else _real("mean_nodes", d["mean_nodes"])
         curve = d["curve"]
         if isinstance(curve, (str, bytes)) or not isinstance(curve, Sequence):
             raise TypeError(f"curve must be a list of numbers, got {type(curve).__name__}")
         return cls(n=int_at_least("n", d["n"], 0), curve=[_real(f"curve[{i}]", v) for i, v in enumerate(curve)],
                    iterations=int_at_least("iterations", d["iterations"], 0),
-                   top_k=int_at_least("top_k", d["top_k"], 0), **floats)
+                   top_k=int_at_least("top_k", d["top_k"], 0), mean_nodes=mean_nodes, **floats)
 
 
 def summarize_oracle(rows: Sequence[OracleIteration] | Sequence[Sequence[OracleIteration]],
@@ -277,8 +282,9 @@ def summarize_oracle(rows: Sequence[OracleIteration] | Sequence[Sequence[OracleI
     def mean(xs: Sequence[float]) -> float:
         return math.fsum(xs) / count
 
+    mean_nodes = mean([r.nodes for r in flat])
     if n is None:
-        n = int(round(mean([r.nodes for r in flat])))
+        n = int(round(mean_nodes))
     mean_accepted = mean([r.accepted for r in flat])
     mean_oracle = mean([r.best(n) for r in flat])
     mean_own = mean([r.best(r.nodes) for r in flat])
@@ -287,7 +293,8 @@ def summarize_oracle(rows: Sequence[OracleIteration] | Sequence[Sequence[OracleI
         mean_oracle_own=mean_own, gap_own=mean_own - mean_accepted,
         truncated_fraction=sum(bool(r.truncated) for r in flat) / count,
         curve=[mean([r.best(i) for r in flat]) for i in range(n_curve + 1)],
-        iterations=count, top_k=next(iter(ks), 0), mean_tail_accepted=mean([r.tail_accepted for r in flat]))
+        iterations=count, top_k=next(iter(ks), 0), mean_tail_accepted=mean([r.tail_accepted for r in flat]),
+        mean_nodes=mean_nodes)
 
 
 def _flatten(rows: Any) -> list[OracleIteration]:

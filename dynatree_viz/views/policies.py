@@ -52,6 +52,8 @@ KIND_TITLES: dict[str, str] = {"confidence": "draft confidence c(u)",
                                "conditional": "draft probability q(token | parent)",
                                "path": "path probability p(u)"}
 MISSING = "–"
+#: the policy table's oracle column: n is the mean tree size rounded (the oracle needs whole nodes)
+ORACLE_GAP_HEAD = "oracle gap (at n = mean size, rounded)"
 #: the label of cost-aware DynaTree (``dynatree_core.bench.methods.COST_LABEL``)
 COST_LABEL = "dynatree:cost"
 #: keys of one :func:`policy_rows` row
@@ -424,10 +426,18 @@ def _side_by_side(sizes: Mapping[str, int]) -> dict[str, float]:
     return {lab: (k - (len(labs) - 1) / 2) * SIDE_BY_SIDE for labs in at.values() for k, lab in enumerate(labs)}
 
 
+def _rounded_from(s: OracleSummary) -> str:
+    """' (the mean size 6.53, rounded)' where n rounds a known mean size; '' where they agree or
+    the mean is unknown: a rounded n is never shown as though it were the mean."""
+    if s.mean_nodes is None or math.isclose(s.mean_nodes, s.n):
+        return ""
+    return f" (the mean size {s.mean_nodes:.2f}, rounded)"
+
+
 def _summary_hover(label: str, s: OracleSummary) -> str:
     top_k = f"top-{s.top_k}" if s.top_k else "top-K unknown"
     return "<br>".join([
-        f"<b>{html.escape(label)}</b>: tree size n = {s.n}",
+        f"<b>{html.escape(label)}</b>: tree size n = {s.n}" + _rounded_from(s),
         f"ℓ̄ accepted {s.mean_accepted:.2f}, oracle at n {s.mean_oracle:.2f}: gap {s.gap:.2f}",
         f"oracle at each iteration's own size {s.mean_oracle_own:.2f}: gap {s.gap_own:.2f}",
         f"{s.iterations} iterations, oracle {top_k}"
@@ -566,7 +576,7 @@ def policy_table(result: Any, dataset: str | None = None) -> str:
     with_size = any(r["mean_tree_size"] is not None for r in rows)
     head = ["dataset", "method", "L̄ (tok/iter)", "tokens/s", "speedup vs AR"]
     head += ["mean tree size"] if with_size else []
-    head += ["oracle gap (at n)"]
+    head += [ORACLE_GAP_HEAD]
     out = ["<table class='dt-policy-table' style='border-collapse:collapse;font-size:13px'>",
            "<thead><tr>" + "".join(f"<th style='text-align:left;padding:2px 8px;border-bottom:1px solid #999'>"
                                    f"{html.escape(h)}</th>" for h in head) + "</tr></thead>", "<tbody>"]
@@ -584,6 +594,6 @@ def policy_table(result: Any, dataset: str | None = None) -> str:
                                             for c in cells) + "</tr>")
     out += ["</tbody>", "<caption style='caption-side:bottom;font-size:11px;color:#666;text-align:left'>"
             "bold: fastest per dataset · L̄ = tokens committed per iteration · speedup = tokens/s ÷ AR's "
-            "(same run and dataset) · oracle gap = the best tree of the method's mean size minus its "
-            "accepted length</caption>", "</table>"]
+            "(same run and dataset) · oracle gap = what the best tree of n nodes accepts minus the method's "
+            "accepted length, n = its mean number of drafted nodes rounded to whole nodes</caption>", "</table>"]
     return "\n".join(out)
