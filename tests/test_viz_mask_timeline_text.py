@@ -62,7 +62,7 @@ def test_timeline_series_come_from_the_trace():
     assert list(by_name["drafted nodes"].y) == [r.num_nodes for r in tr]
     assert list(by_name["depth"].y) == [r.tree.depth for r in tr]
     assert list(by_name["D0 (real)"].y) == [r.history_before["d0"] for r in tr]
-    assert list(by_name["τ_h"].y) == [r.history_before["tau_h"] for r in tr]
+    assert list(by_name["τ<sub>h</sub>"].y) == [r.history_before["tau_h"] for r in tr]
     assert list(by_name["ā (window mean)"].y) == [r.history_after["window_mean"] for r in tr]
     assert list(by_name["verify time"].y) == pytest.approx([1000 * r.timings["verify"] for r in tr])
     band = [s for s in fig.layout.shapes if s.name == "current iteration"]

@@ -25,8 +25,8 @@ _TIMING_COLORS = {"draft": _OI["sky_blue"], "verify": _OI["vermillion"], "commit
 PANELS: dict[str, tuple[str, bool]] = {
     "tokens": ("committed tokens per iteration", False),
     "tree": ("tree size (nodes) and depth", True),
-    "acceptance": ("acceptance a_r and window mean ā", False),
-    "adapter": ("history adapter: D0 and τ_h", True),
+    "acceptance": ("acceptance a<sub>r</sub> and window mean ā", False),
+    "adapter": ("history adapter: D0 and τ<sub>h</sub>", True),
     "time": ("time per iteration (ms)", False),
 }
 #: why a panel is left out (said under the title instead of an empty panel)
@@ -132,13 +132,13 @@ def _adapter_panel(fig: go.Figure, its: list, x: list, r: int) -> None:
                              name="D0 used", mode="markers",
                              marker=dict(color=_OI["reddish_purple"], symbol="line-ew-open",
                                          size=12)), row=r, col=1)
-    fig.add_trace(go.Scatter(x=x, y=[_hist(rec, "tau_h") for rec in its], name="τ_h",
+    fig.add_trace(go.Scatter(x=x, y=[_hist(rec, "tau_h") for rec in its], name=TAU_H,
                              mode="lines", line=dict(color=_OI["orange"], dash="dash")),
                   row=r, col=1, secondary_y=True)
 
 
 def _acceptance_panel(fig: go.Figure, trace: Trace, its: list, x: list, r: int) -> None:
-    fig.add_trace(go.Scatter(x=x, y=[rec.acceptance for rec in its], name="a_r", mode="markers",
+    fig.add_trace(go.Scatter(x=x, y=[rec.acceptance for rec in its], name=A_R, mode="markers",
                              marker=dict(color="#4d4d4d", size=7)), row=r, col=1)
     wm = [_hist(rec, "window_mean", "after") for rec in its]
     if any(v is not None for v in wm):
@@ -150,6 +150,40 @@ def _acceptance_panel(fig: go.Figure, trace: Trace, its: list, x: list, r: int) 
                       row=r, col=1, annotation_text=f"a* = {target}",
                       annotation_position="top left")
 
+
+#: most ticks :func:`round_ticks` puts on an axis
+MAX_ROUND_TICKS = 5
+#: tick steps :func:`round_ticks` chooses from (values such as thresholds in [0, 1] and beyond)
+ROUND_STEPS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
+
+
+def round_ticks(values: list[float], max_ticks: int = MAX_ROUND_TICKS) -> dict:
+    """Plotly axis settings with ticks at round values (multiples of a step from
+    :data:`ROUND_STEPS`) that bracket ``values``: the smallest step giving at most ``max_ticks``
+    ticks from the multiple at or below the least value to the one at or above the greatest.
+    Plotly's own ticks on a narrow range (τ_h from 0.90 to 0.99) are odd values rounded by the
+    tick format (0.89, 0.91, 0.94, ...), and a line at 0.99 can sit above the top tick "0.98".
+    A little padding keeps a line at an end tick off the frame. Empty ``values``: no settings."""
+    vals = [float(v) for v in values if v is not None and math.isfinite(v)]
+    if not vals:
+        return {}
+    lo, hi = min(vals), max(vals)
+    for step in ROUND_STEPS:
+        first = math.floor(lo / step + 1e-9) * step
+        last = math.ceil(hi / step - 1e-9) * step
+        if last - first < step / 2:  # one value: a tick either side of it
+            first, last = first - step, last + step
+        if round((last - first) / step) + 1 <= max_ticks:
+            break
+    pad = 0.04 * (last - first)
+    decimals = next(d for d in range(10) if abs(round(step, d) - step) < 1e-12)  # 0.25: 2, not 1
+    return dict(tickmode="linear", tick0=round(first, 10), dtick=step,
+                range=[first - pad, last + pad], tickformat=f".{decimals}f")
+
+
+#: the paper's symbols as plot text (a code name such as "tau_h" or "τ_h" is not what the paper writes)
+TAU_H = "τ<sub>h</sub>"
+A_R = "a<sub>r</sub>"
 
 #: most depth ticks a panel shows: one per level of an 8-deep tree squeezed them into each other
 MAX_DEPTH_TICKS = 5
@@ -173,8 +207,9 @@ def _label_axes(fig: go.Figure, its: list, row: dict[str, int]) -> None:
         fig.update_yaxes(title_text="a", range=[-0.05, 1.05], row=row["acceptance"], col=1)
     if "adapter" in row:
         fig.update_yaxes(title_text="D0", row=row["adapter"], col=1, dtick=1, secondary_y=False)
-        fig.update_yaxes(title_text="τ_h", row=row["adapter"], col=1, secondary_y=True,
-                         showgrid=False, tickformat=".2f")
+        taus = [v for v in (_hist(rec, "tau_h") for rec in its) if v is not None]
+        fig.update_yaxes(title_text=TAU_H, row=row["adapter"], col=1, secondary_y=True,
+                         showgrid=False, **round_ticks(taus))
     fig.update_yaxes(title_text="ms", rangemode="tozero", row=row["time"], col=1)
     fig.update_xaxes(title_text="iteration", row=row["time"], col=1)
 
