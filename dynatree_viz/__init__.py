@@ -18,6 +18,7 @@ from dynatree_viz import core, examples, export, synthetic, views, widgets
 from dynatree_viz.core.images import save_image
 from dynatree_viz.examples.branching import EXAMPLE_PROMPTS, branching_example, off_top1
 from dynatree_viz.examples.knobs import knob_example, state_tokens
+from dynatree_viz.examples.match import match_example
 from dynatree_viz.examples.rejection import rejection_counts, rejection_example
 from dynatree_viz.export.gif import export_gif
 from dynatree_viz.export.report import report
@@ -42,5 +43,5 @@ __all__ = [
     "show", "explore", "CostModel", "use_static_fallbacks",
     "export_gif", "export_slides", "report", "save_image",
     "EXAMPLE_PROMPTS", "branching_example", "off_top1", "knob_example", "state_tokens",
-    "rejection_counts", "rejection_example",
+    "match_example", "rejection_counts", "rejection_example",
 ]

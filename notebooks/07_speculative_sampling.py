@@ -260,10 +260,23 @@ dv.tree_figure(match.trace.iterations[0], title="DynaTree at temperature 0.7 (ma
 # %% [markdown]
 # `dv.sampling_view` shows one node's draw: p and q side by side for the tokens the trace knows there, their
 # overlap min(p, q) (what is kept from the draft), and below it the draw itself. Under `match`: the perturbed
-# scores log p + g, the largest wins (the drawn token in orange).
+# scores log p + g, the largest wins (the drawn token in orange). `dv.match_example` picks a node of the run where
+# the draft ran (q is known) and the drawn token's p can be seen, preferring a draw that is not p's most probable
+# token: sampling, not an argmax.
 
 # %% tags=["nbval-ignore-output"]
-dv.sampling_view(match.trace, 0).show()
+shown = dv.match_example(match.trace, min_p=0.05)
+assert shown is not None, "no match node with a visible draw in this run"
+drawn_row = next(r for r in shown.rows if r.token == shown.drawn)
+top_row = max(shown.rows, key=lambda r: r.p or 0.0)
+dv.sampling_view(match.trace, shown.iteration, node=shown.node).show()
+tok = dv.core.style.visible_token
+how = (f", not p's most probable '{tok(top_row.text)}' (p = {top_row.p:.3f}): the noise g decided"
+       if top_row.token != shown.drawn else ", p's most probable token")
+walk = (". The draft had drafted it, so the walk went on into it." if shown.followed is not None
+        else ". No drafted child carries it: it was committed as the bonus token.")
+display(Markdown(f"Iteration {shown.iteration}, node {shown.node}: the target drew **'{tok(drawn_row.text)}'** "
+                 f"with p = {drawn_row.p:.3f} (q = {drawn_row.q:.3f}){how}{walk}"))
 
 # %% [markdown]
 # Under `rejection` a node's candidates are tested in turn, each against the distributions the rejections
@@ -371,8 +384,8 @@ display(Markdown(
     f"{(1 - tv) / (1 + tv):.3f} and {1 - tv:.3f}."))
 
 # %% [markdown]
-# On the real pair: DynaTree and linear drafting (K = 3) at temperature 0.7 and 1.0, shared against independent
-# noise, on two prompts with seed 0 (48 tokens a run); acceptance is accepted draft tokens ÷ tree depth, as in
+# On the real pair: DynaTree and linear drafting (K = 3) at temperature 0.7 and 1.0, shared noise against ranking
+# by q alone (`draft_noise="none"`, the first bar above: no noise at all), on two prompts with seed 0 (48 tokens a run); acceptance is accepted draft tokens ÷ tree depth, as in
 # section 3. Every run's tokens are seeded AR's, shared noise or not (asserted).
 
 # %% tags=["nbval-ignore-output"]
@@ -395,17 +408,18 @@ noise_table = pd.DataFrame(rows2).groupby(["temperature", "method", "draft noise
 display(noise_table)
 fig = go.Figure()
 for (m, noise), sub in noise_table.groupby(["method", "draft noise"]):
-    fig.add_trace(go.Bar(x=[f"T={t:g}" for t in sub.temperature], y=sub.acceptance, name=f"{m}, {noise}",
+    fig.add_trace(go.Bar(x=[f"temperature {t:g}" for t in sub.temperature], y=sub.acceptance,
+                         name=f"{m}, " + ("shared noise" if noise == "shared" else "ranked by q (none)"),
                          marker_color="#0072B2" if m == "dynatree" else "#E69F00",
                          marker_pattern_shape="" if noise == "shared" else "/",
                          opacity=1.0 if noise == "shared" else 0.55))
-fig.update_layout(barmode="group", title="acceptance (accepted tokens ÷ tree depth): shared against independent draft noise",
+fig.update_layout(barmode="group", title="acceptance (accepted tokens ÷ tree depth): shared noise against ranking by q alone",
                   yaxis_title="acceptance", width=760, height=400)
 fig.show()
 wide = noise_table.pivot_table(index=["temperature", "method"], columns="draft noise", values="L̄")
 gains = ", ".join(f"{m} at {t:g}: {r['none']:.2f} → {r['shared']:.2f}" for (t, m), r in wide.iterrows())
 better = int((wide["shared"] > wide["none"]).sum())
-display(Markdown(f"L̄ with independent → shared noise, averaged over the 2 prompts: {gains}. Shared noise drafted "
+display(Markdown(f"L̄ ranked by q alone → with shared noise, averaged over the 2 prompts: {gains}. Shared noise drafted "
                  f"the longer accepted paths in **{better} of {len(wide)}** settings here; the benchmark "
                  f"(`docs/benchmarks.md`, Table 7) measures it over more prompts, with speed."))
 

@@ -134,3 +134,29 @@ def test_long_titles_wrap_at_spaces():
     text = "candidate 1 accepted: its coin 0.037 < min(1, p/q) = 0.047; no child carries it, so it was committed"
     lines = wrap(text, 40).split("<br>")
     assert all(len(line) <= 40 for line in lines) and " ".join(lines) == text
+
+
+def test_the_match_example_shows_a_visible_draw_where_the_draft_ran():
+    # 07's match figure used the default node, a lookup-tail node: no q bars, and the drawn token had
+    # p = 2.5e-5, a bar no one could see
+    from dynatree_viz.examples.match import match_example
+    trace = sampled("match")
+    panel = match_example(trace, min_p=0.05)
+    assert panel is not None and panel.verify == "match"
+    drawn = next(r for r in panel.rows if r.token == panel.drawn)
+    assert drawn.p >= 0.05 and drawn.q is not None  # its bars can be seen, p beside q
+    assert sum(r.q is not None and r.p is not None for r in panel.rows) >= 2
+    rec = trace.iterations[panel.iteration]
+    assert panel.node in [0] + list(rec.accepted_path)
+    # every other qualifying node ranks no higher: a draw that is not p's argmax comes first
+    top = max(panel.rows, key=lambda r: r.p or 0.0)
+    others = [dv.views.sampling.sampling_data(trace, i, node=u) for i, r in enumerate(trace)
+              for u in [0] + list(r.accepted_path)]
+    if any(max(p.rows, key=lambda r: r.p or 0.0).token != p.drawn
+           and next(r for r in p.rows if r.token == p.drawn).p >= 0.05
+           and next(r for r in p.rows if r.token == p.drawn).q is not None
+           and sum(r.q is not None and r.p is not None for r in p.rows) >= 2 for p in others):
+        assert top.token != panel.drawn
+    assert match_example(sampled("rejection")) is None  # rejection nodes are rejection_example's
+    with pytest.raises(ValueError, match="min_p"):
+        match_example(trace, min_p=0.0)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import dynatree_viz as dv
 from dynatree_core.policy.config import DynaTreeConfig
-from dynatree_viz.views.why import CALLOUT, TARGET_MARK
+from dynatree_viz.views.why import CALLOUT, TARGET_MARK, why_data
 from helpers.viz import FakeTokenizer, record, rule, tiny_trace
 
 
@@ -43,9 +45,9 @@ def test_rejected_node_shows_the_parents_top_k_and_the_targets_choice():
     assert "Node #2 '␣dog'" in p.notes[0] and "rejected" in p.notes[0]
     fig = dv.why(tr, 0, node=2)
     bars = _bars(fig)
-    assert bars["#1 '␣cat'"][0] == "drafted, accepted" and bars["#1 '␣cat'"][1] == pytest.approx(0.55)
-    assert bars["#1 '␣cat'"][2] == 3 and bars["#2 '␣dog'"][2] < 3  # the target's bar outlined
-    assert bars["#3 '␣a'"][0].startswith("beyond B(u)")
+    assert bars["1st '␣cat'"][0] == "drafted, accepted" and bars["1st '␣cat'"][1] == pytest.approx(0.55)
+    assert bars["1st '␣cat'"][2] == 3 and bars["2nd '␣dog'"][2] < 3  # the target's bar outlined
+    assert bars["3rd '␣a'"][0].startswith("beyond B(u)")
     assert not _callout(fig)
     assert [s.name for s in fig.layout.shapes].count("breadth") == 1
 
@@ -126,3 +128,14 @@ def test_a_linear_chain_says_its_breadth_is_one_by_construction_not_from_c_u():
     tr = _trace(rec)
     tr.method = "linear"  # a trace says its own method
     assert "c(u)" not in dv.why(tr, 0).layout.title.text
+
+
+def test_a_rank_is_an_ordinal_and_hash_names_only_nodes():
+    # "after #2 '␣is' … the draft's #2" used "#" for a node and for a rank in one sentence
+    from dynatree_viz.views.why import _nth
+    assert [f"{k}{_nth(k)}" for k in (1, 2, 3, 4, 11, 12, 13, 21, 22, 101)] == \
+        ["1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st"]
+    for v in range(1, len(record().tree)):
+        p = why_data(record(), node=v)
+        ranks = re.findall(r"#(\d+)", p.explanation)
+        assert all(int(r) == p.at for r in ranks), p.explanation  # every "#k" is the decision node

@@ -281,7 +281,8 @@ def _target_trace(p: _Parts, ids: Sequence[int]) -> go.Scatter:
     """"→ x" under each node's label (one more line of its block); no hover here (the node's own
     hover names the target's choice), so the node keeps its hover."""
     fs = p.look.font_size
-    below = [p.geo.plan.offset[i] + len(text_lines(p.texts[i])) * LINE_SPACING * fs for i in ids]
+    below = [p.geo.plan.offset[i] + len(text_lines(p.texts[i])) * LINE_SPACING
+             * style.label_font_size(p.texts[i], fs) for i in ids]
     return go.Scatter(
         x=[p.lay.pos[i][0] for i in ids], y=[p.lay.pos[i][1] for i in ids], mode="markers+text",
         marker=dict(size=[marker_size_for_offset(b) for b in below], color="rgba(0,0,0,0)"),

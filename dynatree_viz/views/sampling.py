@@ -212,7 +212,7 @@ def _coupling(panel: SamplingPanel) -> str:
     if tok == panel.drawn:
         return mine + ": the two perturbed argmaxes agreed"
     rank = next((i for i, (t, _, _) in enumerate(panel.draft_scores) if t == panel.drawn), None)
-    where = f"its #{rank + 1}" if rank is not None else "below the draft's recorded top"
+    where = f"its rank {rank + 1}" if rank is not None else "below the draft's recorded top"
     return mine + f": q and p differ enough that the noise picked another token (the draw was {where})"
 
 
@@ -252,7 +252,9 @@ def sampling_view(source: Trace | IterationRecord, iteration: int = 0, node: int
     fig.update_layout(barmode="group", width=width, height=640, template="plotly_white",
                       title=dict(text=wrap(heading, width // 7), font_size=12, y=0.97, yanchor="top"),
                       margin=dict(t=110, b=120), legend=dict(orientation="h", y=-0.22, yanchor="top"))
-    fig.update_xaxes(tickangle=-30, automargin=True, row=1, col=1)
+    fig.update_xaxes(tickangle=-30, automargin=True, row=1, col=1,
+                     title_text="no bar: below the top entries the trace recorded (p, q), or 0 (min, residual)",
+                     title_font_size=11)
     fig.update_yaxes(title_text="probability (log)", row=1, col=1)
     if panel.verify == "rejection":
         fig.update_xaxes(title_text="coin (◆) and threshold min(1, p/q) (|) on [0, 1]; a residual draw: u in the "
@@ -306,20 +308,28 @@ def _draw_scores(fig: go.Figure, panel: SamplingPanel, labels: list[str]) -> Non
     upper panel's, in its order (a token below the recorded top scores has no bar)."""
     tokens = [r.token for r in panel.rows]
     target = {t: v for t, _, v in panel.scores}
+    draft = {t: v for t, _, v in panel.draft_scores}
+    # every bar rises from one floor under the lowest score: the tallest bar is the largest score (bars
+    # from 0 made a runner-up of 0.09 a hairline and turned a negative score's bar upside down)
+    shown = [v for v in (*(target.get(t) for t in tokens), *(draft.get(t) for t in tokens)) if v is not None]
+    base = math.floor(min(shown, default=0.0)) - 0.5
+
+    def rise(vals: list) -> dict:
+        return dict(y=[None if v is None else v - base for v in vals], base=base, customdata=vals)
+
     for name, mine, colour in ((WINNER_BAR, True, style.BONUS), (SCORE_BARS, False, style.GHOST)):
         # two traces, so the legend names the winner's colour too
-        fig.add_trace(go.Bar(x=labels, y=[target.get(t) if (t == panel.drawn) == mine else None for t in tokens],
+        fig.add_trace(go.Bar(x=labels, **rise([target.get(t) if (t == panel.drawn) == mine else None for t in tokens]),
                              name=name, marker_color=colour, offsetgroup="target",
-                             hovertemplate="%{x}: log p + g = %{y:.3f}<extra></extra>"), row=2, col=1)
+                             hovertemplate="%{x}: log p + g = %{customdata:.3f}<extra></extra>"), row=2, col=1)
     if panel.draft_scores:
-        draft = {t: v for t, _, v in panel.draft_scores}
         first = panel.draft_scores[0][0]
-        fig.add_trace(go.Bar(x=labels, y=[draft.get(t) for t in tokens], name=DRAFT_SCORE_BARS,
+        fig.add_trace(go.Bar(x=labels, **rise([draft.get(t) for t in tokens]), name=DRAFT_SCORE_BARS,
                              offsetgroup="draft",
                              marker=dict(color=style.OKABE_ITO["sky_blue"], pattern=dict(shape="/"),
                                          line=dict(color=[style.ACCEPTED if t == first else style.OKABE_ITO["sky_blue"]
                                                           for t in tokens], width=3)),
-                             hovertemplate="%{x}: log q + g = %{y:.3f}<extra></extra>"), row=2, col=1)
-        fig.update_yaxes(title_text="perturbed score", row=2, col=1)
+                             hovertemplate="%{x}: log q + g = %{customdata:.3f}<extra></extra>"), row=2, col=1)
+    fig.update_yaxes(title_text="perturbed score", row=2, col=1)
     fig.update_xaxes(title_text="the tokens above (no bar: not among the 8 largest log p + g recorded)",
                      title_font_size=11, row=2, col=1)

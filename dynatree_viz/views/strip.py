@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 import plotly.graph_objects as go
 
+from dynatree_viz.core import style
 from dynatree_viz.core.labels import (GAP, MARK_RADIUS, Label, LabelPlan, marker_size_for_offset,
                                       plan_labels, text_height, text_lines, text_width)
 from dynatree_viz.views import tree as tv
@@ -79,8 +80,8 @@ def _plan(pos: dict, texts: dict, unit_px: float, s: float) -> LabelPlan:
     """One plan for every panel (a label keeps its row from step to step): labels at
     :data:`STRIP_LABEL_FONT`, clear of the marks scaled by ``s``, and a level tall enough for
     its rows of labels and :data:`STRIP_EDGE_PX` of edge."""
-    labels = [Label(k, pos[k][0], pos[k][1], text_width(t, STRIP_LABEL_FONT),
-                    text_height(t, STRIP_LABEL_FONT)) for k, t in texts.items()]
+    labels = [Label(k, pos[k][0], pos[k][1], text_width(t, style.label_font_size(t, STRIP_LABEL_FONT)),
+                    text_height(t, style.label_font_size(t, STRIP_LABEL_FONT))) for k, t in texts.items()]
     plan = plan_labels(labels, unit_px, clear_px=s * MARK_RADIUS + GAP / 2, min_level_px=0.0)
     deepest = max(plan.bottom.values(), default=0.0)
     plan.level_px = max(STRIP_LEVEL_PX, math.ceil(deepest + STRIP_EDGE_PX + s * MARK_RADIUS))
@@ -198,7 +199,8 @@ def _add_panel(out: go.Figure, f: go.Figure, k: int, s: float, plan: LabelPlan, 
         t = _scaled(go.Scatter(tr), s)
         if tr.name == tv.LABELS:  # every node named by its token, as in the GIF
             keys = list(t.customdata or [])
-            t.update(text=[text_lines(v)[0] for v in t.text or []], textfont_size=STRIP_LABEL_FONT,
+            lines = [text_lines(v)[0] for v in t.text or []]
+            t.update(text=lines, textfont_size=[style.label_font_size(v, STRIP_LABEL_FONT) for v in lines],
                      marker_size=[marker_size_for_offset(plan.offset[key]) for key in keys])
         elif tr.name in _EDGE_TRACES:
             _reclip(t, pos, start)

@@ -214,8 +214,8 @@ def _geometry(lay: _Layout, texts: dict, font_size: int, legend: Sequence[str], 
               min_width: int = 700) -> _Geometry:
     """Size the figure for its labels (see :mod:`dynatree_viz.core.labels`): margins hold the title,
     the legend below and the colour bar right, so plotly never moves the plot area."""
-    labels = [Label(k, lay.pos[k][0], lay.pos[k][1], text_width(t, font_size),
-                    text_height(t, font_size)) for k, t in texts.items()]
+    labels = [Label(k, lay.pos[k][0], lay.pos[k][1], text_width(t, style.label_font_size(t, font_size)),
+                    text_height(t, style.label_font_size(t, font_size))) for k, t in texts.items()]
     x_range = [-1.0, float(max(lay.n_leaves, 2))]
     span = x_range[1] - x_range[0]
     left, right = 50, 136  # the colour bar sits right of the plot, at x = 1.02 of its width
@@ -280,7 +280,8 @@ def _label_trace(keys: Sequence[int], texts: dict, offsets: dict, pos: dict, fon
         x=[pos[k][0] for k in keys], y=[pos[k][1] for k in keys], mode="markers+text", name=name,
         customdata=list(keys), text=[texts[k] for k in keys], textposition="bottom center",
         marker=dict(size=[marker_size_for_offset(offsets[k]) for k in keys], color="rgba(0,0,0,0)"),
-        textfont=dict(size=font_size, color=[colors.get(k, LABEL_COLOR) for k in keys],
+        textfont=dict(size=[style.label_font_size(texts[k], font_size) for k in keys],
+                      color=[colors.get(k, LABEL_COLOR) for k in keys],
                       shadow=style.LABEL_HALO),
         hoverinfo="skip", showlegend=False, cliponaxis=False)
 

@@ -204,6 +204,11 @@ def _q(tok: str) -> str:
     return f"'{style.visible_token(tok)}'"
 
 
+def _nth(k: int) -> str:
+    """The English ordinal suffix of ``k`` (1st, 2nd, 3rd, 4th, 11th, 12th, 13th, 21st)."""
+    return "th" if 10 <= k % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(k % 10, "th")
+
+
 def _explain(p: WhyPanel, pruned: Any) -> str:
     """One or two sentences: what happened to the target's token at the decision point."""
     tgt = _q(p.target_text)
@@ -215,22 +220,22 @@ def _explain(p: WhyPanel, pruned: Any) -> str:
     if p.target_fate == "pruned_tau":
         cut = f" τ = {p.tau:g}" if p.tau is not None else " τ"
         return (f"✂ Pruned by τ: the target chose {tgt} {where}. The draft ranked it "
-                f"#{rank + 1} (q = {q:.3f}), but its path probability p = p(u)·q = "
+                f"{rank + 1}{_nth(rank + 1)} (q = {q:.3f}), but its path probability p = p(u)·q = "
                 f"{math.exp(pruned.cum_logp):.4f} fell below{cut}, so it was never verified."
                 + gain)
     if p.target_fate == "pruned_n_max":
         budget = f" N_max = {p.n_max}" if p.n_max is not None else " N_max"
         return (f"✂ Pruned by N_max: the target chose {tgt} {where}. The draft ranked it "
-                f"#{rank + 1} (q = {q:.3f}, p = {math.exp(pruned.cum_logp):.4f}), but the node "
+                f"{rank + 1}{_nth(rank + 1)} (q = {q:.3f}, p = {math.exp(pruned.cum_logp):.4f}), but the node "
                 f"budget{budget} went to more probable candidates first, so it was never "
                 "verified." + gain)
     if p.target_fate == "accepted":
-        return f"✓ The target chose {tgt} {where}: the draft's #{rank + 1}, drafted and accepted."
+        return f"✓ The target chose {tgt} {where}: the draft's {rank + 1}{_nth(rank + 1)} choice, drafted and accepted."
     if p.target_fate == "verified":
-        return (f"The target would choose {tgt} {where} (the draft's #{rank + 1}, drafted), "
+        return (f"The target would choose {tgt} {where} (the draft's {rank + 1}{_nth(rank + 1)} choice, drafted), "
                 "but the path never got here: an ancestor was rejected.")
     if p.target_fate == "beyond_breadth":
-        return (f"✗ The target chose {tgt} {where}: the draft ranked it #{rank + 1}, but the "
+        return (f"✗ The target chose {tgt} {where}: the draft ranked it {rank + 1}{_nth(rank + 1)}, but the "
                 f"breadth rule kept only the top B(u) = {p.branching} ({breadth_source(p)}).")
     if p.target_fate == "not_in_top_k":
         return (f"✗ The target chose {tgt} {where}, which is not in the draft's top-"
@@ -260,7 +265,8 @@ def why(source: Trace | IterationRecord, iteration: int = 0, node: int | None = 
     if p.target_fate == "not_expanded":
         return _never_ran_figure(p, title, width)
     fig = go.Figure()
-    labels = [f"#{c.rank + 1} {_q(c.text)}" for c in p.candidates]
+    # "#" names a node everywhere (#4 is BFS node 4); a rank is an ordinal
+    labels = [f"{c.rank + 1}{_nth(c.rank + 1)} {_q(c.text)}" for c in p.candidates]
     extra = p.target_fate in ("not_in_top_k",)
     if extra:
         labels.append(f"target {_q(p.target_text)}")
