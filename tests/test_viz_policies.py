@@ -35,6 +35,14 @@ def cost_model() -> CostModel:
 
 
 # --- 1. cost curve -------------------------------------------------------------------------------
+def test_cost_figure_subtitle_spaces_the_drafter_from_the_draft_name():
+    """The calibration keys a draft as 'NAME[drafter]'; the subtitle read '... head)[feature+lookup]'."""
+    cost = dataclasses.replace(cost_model(), draft="feature draft (2 layers, 8k-token head)[feature+lookup]")
+    title = cost_figure(cost).layout.title.text
+    assert "draft feature draft (2 layers, 8k-token head) [feature+lookup] ·" in title and ")[" not in title
+    assert "draft pythia-70m ·" in cost_figure(cost_model()).layout.title.text  # a name with no drafter as it is
+
+
 def test_cost_curve_marks_measured_sizes_and_the_marginal_cost():
     cost = cost_model()
     fig = cost_figure(cost)

@@ -22,6 +22,7 @@ import html
 import json
 import math
 import os
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -216,7 +217,7 @@ def cost_figure(cost: CostModel | Mapping[str, Any], sizes: Any = None, *,
     if lanes:  # first method on top, each lane named by its method
         fig.update_yaxes(tickmode="array", tickvals=list(range(len(per_method))), ticktext=list(per_method),
                          range=[len(per_method) - 0.4, -0.6], showgrid=False, row=2, col=1)
-    info = " · ".join(x for x in (f"draft {cost.draft}" if cost.draft else "", cost.dtype,
+    info = " · ".join(x for x in (f"draft {draft_label(cost.draft)}" if cost.draft else "", cost.dtype,
                                   f"prefix {cost.prefix_len} tokens" if cost.prefix_len else "",
                                   f"one draft level {1e3 * cost.draft_s:.2f} ms") if x)
     head = title if title is not None else (
@@ -230,6 +231,12 @@ def cost_figure(cost: CostModel | Mapping[str, Any], sizes: Any = None, *,
                       legend=dict(font=dict(size=10), orientation="h", yanchor="top", y=-0.12 if lanes else -0.18,
                                   x=0))
     return fig
+
+
+def draft_label(draft: str) -> str:
+    """A cost model's draft as plot text: the calibration's key 'NAME[drafter]' (one string, as
+    the cache names it) reads 'NAME [drafter]', not 'head)[feature+lookup]'."""
+    return re.sub(r"(?<=\S)\[([^\[\]]+)\]$", r" [\1]", draft)
 
 
 def _add_curve(fig: go.Figure, cost: CostModel) -> list[float]:
