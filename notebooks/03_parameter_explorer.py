@@ -304,31 +304,22 @@ display(Markdown("ℓ moved with " + ", ".join(
 
 # %% tags=["nbval-ignore-output"]
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-names = list(tables)
-fig = make_subplots(rows=2, cols=4, subplot_titles=[SYMBOL[k] for k in names], horizontal_spacing=0.06,
-                    vertical_spacing=0.2)
-for k, name in enumerate(names):
-    df = tables[name]
-    # values that grew the same tree share one point: one label "0.7, 0.9, 0.99", not three overprinted
-    points = df.reset_index().groupby(["nodes", "accepted ℓ"], sort=False)[name].apply(
-        lambda v: ", ".join(f"{x:g}" for x in v)).reset_index()
-    fig.add_trace(go.Scatter(x=points["nodes"], y=points["accepted ℓ"], mode="lines+markers+text", showlegend=False,
-                             text=points[name],  # neighbours alternate above-left / below-right, the last above-left
-                             textposition=["top left" if (len(points) - 1 - i) % 2 == 0 else "bottom right"
-                                           for i in range(len(points))],
-                             textfont=dict(size=10), marker=dict(size=8, color="#0072B2"),
-                             line=dict(color="#0072B2")), row=k // 4 + 1, col=k % 4 + 1)
-    lo, hi = int(df["nodes"].min()), int(df["nodes"].max())
-    fig.update_xaxes(range=[lo - 0.25 * (hi - lo) - 1.5, hi + 1], row=k // 4 + 1, col=k % 4 + 1)  # labels clear the edge
-ell_max = max(int(df["accepted ℓ"].max()) for df in tables.values())
-fig.update_yaxes(range=[-0.5, ell_max + 1], dtick=1)
-fig.update_xaxes(title_text="verified nodes", row=2)
-fig.update_yaxes(title_text="accepted ℓ", col=1)
-fig.update_layout(template="plotly_white", height=560, width=1100, margin=dict(t=80),
-                  title="nodes paid (x) against ℓ gained (y), one knob per panel; labels: the knob's value")
-fig
+from dynatree_viz.views.knob_sweep import knob_sweep_figure, plot_symbol
+
+
+def sweep_points(name):
+    """(nodes, ℓ, label) per distinct tree: values that grew the same tree share one point and one
+    label "0.7, 0.9, 0.99", not three overprinted."""
+    df = tables[name].reset_index()
+    groups = df.groupby(["nodes", "accepted ℓ"], sort=False)[name].apply(lambda v: ", ".join(f"{x:g}" for x in v))
+    return [(int(n), int(ell), label) for (n, ell), label in groups.items()]
+
+
+knob_fig = knob_sweep_figure({SYMBOL[k]: sweep_points(k) for k in tables},
+                             title="nodes paid (x) against ℓ gained (y), one knob per panel; "
+                                   "each label (on a line to its point): the knob's values that grew that tree")
+knob_fig
 
 # %% [markdown]
 # And a 2-D sweep of the two parameters the history adapter tunes online (**04**): D0 and τ_h.
@@ -345,10 +336,10 @@ for k, key in enumerate(["nodes", "accepted ℓ"]):
                   row=1, col=k + 1)
 fig.update_layout(template="plotly_white", height=400, coloraxis=dict(colorscale="Blues", showscale=False),
                   coloraxis2=dict(colorscale="Greens", showscale=False), margin=dict(t=90),
-                  title=dict(text="The chosen state's tree under D0 × τ_h: nodes paid (left) and ℓ gained (right)",
+                  title=dict(text=f"The chosen state's tree under D0 × {plot_symbol('τ_h')}: nodes paid (left) and ℓ gained (right)",
                              x=0.01))
 fig.update_xaxes(title_text="D0")
-fig.update_yaxes(title_text="τ_h", col=1)
+fig.update_yaxes(title_text=plot_symbol("τ_h"), col=1)
 fig
 
 # %%

@@ -92,23 +92,27 @@ print("all three produce the same tokens:", full.tokens == off.tokens == ar.toke
 from plotly.subplots import make_subplots
 import plotly.graph_objects as go
 
+from dynatree_viz.views.timeline import A_R, TAU_H, round_ticks
+
 recs = list(full.trace)
 x = [r.index for r in recs]
 fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, specs=[[{}], [{"secondary_y": True}]],
-                    subplot_titles=("acceptance a_r and window mean ā", "D0 and τ_h (before each iteration)"))
-fig.add_trace(go.Scatter(x=x, y=[r.acceptance for r in recs], mode="markers", name="a_r", marker_color="#888"), row=1, col=1)
+                    subplot_titles=(f"acceptance {A_R} and window mean ā", f"D0 and {TAU_H} (before each iteration)"))
+fig.add_trace(go.Scatter(x=x, y=[r.acceptance for r in recs], mode="markers", name=A_R, marker_color="#888"), row=1, col=1)
 fig.add_trace(go.Scatter(x=x, y=[r.history_after["window_mean"] for r in recs], name="ā", line_color="#1b7837"), row=1, col=1)
 fig.add_hline(y=h.target_acceptance, line_dash="dot", annotation_text="a*", row=1, col=1)
 fig.add_trace(go.Scatter(x=x, y=[r.history_before["d0"] for r in recs], name="D0 (real)", line_color="#2166ac"), row=2, col=1)
 fig.add_trace(go.Scatter(x=x, y=[r.history_before["d0_effective"] for r in recs], name="D0 used", line_shape="hv",
                          line=dict(color="#2166ac", dash="dot")), row=2, col=1)
-fig.add_trace(go.Scatter(x=x, y=[r.history_before["tau_h"] for r in recs], name="τ_h", line_color="#b2182b"),
+taus = [r.history_before["tau_h"] for r in recs]
+fig.add_trace(go.Scatter(x=x, y=taus, name=TAU_H, line_color="#b2182b"),
               row=2, col=1, secondary_y=True)
 fig.update_layout(template="plotly_white", height=600, legend=dict(orientation="h", y=-0.15))
 fig.update_xaxes(title_text="iteration", row=2, col=1)
 fig.update_yaxes(title_text="acceptance", range=[-0.05, 1.05], row=1, col=1)
 fig.update_yaxes(title_text="D0 (depth)", dtick=1, row=2, col=1, secondary_y=False)
-fig.update_yaxes(title_text="τ_h", tickformat=".2f", nticks=5, showgrid=False, row=2, col=1, secondary_y=True)
+# round ticks (0.90, 0.95, ...) that bracket the run, not Plotly's odd ones rounded by the format
+fig.update_yaxes(title_text=TAU_H, showgrid=False, row=2, col=1, secondary_y=True, **round_ticks(taus))
 fig
 
 # %% [markdown]
@@ -302,8 +306,9 @@ display(Markdown(
     + f"Prompts 2 and 3 start where the adapter had driven the knobs: D0 "
     f"{later['start D0 (carried)'].iloc[0]:.2f} and {later['start D0 (carried)'].iloc[1]:.2f} (its floor is 1), τ_h "
     f"{later['start τ_h (carried)'].iloc[0]:.2f} (its ceiling is 0.99). A fresh run starts again at D0 = {full_cfg.d0}, and "
-    f"D0 moves by less than η_D · D_max = {step:.2f} per iteration, so within 48 tokens it only gets down to "
-    f"{later['end D0 (fresh)'].min():.2f}–{later['end D0 (fresh)'].max():.2f}"
+    f"D0 moves by less than η_D · D_max = {step:.2f} per iteration; within 48 tokens the fresh runs end at "
+    + " and ".join(f"D0 = {d:.2f} (prompt {p}" + (", the floor)" if d <= 1 + 1e-9 else ")")
+                for p, d in later["end D0 (fresh)"].items())
     + (": fresh runs allow deeper trees than the carried ones from start to end.\n\n"
        if later["end D0 (fresh)"].min() > later["start D0 (carried)"].max() else ".\n\n")
     + ("Carrying therefore **lowered L̄** on prompts 2 and 3 "

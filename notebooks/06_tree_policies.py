@@ -175,11 +175,14 @@ else:
     worst = max(overpriced, key=lambda n: c[n - 1] - c_hat[n - 1])
     cheaper = int(next(m for m in sizes[worst:] if c[m - 1] <= c_hat[worst - 1] + 1e-12))
     print(f"Here c(n) is not monotone: {len(overpriced)} sizes (n = {ranges(overpriced)}) cost more than a larger tree.")
-    print(f"Largest difference: verifying n = {worst} tokens costs {1e3 * c[worst - 1]:.1f} ms, "
-          f"n = {cheaper} costs {1e3 * c[cheaper - 1]:.1f} ms "
-          f"({100 * (c[worst - 1] / c[cheaper - 1] - 1):.0f}% more for {cheaper - worst} fewer tokens).")
+    v_worst, v_cheaper = cost.verify(worst), cost.verify(cheaper)   # the figure's c(n): the verify forward alone
+    print(f"Largest difference: verifying n = {worst} tokens costs c({worst}) = {1e3 * v_worst:.1f} ms, "
+          f"n = {cheaper} costs c({cheaper}) = {1e3 * v_cheaper:.1f} ms "
+          f"({100 * (v_worst / v_cheaper - 1):.0f}% more for {cheaper - worst} fewer tokens).")
+    print(f"The rule adds the loop's own {1e3 * cost.iteration_s:.1f} ms per iteration to every size "
+          f"({1e3 * c[worst - 1]:.1f} and {1e3 * c[cheaper - 1]:.1f} ms): the same for every n, so it changes no comparison.")
     print(f"Growth plans those sizes at ĉ(n); the fill can then add up to {cheaper - worst} drafted leaves for free or less.")
-print(f"One draft level costs {1e3 * cost.draft_s:.1f} ms = {cost.draft_s / c[0]:.2f} x c(1): "
+print(f"One draft level costs {1e3 * cost.draft_s:.1f} ms = {cost.draft_s / cost.verify(1):.2f} x c(1): "
       "a deeper tree pays that per level, a wider one only the curve's slope.")
 
 # %%
@@ -447,7 +450,7 @@ drafted_k = [s.top_k for s in summaries.values() if s.iterations and s.top_k]  #
 print("one K for every method that drafted:", len(set(drafted_k)) == 1, "| K =", drafted_k[0])
 print("every oracle's ℓ̄ and tree size are its run's own (lookup-tail nodes included):",
       all(math.isclose(s.mean_accepted, runs[k].metrics.mean_accepted_length)
-          and math.isclose(sum(r.nodes for r in oracle_rows[k]) / len(oracle_rows[k]), runs[k].metrics.mean_tree_size)
+          and math.isclose(s.mean_nodes, runs[k].metrics.mean_tree_size)
           for k, s in summaries.items()))
 print("the lookup tail accepted tokens only in the run that has one:",
       {k for k, s in summaries.items() if s.mean_tail_accepted > 0} <= {"dynatree:cpu"})
@@ -456,18 +459,21 @@ print("the lookup tail accepted tokens only in the run that has one:",
 dv.oracle_gap_figure(summaries).update_layout(width=1100)
 
 # %% tags=["nbval-ignore-output"]
-gaps = pd.DataFrame({label: {"n (mean size)": s.n, "ℓ̄": s.mean_accepted, "of it, lookup tail": s.mean_tail_accepted,
+gaps = pd.DataFrame({label: {"mean size n̄": s.mean_nodes, "n (n̄ rounded)": s.n, "ℓ̄": s.mean_accepted, "of it, lookup tail": s.mean_tail_accepted,
                              "oracle at n": s.mean_oracle,
                              "gap": s.gap, "gap at own sizes": s.gap_own,
                              "oracle/ℓ̄": s.mean_oracle / s.mean_accepted if s.mean_accepted else float("nan")}
                      for label, s in summaries.items()}).T
+gaps["n (n̄ rounded)"] = gaps["n (n̄ rounded)"].astype(int)  # a whole tree size, not a mean
 closest = gaps["gap"].idxmin()
 widest = gaps["gap"].idxmax()
 display(gaps)
 display(Markdown(
+    f"The oracle needs a whole tree, so it runs at n = n̄ rounded (n̄ = {gaps.loc[widest, 'mean size n̄']:.2f} "
+    f"becomes n = {gaps.loc[widest, 'n (n̄ rounded)']:.0f} for {widest}). "
     f"Smallest gap: **{closest}** ({gaps.loc[closest, 'gap']:.2f} tokens per iteration at n = "
-    f"{gaps.loc[closest, 'n (mean size)']:.0f}); largest: **{widest}** ({gaps.loc[widest, 'gap']:.2f} at n = "
-    f"{gaps.loc[widest, 'n (mean size)']:.0f}). The oracle curve best(i) = mean of min(i, reach_r) flattens once i "
+    f"{gaps.loc[closest, 'n (n̄ rounded)']:.0f}); largest: **{widest}** ({gaps.loc[widest, 'gap']:.2f} at n = "
+    f"{gaps.loc[widest, 'n (n̄ rounded)']:.0f}). The oracle curve best(i) = mean of min(i, reach_r) flattens once i "
     f"passes most iterations' reach (here it gains {summaries['linear'].curve[-1] - summaries['linear'].curve[8]:.2f} "
     f"tokens from i = 8 to i = {len(summaries['linear'].curve) - 1} on the linear run): past that, a larger tree "
     f"only helps if its nodes sit where the target goes."))
