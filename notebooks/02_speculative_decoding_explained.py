@@ -252,7 +252,9 @@ h = HistoryState.from_dict(rec_dt.history_before)
 tree, rule = rec_dt.tree, gpu.growth_rule(d0=h.d0_effective, tau_h=h.tau_h)
 print(f"iteration {rec_dt.index}: {rec_dt.num_nodes} drafted nodes, depth {tree.depth}, "
       f"{rec_dt.accepted_length} accepted, {len(tree.pruned)} candidates pruned")
-pd.DataFrame([{"node": n.index, "token": rec_dt.token_texts[n.index], "depth": n.depth, "parent": n.parent,
+# tokens as the figures write them (␣ a space, ↵ a newline), not "\n"
+pd.DataFrame([{"node": n.index, "token": dv.core.style.visible_token(rec_dt.token_texts[n.index]),
+               "depth": n.depth, "parent": n.parent,
                "p(u)": n.cum_prob, "c(u)": n.confidence, "B(u)": n.branching, "stop reason": n.stop_reason}
               for n in tree.nodes()]).set_index("node")
 

@@ -375,7 +375,7 @@ Markdown(
     f"confidence is c(u) = {c:.2f}. At τ_h = {lo:g} that counts as sure (c(u) ≥ τ_h), so u gets "
     f"B_min = {t_lo.branching[u]} child, the draft's first choice "
     f"*{dv.core.style.visible_token(session.token_text(t_lo.topk_tokens[u][0]))}*; the target chose "
-    f"*{dv.core.style.visible_token(session.token_text(target))}*, the draft's #{rank}, so the walk ends there "
+    f"*{dv.core.style.visible_token(session.token_text(target))}*, the draft's choice number {rank}, so the walk ends there "
     f"with ℓ = {len(path_lo)} whatever D0 says; the whole tree has {t_lo.num_drafted} drafted nodes "
     f"(stop reasons: {pd.Series(t_lo.stop_reasons[1:]).value_counts().to_dict()}). From τ_h = {hi:g}, "
     f"c(u) < τ_h gives u B(u) = {t_hi.branching[u_hi]} children, the target's token among them, and "

@@ -246,7 +246,7 @@ dv.compare_figure(by_T, x="max_new_tokens", metrics=["tokens_per_s", "speedup"],
 
 # %% tags=["nbval-ignore-output"]
 dv.compare_figure(by_L, x="max_prompt_len", metrics=["tokens_per_s", "speedup"],
-                  title="Figure 6 shape: prompt length L_max")
+                  title="Figure 6 shape: prompt length L<sub>max</sub>")
 
 # %% [markdown]
 # Result documents are plain JSON (`dynatree_core.bench.results.write_json_atomic(path, main)`), and

@@ -1,2 +1,3 @@
 """One Plotly figure per module: the draft tree, its attention mask, the timeline, the output
-text, benchmark comparisons, the why panel, tree policies, sampling, the race and the animation."""
+text, benchmark comparisons, the why panel, tree policies, sampling and rejection steps, a knob
+sweep, the race, the animation and its one-picture strip (what a reader without a kernel sees)."""
