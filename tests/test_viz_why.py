@@ -139,3 +139,20 @@ def test_a_rank_is_an_ordinal_and_hash_names_only_nodes():
         p = why_data(record(), node=v)
         ranks = re.findall(r"#(\d+)", p.explanation)
         assert all(int(r) == p.at for r in ranks), p.explanation  # every "#k" is the decision node
+
+
+def test_a_legend_swatch_never_wears_the_targets_frame_when_its_fate_has_other_bars():
+    # the legend draws a bar trace's first bar: the target's black frame on "beyond B(u): not
+    # drafted" made the swatch look like the target's (02's linear why panel)
+    seen = 0
+    traces = [_trace(record())] + [dv.synthetic.synthetic_trace(6, config=DynaTreeConfig.gpu())]
+    for tr in traces:
+        for i, rec in enumerate(tr.iterations):
+            for v in range(1, len(rec.tree)):
+                fig = dv.why(tr, i, node=v)
+                for bar in (t for t in fig.data if t.type == "bar" and t.name != TARGET_MARK):
+                    widths = list(bar.marker.line.width)
+                    if len(widths) > 1 and max(widths) == 3:
+                        seen += 1
+                        assert widths[0] != 3 and widths[-1] == 3, bar.name
+    assert seen  # the case occurs in these traces

@@ -271,7 +271,11 @@ def why(source: Trace | IterationRecord, iteration: int = 0, node: int | None = 
     if extra:
         labels.append(f"target {_q(p.target_text)}")
     for fate in FATES:
-        rows = [(lab, c) for lab, c in zip(labels, p.candidates) if c.fate == fate]
+        # the target's bar last in its trace: a legend swatch takes the first bar's outline, and the
+        # target's black frame made "beyond B(u): not drafted" look like the target (the y order is
+        # fixed by categoryarray, so the bars do not move)
+        rows = sorted(((lab, c) for lab, c in zip(labels, p.candidates) if c.fate == fate),
+                      key=lambda r: r[1].is_target)
         if not rows:
             continue
         color, pattern = _FATE_STYLE[fate]
