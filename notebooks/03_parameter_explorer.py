@@ -305,7 +305,8 @@ display(Markdown("ℓ moved with " + ", ".join(
 # %% tags=["nbval-ignore-output"]
 import plotly.graph_objects as go
 
-from dynatree_viz.views.knob_sweep import knob_sweep_figure, plot_symbol
+from dynatree_viz.core.style import plot_symbol
+from dynatree_viz.views.knob_sweep import knob_sweep_figure
 
 
 def sweep_points(name):

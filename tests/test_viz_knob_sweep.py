@@ -8,8 +8,8 @@ import itertools
 
 import pytest
 
-from dynatree_viz.views.knob_sweep import (OFFSETS, Box, knob_sweep_figure, label_box, place_labels,
-                                           plot_symbol)
+from dynatree_viz.core.style import plot_symbol
+from dynatree_viz.views.knob_sweep import OFFSETS, Box, knob_sweep_figure, label_box, place_labels
 
 #: notebook 03's sweep as it ran (nodes, ℓ, the knob values that grew that tree)
 SWEEP = {"τ_h": [(2, 0, "0.5"), (8, 4, "0.7, 0.9, 0.99")], "τ_l": [(8, 4, "0.05, 0.2, 0.4, 0.6")],

@@ -11,6 +11,8 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from dynatree_viz.core.labels import text_lines
+
 #: marker symbol per stop reason (why a node did not grow children); "unrecorded" is the
 #: explorer's own reason for a replayed node whose draft distribution was never computed.
 STOP_SYMBOLS: dict[str, str] = {
@@ -168,8 +170,13 @@ PUNCTUATION_BOOST = 4
 def label_font_size(label: str, size: float) -> float:
     """The font size of a node label made by :func:`short_label`: ``size``, or for a bracketed
     punctuation label (its first line ‹…›) :data:`PUNCTUATION_BOOST` px more."""
-    first = re.split(r"<br\s*/?>", label or "")[0]
+    first = text_lines(label)[0]
     return size + PUNCTUATION_BOOST if len(first) > 2 and first[0] == "‹" and first[-1] in "›…" else size
+
+
+def plot_symbol(symbol: str) -> str:
+    """'τ_h' -> 'τ<sub>h</sub>': the paper's subscripts as plot text, not a code-like underscore."""
+    return re.sub(r"_(\w+)", r"<sub>\1</sub>", symbol)
 
 
 def hover_escape(text: str) -> str:

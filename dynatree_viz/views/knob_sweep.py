@@ -8,12 +8,13 @@ around the line could sit between two points and be read as either's.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+
+from dynatree_viz.core.style import plot_symbol
 
 #: marker and line colour (Okabe-Ito blue)
 POINT_COLOR = "#0072B2"
@@ -103,11 +104,6 @@ def _leader(p: tuple[float, float], off: tuple[float, float]) -> Box:
     sign = 1 if off[1] > 0 else -1
     ends = sorted((p[1] + sign * STANDOFF, p[1] + off[1] - sign * LINE_PX / 2))
     return Box(p[0] - 1, ends[0], p[0] + 1, ends[1])
-
-
-def plot_symbol(symbol: str) -> str:
-    """'τ_h' -> 'τ<sub>h</sub>': the paper's subscripts as plot text, not a code-like underscore."""
-    return re.sub(r"_(\w+)", r"<sub>\1</sub>", symbol)
 
 
 def knob_sweep_figure(panels: Mapping[str, Sequence[tuple[float, float, str]]], *, cols: int = 4,

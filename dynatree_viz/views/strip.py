@@ -16,8 +16,8 @@ from typing import Any, Sequence
 import plotly.graph_objects as go
 
 from dynatree_viz.core import style
-from dynatree_viz.core.labels import (GAP, MARK_RADIUS, Label, LabelPlan, marker_size_for_offset,
-                                      plan_labels, text_height, text_lines, text_width)
+from dynatree_viz.core.labels import (GAP, MARK_RADIUS, Label, LabelPlan, clipped_edges,
+                                      marker_size_for_offset, plan_labels, text_height, text_lines, text_width)
 from dynatree_viz.views import tree as tv
 from dynatree_viz.views.animation import (LEGEND_Q, LEGEND_TARGET, TARGET_CHOICES, frame_figures,
                                           is_animation)
@@ -89,24 +89,14 @@ def _plan(pos: dict, texts: dict, unit_px: float, s: float) -> LabelPlan:
 
 
 def _reclip(t: go.Scatter, pos: dict, start: dict) -> None:
-    """Move the start of each edge segment (``start, child, None``) of ``t`` to ``start[level]``
-    levels below its parent, on the line parent → child. The animation clipped its edges for its
-    own level height; the parent is found again from that clipped start."""
-    by_level: dict[int, list[float]] = {}
-    for x, lv in pos.values():
-        by_level.setdefault(lv, []).append(x)
-    xs, ys = list(t.x or []), list(t.y or [])
-    for i in range(0, len(xs) - 1, 3):
-        (xa, ya), (xb, yb) = (xs[i], ys[i]), (xs[i + 1], ys[i + 1])
-        if None in (xa, ya, xb, yb):
-            continue
-        level = int(round(yb)) - 1
-        old = ya - level  # the animation's start, in levels below the parent
-        guess = (xa - old * xb) / (1 - old) if old < 1 else xa
-        px = min(by_level.get(level, [guess]), key=lambda v: abs(v - guess))
-        new = min(start.get(level, 0.0), 1.0)
-        xs[i], ys[i] = px + (xb - px) * new, level + new
-    t.update(x=xs, y=ys)
+    """Clip the edges of ``t`` again for the strip's level height (the animation clipped them for
+    its own): each starts ``start[level]`` levels below its parent, on the line parent → child.
+    The edge trace names its segments' keys in ``customdata`` (``tree._lines``)."""
+    keys = list(t.customdata or [])
+    if len(keys) != len(t.x or []):  # saved before edges named their keys: kept as the animation drew them
+        return
+    x, y = clipped_edges(list(zip(keys[0::3], keys[1::3])), pos, start)
+    t.update(x=x, y=y)
 
 
 def animation_strip(fig: go.Figure, *, columns: int | None = None, scale: float | None = None,

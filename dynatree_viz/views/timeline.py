@@ -25,8 +25,8 @@ _TIMING_COLORS = {"draft": _OI["sky_blue"], "verify": _OI["vermillion"], "commit
 PANELS: dict[str, tuple[str, bool]] = {
     "tokens": ("committed tokens per iteration", False),
     "tree": ("tree size (nodes) and depth", True),
-    "acceptance": ("acceptance a<sub>r</sub> and window mean ā", False),
-    "adapter": ("history adapter: D0 and τ<sub>h</sub>", True),
+    "acceptance": (f"acceptance {style.plot_symbol('a_r')} and window mean ā", False),
+    "adapter": (f"history adapter: D0 and {style.plot_symbol('τ_h')}", True),
     "time": ("time per iteration (ms)", False),
 }
 #: why a panel is left out (said under the title instead of an empty panel)
@@ -182,8 +182,8 @@ def round_ticks(values: list[float], max_ticks: int = MAX_ROUND_TICKS) -> dict:
 
 
 #: the paper's symbols as plot text (a code name such as "tau_h" or "τ_h" is not what the paper writes)
-TAU_H = "τ<sub>h</sub>"
-A_R = "a<sub>r</sub>"
+TAU_H = style.plot_symbol("τ_h")
+A_R = style.plot_symbol("a_r")
 
 #: most depth ticks a panel shows: one per level of an 8-deep tree squeezed them into each other
 MAX_DEPTH_TICKS = 5

@@ -250,10 +250,12 @@ def _axes(geo: _Geometry, depth: int) -> dict:
 
 def _lines(pairs: Sequence[tuple[int, int]], pos: dict, name: str, start: dict | None = None,
            **line: Any) -> go.Scatter:
-    """Edges parent → child, each starting under its parent's labels (``start``, in levels)."""
+    """Edges parent → child, each starting under its parent's labels (``start``, in levels).
+    ``customdata`` keeps each segment's keys (parent, child, None), so a picture drawn at another
+    scale (:func:`dynatree_viz.views.strip.animation_strip`) clips the same edges again."""
     x, y = clipped_edges(pairs, pos, start or {})
     return go.Scatter(x=x, y=y, mode="lines", name=name, hoverinfo="skip", line=line,
-                      showlegend=False)
+                      showlegend=False, customdata=[k for a, b in pairs for k in (a, b, None)])
 
 
 def _marks(ids: Sequence[int], pos: dict, name: str, symbol: str, color: str,
