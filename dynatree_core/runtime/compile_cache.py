@@ -43,6 +43,12 @@ FREEZING_ENV = "DYNATREE_COMPILE_FREEZING"
 FREEZING_MODES: tuple[str, ...] = ("prepack", "mkl", "noprepack", "off")
 #: "0": compiled forwards on CUDA run as inductor left them, uncaptured (default "1": captured)
 CUDA_GRAPHS_ENV = "DYNATREE_COMPILE_CUDA_GRAPHS"
+#: the backend ``torch.compile`` runs the forwards and the compiled regions with
+#: (``$DYNATREE_COMPILE_BACKEND``): "inductor" (default: fused kernels), or dynamo's "eager" /
+#: "aot_eager", which trace the very same graphs (the same guards, the same per-code-object limit)
+#: without generating code: what the CPU's tests use to check a whole sweep in seconds
+BACKEND_ENV = "DYNATREE_COMPILE_BACKEND"
+BACKENDS: tuple[str, ...] = ("inductor", "eager", "aot_eager")
 #: the cache counters dynamo keeps (``torch._dynamo.utils.counters["inductor"]``) that we report
 _HIT, _MISS, _BYPASS = "fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass"
 
@@ -94,6 +100,14 @@ def compile_options(device: torch.device | str) -> dict[str, Any]:
         options["freezing"] = True
         options["cpp.weight_prepack"] = mode in ("prepack", "mkl")
     return options
+
+
+def compile_backend() -> str:
+    """The ``torch.compile`` backend of this process (:data:`BACKEND_ENV`, default "inductor")."""
+    backend = os.environ.get(BACKEND_ENV, "inductor")
+    if backend not in BACKENDS:
+        raise ValueError(f"{BACKEND_ENV}={backend!r}: expected one of {BACKENDS}")
+    return backend
 
 
 def freezing_mode() -> str:
@@ -168,7 +182,7 @@ def compile_forward(fn: Callable[[], Any], device: torch.device | str = "cpu") -
     forward runs again). A replay of our graph also skips dynamo's guard checks: one launch per forward."""
     from torch._dynamo.utils import counters
 
-    compiled = torch.compile(own_code(fn), dynamic=False, fullgraph=False)
+    compiled = torch.compile(own_code(fn), dynamic=False, fullgraph=False, backend=compile_backend())
     seen = {k: counters["inductor"][k] for k in (_HIT, _MISS, _BYPASS)}
     t0 = time.perf_counter()
     with compile_scope(device) as folder:

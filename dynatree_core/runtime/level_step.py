@@ -113,11 +113,14 @@ class Level:
 
 
 def step_for(runtime: str, device: torch.device, resident: bool = False):
-    """:func:`level_step` (:func:`resident_step` for a device-resident tree) as ``runtime`` runs it
-    (:func:`~dynatree_core.runtime.fused.compiled`: compiled whole on ``compiled`` and ``graphs``, its
-    ~120 small ops fused into a few kernels; None elsewhere). The level's depth is a tensor, so a run
-    compiles two graphs (the root's level and the others), not one per level."""
-    return compiled(resident_step if resident else level_step, runtime, device) if runtime in COMPILING else None
+    """:func:`resident_step` as ``runtime`` runs it (:func:`~dynatree_core.runtime.fused.compiled`:
+    compiled whole on ``compiled`` and ``graphs``, its ~120 small ops fused into a few kernels; None
+    elsewhere). The level's depth is a tensor and the frontier's width fixed, so a run compiles two
+    graphs (the root's level and the others), not one per level. A tree that is not resident (the
+    cost-aware rule, which reads every level's size and prices it on the host) runs :func:`level_step`
+    as written: its frontier's width and its E / T state change with the data, so a compiled step would
+    compile again at each new width and draft time."""
+    return compiled(resident_step, runtime, device) if resident and runtime in COMPILING else None
 
 
 @region
