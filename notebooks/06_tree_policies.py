@@ -122,11 +122,25 @@ for name, cm in (("torch", torch_cost), (kernel, cost)):
 
 # %% tags=["nbval-ignore-output"]
 def curve_facts(name, cm):
-    r = {n: cm.verify(n) / cm.verify(1) for n in (2, 3, 4, 8, 16)}
-    dips = [n for n in (2, 3) if any(r[n] > r[m] for m in (4, 8))]
-    return (f"**{name}**: c(1) = {1e3 * cm.verify(1):.0f} ms, c(16) = {r[16]:.2f} × c(1)"
-            + (f"; {', '.join(map(str, dips))} tokens cost more than a larger tree (a dip)" if dips
-               else "; c(n) grows with n (no dip)"))
+    """What cm's measured sizes say about monotonicity: every pair n < m of measured sizes compared."""
+    dips = cm.undercut_sizes()
+    return (f"**{name}**: c(1) = {1e3 * cm.verify(1):.0f} ms, c(16) = {cm.verify(16) / cm.verify(1):.2f} × c(1); "
+            + (f"{len(dips)} of its {len(cm.sizes)} measured sizes (n = {ranges(dips)}) cost more than some "
+               f"larger measured size (a dip)" if dips else
+               f"c(n) grows with n over all {len(cm.sizes)} measured sizes (no dip)"))
+
+
+def ranges(ns):
+    """[2, 3, 9, 10, 11] -> '2-3, 9-11'."""
+    out, start = [], None
+    for k, n in enumerate(ns):
+        if start is None:
+            start = n
+        if k + 1 == len(ns) or ns[k + 1] != n + 1:
+            out.append(f"{start}" if start == n else f"{start}-{n}")
+            start = None
+    return ", ".join(out)
+
 
 lower = kernel if cost.verify(1) < torch_cost.verify(1) else "torch"
 flatter = kernel if cost.verify(16) / cost.verify(1) < torch_cost.verify(16) / torch_cost.verify(1) else "torch"
@@ -155,18 +169,6 @@ c = np.array(cost.iteration_curve())        # c(n) + per-iteration overhead: wha
 c_hat = np.array(cost_rule.planning_cost())  # ĉ(n): the suffix minimum growth plans with
 sizes = np.arange(1, len(c) + 1)
 overpriced = [int(n) for n in sizes if c[n - 1] > c_hat[n - 1] + 1e-12]
-
-
-def ranges(ns):
-    """[2, 3, 9, 10, 11] -> '2-3, 9-11'."""
-    out, start = [], None
-    for k, n in enumerate(ns):
-        if start is None:
-            start = n
-        if k + 1 == len(ns) or ns[k + 1] != n + 1:
-            out.append(f"{start}" if start == n else f"{start}-{n}")
-            start = None
-    return ", ".join(out)
 
 
 if not overpriced:
@@ -492,6 +494,11 @@ display(Markdown(
 # * `"path"`: p(u) against "u is on the accepted path" — on the cost-aware run. Per depth d, the
 #   **scale** s_d = Σ observed / Σ predicted is the factor that makes s_d · p(u) an unbiased estimate
 #   of acceptance at that depth.
+#
+# Each figure's title gives the **ECE** (expected calibration error): the predictions are put in 10 bins
+# by value, and ECE = Σ_bins (count in the bin / all predictions) · |mean prediction − observed rate in the
+# bin|, the average distance of the points from the diagonal, weighted by how many predictions each holds.
+# 0 is perfectly calibrated.
 
 # %%
 from dynatree_core.records.reliability import calibration

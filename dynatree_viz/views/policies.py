@@ -44,6 +44,8 @@ _OI = style.OKABE_ITO
 CURVE_COLOR = "#4d4d4d"
 MARGINAL_COLOR = "#9e9e9e"
 ORACLE_COLOR = "#bdbdbd"
+#: the right axis's trace: the slope between neighbouring measured sizes (per extra token)
+MARGINAL_NAME = "marginal cost per extra token, between neighbouring measured sizes"
 #: marker symbols cycled over the methods of one figure, so two methods that pick the same n
 #: (same point on the curve) or share a colour family stay apart
 METHOD_SYMBOLS: tuple[str, ...] = ("circle", "square", "diamond", "triangle-up", "star",
@@ -192,7 +194,8 @@ def cost_figure(cost: CostModel | Mapping[str, Any], sizes: Any = None, *,
 
     Top: x = tokens verified n (root included), y = ms of one target forward. The measured sizes
     (``cost.sizes``) are markers, the interpolated curve a line; the marginal cost c(n) − c(n−1)
-    is a dashed line on the right axis. ``sizes`` (see :func:`tree_sizes`) adds a panel below on
+    per extra token between neighbouring measured sizes is a dashed line on the right axis (its 0
+    a dotted rule). ``sizes`` (see :func:`tree_sizes`) adds a panel below on
     the same n axis, one lane per method: a marker at each n = size + 1 it chose, its area by how
     often, and a bar at its mean n̄ (a lane each, so that no method's marks hide another's where
     several chose the same n; the hover gives c(n)). Sizes past the curve's end are left out and
@@ -212,7 +215,7 @@ def cost_figure(cost: CostModel | Mapping[str, Any], sizes: Any = None, *,
     fig.update_xaxes(title_text="tokens verified n (root included)", row=2 if lanes else 1, col=1)
     fig.update_yaxes(title_text="ms per target forward", rangemode="tozero", row=1, col=1, secondary_y=False)
     if len(ms) > 1:
-        fig.update_yaxes(title_text="ms per extra token", rangemode="tozero", showgrid=False,
+        fig.update_yaxes(title_text="ms per extra token", zeroline=False, rangemode="tozero", showgrid=False,
                          tickmode="auto", nticks=6, tickformat=".1f", row=1, col=1, secondary_y=True)
     if lanes:  # first method on top, each lane named by its method
         fig.update_yaxes(tickmode="array", tickvals=list(range(len(per_method))), ticktext=list(per_method),
@@ -253,12 +256,21 @@ def _add_curve(fig: go.Figure, cost: CostModel) -> list[float]:
             x=measured, y=[ms[n - 1] for n in measured], mode="markers", name="c(n), measured",
             marker=dict(color=CURVE_COLOR, size=9, symbol="circle-open", line=dict(width=2)),
             hovertemplate="n = %{x} tokens<br>c(n) = %{y:.2f} ms<extra>measured</extra>"), row=1, col=1)
-    if len(ms) > 1:
+    timed = measured or n_all  # a fitted curve names no sizes: every n is on its line
+    if len(timed) > 1:  # per token between neighbouring measured sizes: an interpolated size adds no fact
+        slope = [(ms[b - 1] - ms[a - 1]) / (b - a) for a, b in zip(timed, timed[1:])]
         fig.add_trace(go.Scatter(
-            x=n_all[1:], y=[b - a for a, b in zip(ms, ms[1:])], mode="lines",
-            name="marginal cost c(n) − c(n−1)", line=dict(color=MARGINAL_COLOR, dash="dash", width=1.5),
-            hovertemplate="n = %{x}: +%{y:.2f} ms for this token<extra>marginal</extra>"),
+            x=timed[1:], y=slope, mode="lines+markers", name=MARGINAL_NAME,
+            line=dict(color=MARGINAL_COLOR, dash="dash", width=1.5), marker=dict(color=MARGINAL_COLOR, size=5),
+            customdata=timed[:-1],
+            hovertemplate="n = %{customdata} → %{x}: %{y:+.2f} ms per extra token<extra>marginal</extra>"),
             row=1, col=1, secondary_y=True)
+        # the right axis's 0 as a labelled dotted rule, not a gridline: below it a larger tree is cheaper
+        fig.add_shape(type="line", xref="x domain", x0=0, x1=1, yref="y2", y0=0, y1=0,
+                      line=dict(color=MARGINAL_COLOR, dash="dot", width=1))
+        fig.add_annotation(xref="x domain", x=1, yref="y2", y=0, xanchor="right", yanchor="bottom", showarrow=False,
+                           text="0 ms per extra token: below it, a larger tree is cheaper",
+                           font=dict(size=10, color="#666"))
     return ms
 
 

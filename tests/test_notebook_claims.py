@@ -1,0 +1,78 @@
+"""What a notebook's prose claims is what its figures plot: each test recomputes a claim from the data a
+stored figure draws (the Plotly JSON in the executed .ipynb) and compares it with the numbers the prose
+states. No kernel, no models: the committed outputs are read as a reader sees them."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+PLOTLY = "application/vnd.plotly.v1+json"
+
+
+def _cells(name: str) -> list[dict]:
+    return json.loads((NOTEBOOKS / name).read_text())["cells"]
+
+
+def _source(cell: dict) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def _text(out: dict) -> str:
+    raw = out.get("text") or out.get("data", {}).get("text/markdown") or ""
+    return "".join(raw) if isinstance(raw, list) else raw
+
+
+def _figures(cells: list[dict], where: str) -> list[go.Figure]:
+    """The figures stored by the code cells whose source contains ``where``."""
+    return [go.Figure(o["data"][PLOTLY]) for c in cells if c["cell_type"] == "code" and where in _source(c)
+            for o in c.get("outputs", []) if PLOTLY in o.get("data", {})]
+
+
+def _outputs_of(cells: list[dict], where: str) -> str:
+    return "\n".join(_text(o) for c in cells if c["cell_type"] == "code" and where in _source(c)
+                     for o in c.get("outputs", []))
+
+
+def _expand(ranges: str) -> list[int]:
+    """'7-8, 10, 12' -> [7, 8, 10, 12]."""
+    out: list[int] = []
+    for part in ranges.split(","):
+        lo, _, hi = part.strip().partition("-")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def _undercut(xs: list[int], ys: list[float]) -> list[int]:
+    """Every n with some m > n on the curve where c(m) < c(n): all pairs compared."""
+    return [n for i, n in enumerate(xs) if any(ys[j] < ys[i] for j in range(i + 1, len(xs)))]
+
+
+def _cost_curve(cells: list[dict], which: str) -> tuple[list[int], list[float]]:
+    fig = _figures(cells, "dv.cost_figure(cost)")[0]
+    trace = next(t for t in fig.data if t.name == f"c(n), {which}")
+    return [int(x) for x in trace.x], [float(y) for y in trace.y]
+
+
+def test_06_says_where_its_measured_cost_curve_dips_as_the_figure_draws_it():
+    """06's sentence about the pair's own kernel names exactly the measured sizes that cost more than a
+    larger measured size, recomputed over all pairs n < m of the figure's measured points."""
+    cells = _cells("06_tree_policies.ipynb")
+    kernel = re.search(r"linear kernel: (\w+)", _outputs_of(cells, "ModelPair.named(PAIR")).group(1)
+    xs, ys = _cost_curve(cells, "measured")
+    claim = _outputs_of(cells, "curve_facts(kernel, cost)")
+    said = re.search(rf"\*\*{kernel}\*\*:[^*]*", claim).group(0)
+    stated = _expand(m.group(1)) if (m := re.search(r"\(n = ([\d, -]+)\)", said)) else []
+    assert stated == _undercut(xs, ys), f"06 says {said!r}; the figure's measured c(n) dips at {_undercut(xs, ys)}"
+
+
+def test_06_counts_the_sizes_that_cost_more_than_a_larger_tree_over_the_whole_curve():
+    cells = _cells("06_tree_policies.ipynb")
+    xs, ys = _cost_curve(cells, "interpolated")
+    said = re.search(r"(\d+) sizes \(n = ([\d, -]+)\) cost more", _outputs_of(cells, "c_hat = np.array"))
+    expected = _undercut(xs, ys)
+    assert said and int(said.group(1)) == len(expected) and _expand(said.group(2)) == expected
