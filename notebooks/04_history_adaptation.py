@@ -92,22 +92,15 @@ print("all three produce the same tokens:", full.tokens == off.tokens == ar.toke
 from plotly.subplots import make_subplots
 import plotly.graph_objects as go
 
-from dynatree_viz.views.timeline import A_R, TAU_H, round_ticks
+from dynatree_viz.views.timeline import A_R, TAU_H, add_acceptance_panel, add_adapter_panel, round_ticks
 
 recs = list(full.trace)
-x = [r.index for r in recs]
 fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, specs=[[{}], [{"secondary_y": True}]],
                     subplot_titles=(f"acceptance {A_R} and window mean ā", f"D0 and {TAU_H} (before each iteration)"))
-fig.add_trace(go.Scatter(x=x, y=[r.acceptance for r in recs], mode="markers", name=A_R, marker_color="#888"), row=1, col=1)
-fig.add_trace(go.Scatter(x=x, y=[r.history_after["window_mean"] for r in recs], name="ā", line_color="#1b7837"), row=1, col=1)
-fig.add_hline(y=h.target_acceptance, line_dash="dot", annotation_text="a*", row=1, col=1)
-fig.add_trace(go.Scatter(x=x, y=[r.history_before["d0"] for r in recs], name="D0 (real)", line_color="#2166ac"), row=2, col=1)
-fig.add_trace(go.Scatter(x=x, y=[r.history_before["d0_effective"] for r in recs], name="D0 used", line_shape="hv",
-                         line=dict(color="#2166ac", dash="dot")), row=2, col=1)
+add_acceptance_panel(fig, full.trace, 1)   # the timeline's own panels: one quantity, one colour, everywhere
+add_adapter_panel(fig, full.trace, 2)
 taus = [r.history_before["tau_h"] for r in recs]
-fig.add_trace(go.Scatter(x=x, y=taus, name=TAU_H, line_color="#b2182b"),
-              row=2, col=1, secondary_y=True)
-fig.update_layout(template="plotly_white", height=600, legend=dict(orientation="h", y=-0.15))
+fig.update_layout(template="plotly_white", height=640, legend=dict(orientation="h", y=-0.15))
 fig.update_xaxes(title_text="iteration", row=2, col=1)
 fig.update_yaxes(title_text="acceptance", range=[-0.05, 1.05], row=1, col=1)
 fig.update_yaxes(title_text="D0 (depth)", dtick=1, row=2, col=1, secondary_y=False)

@@ -76,3 +76,42 @@ def test_06_counts_the_sizes_that_cost_more_than_a_larger_tree_over_the_whole_cu
     said = re.search(r"(\d+) sizes \(n = ([\d, -]+)\) cost more", _outputs_of(cells, "c_hat = np.array"))
     expected = _undercut(xs, ys)
     assert said and int(said.group(1)) == len(expected) and _expand(said.group(2)) == expected
+
+
+def _quantity(name: str | None) -> str | None:
+    """The per-iteration quantity a trace draws, read from its legend name (the old names and the new)."""
+    name = name or ""
+    for prefix, quantity in (("D0", "D0"), ("τ<sub>h</sub>", "τ_h"), ("ā", "ā"), ("a<sub>r</sub>", "a_r"),
+                             ("drafted nodes", "drafted nodes"), ("draft time", "draft time")):
+        if name.startswith(prefix):
+            return quantity
+    return None
+
+
+def _colour(trace) -> str | None:
+    line = getattr(trace, "line", None)
+    return (line.color if line is not None and line.color else None) or getattr(trace.marker, "color", None)
+
+
+def test_one_quantity_wears_one_colour_in_every_notebooks_timeline_and_history_chart():
+    """D0, τ_h, ā, a_r, drafted nodes and draft time: each one colour across all notebooks' stored figures,
+    and a count (drafted nodes) never the colour of a time (draft time)."""
+    seen: dict[str, set[tuple[str, str]]] = {}
+    for nb in sorted(NOTEBOOKS.glob("0*.ipynb")):
+        for fig in _figures(_cells(nb.name), ""):
+            for t in fig.data:
+                if (q := _quantity(t.name)) and isinstance(c := _colour(t), str):
+                    seen.setdefault(q, set()).add((c.lower(), nb.name[:2]))
+    assert {"D0", "τ_h", "ā", "a_r", "drafted nodes", "draft time"} <= set(seen)
+    mixed = {q: sorted(v) for q, v in seen.items() if len({c for c, _ in v}) > 1}
+    assert not mixed, f"one quantity in several colours (colour, notebook): {mixed}"
+    assert not {c for c, _ in seen["drafted nodes"]} & {c for c, _ in seen["draft time"]}
+
+
+def test_04s_timeline_draws_each_whole_d0_over_its_own_iterations_only():
+    """'D0 used' is a step line (each whole value from its first iteration to the next change), not a
+    dash per iteration that reaches into its neighbours."""
+    for fig in _figures(_cells("04_history_adaptation.ipynb"), ""):
+        for t in fig.data:
+            if (t.name or "").startswith("D0 used"):
+                assert t.mode in (None, "lines") and t.line.shape == "hv", (t.name, t.mode, t.line.shape)
