@@ -314,11 +314,13 @@ display(Markdown(f"Iteration {shown.iteration}, node {shown.node}: the target dr
 # where a candidate was **rejected and the next sibling was tested against the residual**, and one where **every
 # candidate was rejected and the token was drawn from the last residual**, each with every coin at least 0.05
 # from its threshold. Each figure draws p_i, q_i, min(p_i, q_i) and the residual at every step, on a log scale
-# (a bar of 10⁻⁴ shows beside one of 0.9); a bar is absent where the value is 0 (the residual is 0 wherever
-# q_i ≥ p_i, and q_i is 0 at a rejected candidate).
+# (a bar of 10⁻⁴ shows beside one of 0.9), on the tokens that matter plus one bar, "all other tokens", for
+# the mass on the rest; a bar is absent where the value is 0 (the residual is 0 wherever q_i ≥ p_i, and q_i
+# is 0 at a rejected candidate). A draw from the last residual is drawn on a linear scale, with the residual's
+# cumulative distribution as a strip and the uniform u marked on it.
 
 # %% tags=["nbval-ignore-output"]
-from dynatree_viz.views.rejection import rejection_steps_data, rejection_steps_view
+from dynatree_viz.views.rejection import OTHER, rejection_steps_data, rejection_steps_view
 
 counts = dv.rejection_counts(rejection.trace)
 cases = {case: dv.rejection_example(rejection.trace, margin=0.05, case=case) for case in ("sibling", "residual")}
@@ -328,6 +330,21 @@ display(Markdown(
     f"Over the {counts.nodes} nodes of the rejection run that had candidates, the first candidate was accepted at "
     f"**{counts.first}** ({counts.first_rate:.0%}), a later sibling (tested against the residual) at "
     f"**{counts.sibling}**, and the residual supplied the token at **{counts.residual}**."))
+m = rejection.metrics
+accepted_tokens = round(m.mean_accepted_length * m.iterations)   # Σ accepted draft tokens over the run
+depth_total = round(accepted_tokens / m.acceptance_rate) if m.acceptance_rate else 0   # Σ depth of the trees
+assert depth_total == 0 or abs(accepted_tokens / depth_total - m.acceptance_rate) < 1e-9
+display(Markdown(
+    f"Three numbers on this page say \"accepted\", and they count different things. **α**, the acceptance "
+    f"probability per proposal (Σ min(p, q): {overlap:.2f} for section 1's p and q, {accepted / 20_000:.1%} of its "
+    f"draws), is the chance that one drafted candidate passes its coin. **Nodes accepting a drafted token**: of the "
+    f"{counts.nodes} nodes where this run's walk tested candidates, {counts.first + counts.sibling} "
+    f"({(counts.first + counts.sibling) / counts.nodes:.0%}) accepted one (first or sibling) and the walk went on; "
+    f"at the other {counts.residual} the residual supplied the token and the walk stopped. **Acceptance** (as in "
+    f"section 3: accepted draft tokens ÷ depth of the drafted trees): {accepted_tokens} accepted tokens over the "
+    f"{depth_total} levels its {m.iterations} trees drafted = **{m.acceptance_rate:.2f}**. It is the smallest of the "
+    f"three because a walk stops at its first rejection: the levels below it count in the depth, but no candidate "
+    f"there is ever tested."))
 
 
 
@@ -350,7 +367,10 @@ display(Markdown(
     + (f"{len(d.steps) - 2} more candidate(s) are rejected the same way; then " if len(d.steps) > 2 else "")
     + ("t" if len(d.steps) > 2 else "T") + f"he sibling {q_t(two.text)} is tested against that residual and q without the rejected candidates: p_i = "
     f"{at(d, two.p, two.candidate):.3g}, q_i = {at(d, two.q, two.candidate):.3g}, min(1, p_i/q_i) = "
-    f"**{two.threshold:.3f}**, coin {two.coin:.3f}: accepted, and {q_t(d.drawn_text)} is the token."))
+    f"**{two.threshold:.3f}**, coin {two.coin:.3f}: accepted, and {q_t(d.drawn_text)} is the token. The "
+    f"{len(d.tokens)} tokens drawn hold {sum(one.p):.1%} of p and {sum(one.residual):.1%} of step 1's residual; the "
+    f"bar **{OTHER}** holds the rest ({1 - sum(one.p):.1%} and {1 - sum(one.residual):.1%}), so each distribution's "
+    f"bars sum to 1."))
 rejection_steps_view(rejection.trace, d.iteration, d.node).show()
 
 # %% tags=["nbval-ignore-output"]
@@ -363,7 +383,13 @@ display(Markdown(
     f"the last residual with one uniform u = **{d.uniform:.3f}**: it falls in [{lo:.3f}, {hi:.3f}), the interval of "
     f"{q_t(d.drawn_text)} in that residual's cumulative distribution (tokens in id order), so {q_t(d.drawn_text)} "
     f"is the token. The last residual gives it {at(d, d.last_residual, d.drawn):.3g}, where p gave it "
-    f"{at(d, d.steps[0].p, d.drawn):.3g}: the mass the draft's candidates did not cover, renormalised."))
+    f"{at(d, d.steps[0].p, d.drawn):.3g}: the mass the draft's candidates did not cover, renormalised. The "
+    f"{len(d.tokens)} tokens drawn hold {sum(d.last_residual):.1%} of that residual; the other "
+    f"{1 - sum(d.last_residual):.1%} lies on tokens not drawn (the bar **{OTHER}**), and the strip below the last "
+    f"panel lays the residual out in id order with u marked."
+    + "".join(f" At step {i + 1}, {q_t(s.text)} had p_i = 0: the draft already covered all the target wanted of it, "
+              f"so min(1, p_i/q_i) = 0 and no coin could accept it." for i, s in enumerate(d.steps)
+              if at(d, s.p, s.candidate) == 0)))
 rejection_steps_view(rejection.trace, d.iteration, d.node).show()
 
 # %% [markdown]

@@ -219,15 +219,18 @@ def _draw_panels(fig: go.Figure, data: RejectionSteps, labels: list[str], row: i
     drawn = f"'{style.visible_token(data.drawn_text)}'"
     for x0, x1, text, colour in ((0.0, lo, "tokens before it (id order)", "#d9d9d9"),
                                  (lo, hi, drawn, COLOURS[RESIDUAL_BARS]), (hi, 1.0, "tokens after it", "#bdbdbd")):
-        fig.add_trace(go.Bar(x=[x1 - x0], base=[x0], y=[""], orientation="h", showlegend=False, name=text,
+        fig.add_trace(go.Bar(x=[x1 - x0], base=[x0], y=[0], orientation="h", showlegend=False, name=text,
+                             offsetgroup="cdf",  # one row: the three intervals side by side, not grouped
                              marker=dict(color=colour, line=dict(color="white", width=1)), width=0.8,
                              text=[text if x1 - x0 > 0.08 else ""], textposition="inside", insidetextanchor="middle",
                              hovertemplate=f"{text}: [{x0:.3f}, {x1:.3f})<extra></extra>"), row=row + 1, col=1)
-    fig.add_trace(go.Scatter(x=[data.uniform, data.uniform], y=[-0.6, 0.6], mode="lines+text", showlegend=False,
+    fig.add_trace(go.Scatter(x=[data.uniform, data.uniform], y=[-0.55, 0.55], mode="lines", showlegend=False,
                              name="u", line=dict(color=style.OKABE_ITO["black"], width=3),
-                             text=["", f"u = {data.uniform:.3f}"], textposition="top center"), row=row + 1, col=1)
+                             hovertemplate=f"u = {data.uniform:.3f}<extra></extra>"), row=row + 1, col=1)
+    fig.add_annotation(x=data.uniform, y=0.55, xref=f"x{row + 1}", yref=f"y{row + 1}", yanchor="bottom",
+                       showarrow=False, text=f"u = {data.uniform:.3f} → {drawn}", font=dict(size=12))
     fig.update_xaxes(range=[0, 1], title_text="cumulative probability of the last residual", row=row + 1, col=1)
-    fig.update_yaxes(visible=False, range=[-0.7, 1.0], row=row + 1, col=1)
+    fig.update_yaxes(visible=False, range=[-0.7, 1.2], row=row + 1, col=1)
 
 
 def _bars(fig: go.Figure, name: str, labels: list[str], ys: list[float], row: int, shown: set[str]) -> None:
