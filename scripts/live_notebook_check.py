@@ -20,7 +20,8 @@ where others measure. Usage::
         .venv/bin/python --out /tmp/live notebooks/01_quickstart.ipynb notebooks/03_parameter_explorer.ipynb
 
 It prints one line per finding and ``OK`` lines for the checks that hold; the exit status is the
-number of findings. Screenshots go to ``--out``. docs/notebooks.md describes the check.
+number of findings. Screenshots go to ``--out``. notebooks/README.md ("Live check in JupyterLab") describes
+the check and its last run.
 """
 
 from __future__ import annotations
