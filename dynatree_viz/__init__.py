@@ -27,9 +27,12 @@ from dynatree_viz.export.slides import export_slides
 from dynatree_viz.notebook import setup_notebook
 from dynatree_viz.views.animation import animate, animation_steps
 from dynatree_viz.views.compare import compare_figure
+from dynatree_viz.views.cost import cost_figure
 from dynatree_viz.views.mask import mask_figure
-from dynatree_viz.views.policies import calibration_figure, cost_figure, oracle_gap_figure, policy_table
+from dynatree_viz.views.oracle_gap import oracle_gap_figure
+from dynatree_viz.views.policy_table import policy_table
 from dynatree_viz.views.race import race, race_data
+from dynatree_viz.views.reliability import calibration_figure
 from dynatree_viz.views.sampling import sampling_view
 from dynatree_viz.views.text import text_html
 from dynatree_viz.views.timeline import timeline_figure

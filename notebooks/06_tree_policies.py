@@ -326,7 +326,7 @@ sizes_fig = dv.cost_figure(cost, sizes=tree_runs, title="verify cost c(n) and th
 sizes_fig
 
 # %% tags=["nbval-ignore-output"]
-from dynatree_viz.views.policies import mean_verify_size, tree_sizes
+from dynatree_viz.views.cost import mean_verify_size, tree_sizes
 
 drafted = tree_sizes(tree_runs)  # per iteration drafted nodes: the figure's own numbers
 

@@ -115,3 +115,63 @@ def test_04s_timeline_draws_each_whole_d0_over_its_own_iterations_only():
         for t in fig.data:
             if (t.name or "").startswith("D0 used"):
                 assert t.mode in (None, "lines") and t.line.shape == "hv", (t.name, t.mode, t.line.shape)
+
+
+def test_07s_rejection_figures_account_for_every_distributions_mass():
+    """Each step's p_i, q_i and residual, and the last residual a token is drawn from: the bars drawn (the
+    shown tokens and "all other tokens") sum to 1, panel by panel, as the figure stores them."""
+    from dynatree_viz.views.rejection import OTHER, P_BARS, Q_BARS, RESIDUAL_BARS
+
+    figures = _figures(_cells("07_speculative_sampling.ipynb"), "rejection_steps_view(rejection.trace")
+    assert len(figures) == 2  # the sibling case and the residual draw
+    for fig in figures:
+        panels = [(t.name, t.xaxis, sum(t.customdata)) for t in fig.data
+                  if t.name in (P_BARS, Q_BARS, RESIDUAL_BARS)]
+        assert panels and all(OTHER in t.x for t in fig.data if t.name in (P_BARS, Q_BARS, RESIDUAL_BARS))
+        off = [(name, axis, round(total, 4)) for name, axis, total in panels if abs(total - 1) > 1e-4]
+        assert not off, f"distributions whose bars do not sum to 1: {off}"
+
+
+def _markdown(cells: list[dict], where: str) -> str:
+    return "\n".join(_text(o) for c in cells if c["cell_type"] == "code" and where in _source(c)
+                     for o in c.get("outputs", []) if "text/markdown" in o.get("data", {}))
+
+
+def _table_value(cells: list[dict], where: str, method: str, temperature: float, column: int) -> float:
+    """A number from a DataFrame a cell displays (its text/plain rows: index, temperature, method, ...)."""
+    plain = next("".join(o["data"]["text/plain"]) for c in cells if c["cell_type"] == "code" and where in _source(c)
+                 for o in c.get("outputs", []) if "text/plain" in o.get("data", {}) and "method" in
+                 "".join(o["data"]["text/plain"]))
+    for line in plain.splitlines()[1:]:
+        cols = line.split()
+        if len(cols) > column and cols[2] == method and float(cols[1]) == temperature:
+            return float(cols[column])
+    raise AssertionError(f"no row {method} at {temperature} in {plain!r}")
+
+
+def test_07s_match_run_at_0_7_is_section_3s_run():
+    """Section 4's "the same DynaTree run at 0.7" reports under match the L̄ section 3's table gives it."""
+    cells = _cells("07_speculative_sampling.ipynb")
+    in_table = _table_value(cells, "rows, same = [], []", "dynatree", 0.7, 4)
+    said = re.search(r"L̄ \*\*([\d.]+)\*\* under match", _markdown(cells, "verify=\"rejection\")"))
+    assert said and abs(float(said.group(1)) - in_table) < 0.006, (said and said.group(1), in_table)
+
+
+def test_07_reconciles_alpha_nodes_accepting_and_acceptance_with_the_runs_numbers():
+    """The sentence that names the three "accepted" quantities: its counts add up (nodes accepting + residual
+    draws = nodes tested), its acceptance is accepted tokens ÷ depth, and it is the rejection run's acceptance
+    section 4 reports; α is section 1's Σ min(p, q)."""
+    cells = _cells("07_speculative_sampling.ipynb")
+    text = _markdown(cells, "dv.rejection_counts(rejection.trace)")
+    nodes = re.search(r"of the (\d+) nodes where this run's walk tested candidates, (\d+) \(\d+%\) accepted one .*?"
+                      r"at the other (\d+) the residual", text)
+    assert nodes and int(nodes.group(2)) + int(nodes.group(3)) == int(nodes.group(1)), text
+    rate = re.search(r"(\d+) accepted tokens over the (\d+) levels .*?= \*\*([\d.]+)\*\*", text)
+    assert rate and abs(int(rate.group(1)) / int(rate.group(2)) - float(rate.group(3))) < 0.006
+    section4 = re.search(r"under rejection \(acceptance ([\d.]+) against ([\d.]+)\)",
+                         _markdown(cells, "verify=\"rejection\")"))
+    assert section4 and section4.group(2) == rate.group(3)
+    alpha = re.search(r"α = Σ min\(p, q\) = \*\*([\d.]+)\*\*", _markdown(cells, "recursive_rejection(p, q"))
+    p, q = [0.50, 0.25, 0.15, 0.10], [0.10, 0.20, 0.30, 0.40]   # section 1's p and q, as its cell defines them
+    assert alpha and abs(float(alpha.group(1)) - sum(map(min, p, q))) < 0.006
+    assert f"Σ min(p, q): {alpha.group(1)}" in text

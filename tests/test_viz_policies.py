@@ -1,4 +1,5 @@
-"""dynatree_viz.views.policies: cost curve, reliability diagram, oracle gap and the policy table."""
+"""The policy views: cost curve (views/cost.py), reliability diagram (views/reliability.py), oracle gap
+(views/oracle_gap.py) and the policy table (views/policy_table.py), with what they share (views/policy_common.py)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ from dynatree_core.records.reliability import Calibration, DepthCalibration, Rel
 from dynatree_core.records.reliability import calibration as measure_calibration
 from dynatree_viz import calibration_figure, cost_figure, oracle_gap_figure, policy_table
 from dynatree_viz.synthetic import synthetic_trace
-from dynatree_viz.views.policies import policy_rows
+from dynatree_viz.views.policy_table import policy_rows
 from dynatree_viz.core import style
-from dynatree_viz.views.policies import CURVE_COLOR, MARGINAL_NAME, SIDE_BY_SIDE, mean_verify_size, method_styles, trace_label, tree_sizes
+from dynatree_viz.views.cost import MARGINAL_NAME, mean_verify_size, tree_sizes
+from dynatree_viz.views.oracle_gap import SIDE_BY_SIDE
+from dynatree_viz.views.policy_common import CURVE_COLOR, method_styles, trace_label
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -370,7 +373,8 @@ def test_bad_input_names_the_parameter(call, match):
 
 
 def test_policies_import_without_torch():
-    code = "import sys, dynatree_viz.views.policies; assert 'torch' not in sys.modules"
+    code = ("import sys, dynatree_viz.views.cost, dynatree_viz.views.reliability, dynatree_viz.views.oracle_gap, "
+            "dynatree_viz.views.policy_table; assert 'torch' not in sys.modules")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr

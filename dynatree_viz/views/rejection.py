@@ -7,9 +7,10 @@ candidate is rejected the token is drawn from the last residual with a uniform u
 interval holds u). p_0 = p, q_0 = q.
 
 This view draws one panel per step: p_i, q_i, min(p_i, q_i) and the residual on the same tokens (the
-candidates, the drawn token and the largest of the rest), on a log scale so a bar of 1e-4 shows beside
-one of 0.9, with the step's coin against its threshold in the panel's title; a residual draw adds a
-last panel with the residual it was drawn from. It reads the trace's ``rejection_steps`` (recorded by
+candidates, the drawn token and the largest of the rest) and one bar for all other tokens, so each
+distribution's bars sum to 1, on a log scale so a bar of 1e-4 shows beside one of 0.9, with the step's
+coin against its threshold in the panel's title; a residual draw adds the residual it was drawn from on a
+linear scale (0.8 and 0.1 look it) and a strip of its cumulative distribution with the uniform u marked. It reads the trace's ``rejection_steps`` (recorded by
 traced rejection runs at nodes where a candidate was rejected); :func:`rejection_steps_data` returns the
 facts (testable without a figure), :func:`rejection_steps_view` the figure.
 """
