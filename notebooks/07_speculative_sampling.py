@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -258,27 +258,43 @@ display(Markdown(
     f"`docs/benchmarks.md` compares the rules over prompts."))
 
 # %% [markdown]
-# The first iteration's tree under `match`, coloured by **p(token)**: the target's (warped) probability of each
-# node's token at its parent. Under sampling the tree view colours by it by default; the accepted path is where
+# One iteration's tree under `match`, coloured by **p(token)**: the target's (warped) probability of each
+# node's token at its parent; the iteration is the one where the run rejected its likeliest draft. Under sampling the tree view colours by it by default; the accepted path is where
 # the target's draw landed on a drafted child.
 
 # %% tags=["nbval-ignore-output"]
 from dynatree_viz.core.scene import TreeScene
 from dynatree_viz.core.tokens import resolve_namer
 
-rec0 = match.trace.iterations[0]
-dv.tree_figure(rec0, title="DynaTree at temperature 0.7 (match), iteration 0: colour = p(token)").show()
-scene = TreeScene.from_record(rec0, resolve_namer(match.trace))
-status, p_tok = scene.statuses(), scene.target_prob
-judged = [u for u, st in enumerate(status) if st in ("accepted", "rejected") and p_tok[u] is not None]
-likely = max((u for u in judged if status[u] == "rejected"), key=lambda u: p_tok[u], default=None)
-unlikely = min((u for u in judged if status[u] == "accepted"), key=lambda u: p_tok[u], default=None)
+namer = resolve_namer(match.trace)
+
+
+def judged(rec):
+    """(scene, statuses, p(token), the drafted nodes the target judged: accepted or rejected, with a known p)."""
+    scene = TreeScene.from_record(rec, namer)
+    status, p_tok = scene.statuses(), scene.target_prob
+    return scene, status, p_tok, [u for u, st in enumerate(status) if st in ("accepted", "rejected") and p_tok[u] is not None]
+
+
+def likeliest_rejected(rec):
+    """The largest p(token) of a drafted node the target's draw rejected (0 if none)."""
+    _, status, p_tok, nodes = judged(rec)
+    return max((p_tok[u] for u in nodes if status[u] == "rejected"), default=0.0)
+
+
+# the iteration to draw: the one where the likeliest draft was rejected (a case where sampling, not the draft, decides)
+shown_it = max(range(len(match.trace.iterations)), key=lambda i: likeliest_rejected(match.trace.iterations[i]))
+rec0 = match.trace.iterations[shown_it]
+dv.tree_figure(rec0, title=f"DynaTree at temperature 0.7 (match), iteration {shown_it}: colour = p(token)").show()
+scene, status, p_tok, nodes = judged(rec0)
+likely = max((u for u in nodes if status[u] == "rejected"), key=lambda u: p_tok[u], default=None)
+unlikely = min((u for u in nodes if status[u] == "accepted"), key=lambda u: p_tok[u], default=None)
 said = []
 if likely is not None:
     parent = rec0.tree.parents[likely]
-    drew = resolve_namer(match.trace)(scene.target_argmax[parent])
-    said.append(f"The draft's **{q_t(scene.texts[likely])}** had p = {p_tok[likely]:.3f} at its parent and is still "
-                f"marked rejected: under sampling the target draws its own token (here {q_t(drew)}, with p = "
+    said.append(f"Iteration {shown_it}, the run's likeliest draft that was rejected: **{q_t(scene.texts[likely])}** had "
+                f"p = {p_tok[likely]:.3f} at its parent and is still marked rejected: under sampling the target draws "
+                f"its own token (here {q_t(namer(scene.target_argmax[parent]))}, with p = "
                 f"{rec0.sampling['choice_prob'][parent]:.3f}), so even a likely draft loses whenever the draw lands "
                 f"elsewhere, with probability 1 − p = {1 - p_tok[likely]:.3f} here.")
 if unlikely is not None:
@@ -429,7 +445,7 @@ fig = go.Figure(go.Bar(x=names, y=values, marker_color=colours, text=[f"{v:.3f}"
 # the bounds are limits on any coupling, not rates anyone measured: lines across the bars, not bars
 for bound, label in (((1 - tv) / (1 + tv), "lower bound (1 − TV) / (1 + TV)"), (1 - tv, "upper bound 1 − TV")):
     fig.add_hline(y=bound, line=dict(color="#0072B2", dash="dash", width=1.5),
-                  annotation_text=f"{label} = {bound:.3f}", annotation_position="top right",
+                  annotation_text=f"{label} = {bound:.3f}", annotation_position="top left",
                   annotation_font=dict(color="#0072B2", size=11))
 fig.update_layout(title="how often the draft's first proposal is the target's draw (p and q of section 1)",
                   yaxis_title="probability", yaxis_range=[0, 1], width=820, height=420)

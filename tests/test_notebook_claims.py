@@ -175,3 +175,15 @@ def test_07_reconciles_alpha_nodes_accepting_and_acceptance_with_the_runs_number
     p, q = [0.50, 0.25, 0.15, 0.10], [0.10, 0.20, 0.30, 0.40]   # section 1's p and q, as its cell defines them
     assert alpha and abs(float(alpha.group(1)) - sum(map(min, p, q))) < 0.006
     assert f"Σ min(p, q): {alpha.group(1)}" in text
+
+
+def test_07_says_a_likely_draft_was_rejected_where_one_was():
+    """The tree section draws the iteration where the run's likeliest draft was rejected, and its sentence's
+    numbers hold: that draft had p ≥ 0.5, it loses with 1 − p, and the unlikely accepted draw is 1 in 1/p."""
+    text = _markdown(_cells("07_speculative_sampling.ipynb"), "likeliest_rejected(")
+    likely = re.search(r"had p = ([\d.]+) at its parent and is still marked rejected.*?1 − p = ([\d.]+)", text)
+    assert likely and float(likely.group(1)) >= 0.5, text
+    assert abs(1 - float(likely.group(1)) - float(likely.group(2))) < 0.0015
+    if unlikely := re.search(r"accepted with p = ([\d.]+): a 1-in-(\d+) draw", text):
+        p, n = float(unlikely.group(1)), int(unlikely.group(2))   # p shown to 3 decimals: 1/p within its rounding
+        assert 1 / (p + 0.0005) - 0.5 <= n <= (1 / (p - 0.0005) if p > 0.0005 else float("inf")) + 0.5
