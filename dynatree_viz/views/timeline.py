@@ -152,7 +152,7 @@ def add_acceptance_panel(fig: go.Figure, trace: Trace, r: int) -> None:
     target = ((trace.config or {}).get("history") or {}).get("target_acceptance")
     if target is not None and any(rec.history_before for rec in its):
         fig.add_hline(y=target, line=dict(color=colour["ā"], dash="dot", width=1),
-                      row=r, col=1, annotation_text=f"a* = {target}: the adapter's target for ā",
+                      row=r, col=1, annotation_text=f"a* = {target} (the target for ā)",
                       annotation_position="top left")
 
 
@@ -190,11 +190,11 @@ def round_ticks(values: list[float], max_ticks: int = MAX_ROUND_TICKS) -> dict:
 TAU_H = style.plot_symbol("τ_h")
 A_R = style.plot_symbol("a_r")
 #: the legend's words for each quantity (the symbols alone are not taught in every notebook)
-A_R_POINTS = f"{A_R}: this iteration's acceptance"
-A_BAR_LINE = f"ā: mean {A_R} over the history window"
-D0_REAL = "D0: the adapter's value"
-D0_USED = "D0 used: rounded, by the depth gate"
-TAU_H_LINE = f"{TAU_H}: breadth's high-confidence threshold"
+A_R_POINTS = f"{A_R}: acceptance per iteration"
+A_BAR_LINE = "ā: its window mean"
+D0_REAL = "D0 (adapter's value)"
+D0_USED = "D0 used (rounded)"
+TAU_H_LINE = f"{TAU_H}: breadth threshold"
 
 #: most depth ticks a panel shows: one per level of an 8-deep tree squeezed them into each other
 MAX_DEPTH_TICKS = 5
