@@ -295,7 +295,7 @@ if likely is not None:
     said.append(f"Iteration {shown_it}, the run's likeliest draft that was rejected: **{q_t(scene.texts[likely])}** had "
                 f"p = {p_tok[likely]:.3f} at its parent and is still marked rejected: under sampling the target draws "
                 f"its own token (here {q_t(namer(scene.target_argmax[parent]))}, with p = "
-                f"{rec0.sampling['choice_prob'][parent]:.3f}), so even a likely draft loses whenever the draw lands "
+                f"{rec0.sampling['choice_prob'][parent]:.2g}), so even a likely draft loses whenever the draw lands "
                 f"elsewhere, with probability 1 − p = {1 - p_tok[likely]:.3f} here.")
 if unlikely is not None:
     said.append(f"The other way round, {q_t(scene.texts[unlikely])} was accepted with p = {p_tok[unlikely]:.3f}: "
