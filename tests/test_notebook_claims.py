@@ -62,7 +62,7 @@ def test_06_says_where_its_measured_cost_curve_dips_as_the_figure_draws_it():
     """06's sentence about the pair's own kernel names exactly the measured sizes that cost more than a
     larger measured size, recomputed over all pairs n < m of the figure's measured points."""
     cells = _cells("06_tree_policies.ipynb")
-    kernel = re.search(r"linear kernel: (\w+)", _outputs_of(cells, "ModelPair.named(PAIR")).group(1)
+    kernel = re.search(r"linear kernel: (\w+)", _outputs_of(cells, "setup_notebook(PAIR")).group(1)
     xs, ys = _cost_curve(cells, "measured")
     claim = _outputs_of(cells, "curve_facts(kernel, cost)")
     said = re.search(rf"\*\*{kernel}\*\*:[^*]*", claim).group(0)
