@@ -3,7 +3,8 @@
 Rooms: :mod:`~dynatree_viz.views` (one figure function per module), :mod:`~dynatree_viz.widgets`
 (stepper, explorer, regrow, sampling controls, static fallbacks), :mod:`~dynatree_viz.export`
 (GIF, slides, report), :mod:`~dynatree_viz.examples` (choosers of the case a figure teaches),
-:mod:`~dynatree_viz.core` (style, labels, tokens, layout, scene, HTML and image writing) and
+:mod:`~dynatree_viz.core` (style, labels, tokens, layout, scene, HTML and image writing),
+:mod:`~dynatree_viz.notebook` (the setup every notebook opens with: it alone loads a pair, lazily) and
 :mod:`~dynatree_viz.synthetic` (a synthetic trace for tests). The names below are what the
 notebooks and README use; everything else is imported from its module. ``CostModel`` is the
 core's (:mod:`dynatree_core.policy.cost_model`), re-exported for the explorer's ``cost_model=``.
@@ -23,11 +24,15 @@ from dynatree_viz.examples.rejection import rejection_counts, rejection_example
 from dynatree_viz.export.gif import export_gif
 from dynatree_viz.export.report import report
 from dynatree_viz.export.slides import export_slides
+from dynatree_viz.notebook import setup_notebook
 from dynatree_viz.views.animation import animate, animation_steps
 from dynatree_viz.views.compare import compare_figure
+from dynatree_viz.views.cost import cost_figure
 from dynatree_viz.views.mask import mask_figure
-from dynatree_viz.views.policies import calibration_figure, cost_figure, oracle_gap_figure, policy_table
+from dynatree_viz.views.oracle_gap import oracle_gap_figure
+from dynatree_viz.views.policy_table import policy_table
 from dynatree_viz.views.race import race, race_data
+from dynatree_viz.views.reliability import calibration_figure
 from dynatree_viz.views.sampling import sampling_view
 from dynatree_viz.views.text import text_html
 from dynatree_viz.views.timeline import timeline_figure
@@ -40,7 +45,7 @@ __all__ = [
     "tree_figure", "mask_figure", "timeline_figure", "text_html", "compare_figure", "why",
     "sampling_view", "calibration_figure", "cost_figure", "oracle_gap_figure", "policy_table",
     "animate", "animation_steps", "race", "race_data",
-    "show", "explore", "CostModel", "use_static_fallbacks",
+    "show", "explore", "CostModel", "use_static_fallbacks", "setup_notebook",
     "export_gif", "export_slides", "report", "save_image",
     "EXAMPLE_PROMPTS", "branching_example", "off_top1", "knob_example", "state_tokens",
     "match_example", "rejection_counts", "rejection_example",

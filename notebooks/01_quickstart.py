@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -33,20 +33,11 @@ PAIR = "default"
 # %%
 import math
 
-import numpy as np
 import pandas as pd
-import torch
 from IPython.display import HTML, Markdown, display
 
 import dynatree_viz as dv
-from dynatree_core import (ARConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, ModelPair,
-                           generate, iterate)
-
-# Figures as Plotly JSON (interactive in JupyterLab, VS Code, Colab) plus a PNG where kaleido and
-# Chromium are installed, so static pages (nbconvert HTML, nbviewer, GitHub) show them too.
-dv.use_static_fallbacks()
-torch.manual_seed(0)  # decoding is greedy (deterministic); this only pins anything random we add
-pd.set_option("display.precision", 3)
+from dynatree_core import DynaTreeConfig, FixedTreeConfig, LinearConfig, ModelPair, generate
 
 # %% [markdown]
 # Load the model pair. `ModelPair.default()` is the embedded offline pair: SmolLM2-135M-Instruct
@@ -59,11 +50,10 @@ pd.set_option("display.precision", 3)
 # with prompt lookup (the README gives the numbers). Nothing is downloaded.
 
 # %% tags=["nbval-ignore-output"]
-# PAIR "default": the embedded pair; "tiny-llama": random weights for development (nonsense text, every check holds)
-device = "cuda" if torch.cuda.is_available() else "cpu"
-pair = ModelPair.named(PAIR, device=device)   # or drafter="model" / "feature" / "feature+lookup"
-print(f"target: {pair.target_name}\ndraft:  {pair.draft_name} ({pair.drafter_kind} drafter)\n"
-      f"device: {pair.device} (linear kernel: {pair.linear_kernel})")
+# PAIR "default": the embedded pair; "tiny-llama": random weights for development (nonsense text, every check holds).
+# dv.setup_notebook stores figures as Plotly JSON plus a PNG (static pages show them too), pins torch's seed and
+# loads ModelPair.named(PAIR) on the GPU if there is one: every notebook opens with it.
+pair = dv.setup_notebook(PAIR)   # or draft="model" / "feature", drafter="feature+lookup"
 
 # %% [markdown]
 # ## Generate

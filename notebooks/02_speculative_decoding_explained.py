@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -40,34 +40,17 @@ import math
 import numpy as np
 import pandas as pd
 import torch
-from IPython.display import HTML, Markdown, display
+from IPython.display import Markdown, display
 
 import dynatree_viz as dv
-from dynatree_core import (ARConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, ModelPair,
-                           generate, iterate)
-
-# Figures as Plotly JSON (interactive in JupyterLab, VS Code, Colab) plus a PNG where kaleido and
-# Chromium are installed, so static pages (nbconvert HTML, nbviewer, GitHub) show them too.
-dv.use_static_fallbacks()
-torch.manual_seed(0)  # decoding is greedy (deterministic); this only pins anything random we add
-pd.set_option("display.precision", 3)
+from dynatree_core import DynaTreeConfig, FixedTreeConfig, LinearConfig, generate, iterate
 
 # %% [markdown]
-# Load the model pair. `ModelPair.default()` is the embedded offline pair: SmolLM2-135M-Instruct
-# as the **target** (the model whose output we want) and a small **draft** distilled for it that
-# shares its vocabulary. Two drafts ship, and every method runs with either: `draft="model"` (an
-# independent 2-layer model, the paper's setting) and `draft="feature"` (a small head that also reads
-# the target's own hidden states, the EAGLE idea). Either can have *prompt lookup* mixed in
-# (`"feature+lookup"`): where the text so far repeats an earlier n-gram, the tokens that followed it gain
-# probability. `ModelPair.default()` takes the fastest in this project's CPU benchmark, the feature draft
-# with prompt lookup (the README gives the numbers). Nothing is downloaded.
+# The model pair is the one notebook 01 opens with (its first section says what the target and the
+# draft are); `dv.setup_notebook(PAIR)` loads it and turns on the figures' static fallbacks.
 
 # %% tags=["nbval-ignore-output"]
-# PAIR "default": the embedded pair; "tiny-llama": random weights for development (nonsense text, every check holds)
-device = "cuda" if torch.cuda.is_available() else "cpu"
-pair = ModelPair.named(PAIR, device=device)   # or drafter="model" / "feature" / "feature+lookup"
-print(f"target: {pair.target_name}\ndraft:  {pair.draft_name} ({pair.drafter_kind} drafter)\n"
-      f"device: {pair.device} (linear kernel: {pair.linear_kernel})")
+pair = dv.setup_notebook(PAIR)   # notebook 01's opening says what this pair is
 
 # %% tags=["nbval-ignore-output"]
 from dynatree_core.runtime import plumbing as pl

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -330,7 +330,7 @@ from plotly.subplots import make_subplots
 
 d0s, tau_hs = [1, 2, 3, 4, 5], [0.5, 0.7, 0.9, 0.99]
 grid = [[grow(d0=d, tau_h=h)[1] for d in d0s] for h in tau_hs]
-fig = make_subplots(rows=1, cols=2, subplot_titles=("verified nodes (paid)", "accepted ℓ (gained)"))
+fig = make_subplots(rows=1, cols=2, subplot_titles=("drafted nodes verified (paid; root not counted)", "accepted ℓ (gained)"))
 for k, key in enumerate(["nodes", "accepted ℓ"]):
     fig.add_trace(go.Heatmap(z=[[c[key] for c in row] for row in grid], x=[str(d) for d in d0s],
                              y=[str(h) for h in tau_hs], coloraxis=f"coloraxis{k + 1}", texttemplate="%{z}"),

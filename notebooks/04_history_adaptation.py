@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -37,35 +37,17 @@ import math
 
 import numpy as np
 import pandas as pd
-import torch
-from IPython.display import HTML, Markdown, display
+from IPython.display import Markdown, display
 
 import dynatree_viz as dv
-from dynatree_core import (ARConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, ModelPair,
-                           generate, iterate)
-
-# Figures as Plotly JSON (interactive in JupyterLab, VS Code, Colab) plus a PNG where kaleido and
-# Chromium are installed, so static pages (nbconvert HTML, nbviewer, GitHub) show them too.
-dv.use_static_fallbacks()
-torch.manual_seed(0)  # decoding is greedy (deterministic); this only pins anything random we add
-pd.set_option("display.precision", 3)
+from dynatree_core import DynaTreeConfig, generate
 
 # %% [markdown]
-# Load the model pair. `ModelPair.default()` is the embedded offline pair: SmolLM2-135M-Instruct
-# as the **target** (the model whose output we want) and a small **draft** distilled for it that
-# shares its vocabulary. Two drafts ship, and every method runs with either: `draft="model"` (an
-# independent 2-layer model, the paper's setting) and `draft="feature"` (a small head that also reads
-# the target's own hidden states, the EAGLE idea). Either can have *prompt lookup* mixed in
-# (`"feature+lookup"`): where the text so far repeats an earlier n-gram, the tokens that followed it gain
-# probability. `ModelPair.default()` takes the fastest in this project's CPU benchmark, the feature draft
-# with prompt lookup (the README gives the numbers). Nothing is downloaded.
+# The model pair is the one notebook 01 opens with (its first section says what the target and the
+# draft are); `dv.setup_notebook(PAIR)` loads it and turns on the figures' static fallbacks.
 
 # %% tags=["nbval-ignore-output"]
-# PAIR "default": the embedded pair; "tiny-llama": random weights for development (nonsense text, every check holds)
-device = "cuda" if torch.cuda.is_available() else "cpu"
-pair = ModelPair.named(PAIR, device=device)   # or drafter="model" / "feature" / "feature+lookup"
-print(f"target: {pair.target_name}\ndraft:  {pair.draft_name} ({pair.drafter_kind} drafter)\n"
-      f"device: {pair.device} (linear kernel: {pair.linear_kernel})")
+pair = dv.setup_notebook(PAIR)   # notebook 01's opening says what this pair is
 
 # %%
 prompt = "Write a short story about a lighthouse keeper who finds a message in a bottle."
@@ -92,22 +74,15 @@ print("all three produce the same tokens:", full.tokens == off.tokens == ar.toke
 from plotly.subplots import make_subplots
 import plotly.graph_objects as go
 
-from dynatree_viz.views.timeline import A_R, TAU_H, round_ticks
+from dynatree_viz.views.timeline import A_R, TAU_H, add_acceptance_panel, add_adapter_panel, round_ticks
 
 recs = list(full.trace)
-x = [r.index for r in recs]
 fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, specs=[[{}], [{"secondary_y": True}]],
                     subplot_titles=(f"acceptance {A_R} and window mean ā", f"D0 and {TAU_H} (before each iteration)"))
-fig.add_trace(go.Scatter(x=x, y=[r.acceptance for r in recs], mode="markers", name=A_R, marker_color="#888"), row=1, col=1)
-fig.add_trace(go.Scatter(x=x, y=[r.history_after["window_mean"] for r in recs], name="ā", line_color="#1b7837"), row=1, col=1)
-fig.add_hline(y=h.target_acceptance, line_dash="dot", annotation_text="a*", row=1, col=1)
-fig.add_trace(go.Scatter(x=x, y=[r.history_before["d0"] for r in recs], name="D0 (real)", line_color="#2166ac"), row=2, col=1)
-fig.add_trace(go.Scatter(x=x, y=[r.history_before["d0_effective"] for r in recs], name="D0 used", line_shape="hv",
-                         line=dict(color="#2166ac", dash="dot")), row=2, col=1)
+add_acceptance_panel(fig, full.trace, 1)   # the timeline's own panels: one quantity, one colour, everywhere
+add_adapter_panel(fig, full.trace, 2)
 taus = [r.history_before["tau_h"] for r in recs]
-fig.add_trace(go.Scatter(x=x, y=taus, name=TAU_H, line_color="#b2182b"),
-              row=2, col=1, secondary_y=True)
-fig.update_layout(template="plotly_white", height=600, legend=dict(orientation="h", y=-0.15))
+fig.update_layout(template="plotly_white", height=640, legend=dict(orientation="h", y=-0.15))
 fig.update_xaxes(title_text="iteration", row=2, col=1)
 fig.update_yaxes(title_text="acceptance", range=[-0.05, 1.05], row=1, col=1)
 fig.update_yaxes(title_text="D0 (depth)", dtick=1, row=2, col=1, secondary_y=False)

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -33,39 +33,17 @@
 PAIR = "default"
 
 # %%
-import math
-
-import numpy as np
-import pandas as pd
-import torch
-from IPython.display import HTML, Markdown, display
+from IPython.display import Markdown, display
 
 import dynatree_viz as dv
-from dynatree_core import (ARConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, ModelPair,
-                           generate, iterate)
-
-# Figures as Plotly JSON (interactive in JupyterLab, VS Code, Colab) plus a PNG where kaleido and
-# Chromium are installed, so static pages (nbconvert HTML, nbviewer, GitHub) show them too.
-dv.use_static_fallbacks()
-torch.manual_seed(0)  # decoding is greedy (deterministic); this only pins anything random we add
-pd.set_option("display.precision", 3)
+from dynatree_core import ModelPair
 
 # %% [markdown]
-# Load the model pair. `ModelPair.default()` is the embedded offline pair: SmolLM2-135M-Instruct
-# as the **target** (the model whose output we want) and a small **draft** distilled for it that
-# shares its vocabulary. Two drafts ship, and every method runs with either: `draft="model"` (an
-# independent 2-layer model, the paper's setting) and `draft="feature"` (a small head that also reads
-# the target's own hidden states, the EAGLE idea). Either can have *prompt lookup* mixed in
-# (`"feature+lookup"`): where the text so far repeats an earlier n-gram, the tokens that followed it gain
-# probability. `ModelPair.default()` takes the fastest in this project's CPU benchmark, the feature draft
-# with prompt lookup (the README gives the numbers). Nothing is downloaded.
+# The model pair is the one notebook 01 opens with (its first section says what the target and the
+# draft are); `dv.setup_notebook(PAIR)` loads it and turns on the figures' static fallbacks.
 
 # %% tags=["nbval-ignore-output"]
-# PAIR "default": the embedded pair; "tiny-llama": random weights for development (nonsense text, every check holds)
-device = "cuda" if torch.cuda.is_available() else "cpu"
-pair = ModelPair.named(PAIR, device=device)   # or drafter="model" / "feature" / "feature+lookup"
-print(f"target: {pair.target_name}\ndraft:  {pair.draft_name} ({pair.drafter_kind} drafter)\n"
-      f"device: {pair.device} (linear kernel: {pair.linear_kernel})")
+pair = dv.setup_notebook(PAIR)   # notebook 01's opening says what this pair is
 
 # %% [markdown]
 # ## The protocol
@@ -247,6 +225,29 @@ dv.compare_figure(by_T, x="max_new_tokens", metrics=["tokens_per_s", "speedup"],
 # %% tags=["nbval-ignore-output"]
 dv.compare_figure(by_L, x="max_prompt_len", metrics=["tokens_per_s", "speedup"],
                   title="Figure 6 shape: prompt length L<sub>max</sub>")
+
+# %% tags=["nbval-ignore-output"]
+def sweep_facts(aggs, key, what, paper):
+    """What one sweep measured, per point: DynaTree's speedup, and how much it rests on."""
+    dt = sorted((a[key], a["speedup"], a["n"]) for a in aggs if a["label"] == "dynatree" and a["speedup"] is not None)
+    points = ", ".join(f"{x}: {sp:.2f}×" for x, sp, _ in dt)
+    n = sorted({k for _, _, k in dt})
+    return (f"* **{what}** from {dt[0][0]} to {dt[-1][0]} (the paper: {paper}): DynaTree's speedup over AR {points}; "
+            f"each point is {' or '.join(map(str, n))} measured prompt(s), so no error bar can be drawn.")
+
+
+display(Markdown(
+    "**What these two shapes show, and what they cannot.** They show the sweep machinery at work and the "
+    "direction on this machine:\n\n"
+    + sweep_facts(by_T_aggs, "max_new_tokens", "Figure 5, generated tokens T", f"T up to {PAPER_SETTINGS['max_new_tokens']}")
+    + "\n" + sweep_facts(by_L_aggs, "max_prompt_len", "Figure 6, prompt length L_max",
+                          f"L_max {PAPER_MAX_PROMPT_LEN['wikitext2']} on WikiText-2")
+    + f"\n\nThey cannot show the paper's curves: with {min(a['n'] for a in by_T_aggs + by_L_aggs)} measured "
+    "prompt(s) per point, nothing separates a difference between two points from a difference between prompts "
+    "(Tables 1-3 above give the spread between prompts at one setting), and the paper's "
+    f"T is {PAPER_SETTINGS['max_new_tokens'] / max(a['max_new_tokens'] for a in by_T_aggs):.0f}× and its L_max "
+    f"{PAPER_MAX_PROMPT_LEN['wikitext2'] / max(a['max_prompt_len'] for a in by_L_aggs):.1f}× the largest point "
+    "here. Read them as a check that the sweep runs, not as a result."))
 
 # %% [markdown]
 # Result documents are plain JSON (`dynatree_core.bench.results.write_json_atomic(path, main)`), and

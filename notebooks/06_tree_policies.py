@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -44,35 +44,17 @@ from collections import Counter
 
 import numpy as np
 import pandas as pd
-import torch
 from IPython.display import HTML, Markdown, display
 
 import dynatree_viz as dv
-from dynatree_core import (ARConfig, DynaTreeConfig, FixedTreeConfig, LinearConfig, ModelPair,
-                           generate, iterate)
-
-# Figures as Plotly JSON (interactive in JupyterLab, VS Code, Colab) plus a PNG where kaleido and
-# Chromium are installed, so static pages (nbconvert HTML, nbviewer, GitHub) show them too.
-dv.use_static_fallbacks()
-torch.manual_seed(0)  # decoding is greedy (deterministic); this only pins anything random we add
-pd.set_option("display.precision", 3)
+from dynatree_core import ARConfig, DynaTreeConfig, LinearConfig, generate
 
 # %% [markdown]
-# Load the model pair. `ModelPair.default()` is the embedded offline pair: SmolLM2-135M-Instruct
-# as the **target** (the model whose output we want) and a small **draft** distilled for it that
-# shares its vocabulary. Two drafts ship, and every method runs with either: `draft="model"` (an
-# independent 2-layer model, the paper's setting) and `draft="feature"` (a small head that also reads
-# the target's own hidden states, the EAGLE idea). Either can have *prompt lookup* mixed in
-# (`"feature+lookup"`): where the text so far repeats an earlier n-gram, the tokens that followed it gain
-# probability. `ModelPair.default()` takes the fastest in this project's CPU benchmark, the feature draft
-# with prompt lookup (the README gives the numbers). Nothing is downloaded.
+# The model pair is the one notebook 01 opens with (its first section says what the target and the
+# draft are); `dv.setup_notebook(PAIR)` loads it and turns on the figures' static fallbacks.
 
 # %% tags=["nbval-ignore-output"]
-# PAIR "default": the embedded pair; "tiny-llama": random weights for development (nonsense text, every check holds)
-device = "cuda" if torch.cuda.is_available() else "cpu"
-pair = ModelPair.named(PAIR, device=device)   # or drafter="model" / "feature" / "feature+lookup"
-print(f"target: {pair.target_name}\ndraft:  {pair.draft_name} ({pair.drafter_kind} drafter)\n"
-      f"device: {pair.device} (linear kernel: {pair.linear_kernel})")
+pair = dv.setup_notebook(PAIR)   # notebook 01's opening says what this pair is
 
 # %% [markdown]
 # ## 1 · Calibrate: what does verifying n tokens cost on this machine?
@@ -122,11 +104,25 @@ for name, cm in (("torch", torch_cost), (kernel, cost)):
 
 # %% tags=["nbval-ignore-output"]
 def curve_facts(name, cm):
-    r = {n: cm.verify(n) / cm.verify(1) for n in (2, 3, 4, 8, 16)}
-    dips = [n for n in (2, 3) if any(r[n] > r[m] for m in (4, 8))]
-    return (f"**{name}**: c(1) = {1e3 * cm.verify(1):.0f} ms, c(16) = {r[16]:.2f} × c(1)"
-            + (f"; {', '.join(map(str, dips))} tokens cost more than a larger tree (a dip)" if dips
-               else "; c(n) grows with n (no dip)"))
+    """What cm's measured sizes say about monotonicity: every pair n < m of measured sizes compared."""
+    dips = cm.undercut_sizes()
+    return (f"**{name}**: c(1) = {1e3 * cm.verify(1):.0f} ms, c(16) = {cm.verify(16) / cm.verify(1):.2f} × c(1); "
+            + (f"{len(dips)} of its {len(cm.sizes)} measured sizes (n = {ranges(dips)}) cost more than some "
+               f"larger measured size (a dip)" if dips else
+               f"c(n) grows with n over all {len(cm.sizes)} measured sizes (no dip)"))
+
+
+def ranges(ns):
+    """[2, 3, 9, 10, 11] -> '2-3, 9-11'."""
+    out, start = [], None
+    for k, n in enumerate(ns):
+        if start is None:
+            start = n
+        if k + 1 == len(ns) or ns[k + 1] != n + 1:
+            out.append(f"{start}" if start == n else f"{start}-{n}")
+            start = None
+    return ", ".join(out)
+
 
 lower = kernel if cost.verify(1) < torch_cost.verify(1) else "torch"
 flatter = kernel if cost.verify(16) / cost.verify(1) < torch_cost.verify(16) / torch_cost.verify(1) else "torch"
@@ -155,18 +151,6 @@ c = np.array(cost.iteration_curve())        # c(n) + per-iteration overhead: wha
 c_hat = np.array(cost_rule.planning_cost())  # ĉ(n): the suffix minimum growth plans with
 sizes = np.arange(1, len(c) + 1)
 overpriced = [int(n) for n in sizes if c[n - 1] > c_hat[n - 1] + 1e-12]
-
-
-def ranges(ns):
-    """[2, 3, 9, 10, 11] -> '2-3, 9-11'."""
-    out, start = [], None
-    for k, n in enumerate(ns):
-        if start is None:
-            start = n
-        if k + 1 == len(ns) or ns[k + 1] != n + 1:
-            out.append(f"{start}" if start == n else f"{start}-{n}")
-            start = None
-    return ", ".join(out)
 
 
 if not overpriced:
@@ -342,7 +326,7 @@ sizes_fig = dv.cost_figure(cost, sizes=tree_runs, title="verify cost c(n) and th
 sizes_fig
 
 # %% tags=["nbval-ignore-output"]
-from dynatree_viz.views.policies import mean_verify_size, tree_sizes
+from dynatree_viz.views.cost import mean_verify_size, tree_sizes
 
 drafted = tree_sizes(tree_runs)  # per iteration drafted nodes: the figure's own numbers
 
@@ -492,6 +476,11 @@ display(Markdown(
 # * `"path"`: p(u) against "u is on the accepted path" — on the cost-aware run. Per depth d, the
 #   **scale** s_d = Σ observed / Σ predicted is the factor that makes s_d · p(u) an unbiased estimate
 #   of acceptance at that depth.
+#
+# Each figure's title gives the **ECE** (expected calibration error): the predictions are put in 10 bins
+# by value, and ECE = Σ_bins (count in the bin / all predictions) · |mean prediction − observed rate in the
+# bin|, the average distance of the points from the diagonal, weighted by how many predictions each holds.
+# 0 is perfectly calibrated.
 
 # %%
 from dynatree_core.records.reliability import calibration

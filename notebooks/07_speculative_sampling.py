@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -50,6 +50,10 @@ from dynatree_core.policy.sampling import SamplingConfig, recursive_rejection, w
 
 dv.use_static_fallbacks()
 pd.set_option("display.precision", 3)
+
+
+def q_t(text):
+    return f"'{dv.core.style.visible_token(text)}'"   # a token in quotes: a space as ␣, a newline as ↵
 
 # %% [markdown]
 # ## 1. Leviathan's theorem on a case we can enumerate
@@ -97,8 +101,8 @@ split.show()
 display(Markdown(
     f"Largest gap between the draws and p: **{np.abs(empirical - p).max():.4f}** (20,000 draws: about "
     f"{np.sqrt(p.max() * (1 - p.max()) / 20_000):.4f} is one standard error). The draft's candidate was accepted "
-    f"{accepted / 20_000:.1%} of the time, and theory says Σ min(p, q) = **{overlap:.2f}**: the closer q is to p, "
-    f"the more the target keeps of what the draft proposes."))
+    f"{accepted / 20_000:.1%} of the time: that is **α**, the acceptance probability per proposal, and theory says "
+    f"α = Σ min(p, q) = **{overlap:.2f}**: the closer q is to p, the more the target keeps of what the draft proposes."))
 
 # %% [markdown]
 # The same holds for a real (tiny) model decoding with the engine: a 4-token vocabulary, so the exact distribution
@@ -219,13 +223,13 @@ fig = go.Figure()
 for m, sub in table.groupby("method"):
     fig.add_trace(go.Scatter(x=sub.temperature, y=sub["L̄ (tokens per target forward)"], mode="lines+markers", name=m))
 fig.update_layout(title="L̄ against temperature (verify='match')", xaxis_title="temperature",
-                  yaxis_title="L̄", width=640, height=360)
+                  yaxis_title="L̄ (tokens per target forward)", width=640, height=360)
 fig.show()
 
 # %% [markdown]
 # ## 4. `match` against `rejection` on one prompt
 #
-# The same DynaTree run at temperature 0.7, verified both ways. Under `match` the children are the draft's top-B
+# The same DynaTree run at temperature 0.7 as section 3's (its prompt and `seed=0`), verified both ways. Under `match` the children are the draft's top-B
 # by log q plus the target's own Gumbel noise (section 5 says why) and the walk goes on only if the target's draw
 # is one of them. Under
 # `rejection` the children are *sampled* from q without replacement and tested in turn (recursive rejection
@@ -238,25 +242,65 @@ fig.show()
 # %% tags=["nbval-ignore-output"]
 cfg = DynaTreeConfig.cpu()
 match = generate(pair, prompt, "dynatree", cfg, max_new_tokens=48, ignore_eos=True, trace=True, temperature=0.7,
-                 seed=1)
+                 seed=0)
 rejection = generate(pair, prompt, "dynatree", cfg, max_new_tokens=48, ignore_eos=True, trace=True,
-                     temperature=0.7, seed=1, verify="rejection")
+                     temperature=0.7, seed=0, verify="rejection")
 lm, lr = match.metrics.tokens_per_iteration, rejection.metrics.tokens_per_iteration
+in_table = table[(table.method == "dynatree") & (table.temperature == 0.7)]["L̄ (tokens per target forward)"].item()
+assert lm == in_table, "under match this is section 3's DynaTree run at 0.7, token for token"
 am, ar_ = match.metrics.acceptance_rate, rejection.metrics.acceptance_rate
 verdict = ("rejection accepted more" if lr > lm + 0.05 else "match accepted more" if lm > lr + 0.05
            else "the two are within 0.05 of each other")
 display(Markdown(
-    f"Over 48 tokens of one prompt and seed: L̄ **{lm:.2f}** under match, **{lr:.2f}** under rejection (acceptance "
+    f"Over 48 tokens of one prompt and seed (section 3's: under match L̄ is the table's {in_table:.2f} at 0.7): "
+    f"L̄ **{lm:.2f}** under match, **{lr:.2f}** under rejection (acceptance "
     f"{am:.2f} against {ar_:.2f}): {verdict}. One run of 48 tokens is a small sample; Table 7 in "
     f"`docs/benchmarks.md` compares the rules over prompts."))
 
 # %% [markdown]
-# The first iteration's tree under `match`, coloured by **p(token)**: the target's (warped) probability of each
-# node's token at its parent. Under sampling the tree view colours by it by default; the accepted path is where
+# One iteration's tree under `match`, coloured by **p(token)**: the target's (warped) probability of each
+# node's token at its parent; the iteration is the one where the run rejected its likeliest draft. Under sampling the tree view colours by it by default; the accepted path is where
 # the target's draw landed on a drafted child.
 
 # %% tags=["nbval-ignore-output"]
-dv.tree_figure(match.trace.iterations[0], title="DynaTree at temperature 0.7 (match), iteration 0: colour = p(token)")
+from dynatree_viz.core.scene import TreeScene
+from dynatree_viz.core.tokens import resolve_namer
+
+namer = resolve_namer(match.trace)
+
+
+def judged(rec):
+    """(scene, statuses, p(token), the drafted nodes the target judged: accepted or rejected, with a known p)."""
+    scene = TreeScene.from_record(rec, namer)
+    status, p_tok = scene.statuses(), scene.target_prob
+    return scene, status, p_tok, [u for u, st in enumerate(status) if st in ("accepted", "rejected") and p_tok[u] is not None]
+
+
+def likeliest_rejected(rec):
+    """The largest p(token) of a drafted node the target's draw rejected (0 if none)."""
+    _, status, p_tok, nodes = judged(rec)
+    return max((p_tok[u] for u in nodes if status[u] == "rejected"), default=0.0)
+
+
+# the iteration to draw: the one where the likeliest draft was rejected (a case where sampling, not the draft, decides)
+shown_it = max(range(len(match.trace.iterations)), key=lambda i: likeliest_rejected(match.trace.iterations[i]))
+rec0 = match.trace.iterations[shown_it]
+dv.tree_figure(rec0, title=f"DynaTree at temperature 0.7 (match), iteration {shown_it}: colour = p(token)").show()
+scene, status, p_tok, nodes = judged(rec0)
+likely = max((u for u in nodes if status[u] == "rejected"), key=lambda u: p_tok[u], default=None)
+unlikely = min((u for u in nodes if status[u] == "accepted"), key=lambda u: p_tok[u], default=None)
+said = []
+if likely is not None:
+    parent = rec0.tree.parents[likely]
+    said.append(f"Iteration {shown_it}, the run's likeliest draft that was rejected: **{q_t(scene.texts[likely])}** had "
+                f"p = {p_tok[likely]:.3f} at its parent and is still marked rejected: under sampling the target draws "
+                f"its own token (here {q_t(namer(scene.target_argmax[parent]))}, with p = "
+                f"{rec0.sampling['choice_prob'][parent]:.2g}), so even a likely draft loses whenever the draw lands "
+                f"elsewhere, with probability 1 − p = {1 - p_tok[likely]:.3f} here.")
+if unlikely is not None:
+    said.append(f"The other way round, {q_t(scene.texts[unlikely])} was accepted with p = {p_tok[unlikely]:.3f}: "
+                f"a 1-in-{1 / p_tok[unlikely]:.0f} draw, followed because the draft had drafted that very token.")
+display(Markdown(" ".join(said)))
 
 # %% [markdown]
 # `dv.sampling_view` shows one node's draw: p and q side by side for the tokens the trace knows there, their
@@ -286,11 +330,13 @@ display(Markdown(f"Iteration {shown.iteration}, node {shown.node}: the target dr
 # where a candidate was **rejected and the next sibling was tested against the residual**, and one where **every
 # candidate was rejected and the token was drawn from the last residual**, each with every coin at least 0.05
 # from its threshold. Each figure draws p_i, q_i, min(p_i, q_i) and the residual at every step, on a log scale
-# (a bar of 10⁻⁴ shows beside one of 0.9); a bar is absent where the value is 0 (the residual is 0 wherever
-# q_i ≥ p_i, and q_i is 0 at a rejected candidate).
+# (a bar of 10⁻⁴ shows beside one of 0.9), on the tokens that matter plus one bar, "all other tokens", for
+# the mass on the rest; a bar is absent where the value is 0 (the residual is 0 wherever q_i ≥ p_i, and q_i
+# is 0 at a rejected candidate). A draw from the last residual is drawn on a linear scale, with the residual's
+# cumulative distribution as a strip and the uniform u marked on it.
 
 # %% tags=["nbval-ignore-output"]
-from dynatree_viz.views.rejection import rejection_steps_data, rejection_steps_view
+from dynatree_viz.views.rejection import OTHER, rejection_steps_data, rejection_steps_view
 
 counts = dv.rejection_counts(rejection.trace)
 cases = {case: dv.rejection_example(rejection.trace, margin=0.05, case=case) for case in ("sibling", "residual")}
@@ -300,10 +346,22 @@ display(Markdown(
     f"Over the {counts.nodes} nodes of the rejection run that had candidates, the first candidate was accepted at "
     f"**{counts.first}** ({counts.first_rate:.0%}), a later sibling (tested against the residual) at "
     f"**{counts.sibling}**, and the residual supplied the token at **{counts.residual}**."))
+m = rejection.metrics
+accepted_tokens = round(m.mean_accepted_length * m.iterations)   # Σ accepted draft tokens over the run
+depth_total = round(accepted_tokens / m.acceptance_rate) if m.acceptance_rate else 0   # Σ depth of the trees
+assert depth_total == 0 or abs(accepted_tokens / depth_total - m.acceptance_rate) < 1e-9
+display(Markdown(
+    f"Three numbers on this page say \"accepted\", and they count different things. **α**, the acceptance "
+    f"probability per proposal (Σ min(p, q): {overlap:.2f} for section 1's p and q, {accepted / 20_000:.1%} of its "
+    f"draws), is the chance that one drafted candidate passes its coin. **Nodes accepting a drafted token**: of the "
+    f"{counts.nodes} nodes where this run's walk tested candidates, {counts.first + counts.sibling} "
+    f"({(counts.first + counts.sibling) / counts.nodes:.0%}) accepted one (first or sibling) and the walk went on; "
+    f"at the other {counts.residual} the residual supplied the token and the walk stopped. **Acceptance** (as in "
+    f"section 3: accepted draft tokens ÷ depth of the drafted trees): {accepted_tokens} accepted tokens over the "
+    f"{depth_total} levels its {m.iterations} trees drafted = **{m.acceptance_rate:.2f}**. It is the smallest of the "
+    f"three because a walk stops at its first rejection: the levels below it count in the depth, but no candidate "
+    f"there is ever tested."))
 
-
-def q_t(text):
-    return f"'{dv.core.style.visible_token(text)}'"   # a space as ␣, a newline as ↵
 
 
 def at(data, values, token):
@@ -325,7 +383,10 @@ display(Markdown(
     + (f"{len(d.steps) - 2} more candidate(s) are rejected the same way; then " if len(d.steps) > 2 else "")
     + ("t" if len(d.steps) > 2 else "T") + f"he sibling {q_t(two.text)} is tested against that residual and q without the rejected candidates: p_i = "
     f"{at(d, two.p, two.candidate):.3g}, q_i = {at(d, two.q, two.candidate):.3g}, min(1, p_i/q_i) = "
-    f"**{two.threshold:.3f}**, coin {two.coin:.3f}: accepted, and {q_t(d.drawn_text)} is the token."))
+    f"**{two.threshold:.3f}**, coin {two.coin:.3f}: accepted, and {q_t(d.drawn_text)} is the token. The "
+    f"{len(d.tokens)} tokens drawn hold {sum(one.p):.1%} of p and {sum(one.residual):.1%} of step 1's residual; the "
+    f"bar **{OTHER}** holds the rest ({1 - sum(one.p):.1%} and {1 - sum(one.residual):.1%}), so each distribution's "
+    f"bars sum to 1."))
 rejection_steps_view(rejection.trace, d.iteration, d.node).show()
 
 # %% tags=["nbval-ignore-output"]
@@ -338,7 +399,13 @@ display(Markdown(
     f"the last residual with one uniform u = **{d.uniform:.3f}**: it falls in [{lo:.3f}, {hi:.3f}), the interval of "
     f"{q_t(d.drawn_text)} in that residual's cumulative distribution (tokens in id order), so {q_t(d.drawn_text)} "
     f"is the token. The last residual gives it {at(d, d.last_residual, d.drawn):.3g}, where p gave it "
-    f"{at(d, d.steps[0].p, d.drawn):.3g}: the mass the draft's candidates did not cover, renormalised."))
+    f"{at(d, d.steps[0].p, d.drawn):.3g}: the mass the draft's candidates did not cover, renormalised. The "
+    f"{len(d.tokens)} tokens drawn hold {sum(d.last_residual):.1%} of that residual; the other "
+    f"{1 - sum(d.last_residual):.1%} lies on tokens not drawn (the bar **{OTHER}**), and the strip below the last "
+    f"panel lays the residual out in id order with u marked."
+    + "".join(f" At step {i + 1}, {q_t(s.text)} had p_i = 0: the draft already covered all the target wanted of it, "
+              f"so min(1, p_i/q_i) = 0 and no coin could accept it." for i, s in enumerate(d.steps)
+              if at(d, s.p, s.candidate) == 0)))
 rejection_steps_view(rejection.trace, d.iteration, d.node).show()
 
 # %% [markdown]
@@ -370,11 +437,16 @@ se = np.sqrt(closed * (1 - closed) / 20_000)
 assert abs(shared_rate - closed) < 5 * se and (1 - tv) / (1 + tv) <= closed <= 1 - tv
 assert shared_rate > max(top1, independent_rate)
 names = ["q's most probable token<br>(draft_noise='none')", "a sample from q,<br>its own noise",
-         "shared noise:<br>closed form", "shared noise:<br>20,000 draws", "(1 - TV) / (1 + TV)", "1 - TV"]
-values = [top1, independent_rate, closed, shared_rate, (1 - tv) / (1 + tv), 1 - tv]
-colours = ["#a8a8a8", "#a8a8a8", "#009E73", "#009E73", "#56B4E9", "#56B4E9"]
+         "shared noise:<br>closed form", "shared noise:<br>20,000 draws"]
+values = [top1, independent_rate, closed, shared_rate]
+colours = ["#a8a8a8", "#a8a8a8", "#009E73", "#009E73"]
 fig = go.Figure(go.Bar(x=names, y=values, marker_color=colours, text=[f"{v:.3f}" for v in values],
-                       textposition="outside"))
+                       textposition="outside", showlegend=False))
+# the bounds are limits on any coupling, not rates anyone measured: lines across the bars, not bars
+for bound, label in (((1 - tv) / (1 + tv), "lower bound (1 − TV) / (1 + TV)"), (1 - tv, "upper bound 1 − TV")):
+    fig.add_hline(y=bound, line=dict(color="#0072B2", dash="dash", width=1.5),
+                  annotation_text=f"{label} = {bound:.3f}", annotation_position="top left",
+                  annotation_font=dict(color="#0072B2", size=11))
 fig.update_layout(title="how often the draft's first proposal is the target's draw (p and q of section 1)",
                   yaxis_title="probability", yaxis_range=[0, 1], width=820, height=420)
 fig.show()

@@ -20,7 +20,8 @@ where others measure. Usage::
         .venv/bin/python --out /tmp/live notebooks/01_quickstart.ipynb notebooks/03_parameter_explorer.ipynb
 
 It prints one line per finding and ``OK`` lines for the checks that hold; the exit status is the
-number of findings. Screenshots go to ``--out``. docs/notebooks.md describes the check.
+number of findings. Screenshots go to ``--out``. notebooks/README.md ("Live check in JupyterLab") describes
+the check and its last run.
 """
 
 from __future__ import annotations
@@ -53,7 +54,12 @@ _LABELS_JS = """() => [...document.querySelectorAll('.widget-label, .widget-labe
             lines: Math.round(e.getBoundingClientRect().height / lh)};
   }).filter(l => l.cut || l.lines > 1)"""
 
-_BUSY_JS = """() => [...document.querySelectorAll('.jp-InputArea-prompt')].some(p => p.textContent.includes('*'))"""
+#: JS: a cell still running ([*]), or the kernel busy without one (a widget's comm message, e.g. a slider
+#: move, runs no cell: on a slow machine the redraw it starts outlasts a fixed pause, and a save and reload
+#: taken then finds the kernel still busy restoring nothing)
+_BUSY_JS = """() => [...document.querySelectorAll('.jp-InputArea-prompt')].some(p => p.textContent.includes('*'))
+  || [...document.querySelectorAll('[data-status]')].some(e => e.getAttribute('data-status') === 'busy')
+  || [...document.querySelectorAll('.jp-StatusBar-TextItem')].some(e => /\\bBusy\\b/.test(e.textContent))"""
 
 
 def _free_port() -> int:
@@ -109,6 +115,17 @@ def _wait_idle(page, budget_s: float) -> None:
             return
         time.sleep(0.5)
     raise TimeoutError("the notebook did not finish running")
+
+
+def _wait_restored(page, traces: list[int], budget_s: float, least_s: float = 12.0) -> float:
+    """Seconds until the page draws as many traces per figure as ``traces`` (at least ``least_s``, the old
+    fixed pause), or ``budget_s`` when it never does (the findings then name the difference)."""
+    start = time.time()
+    while time.time() - start < budget_s:
+        if time.time() - start >= least_s and [g["traces"] for g in page.evaluate(_GRAPHS_JS)] == traces:
+            break
+        time.sleep(1)
+    return time.time() - start
 
 
 def _wait_notebook(page) -> None:
@@ -186,7 +203,10 @@ def check(nb: str, url: str, out: Path, browser, budget_s: float) -> list[str]:
     time.sleep(3)
     page.reload(wait_until="domcontentloaded")
     _wait_notebook(page)
-    time.sleep(12)  # the widget manager fetches every model's state from the running kernel
+    # the widget manager fetches every model's state from the running kernel: wait until the figures are back
+    # (as many traces as before), not a fixed pause, and say how long the restore took
+    waited = _wait_restored(page, [g["traces"] for g in before], budget_s)
+    print(f"INFO {stem}: after reload the figures were back after {waited:.0f} s")
     after = _screens(page, out / f"{stem}_3_reloaded", findings, "after reload")
     if [g["traces"] for g in after] != [g["traces"] for g in before]:
         findings.append(f"after reload: traces per figure {[g['traces'] for g in after]} "

@@ -296,3 +296,24 @@ def test_notebook_02s_worked_example_branches_and_is_explained_from_the_trace():
     assert it and int(it.group(2)) >= 15
     titles = [f.layout.title.text for f, _ in _figures(nb) if f.layout.title.text]
     assert any(t.startswith(f"DynaTree (gpu preset), iteration {it.group(1)}:") for t in titles)
+
+
+def _notebook_times():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("notebook_times", NB_DIR.parent / "scripts" / "notebook_times.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_readme_run_times_are_the_stored_outputs_within_15_percent():
+    """notebooks/README.md's run time per notebook against the one its stored outputs record (cell metadata):
+    a re-executed notebook whose time moves by more than 15% must move the README with it."""
+    text = (NB_DIR / "README.md").read_text()
+    para = text[text.index("Run time of each notebook"):].split("\n\n")[0]
+    stated = {k: float(v) for k, v in re.findall(r"\b(0\d): (\d+(?:\.\d+)?) s\b", para)}
+    stored = {name[:2]: _notebook_times().stored_run_time(NB_DIR / name) for name in NAMES}
+    assert set(stated) == set(stored), f"the README times {sorted(stated)}, the notebooks are {sorted(stored)}"
+    drift = {k: (stated[k], round(stored[k], 1)) for k in stored
+             if stored[k] is None or abs(stated[k] - stored[k]) > 0.15 * stored[k]}
+    assert not drift, f"README run time (stated, stored) off by more than 15%: {drift}"

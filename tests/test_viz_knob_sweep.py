@@ -62,6 +62,10 @@ def test_knob_sweep_figure_ties_every_label_to_its_point():
     assert titles == ["τ<sub>h</sub>", "τ<sub>l</sub>", "D0", "D<sub>max</sub>", "ρ<sub>stop</sub>",
                       "ρ<sub>deep</sub>", "τ", "N<sub>max</sub>"]
     assert all(not t.text for t in fig.data)  # no free-floating text labels on the traces
+    ranges = {tuple(fig.layout[k].range) for k in fig.layout if k.startswith("xaxis")}
+    assert len(ranges) == 1  # one x range in every panel: "top-left is good" compares panels too
+    lo, hi = ranges.pop()
+    assert lo < min(x for pts in SWEEP.values() for x, _, _ in pts) and hi > max(x for pts in SWEEP.values() for x, _, _ in pts)
 
 
 def test_bad_input_and_symbols():

@@ -14,6 +14,7 @@ from dynatree_viz.synthetic import synthetic_results, synthetic_trace
 from dynatree_viz.views.compare import AR_LINE_NAME, X_TITLES, load_results
 from dynatree_viz import text_html, timeline_figure
 from dynatree_viz.views.mask import ATTENDS, ATTENDS_ACCEPTED, MASKED, PREFIX
+from dynatree_viz.views.timeline import A_BAR_LINE, D0_REAL, D0_USED, TAU_H_LINE
 from dynatree_viz.core import style
 from dynatree_viz.views.text import BONUS_STYLE, CURRENT_STYLE, alternatives
 from dynatree_viz.core.tokens import TokenNamer
@@ -61,9 +62,12 @@ def test_timeline_series_come_from_the_trace():
     assert list(by_name["accepted (drafted)"].y) == [r.accepted_length for r in tr]
     assert list(by_name["drafted nodes"].y) == [r.num_nodes for r in tr]
     assert list(by_name["depth"].y) == [r.tree.depth for r in tr]
-    assert list(by_name["D0 (real)"].y) == [r.history_before["d0"] for r in tr]
-    assert list(by_name["τ<sub>h</sub>"].y) == [r.history_before["tau_h"] for r in tr]
-    assert list(by_name["ā (window mean)"].y) == [r.history_after["window_mean"] for r in tr]
+    assert list(by_name[D0_REAL].y) == [r.history_before["d0"] for r in tr]
+    assert list(by_name[D0_USED].y) == [r.history_before["d0_effective"] for r in tr]
+    assert by_name[D0_USED].line.shape == "hv"  # a step line: each whole value holds its own iterations only
+    assert list(by_name[TAU_H_LINE].y) == [r.history_before["tau_h"] for r in tr]
+    assert list(by_name[A_BAR_LINE].y) == [r.history_after["window_mean"] for r in tr]
+    assert by_name["drafted nodes"].marker.color != by_name["draft time"].marker.color  # a count, not a time
     assert list(by_name["verify time"].y) == pytest.approx([1000 * r.timings["verify"] for r in tr])
     band = [s for s in fig.layout.shapes if s.name == "current iteration"]
     assert len(band) == 1 and band[0].x0 == 1.5

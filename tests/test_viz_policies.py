@@ -1,4 +1,5 @@
-"""dynatree_viz.views.policies: cost curve, reliability diagram, oracle gap and the policy table."""
+"""The policy views: cost curve (views/cost.py), reliability diagram (views/reliability.py), oracle gap
+(views/oracle_gap.py) and the policy table (views/policy_table.py), with what they share (views/policy_common.py)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ from dynatree_core.records.reliability import Calibration, DepthCalibration, Rel
 from dynatree_core.records.reliability import calibration as measure_calibration
 from dynatree_viz import calibration_figure, cost_figure, oracle_gap_figure, policy_table
 from dynatree_viz.synthetic import synthetic_trace
-from dynatree_viz.views.policies import policy_rows
+from dynatree_viz.views.policy_table import policy_rows
 from dynatree_viz.core import style
-from dynatree_viz.views.policies import CURVE_COLOR, SIDE_BY_SIDE, mean_verify_size, method_styles, trace_label, tree_sizes
+from dynatree_viz.views.cost import MARGINAL_NAME, mean_verify_size, tree_sizes
+from dynatree_viz.views.oracle_gap import SIDE_BY_SIDE
+from dynatree_viz.views.policy_common import CURVE_COLOR, method_styles, trace_label
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,16 +49,17 @@ def test_cost_figure_subtitle_spaces_the_drafter_from_the_draft_name():
 def test_cost_curve_marks_measured_sizes_and_the_marginal_cost():
     cost = cost_model()
     fig = cost_figure(cost)
-    assert [t.name for t in fig.data] == ["c(n), interpolated", "c(n), measured",
-                                          "marginal cost c(n) − c(n−1)"]
+    assert [t.name for t in fig.data] == ["c(n), interpolated", "c(n), measured", MARGINAL_NAME]
     line, measured, marginal = fig.data
     assert list(line.x) == list(range(1, 9))
     assert list(line.y) == pytest.approx([1e3 * s for s in cost.verify_s])
     assert list(measured.x) == [1, 2, 3, 4, 6, 8]
     assert list(measured.y) == pytest.approx([1e3 * cost.verify(n) for n in measured.x])
     assert line.y[4] == pytest.approx((76 + 83) / 2)  # n = 5 lies between the measured 4 and 6
-    assert list(marginal.x) == list(range(2, 9))
+    assert list(marginal.x) == [2, 3, 4, 6, 8]  # only between measured sizes: 5 and 7 are interpolated
     assert marginal.y[0] == pytest.approx(3.0) and marginal.yaxis == "y2"
+    assert marginal.y[3] == pytest.approx((1e3 * cost.verify(6) - 1e3 * cost.verify(4)) / 2)  # per extra token
+    assert [s.y0 for s in fig.layout.shapes if s.yref == "y2"] == [0]  # the right axis's 0: a labelled rule
     title = fig.layout.title.text
     assert "cpu (2 cores)" in title and "pythia-410m" in title and "12.00 ms" in title
     again = cost_figure(cost.to_dict())  # the dict form draws the same figure
@@ -369,7 +373,8 @@ def test_bad_input_names_the_parameter(call, match):
 
 
 def test_policies_import_without_torch():
-    code = "import sys, dynatree_viz.views.policies; assert 'torch' not in sys.modules"
+    code = ("import sys, dynatree_viz.views.cost, dynatree_viz.views.reliability, dynatree_viz.views.oracle_gap, "
+            "dynatree_viz.views.policy_table; assert 'torch' not in sys.modules")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr

@@ -14,8 +14,9 @@ from dynatree_core import generate
 from dynatree_core.policy.config import DynaTreeConfig
 from dynatree_core.records.trace import Trace
 from dynatree_viz.examples.rejection import rejection_example
-from dynatree_viz.views.rejection import (MIN_BARS, P_BARS, Q_BARS, RESIDUAL_BARS, rejection_steps_data,
-                                          rejection_steps_view)
+from dynatree_viz.core import style
+from dynatree_viz.views.rejection import (MIN_BARS, OTHER, P_BARS, Q_BARS, RESIDUAL_BARS, overlap_total,
+                                          rejection_steps_data, rejection_steps_view)
 
 from helpers import cached_pair
 from helpers.legend import assert_legend_shows_what_it_names, unseen_legend_entries
@@ -87,17 +88,35 @@ def test_a_node_that_rejected_nothing_has_no_steps_to_show():
 
 
 @pytest.mark.parametrize("case", ["sibling", "residual"])
-def test_the_steps_figure_draws_every_named_bar_on_a_log_scale(case):
+def test_the_steps_figure_draws_every_named_bar_and_accounts_for_each_distributions_mass(case):
+    """Steps on a log scale, tokens as text plus "all other tokens": p_i, q_i and the residual sum to 1 in
+    every panel, min(p_i, q_i) to Σ min over the vocabulary where a residual gives it; a residual draw adds the
+    residual on a linear scale and its CDF strip, the drawn token's interval and u where the data puts them."""
     trace = rejected()
     panel = rejection_example(trace, case=case, margin=0.05)
     fig = rejection_steps_view(trace, panel.iteration, panel.node)
-    names = {t.name for t in fig.data}
-    assert {P_BARS, Q_BARS, MIN_BARS, RESIDUAL_BARS} <= names
-    assert all(fig.layout[k].type == "log" for k in fig.layout if k.startswith("yaxis"))
+    data = rejection_steps_data(trace, panel.iteration, panel.node)
+    bars = [t for t in fig.data if t.name in (P_BARS, Q_BARS, MIN_BARS, RESIDUAL_BARS)]
+    assert {t.name for t in bars} == {P_BARS, Q_BARS, MIN_BARS, RESIDUAL_BARS}
     assert_legend_shows_what_it_names(fig)
-    shown = [t for t in fig.data if t.showlegend is not False]
-    assert sorted(t.name for t in shown) == sorted(names)  # one legend entry per name, not per panel
-    assert all(x.startswith("'") for t in fig.data for x in t.x)  # tokens as text
+    assert sorted(t.name for t in fig.data if t.showlegend is not False) == sorted({t.name for t in bars})
+    assert all(x.startswith("'") or x == OTHER for t in bars for x in t.x)  # tokens as text, then the rest
+    for t in bars:
+        if t.name != MIN_BARS:
+            assert sum(t.customdata) == pytest.approx(1.0, abs=1e-5), (t.name, t.xaxis)
+    for step in data.steps:
+        total = overlap_total(step)
+        assert (total is None) == step.accepted
+        assert total is None or sum(min(p, q) for p, q in zip(step.p, step.q)) - 1e-6 <= total <= 1 + 1e-9
+    steps_axes = {f"yaxis{i if i > 1 else ''}" for i in range(1, len(data.steps) + 1)}
+    assert all(fig.layout[k].type == "log" for k in steps_axes)
+    if data.residual_draw:
+        draw_axis = f"yaxis{len(data.steps) + 1}"
+        assert fig.layout[draw_axis].type == "linear"
+        strip = {t.name: t for t in fig.data if t.xaxis == f"x{len(data.steps) + 2}"}
+        drawn = strip[f"'{style.visible_token(data.drawn_text)}'"]
+        assert (drawn.base[0], drawn.base[0] + drawn.x[0]) == pytest.approx(data.interval)
+        assert list(strip["u"].x) == [data.uniform, data.uniform]
 
 
 def test_the_legend_check_fails_on_a_planted_figure():

@@ -11,8 +11,8 @@ import dynatree_viz as dv
 from dynatree_core import generate
 from dynatree_core.policy.config import DynaTreeConfig, LinearConfig
 from dynatree_core.records.trace import Trace
-from dynatree_viz.views.sampling import (COIN_MARKS, DRAFT_SCORE_BARS, MIN_BARS, P_BARS, Q_BARS, RESIDUAL_BARS,
-                                         SCORE_BARS, THRESHOLD_MARKS)
+from dynatree_viz.views.sampling import (COIN_MARKS, DRAFT_FIRST_BAR, DRAFT_SCORE_BARS, MIN_BARS, P_BARS, Q_BARS,
+                                         RESIDUAL_BARS, SCORE_BARS, THRESHOLD_MARKS)
 
 from helpers import cached_pair
 
@@ -71,6 +71,7 @@ def test_the_figure_shows_p_q_their_overlap_and_the_draw(verify):
     assert (RESIDUAL_BARS in names) == (COIN_MARKS in names) == (verify == "rejection")
     assert (SCORE_BARS in names) == (verify == "match")
     assert (DRAFT_SCORE_BARS in names) == (verify == "match")  # shared draft noise: the draft's scores beside
+    assert (DRAFT_FIRST_BAR in names) == (verify == "match")  # its first child's frame has a legend entry
     title = fig.layout.title.text.replace("<br>", " ")  # the title wraps at spaces
     assert "committed as the bonus" in title or "verified" in title
 

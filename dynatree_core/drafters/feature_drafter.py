@@ -43,7 +43,7 @@ class FeatureDrafter(Drafter):
         return self.model
 
     def start(self, prompt: Sequence[int], ctx: DraftContext, target_hidden: torch.Tensor | None = None) -> None:
-        self._take_context(ctx)  # on the fast path the levels run at static slots; the head stays eager
+        self._take_context(ctx)  # on the fast path the levels run at static slots, head top-k in a compiled region
         prompt = list(prompt)
         H = self.model.config.hidden_size
         self.kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # per layer, [1, kv_heads, n, head_dim]

@@ -77,6 +77,13 @@ class CostModel:
         """c(n): seconds of verifying n tokens (root included); inf past the measured range."""
         return self.verify_s[n - 1] if 1 <= n <= len(self.verify_s) else math.inf
 
+    def undercut_sizes(self) -> list[int]:
+        """The measured sizes n (``sizes``; every n where none are named) that cost more than some
+        larger measured size m: c(n) > c(m) for an m > n. Every pair n < m is compared, so a dip
+        anywhere on the curve counts; empty means c(n) never falls as n grows."""
+        ns = [n for n in (self.sizes or range(1, len(self.verify_s) + 1)) if 1 <= n <= len(self.verify_s)]
+        return [n for i, n in enumerate(ns) if any(self.verify(n) > self.verify(m) for m in ns[i + 1:])]
+
     def iteration_cost(self, n: int, draft_levels: int) -> float:
         """Seconds of one iteration that verifies n tokens (root included) after ``draft_levels``
         draft levels: draft + c(n) + the fixed per-iteration cost; inf past the measured range."""

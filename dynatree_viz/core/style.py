@@ -67,6 +67,14 @@ OKABE_ITO: dict[str, str] = {
 ACCEPTED = OKABE_ITO["blue"]          # accepted path: nodes' outline, ring and edges
 REJECTED = OKABE_ITO["vermillion"]    # verified child the target disagreed with
 BONUS = OKABE_ITO["orange"]           # the target's bonus token (a star; underlined in text)
+#: one colour per quantity that a per-iteration chart draws (views/timeline.py, and 04's history chart
+#: through it), so a quantity wears the same colour in every panel and every notebook; draft time and
+#: drafted nodes (a time and a count) differ
+QUANTITY_COLORS: dict[str, str] = {
+    "a_r": "#4d4d4d", "ā": OKABE_ITO["bluish_green"], "D0": OKABE_ITO["reddish_purple"], "τ_h": OKABE_ITO["orange"],
+    "drafted nodes": OKABE_ITO["sky_blue"], "depth": OKABE_ITO["black"],
+    "draft time": OKABE_ITO["yellow"], "verify time": OKABE_ITO["vermillion"], "commit time": "#999999",
+}
 EDGE = "#b0b0b0"
 GHOST = "#a8a8a8"      # pruned candidates (never verified)
 PREFIX = "#6a6a6a"

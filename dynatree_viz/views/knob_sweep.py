@@ -106,6 +106,10 @@ def _leader(p: tuple[float, float], off: tuple[float, float]) -> Box:
     return Box(p[0] - 1, ends[0], p[0] + 1, ends[1])
 
 
+#: the x axis: drafted nodes, the root not counted (06's cost curve counts tokens verified, root included: n + 1)
+NODES_TITLE = "drafted nodes verified (root not counted)"
+
+
 def knob_sweep_figure(panels: Mapping[str, Sequence[tuple[float, float, str]]], *, cols: int = 4,
                       title: str = "", width: int = 1100, height: int = 580) -> go.Figure:
     """One panel per knob (its symbol, e.g. 'τ_h', as the title): the points (verified nodes,
@@ -120,13 +124,14 @@ def knob_sweep_figure(panels: Mapping[str, Sequence[tuple[float, float, str]]], 
                         horizontal_spacing=0.06, vertical_spacing=0.2)
     top = max(y for pts in panels.values() for _, y, _ in pts)
     y_range = [-0.7, top + 1.3]   # room for a label above the highest point and below ℓ = 0
+    # one x range for every panel, so that "top-left is good" compares panels as well as points
+    lo, hi = min(x for pts in panels.values() for x, _, _ in pts), max(x for pts in panels.values() for x, _, _ in pts)
+    pad = max(1.0, 0.15 * (hi - lo))
+    x_range = [lo - pad, hi + pad]
     plot_w, plot_h = width - margin["l"] - margin["r"], height - margin["t"] - margin["b"]
     for k, name in enumerate(names):
         r, c = k // cols + 1, k % cols + 1
         xs, ys, texts = zip(*panels[name])
-        lo, hi = min(xs), max(xs)
-        pad = max(1.0, 0.15 * (hi - lo))
-        x_range = [lo - pad, hi + pad]
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", showlegend=False, hovertext=texts,
                                  hovertemplate=f"{plot_symbol(name)} = %{{hovertext}}: %{{x}} nodes, "
                                                "ℓ = %{y}<extra></extra>",
@@ -148,7 +153,7 @@ def knob_sweep_figure(panels: Mapping[str, Sequence[tuple[float, float, str]]], 
                                arrowcolor=LEADER_COLOR, ax=dx, ay=dy, standoff=STANDOFF,
                                font=dict(size=LABEL_SIZE), name="knob value", row=r, col=c)
     fig.update_yaxes(range=y_range, dtick=1)
-    fig.update_xaxes(title_text="verified nodes", row=rows)
+    fig.update_xaxes(title_text=NODES_TITLE, row=rows)
     fig.update_yaxes(title_text="accepted ℓ", col=1)
     fig.update_layout(template="plotly_white", height=height, width=width, margin=margin,
                       title=dict(text=title, x=0.01, font=dict(size=14)))

@@ -7,9 +7,10 @@ candidate is rejected the token is drawn from the last residual with a uniform u
 interval holds u). p_0 = p, q_0 = q.
 
 This view draws one panel per step: p_i, q_i, min(p_i, q_i) and the residual on the same tokens (the
-candidates, the drawn token and the largest of the rest), on a log scale so a bar of 1e-4 shows beside
-one of 0.9, with the step's coin against its threshold in the panel's title; a residual draw adds a
-last panel with the residual it was drawn from. It reads the trace's ``rejection_steps`` (recorded by
+candidates, the drawn token and the largest of the rest) and one bar for all other tokens, so each
+distribution's bars sum to 1, on a log scale so a bar of 1e-4 shows beside one of 0.9, with the step's
+coin against its threshold in the panel's title; a residual draw adds the residual it was drawn from on a
+linear scale (0.8 and 0.1 look it) and a strip of its cumulative distribution with the uniform u marked. It reads the trace's ``rejection_steps`` (recorded by
 traced rejection runs at nodes where a candidate was rejected); :func:`rejection_steps_data` returns the
 facts (testable without a figure), :func:`rejection_steps_view` the figure.
 """
@@ -34,6 +35,8 @@ P_BARS, Q_BARS, MIN_BARS, RESIDUAL_BARS = ("p_i: the target's p, then the residu
                                            "min(p_i, q_i)", "residual norm((p_i - q_i)+)")
 COLOURS = {P_BARS: style.ACCEPTED, Q_BARS: style.OKABE_ITO["sky_blue"], MIN_BARS: style.OKABE_ITO["bluish_green"],
            RESIDUAL_BARS: style.REJECTED}
+#: the bar that holds what the shown tokens do not: every distribution's bars sum to 1
+OTHER = "all other tokens"
 #: tokens drawn per panel (the candidates and the drawn token always among them)
 SHOWN = 8
 
@@ -150,34 +153,85 @@ def _draw_title(data: RejectionSteps) -> str:
 def rejection_steps_view(trace: Trace, iteration: int, node: int, *, namer: TokenNamer | None = None,
                          tokenizer: Any = None, title: str | None = None, width: int = 900) -> go.Figure:
     """One panel per step of the rejection sampling at ``node``: p_i, q_i, min(p_i, q_i) and the residual on
-    a log scale, tokens as text, the step's coin and threshold in its title; a residual draw adds a panel of
-    the last residual with the drawn token marked."""
+    a log scale, tokens as text plus an "all other tokens" bar (so each distribution's bars sum to 1), the
+    step's coin and threshold in its title; a residual draw adds the last residual on a linear scale and a
+    strip of its cumulative distribution with the uniform u marked."""
     data = rejection_steps_data(trace, iteration, node, namer=namer, tokenizer=tokenizer)
-    titles = [_step_title(i, s) for i, s in enumerate(data.steps)] + ([_draw_title(data)] if data.residual_draw else [])
-    fig = make_subplots(rows=len(titles), cols=1, subplot_titles=titles, vertical_spacing=0.5 / len(titles))
-    labels = [f"'{style.visible_token(t)}'" for t in data.texts]
+    titles = [_step_title(i, s) for i, s in enumerate(data.steps)]
+    if data.residual_draw:
+        titles += [_draw_title(data), _strip_title(data)]
+    heights = [1.0] * len(data.steps) + ([1.0, 0.3] if data.residual_draw else [])
+    fig = make_subplots(rows=len(titles), cols=1, subplot_titles=titles, row_heights=heights,
+                        vertical_spacing=0.5 / len(titles))
+    labels = [f"'{style.visible_token(t)}'" for t in data.texts] + [OTHER]
     shown: set[str] = set()
     for row, step in enumerate(data.steps, start=1):
         overlap = [min(p, q) for p, q in zip(step.p, step.q)]
-        for name, ys in ((P_BARS, step.p), (Q_BARS, step.q), (MIN_BARS, overlap), (RESIDUAL_BARS, step.residual)):
+        total = overlap_total(step)  # Σ min(p_i, q_i) over the whole vocabulary, where the residual gives it
+        for name, ys, mass in ((P_BARS, step.p, 1.0), (Q_BARS, step.q, 1.0), (MIN_BARS, overlap, total),
+                               (RESIDUAL_BARS, step.residual, 1.0)):
             if ys is not None:
-                _bars(fig, name, labels, ys, row, shown)
-    if data.residual_draw:
-        _bars(fig, RESIDUAL_BARS, labels, data.last_residual, len(titles), shown)
+                _bars(fig, name, labels, ys + [max(0.0, mass - sum(ys)) if mass is not None else 0.0], row, shown)
     values = [v for s in data.steps for ys in (s.p, s.q, s.residual or []) for v in ys if v > 0]
     # half a decade below the smallest value: the smallest bar is as tall as a half-decade, not a hairline
     floor = math.floor(math.log10(min(values)) - 0.5) if values else -6
-    fig.update_yaxes(type="log", range=[floor, 0.05], title_text="probability (log)", dtick=1,
-                     exponentformat="power")
-    for row in range(1, len(titles) + 1):
+    for row in range(1, len(data.steps) + 1):
+        fig.update_yaxes(type="log", range=[floor, 0.05], title_text="probability (log)", dtick=1,
+                         exponentformat="power", row=row, col=1)
+    for row in range(1, len(data.steps) + (2 if data.residual_draw else 1)):
         _mark(fig, data, labels, row)
+    if data.residual_draw:
+        _draw_panels(fig, data, labels, len(data.steps) + 1, shown)
     heading = title or (f"iteration {data.iteration}, node {data.node}: recursive rejection sampling, "
                         f"{data.rejected} candidate(s) rejected, '{style.visible_token(data.drawn_text)}' emitted")
-    fig.update_layout(barmode="group", width=width, height=180 + 260 * len(titles), template="plotly_white",
+    fig.update_layout(barmode="group", width=width, height=180 + 260 * sum(heights), template="plotly_white",
                       title=dict(text=heading, font_size=13), bargap=0.25, margin=dict(t=90, b=60),
                       legend=dict(orientation="h", y=-0.12 / len(titles) * 2, yanchor="top", x=0))
     fig.update_annotations(font_size=12)
     return fig
+
+
+def overlap_total(step: Step) -> float | None:
+    """Σ min(p_i, q_i) over the whole vocabulary, from a rejected step's residual: norm((p_i - q_i)+) divides
+    by Z = Σ (p_i - q_i)+ = 1 - Σ min(p_i, q_i), so any shown token with a residual gives Z. None where the
+    step was accepted (no residual) or no shown token carries one."""
+    if step.residual is None:
+        return None
+    best = max(range(len(step.residual)), key=lambda j: step.residual[j])
+    if step.residual[best] <= 0:
+        return None
+    return 1.0 - (step.p[best] - step.q[best]) / step.residual[best]
+
+
+def _strip_title(data: RejectionSteps) -> str:
+    lo, hi = data.interval
+    return (f"the draw: u = {data.uniform:.3f} on the last residual's cumulative distribution (tokens in id order); "
+            f"'{style.visible_token(data.drawn_text)}' holds [{lo:.3f}, {hi:.3f})")
+
+
+def _draw_panels(fig: go.Figure, data: RejectionSteps, labels: list[str], row: int, shown: set[str]) -> None:
+    """The last residual on a linear axis (so 0.8 and 0.1 look it), every token's share accounted for, and
+    below it the residual's CDF as one strip: the drawn token's interval, the mass before and after it in id
+    order, and the uniform u that fell in it."""
+    last = data.last_residual
+    _bars(fig, RESIDUAL_BARS, labels, last + [max(0.0, 1.0 - sum(last))], row, shown)
+    fig.update_yaxes(type="linear", range=[0, 1.05], title_text="probability", row=row, col=1)
+    lo, hi = data.interval
+    drawn = f"'{style.visible_token(data.drawn_text)}'"
+    for x0, x1, text, colour in ((0.0, lo, "tokens before it (id order)", "#d9d9d9"),
+                                 (lo, hi, drawn, COLOURS[RESIDUAL_BARS]), (hi, 1.0, "tokens after it", "#bdbdbd")):
+        fig.add_trace(go.Bar(x=[x1 - x0], base=[x0], y=[0], orientation="h", showlegend=False, name=text,
+                             offsetgroup="cdf",  # one row: the three intervals side by side, not grouped
+                             marker=dict(color=colour, line=dict(color="white", width=1)), width=0.8,
+                             text=[text if x1 - x0 > 0.08 else ""], textposition="inside", insidetextanchor="middle",
+                             hovertemplate=f"{text}: [{x0:.3f}, {x1:.3f})<extra></extra>"), row=row + 1, col=1)
+    fig.add_trace(go.Scatter(x=[data.uniform, data.uniform], y=[-0.55, 0.55], mode="lines", showlegend=False,
+                             name="u", line=dict(color=style.OKABE_ITO["black"], width=3),
+                             hovertemplate=f"u = {data.uniform:.3f}<extra></extra>"), row=row + 1, col=1)
+    fig.add_annotation(x=data.uniform, y=0.55, xref=f"x{row + 1}", yref=f"y{row + 1}", yanchor="bottom",
+                       showarrow=False, text=f"u = {data.uniform:.3f} → {drawn}", font=dict(size=12))
+    fig.update_xaxes(range=[0, 1], title_text="cumulative probability of the last residual", row=row + 1, col=1)
+    fig.update_yaxes(visible=False, range=[-0.7, 1.2], row=row + 1, col=1)
 
 
 def _bars(fig: go.Figure, name: str, labels: list[str], ys: list[float], row: int, shown: set[str]) -> None:

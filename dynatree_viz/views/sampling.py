@@ -39,6 +39,8 @@ THRESHOLD_MARKS = "threshold min(1, p/q)"
 WINNER_BAR = "the largest log p + g: the drawn token"
 #: shared draft noise: the draft's perturbed scores beside the target's
 DRAFT_SCORE_BARS = "log q + Gumbel noise (draft)"
+#: the draft's largest log q + g: the token its first child carries (framed in the accepted path's blue)
+DRAFT_FIRST_BAR = "the draft's largest log q + g: its first child"
 
 
 @dataclass
@@ -324,12 +326,14 @@ def _draw_scores(fig: go.Figure, panel: SamplingPanel, labels: list[str]) -> Non
                              hovertemplate="%{x}: log p + g = %{customdata:.3f}<extra></extra>"), row=2, col=1)
     if panel.draft_scores:
         first = panel.draft_scores[0][0]
-        fig.add_trace(go.Bar(x=labels, **rise([draft.get(t) for t in tokens]), name=DRAFT_SCORE_BARS,
-                             offsetgroup="draft",
-                             marker=dict(color=style.OKABE_ITO["sky_blue"], pattern=dict(shape="/"),
-                                         line=dict(color=[style.ACCEPTED if t == first else style.OKABE_ITO["sky_blue"]
-                                                          for t in tokens], width=3)),
-                             hovertemplate="%{x}: log q + g = %{customdata:.3f}<extra></extra>"), row=2, col=1)
+        for name, mine, frame in ((DRAFT_FIRST_BAR, True, style.ACCEPTED),
+                                  (DRAFT_SCORE_BARS, False, style.OKABE_ITO["sky_blue"])):
+            # two traces, so the legend names the first child's frame too
+            fig.add_trace(go.Bar(x=labels, **rise([draft.get(t) if (t == first) == mine else None for t in tokens]),
+                                 name=name, offsetgroup="draft",
+                                 marker=dict(color=style.OKABE_ITO["sky_blue"], pattern=dict(shape="/"),
+                                             line=dict(color=frame, width=3)),
+                                 hovertemplate="%{x}: log q + g = %{customdata:.3f}<extra></extra>"), row=2, col=1)
     fig.update_yaxes(title_text="perturbed score", row=2, col=1)
     fig.update_xaxes(title_text="the tokens above (no bar: not among the 8 largest log p + g recorded)",
                      title_font_size=11, row=2, col=1)

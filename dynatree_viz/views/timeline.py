@@ -19,7 +19,7 @@ from dynatree_viz.core import style
 
 CURRENT_SHAPE = "current iteration"
 _OI = style.OKABE_ITO
-_TIMING_COLORS = {"draft": _OI["sky_blue"], "verify": _OI["vermillion"], "commit": "#999999"}
+_TIMING_COLORS = {k: style.QUANTITY_COLORS[f"{k} time"] for k in ("draft", "verify", "commit")}
 
 #: panel key -> (subplot title, has a secondary y axis); drawn in this order when they have data
 PANELS: dict[str, tuple[str, bool]] = {
@@ -75,14 +75,14 @@ def timeline_figure(trace: Trace, *, current: int | None = None, height: int | N
                          marker_color=style.BONUS, legendgroup="tok"), row=1, col=1)
     if "tree" in row:
         fig.add_trace(go.Bar(x=x, y=[r.num_nodes for r in its], name="drafted nodes",
-                             marker_color=_OI["sky_blue"]), row=row["tree"], col=1)
+                             marker_color=style.QUANTITY_COLORS["drafted nodes"]), row=row["tree"], col=1)
         fig.add_trace(go.Scatter(x=x, y=[r.tree.depth for r in its], name="depth",
-                                 mode="lines+markers", line=dict(color=_OI["black"])),
+                                 mode="lines+markers", line=dict(color=style.QUANTITY_COLORS["depth"])),
                       row=row["tree"], col=1, secondary_y=True)
     if "acceptance" in row:
-        _acceptance_panel(fig, trace, its, x, row["acceptance"])
+        add_acceptance_panel(fig, trace, row["acceptance"])
     if "adapter" in row:
-        _adapter_panel(fig, its, x, row["adapter"])
+        add_adapter_panel(fig, trace, row["adapter"])
     _time_panel(fig, its, x, row["time"], panels.index("time"))
     head = title if title is not None else (
         f"{trace.method}: {len(its)} iterations, {len(trace.tokens)} tokens")
@@ -124,30 +124,35 @@ def _time_panel(fig: go.Figure, its: list, x: list, r: int, title_index: int) ->
         fig.layout.annotations[title_index].text = f"{PANELS['time'][0]}; {', '.join(thin)}"
 
 
-def _adapter_panel(fig: go.Figure, its: list, x: list, r: int) -> None:
-    """The history adapter's D0 (real and used) and τ_h before each iteration."""
-    fig.add_trace(go.Scatter(x=x, y=[_hist(rec, "d0") for rec in its], name="D0 (real)",
-                             mode="lines", line=dict(color=_OI["reddish_purple"])), row=r, col=1)
-    fig.add_trace(go.Scatter(x=x, y=[_hist(rec, "d0_effective") for rec in its],
-                             name="D0 used", mode="markers",
-                             marker=dict(color=_OI["reddish_purple"], symbol="line-ew-open",
-                                         size=12)), row=r, col=1)
-    fig.add_trace(go.Scatter(x=x, y=[_hist(rec, "tau_h") for rec in its], name=TAU_H,
-                             mode="lines", line=dict(color=_OI["orange"], dash="dash")),
+def add_adapter_panel(fig: go.Figure, trace: Trace, r: int) -> None:
+    """The history adapter's D0 (real, and the whole value the depth gate used: a step line, so each
+    value holds exactly its own iterations) and τ_h before each iteration, into row ``r`` of ``fig`` (a
+    subplot with a secondary y axis). 04's history chart draws its lower panel with it."""
+    its, colour = list(trace.iterations), style.QUANTITY_COLORS
+    x = [rec.index for rec in its]
+    fig.add_trace(go.Scatter(x=x, y=[_hist(rec, "d0") for rec in its], name=D0_REAL, mode="lines",
+                             line=dict(color=colour["D0"], width=2)), row=r, col=1)
+    fig.add_trace(go.Scatter(x=x, y=[_hist(rec, "d0_effective") for rec in its], name=D0_USED, mode="lines",
+                             line=dict(color=colour["D0"], dash="dot", shape="hv", width=2)), row=r, col=1)
+    fig.add_trace(go.Scatter(x=x, y=[_hist(rec, "tau_h") for rec in its], name=TAU_H_LINE,
+                             mode="lines", line=dict(color=colour["τ_h"], dash="dash")),
                   row=r, col=1, secondary_y=True)
 
 
-def _acceptance_panel(fig: go.Figure, trace: Trace, its: list, x: list, r: int) -> None:
-    fig.add_trace(go.Scatter(x=x, y=[rec.acceptance for rec in its], name=A_R, mode="markers",
-                             marker=dict(color="#4d4d4d", size=7)), row=r, col=1)
+def add_acceptance_panel(fig: go.Figure, trace: Trace, r: int) -> None:
+    """Each iteration's acceptance a_r, the adapter's window mean ā and its target a*, into row ``r``."""
+    its, colour = list(trace.iterations), style.QUANTITY_COLORS
+    x = [rec.index for rec in its]
+    fig.add_trace(go.Scatter(x=x, y=[rec.acceptance for rec in its], name=A_R_POINTS, mode="markers",
+                             marker=dict(color=colour["a_r"], size=7)), row=r, col=1)
     wm = [_hist(rec, "window_mean", "after") for rec in its]
     if any(v is not None for v in wm):
-        fig.add_trace(go.Scatter(x=x, y=wm, name="ā (window mean)", mode="lines",
-                                 line=dict(color=_OI["bluish_green"], width=2)), row=r, col=1)
+        fig.add_trace(go.Scatter(x=x, y=wm, name=A_BAR_LINE, mode="lines",
+                                 line=dict(color=colour["ā"], width=2)), row=r, col=1)
     target = ((trace.config or {}).get("history") or {}).get("target_acceptance")
     if target is not None and any(rec.history_before for rec in its):
-        fig.add_hline(y=target, line=dict(color=_OI["bluish_green"], dash="dot", width=1),
-                      row=r, col=1, annotation_text=f"a* = {target}",
+        fig.add_hline(y=target, line=dict(color=colour["ā"], dash="dot", width=1),
+                      row=r, col=1, annotation_text=f"a* = {target} (the target for ā)",
                       annotation_position="top left")
 
 
@@ -184,6 +189,12 @@ def round_ticks(values: list[float], max_ticks: int = MAX_ROUND_TICKS) -> dict:
 #: the paper's symbols as plot text (a code name such as "tau_h" or "τ_h" is not what the paper writes)
 TAU_H = style.plot_symbol("τ_h")
 A_R = style.plot_symbol("a_r")
+#: the legend's words for each quantity (the symbols alone are not taught in every notebook)
+A_R_POINTS = f"{A_R}: acceptance per iteration"
+A_BAR_LINE = "ā: its window mean"
+D0_REAL = "D0 (adapter's value)"
+D0_USED = "D0 used (rounded)"
+TAU_H_LINE = f"{TAU_H}: breadth threshold"
 
 #: most depth ticks a panel shows: one per level of an 8-deep tree squeezed them into each other
 MAX_DEPTH_TICKS = 5
