@@ -27,6 +27,7 @@ import plotly.graph_objects as go
 
 from dynatree_core.policy.config import DynaTreeConfig, GrowthRule, config_from_dict
 from dynatree_core.policy.cost_model import CostModel
+from dynatree_core.policy.knobs import ORDERED_PAIRS, knob, slider_bounds, slider_knobs  # noqa: F401
 from dynatree_core.policy.sampling import SamplingConfig
 from dynatree_core.policy.tree import DraftTree
 from dynatree_core.records.trace import IterationRecord, Trace
@@ -233,50 +234,10 @@ class Stepper(StaticFallback, widgets.VBox):
                    "draws, replayed)" if sampling_active(self.trace.sampling) else ""))
 
 
-#: explorer slider specs: name -> (kind, min, max, step, paper symbol)
+#: explorer slider specs: name -> (kind, min, max, step, paper symbol), from the knob table
+#: (:data:`dynatree_core.policy.knobs.KNOBS`; the widget itself reads the table when it is built)
 SLIDERS: dict[str, tuple[str, float, float, float, str]] = {
-    "tau_h": ("float", 0.01, 0.99, 0.01, "τ_h"),
-    "tau_l": ("float", 0.01, 0.99, 0.01, "τ_l"),
-    "b_min": ("int", 1, 8, 1, "B_min"),
-    "b_mid": ("int", 1, 8, 1, "B_mid"),
-    "b_max": ("int", 1, 8, 1, "B_max"),
-    "d0": ("int", 1, 15, 1, "D0"),
-    "d_max": ("int", 2, 16, 1, "D_max"),
-    "rho_stop": ("float", 0.01, 0.99, 0.01, "ρ_stop"),
-    "rho_deep": ("float", 0.01, 0.99, 0.01, "ρ_deep"),
-    "tau": ("float", 0.0, 0.5, 0.005, "τ"),
-    "n_max": ("int", 1, 512, 1, "N_max"),
-}
-
-#: (lower, upper, strict) slider pairs that DynaTreeConfig requires in order: ``lower < upper``
-#: when strict, else ``lower <= upper``. The explorer narrows each slider's range to what the
-#: others allow right now, so no slider offers a value the validation would reject.
-ORDERED_PAIRS: tuple[tuple[str, str, bool], ...] = (
-    ("d0", "d_max", True),
-    ("tau_l", "tau_h", True),
-    ("rho_stop", "rho_deep", True),
-    ("b_min", "b_mid", False),
-    ("b_mid", "b_max", False),
-)
-
-
-def slider_bounds(values: dict[str, float], base: dict[str, tuple[float, float]]
-                  ) -> dict[str, tuple[float, float]]:
-    """{slider: (min, max)} given every slider's current value: the ``base`` range narrowed by
-    :data:`ORDERED_PAIRS` (e.g. D0's max = D_max - 1, τ_h's min = τ_l + one step)."""
-    bounds = dict(base)
-    for lo, hi, strict in ORDERED_PAIRS:
-        gap = SLIDERS[lo][3] if strict else 0
-        lo_min, lo_max = bounds[lo]
-        hi_min, hi_max = bounds[hi]
-        bounds[lo] = (lo_min, min(lo_max, _snap(values[hi] - gap)))
-        bounds[hi] = (max(hi_min, _snap(values[lo] + gap)), hi_max)
-    return bounds
-
-
-def _snap(x: float) -> float:
-    # 0.9 - 0.01 is 0.8900000000000001 in floats: keep slider bounds on the 0.01 grid
-    return round(x, 9)
+    k.name: (k.kind, k.lo, k.hi, k.step, k.symbol) for k in slider_knobs()}
 
 
 def _set_range(slider: widgets.ValueWidget, lo: float, hi: float) -> None:
@@ -319,7 +280,7 @@ def config_for_record(trace: Trace | None, rec: IterationRecord | None) -> DynaT
 
 #: the explorer's cost model when it has no timings to fit: illustrative seconds, not a measurement
 #: (a draft level 10 ms, c(n) = 40 + 0.5 n ms), over every tree the sliders can grow
-DEFAULT_COST = CostModel(verify_s=tuple(0.040 + 0.0005 * n for n in range(1, int(SLIDERS["n_max"][2]) + 2)),
+DEFAULT_COST = CostModel(verify_s=tuple(0.040 + 0.0005 * n for n in range(1, int(knob("n_max").hi) + 2)),
                          draft_s=0.010, meta={"source": "illustrative default (no timings given)"})
 
 
@@ -392,7 +353,7 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
         self.status = widgets.HTML()
         self.tree_fig = figure_widget()  # filled (and its state synced) by regrow() below
         grid = widgets.GridBox(
-            [self.sliders[k] for k in SLIDERS],
+            list(self.sliders.values()),
             layout=widgets.Layout(grid_template_columns="repeat(3, 330px)"))
         rows = [widgets.HTML(self._header_html()), grid,
                 widgets.HBox([self.dynamic_breadth, self.dynamic_depth, self.color_toggle,
@@ -403,17 +364,19 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
         self.regrow()
 
     def _build_sliders(self) -> None:
-        """The growth-rule sliders (:data:`SLIDERS`), starting at ``base_config``."""
+        """One slider per knob of the table (:func:`~dynatree_core.policy.knobs.slider_knobs`), starting at ``base_config``."""
         self.sliders: dict[str, widgets.ValueWidget] = {}
         #: each slider's widest range (its SLIDERS range, stretched to the starting value)
         self.base_bounds: dict[str, tuple[float, float]] = {}
-        for name, (kind, lo, hi, step, symbol) in SLIDERS.items():
+        for k in slider_knobs():
+            name, lo, hi = k.name, k.lo, k.hi
             value = getattr(self.base_config, name)
-            cls = widgets.IntSlider if kind == "int" else widgets.FloatSlider
-            extra = {} if kind == "int" else {"readout_format": ".3f"}
+            cls = widgets.IntSlider if k.kind == "int" else widgets.FloatSlider
+            extra = {} if k.kind == "int" else {"readout_format": ".3f"}
             self.base_bounds[name] = (min(lo, value), max(hi, value))
             s = cls(value=value, min=min(lo, value), max=max(hi, value),
-                    step=step, description=symbol, continuous_update=False, **extra)
+                    step=k.step, description=k.symbol, description_allow_html=False,
+                    tooltip=k.help, continuous_update=False, **extra)
             s.observe(self._on_change, names="value")
             self.sliders[name] = s
         self._sync_ranges()
@@ -514,7 +477,7 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
     def static_html(self) -> str:
         """The current setting as static HTML (for viewers without a kernel): the slider values,
         the statistics and an image of the tree."""
-        values = ", ".join(f"{SLIDERS[name][4]} = {w.value:g}" for name, w in self.sliders.items())
+        values = ", ".join(f"{knob(name).symbol} = {w.value:g}" for name, w in self.sliders.items())
         # the status table has a sampling row where sampling is in play: say it once
         sampling = ("" if self._shows_sampling_row() else
                     f"<br><b>sampling:</b> {html.escape(self.sampling_text())}")
