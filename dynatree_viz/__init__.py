@@ -2,7 +2,7 @@
 
 Rooms: :mod:`~dynatree_viz.views` (one figure function per module), :mod:`~dynatree_viz.widgets`
 (stepper, explorer, regrow, sampling controls, static fallbacks), :mod:`~dynatree_viz.export`
-(GIF, slides, report), :mod:`~dynatree_viz.examples` (choosers of the case a figure teaches),
+(GIF, slides, report, the offline explorer page), :mod:`~dynatree_viz.examples` (choosers of the case a figure teaches),
 :mod:`~dynatree_viz.core` (style, labels, tokens, layout, scene, HTML and image writing) and
 :mod:`~dynatree_viz.synthetic` (a synthetic trace for tests). The names below are what the
 notebooks and README use; everything else is imported from its module. ``CostModel`` is the
@@ -21,6 +21,7 @@ from dynatree_viz.examples.knobs import knob_example, state_tokens
 from dynatree_viz.examples.match import match_example
 from dynatree_viz.examples.rejection import rejection_counts, rejection_example
 from dynatree_viz.export.gif import export_gif
+from dynatree_viz.export.page import explorer_page
 from dynatree_viz.export.report import report
 from dynatree_viz.export.slides import export_slides
 from dynatree_viz.views.animation import animate, animation_steps
@@ -41,7 +42,7 @@ __all__ = [
     "sampling_view", "calibration_figure", "cost_figure", "oracle_gap_figure", "policy_table",
     "animate", "animation_steps", "race", "race_data",
     "show", "explore", "CostModel", "use_static_fallbacks",
-    "export_gif", "export_slides", "report", "save_image",
+    "export_gif", "export_slides", "report", "save_image", "explorer_page",
     "EXAMPLE_PROMPTS", "branching_example", "off_top1", "knob_example", "state_tokens",
     "match_example", "rejection_counts", "rejection_example",
 ]
