@@ -100,11 +100,40 @@
        marker: {size: 14, color: colors, line: {color: "#000", width: lines}}},
       {type: "scatter", mode: "markers+text", x: [x[last]], y: [T.depth[last] + 0.6], text: [esc("★ " + tok(T.bonus))],
        textposition: "middle right", marker: {symbol: "star", size: 16, color: "#E69F00"}, hoverinfo: "skip", name: "bonus"}];
+    if (!window.Plotly) return drawSvg(x, T, colors, onPath, last);
     var lay = {margin: {l: 30, r: 120, t: 10, b: 30}, showlegend: false, height: 460,
       xaxis: {visible: false}, yaxis: {autorange: "reversed", title: {text: "depth"}, dtick: 1, zeroline: false}};
     Plotly.react("dt-tree", data, lay, {displayModeBar: false, responsive: true});
     var div = $("dt-tree");
     if (!div._dtClick) { div._dtClick = true; div.on("plotly_click", function (ev) { var pt = ev.points[0]; if (pt.curveNumber === 2) { state.selected = pt.pointIndex; render(); } }); }
+  }
+  // without plotly.js (a page embedded in a notebook's static HTML): the same picture as plain SVG
+  function drawSvg(x, T, colors, onPath, last) {
+    var NS = "http://www.w3.org/2000/svg", div = $("dt-tree"), W = Math.max(1, Math.max.apply(null, x) + 1);
+    var depth = Math.max.apply(null, T.depth) + 1.6, w = div.clientWidth || 900, h = 440;
+    var sx = function (v) { return 30 + (w - 160) * (W > 1 ? v / (W - 1) : 0.5); };
+    var sy = function (d) { return 20 + (h - 40) * d / depth; };
+    var svg = document.createElementNS(NS, "svg");
+    svg.setAttribute("width", w); svg.setAttribute("height", h);
+    function add(tag, attrs, text) {
+      var e = document.createElementNS(NS, tag);
+      Object.keys(attrs).forEach(function (a) { e.setAttribute(a, attrs[a]); });
+      if (text !== undefined) e.textContent = text;
+      svg.appendChild(e); return e;
+    }
+    for (var i = 1; i < T.token.length; i++) {
+      var p = T.parent[i];
+      add("line", {x1: sx(x[p]), y1: sy(T.depth[p]), x2: sx(x[i]), y2: sy(T.depth[i]),
+                   stroke: onPath[i] ? "#0072B2" : "#ccc", "stroke-width": onPath[i] ? 4 : 1});
+    }
+    T.token.forEach(function (t, j) {
+      var c = add("circle", {cx: sx(x[j]), cy: sy(T.depth[j]), r: 7, fill: colors[j], stroke: "#000",
+                             "stroke-width": j === state.selected ? 3 : 1, style: "cursor:pointer"});
+      c.addEventListener("click", function () { state.selected = j; render(); });
+      add("text", {x: sx(x[j]) + 10, y: sy(T.depth[j]) + 4, "font-size": 12}, tok(t));
+    });
+    add("text", {x: sx(x[last]) + 10, y: sy(T.depth[last] + 0.6) + 4, "font-size": 12, fill: "#b36b00"}, "★ " + tok(T.bonus));
+    div.textContent = ""; div.appendChild(svg);
   }
   function drawText(it, T) {
     var box = $("dt-text"); box.textContent = "";
