@@ -1,7 +1,7 @@
 """dynatree_viz: figures, widgets and exports of DynaTree traces (Plotly + ipywidgets).
 
 Rooms: :mod:`~dynatree_viz.views` (one figure function per module), :mod:`~dynatree_viz.widgets`
-(stepper, explorer, regrow, sampling controls, static fallbacks), :mod:`~dynatree_viz.export`
+(stepper, explorer and its setting, regrow, sampling controls, static fallbacks), :mod:`~dynatree_viz.export`
 (GIF, slides, report, the offline explorer page), :mod:`~dynatree_viz.examples` (choosers of the case a figure teaches),
 :mod:`~dynatree_viz.core` (style, labels, tokens, layout, scene, HTML and image writing) and
 :mod:`~dynatree_viz.synthetic` (a synthetic trace for tests). The names below are what the
@@ -34,7 +34,8 @@ from dynatree_viz.views.text import text_html
 from dynatree_viz.views.timeline import timeline_figure
 from dynatree_viz.views.tree import tree_figure
 from dynatree_viz.views.why import why
-from dynatree_viz.widgets.explorer import explore, show
+from dynatree_viz.widgets.explorer import explore
+from dynatree_viz.widgets.stepper import show
 from dynatree_viz.widgets.static import use_static_fallbacks
 
 __all__ = [

@@ -26,7 +26,7 @@ from dynatree_core.policy.knobs import knobs_json, page_ranges, slider_knobs
 from dynatree_core.records.trace import Trace
 
 from dynatree_viz.core.tokens import TokenNamer, resolve_namer
-from dynatree_viz.widgets.explorer import config_for_record
+from dynatree_viz.widgets.explorer_setting import config_for_record
 
 #: the presets the page offers, by name (each clamped into the page's ranges)
 PRESETS = {"paper": DynaTreeConfig.paper, "cpu": DynaTreeConfig.cpu, "gpu": DynaTreeConfig.gpu}
