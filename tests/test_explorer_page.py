@@ -15,7 +15,7 @@ from dynatree_core import DynaTreeConfig, generate
 from dynatree_core.records.trace import Trace
 from dynatree_viz.export import page as page_mod
 from helpers import cached_pair
-from page_browser import differences, launch, open_page, sync_playwright
+from helpers.page_browser import differences, launch, open_page, sync_playwright
 
 PROMPT = "the cat sat on the mat and the"
 DEFAULT_RECORDING = Path(__file__).parent / "data" / "replay_default_64.json"
