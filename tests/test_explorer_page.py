@@ -17,7 +17,7 @@ from dynatree_viz.export import page as page_mod
 from helpers import cached_pair
 from helpers.page_browser import differences, launch, open_page, sync_playwright
 
-PROMPT = "the cat sat on the mat and the"
+PROMPT = [5, 9, 13, 2, 7, 11, 3, 8, 14, 6]  # token ids (the tiny pairs here carry no tokenizer)
 DEFAULT_RECORDING = Path(__file__).parent / "data" / "replay_default_64.json"
 EVIL = '</script><script>window.__pwned = 1</script>"\' <img src=x onerror="window.__pwned = 2">'
 
