@@ -199,8 +199,6 @@ class DecodingRun:
         top_k = self._draft_top_k()
         col = RunCollector(self.pair.device, self.pair.tokenizer, self.prompt, self._trace(drafter, top_k),
                            draft_sampler)
-        if self.replay is not None and col.trace is not None:
-            col.trace.replay = self.replay.info
         ctx = DraftContext(top_k, col.clock, draft_sampler, fast, keep_chain=self.tracing or bool(self.record_top_k),
                            seq_capacity=self.target.capacity, seq_device=str(self.pair.device), runtime=self.runtime)
         tail, own_tail = tail_lookup(drafter) if drafter is not None and self.config.lookup_tail else (None, False)
@@ -312,9 +310,11 @@ class DecodingRun:
         the run gives it."""
         if not self.tracing:
             return None
-        return new_trace(self.pair, self.config, self.prompt, self.eos, self.max_new_tokens,
-                         {**drafter.settings(), "top_k": top_k} if drafter is not None else None,
-                         None if self.sampling.greedy else self.sampling.to_dict(), self.runtime)
+        trace = new_trace(self.pair, self.config, self.prompt, self.eos, self.max_new_tokens,
+                          {**drafter.settings(), "top_k": top_k} if drafter is not None else None,
+                          None if self.sampling.greedy else self.sampling.to_dict(), self.runtime)
+        trace.replay = self.replay.info if self.replay is not None else None  # filled as the run goes
+        return trace
 
     def _backend(self, buckets: tuple[int, ...] | None, static_len: int | None) -> TargetBackend:
         """The target's forwards: eager, or the fast path kept for the target (its forwards built
