@@ -115,5 +115,6 @@ def explorer_page(trace: Trace | str | os.PathLike, path: str | os.PathLike, **k
 def srcdoc_iframe(page_html: str, height: int = 900) -> str:
     """The page inside an ``<iframe srcdoc>`` (what a notebook's static HTML keeps): the attribute
     value is HTML-escaped, so the page's own markup cannot close it."""
-    return (f'<iframe srcdoc="{html.escape(page_html, quote=True)}" style="width:100%;height:{height}px;'
-            'border:1px solid #ddd" sandbox="allow-scripts"></iframe>')
+    # in a div: a bare <iframe> makes IPython's HTML() warn (a stderr line in the notebook)
+    return (f'<div class="dt-explorer-frame"><iframe srcdoc="{html.escape(page_html, quote=True)}" '
+            f'style="width:100%;height:{height}px;border:1px solid #ddd" sandbox="allow-scripts"></iframe></div>')
