@@ -1,8 +1,8 @@
 """dynatree_viz: figures, widgets and exports of DynaTree traces (Plotly + ipywidgets).
 
 Rooms: :mod:`~dynatree_viz.views` (one figure function per module), :mod:`~dynatree_viz.widgets`
-(stepper, explorer, regrow, sampling controls, static fallbacks), :mod:`~dynatree_viz.export`
-(GIF, slides, report), :mod:`~dynatree_viz.examples` (choosers of the case a figure teaches),
+(stepper, explorer and its setting, regrow, sampling controls, static fallbacks), :mod:`~dynatree_viz.export`
+(GIF, slides, report, the offline explorer page), :mod:`~dynatree_viz.examples` (choosers of the case a figure teaches),
 :mod:`~dynatree_viz.core` (style, labels, tokens, layout, scene, HTML and image writing),
 :mod:`~dynatree_viz.notebook` (the setup every notebook opens with: it alone loads a pair, lazily) and
 :mod:`~dynatree_viz.synthetic` (a synthetic trace for tests). The names below are what the
@@ -22,6 +22,7 @@ from dynatree_viz.examples.knobs import knob_example, state_tokens
 from dynatree_viz.examples.match import match_example
 from dynatree_viz.examples.rejection import rejection_counts, rejection_example
 from dynatree_viz.export.gif import export_gif
+from dynatree_viz.export.page import explorer_page
 from dynatree_viz.export.report import report
 from dynatree_viz.export.slides import export_slides
 from dynatree_viz.notebook import setup_notebook
@@ -38,7 +39,8 @@ from dynatree_viz.views.text import text_html
 from dynatree_viz.views.timeline import timeline_figure
 from dynatree_viz.views.tree import tree_figure
 from dynatree_viz.views.why import why
-from dynatree_viz.widgets.explorer import explore, show
+from dynatree_viz.widgets.explorer import explore
+from dynatree_viz.widgets.stepper import show
 from dynatree_viz.widgets.static import use_static_fallbacks
 
 __all__ = [
@@ -46,7 +48,7 @@ __all__ = [
     "sampling_view", "calibration_figure", "cost_figure", "oracle_gap_figure", "policy_table",
     "animate", "animation_steps", "race", "race_data",
     "show", "explore", "CostModel", "use_static_fallbacks", "setup_notebook",
-    "export_gif", "export_slides", "report", "save_image",
+    "export_gif", "export_slides", "report", "save_image", "explorer_page",
     "EXAMPLE_PROMPTS", "branching_example", "off_top1", "knob_example", "state_tokens",
     "match_example", "rejection_counts", "rejection_example",
 ]

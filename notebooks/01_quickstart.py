@@ -260,6 +260,13 @@ with tempfile.TemporaryDirectory() as tmp:
 print(again.tokens == dt.tokens, len(again) == len(trace))
 
 # %% [markdown]
+# **Sliders without a kernel.** Notebook 03 writes [03_explorer_page.html](03_explorer_page.html): one
+# offline HTML file in which a real run's tree regrows as you move τ_h, ρ_stop, N_max and the other knobs.
+# Make one for any prompt in two lines:
+# `trace = generate(pair, prompt, "dynatree", max_new_tokens=64, trace="replay").trace` and
+# `dv.explorer_page(trace, "page.html")`.
+
+# %% [markdown]
 # ## What to try next
 #
 # * Change `prompt` and `N`, or try `DynaTreeConfig.paper()` (bigger trees) on a GPU.

@@ -138,6 +138,35 @@ replay = dv.explore(res, iteration=example.record.index, config=base)   # the sa
 replay
 
 # %% [markdown]
+# ## Sliders without a kernel: the explorer page
+#
+# The widgets above need a running kernel. `generate(..., trace="replay")` makes a recording made for
+# replay: each iteration the draft grows the *envelope* — every node that any setting inside the page's
+# slider ranges can grow (the widest gates, no budget: N_max is spent level by level by path probability,
+# so a narrow setting with a small budget reaches depths the widest budgeted tree never pays for) — and
+# the target verifies all of it in the same forward, while the run commits DynaTree's own accepted path,
+# so the output is still exactly the target's. `dv.explorer_page(trace, "page.html")` then writes one HTML
+# file where every slider regrows the tree in the browser by the same rule as `replay_tree`, with no
+# Python anywhere. Below is the page for the chosen prompt, embedded (click a node for its *why*).
+
+# %% tags=["nbval-ignore-output"]
+from dynatree_viz.export.page import explorer_page_html, srcdoc_iframe
+
+page_run = generate(pair, res.prompt_text, "dynatree", base, max_new_tokens=24, trace="replay", ignore_eos=True)
+assert page_run.tokens == res.tokens[:24]  # the recording commits the target's own greedy tokens
+page_html = explorer_page_html(page_run.trace, tokenizer=pair.tokenizer, title="DynaTree explorer (notebook 03)",
+                               plotly_js=False)  # the tree as SVG: a light file, and embeddable
+with open("03_explorer_page.html", "w", encoding="utf-8") as f:
+    f.write(page_html)
+envelope = page_run.trace.replay["nodes"]
+display(Markdown(f"Recorded {len(envelope)} iterations; the envelope held {sum(envelope) / len(envelope):.1f} nodes "
+                 f"per iteration on average (at most {max(envelope)}), DynaTree's own trees "
+                 f"{sum(len(r.accepted_path) for r in page_run.trace.iterations) / len(envelope):.1f} accepted tokens "
+                 f"per iteration; the page is {len(page_html.encode()) / 1e3:.0f} kB, saved as "
+                 "[03_explorer_page.html](03_explorer_page.html)."))
+display(HTML(srcdoc_iframe(page_html, height=1150)))
+
+# %% [markdown]
 # ## A guided tour, from code
 #
 # `TreeSession(pair, prompt)` prefills both models once; `session.regrow(rule)` drafts and verifies one

@@ -22,7 +22,7 @@ from dynatree_core.records.result import GenerationResult
 
 
 def iterate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method: str = "dynatree",
-            config: DecoderConfig | None = None, max_new_tokens: int = 128, trace: bool = False, *,
+            config: DecoderConfig | None = None, max_new_tokens: int = 128, trace: bool | str = False, *,
             temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
             seed: int | None = None, verify: str | None = None, draft_noise: str | None = None,
             sampling: SamplingConfig | None = None, **kwargs: Any) -> DecodingRun:
@@ -36,7 +36,7 @@ def iterate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method:
 
 
 def generate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method: str = "dynatree",
-             config: DecoderConfig | None = None, max_new_tokens: int = 128, trace: bool = False,
+             config: DecoderConfig | None = None, max_new_tokens: int = 128, trace: bool | str = False,
              eos_token_id: int | Sequence[int] | None = None, ignore_eos: bool = False,
              history: HistoryState | None = None, allow_long_context: bool = False, *,
              temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
@@ -53,7 +53,10 @@ def generate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method
         config: the method's config (ARConfig, LinearConfig, FixedTreeConfig, DynaTreeConfig, ...);
             defaults to the paper's settings.
         max_new_tokens: exact cap on new tokens (never overshot).
-        trace: record every iteration (``result.trace``).
+        trace: record every iteration (``result.trace``); ``"replay"``: a recording made for replay
+            (:mod:`~dynatree_core.engine.replay_recording`): each iteration drafts and verifies every
+            node a knob setting inside the offline page's ranges can grow, and commits DynaTree's own
+            path (same tokens), so :func:`dynatree_viz.explorer_page` can regrow any setting.
         eos_token_id: stop after this token (default: the model's / tokenizer's EOS).
         ignore_eos: never stop early (benchmarks).
         history: a previous run's ``history_state`` to continue DynaTree's adaptation from.

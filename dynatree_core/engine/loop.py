@@ -27,6 +27,7 @@ import torch
 
 from dynatree_core.drafters import DraftContext, Drafter, LookupDrafter, LookupMix, MixDrafter, make_drafter
 from dynatree_core.engine.collector import RunCollector, new_trace
+from dynatree_core.engine.replay_recording import ReplayRecording
 from dynatree_core.pairs.pair import ModelPair, context_window, eos_token_ids
 from dynatree_core.policy.config import DecoderConfig, DynaTreeConfig, GrowthRule, resolve_config
 from dynatree_core.policy.history import HistoryAdapter, HistoryState, check_history
@@ -124,7 +125,7 @@ class DecodingRun:
     """
 
     def __init__(self, pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method: str = "dynatree",
-                 config: DecoderConfig | None = None, max_new_tokens: int = 128, trace: bool = False,
+                 config: DecoderConfig | None = None, max_new_tokens: int = 128, trace: bool | str = False,
                  eos_token_id: int | Sequence[int] | None = None, ignore_eos: bool = False,
                  history: HistoryState | None = None, allow_long_context: bool = False,
                  record_top_k: int | None = None,
@@ -142,7 +143,7 @@ class DecodingRun:
         check_history(history, label)  # before any calibration runs
         #: what runs the target's forwards: "eager" (dynamic caches) or a fast path (static caches,
         #: bucketed trees; compiled or CUDA graphs), see :mod:`dynatree_core.runtime.backend`
-        self.runtime = resolve_runtime(runtime, pair.device)
+        self.runtime = resolve_runtime("eager" if trace == "replay" else runtime, pair.device)
         self.pair = pair
         # what a policy measures about the pair (cost curve, per-rank acceptance) is filled in here
         # by ``prepare`` (the API passes calibrate.prepare_config: cached on disk, measured on the run's
@@ -153,7 +154,9 @@ class DecodingRun:
         _check_window(pair, config.drafts, len(self.prompt), max_new_tokens, allow_long_context)
         self.max_new_tokens = max_new_tokens
         self.eos = _eos_set(pair, eos_token_id, ignore_eos)
-        self.tracing = trace
+        self.tracing = bool(trace)
+        #: trace="replay": draft the page's envelope, commit the own path (:mod:`.replay_recording`)
+        self.replay = ReplayRecording(self.config, self.sampling, runtime) if trace == "replay" else None
         self.adapter = (HistoryAdapter(self.config, history, label)
                         if isinstance(self.config, DynaTreeConfig) and self.config.adaptive else None)
         # the drafter (not started: it gets the run's context at prefill) says whether the target's
@@ -209,9 +212,10 @@ class DecodingRun:
         while len(out) < self.max_new_tokens:
             remaining = self.max_new_tokens - len(out)
             rule, before = self._rule(remaining), self._history_state()
+            grown = rule if self.replay is None else self.replay.envelope(remaining)
             # 1. draft: grow the tree, one batched draft forward per level (AR: the root alone)
-            tree = DeviceTree(root, rule, ctx.top_k, self.pair.device, position=len(self.prompt) + len(out) - 1,
-                              resident=resident, step_fn=step_fn, shape_rule=shape_rule,
+            tree = DeviceTree(root, grown, ctx.top_k, self.pair.device, position=len(self.prompt) + len(out) - 1,
+                              resident=resident, step_fn=step_fn, shape_rule=grown if self.replay else shape_rule,
                               early_exit=self.sampling.rule != "rejection")
             if drafter is not None:
                 tree.grow(drafter, col.syncs)
@@ -220,6 +224,9 @@ class DecodingRun:
             col.lap("draft")
             # 2. verify and 3. select
             v, sel = self._verify(tree, need_hidden, chooser, draft_sampler, col)
+            depth = tree.depth
+            if self.replay is not None:  # the envelope was verified: commit the configured rule's own path
+                sel, depth = self.replay.select(sel, tree.draft_calls, rule)
             col.lap("verify")
             path = sel.path
             # 4. commit: cut at EOS / the budget, bring the caches back to the committed prefix
@@ -231,7 +238,7 @@ class DecodingRun:
                 root = new[-1]
             # the history reads the draft's acceptance: lookup-tail nodes on the path do not count
             after = self._adapt(int((sel.arrays["stop"][path] != _TAIL_CODE).sum()) if tree.tail_nodes else len(path),
-                                tree.depth, sel.arrays)
+                                depth, sel.arrays)
             col.lap("commit")
             yield col.iteration(tree, sel, v.prefix_len, new, (before, after), forwards)
             if stop == "eos":
@@ -303,9 +310,11 @@ class DecodingRun:
         the run gives it."""
         if not self.tracing:
             return None
-        return new_trace(self.pair, self.config, self.prompt, self.eos, self.max_new_tokens,
-                         {**drafter.settings(), "top_k": top_k} if drafter is not None else None,
-                         None if self.sampling.greedy else self.sampling.to_dict(), self.runtime)
+        trace = new_trace(self.pair, self.config, self.prompt, self.eos, self.max_new_tokens,
+                          {**drafter.settings(), "top_k": top_k} if drafter is not None else None,
+                          None if self.sampling.greedy else self.sampling.to_dict(), self.runtime)
+        trace.replay = self.replay.info if self.replay is not None else None  # filled as the run goes
+        return trace
 
     def _backend(self, buckets: tuple[int, ...] | None, static_len: int | None) -> TargetBackend:
         """The target's forwards: eager, or the fast path kept for the target (its forwards built

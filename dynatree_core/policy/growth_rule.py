@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from dynatree_core.policy.knobs import parameter_help
+
 @dataclass(frozen=True)
 class GrowthRule:
     """The tree policy every decoder lowers to (torch-free, replayable).
@@ -168,20 +170,6 @@ UNUSED = 0.5
 DEFAULT_TRACE_TOP_K = 8
 
 
-#: each GrowthRule field with its paper symbol and meaning: the one source for CLI help and docs
-PARAMETER_HELP: dict[str, str] = {
-    "d0": "D0, base depth: past it a node is expanded only if p(u) >= rho_deep",
-    "d_max": "D_max, hard depth limit",
-    "b_min": "B_min, children of a confident node (c(u) >= tau_h)",
-    "b_mid": "B_mid, children of a node with tau_l <= c(u) < tau_h",
-    "b_max": "B_max, children of an unsure node (c(u) < tau_l)",
-    "tau_h": "tau_h (τ_h), high-confidence threshold, in (tau_l, 1)",
-    "tau_l": "tau_l (τ_ℓ), low-confidence threshold, in (0, tau_h)",
-    "rho_stop": "rho_stop (ρ_stop), no expansion below this path probability",
-    "rho_deep": "rho_deep (ρ_deep), path probability needed to go past D0",
-    "tau": "tau (τ), children below this path probability are pruned",
-    "n_max": "N_max, node budget (verified nodes per iteration, root excluded)",
-    "lookup_tail": "prompt-lookup tail: tokens lookup copies below a drafted leaf (0: off; not in the paper)",
-    "tail_n_max": "most prompt-lookup tail nodes per iteration, most probable leaves first",
-}
-
+#: each GrowthRule field with its paper symbol and meaning: the knob table's help (the one source for
+#: CLI help, docs, the explorer and the offline page)
+PARAMETER_HELP: dict[str, str] = parameter_help()

@@ -1,10 +1,16 @@
-"""Replaying recorded trees under another rule (torch-free): what the parameter explorer and the
-oracle do with a trace, with no model at hand."""
+"""Replaying recorded trees under another rule (torch-free): what the parameter explorer, the
+offline explorer page and the oracle do with a trace, with no model at hand; and the envelope a
+recording made for replay drafts (:func:`envelope_rule`, :func:`committed_path`)."""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Sequence
+
+from dynatree_core.policy.dynatree_config import DynaTreeConfig
 from dynatree_core.policy.growth import TopK, grow_tree
 from dynatree_core.policy.growth_rule import GrowthRule
+from dynatree_core.policy.knobs import page_envelope
 from dynatree_core.policy.tree import LOOKUP_TAIL, DraftTree
 
 
@@ -68,3 +74,49 @@ def _replay(tree: DraftTree, rule: GrowthRule, strict: bool) -> tuple[DraftTree,
         return out
 
     return grow_tree(tree.tokens[0], rule, propose, tail), stopped
+
+
+# --- recordings made for replay (the offline explorer page) ------------------------------------
+#: the envelope's gates sit this far (relative) below the ranges' lowest thresholds, so an
+#: arithmetic difference in the last bit between the device's growth and a host replay can never
+#: leave out a node some setting expands
+ENVELOPE_MARGIN = 1e-9
+#: the most nodes an envelope may hold (its N_max): a recording that reaches it says so
+ENVELOPE_N_MAX = 4096
+
+
+def envelope_rule(d_max_cap: int, ranges: dict[str, tuple[float, float]] | None = None) -> GrowthRule:
+    """The rule whose tree holds every tree a setting inside ``ranges`` (the page's by default,
+    :func:`dynatree_core.policy.knobs.page_envelope`) grows, with D_max capped at ``d_max_cap``
+    (the tokens still wanted, less the bonus): all gates at their loosest, one breadth, no budget."""
+    env = page_envelope(ranges)
+    low = 1.0 - ENVELOPE_MARGIN
+    return GrowthRule(d0=env["d0"], d_max=max(0, min(env["d_max"], d_max_cap)), b_min=env["b"], b_mid=env["b"],
+                      b_max=env["b"], tau_h=0.5, tau_l=0.5, rho_stop=env["rho_stop"] * low,
+                      rho_deep=env["rho_deep"] * low, tau=env["tau"] * low, n_max=ENVELOPE_N_MAX)
+
+
+def committed_path(recorded: DraftTree, rule: GrowthRule, target: Sequence[int]) -> tuple[list[int], int, DraftTree]:
+    """The accepted path of ``rule``'s own tree inside a recorded envelope: ``target[i]`` is the
+    target's token after recorded node i. Returns (the path as recorded node ids, the bonus token,
+    the rule's tree); the path is what the rule itself would have committed, so a run that drafts
+    the envelope and commits this stays exact."""
+    own = replay_tree(recorded, rule)
+    index = {recorded.token_path(i): i for i in range(len(recorded))}
+    path: list[int] = []
+    node, at = 0, 0  # own tree's node, its recorded id
+    while True:
+        nxt = [c for c in own.children(node) if own.tokens[c] == target[at]]
+        if not nxt:
+            return path, int(target[at]), own
+        node = nxt[0]
+        at = index[own.token_path(node)]
+        path.append(at)
+
+
+def setting_rule(values: dict[str, float], d_max_cap: int) -> GrowthRule:
+    """The growth rule of a knob setting (DynaTree, both dynamic switches on) at an iteration
+    whose D_max is capped at ``d_max_cap``: what the offline page regrows with."""
+    cfg = DynaTreeConfig(**values)
+    rule = cfg.growth_rule()
+    return dataclasses.replace(rule, d_max=max(0, min(rule.d_max, d_max_cap)), lookup_tail=0, tail_n_max=0)

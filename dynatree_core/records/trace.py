@@ -152,6 +152,10 @@ class Trace:
     #: what ran the target's forwards when not eager (``"static"``, ``"compiled"``, ``"graphs"``;
     #: :mod:`dynatree_core.runtime.fast_path`); None: eager
     runtime: str | None = None
+    #: a recording made for replay (``generate(..., trace="replay")``): ``ranges`` (each knob's
+    #: page range the recording covers), ``d_max_cap`` (each iteration's D_max cap: the tokens still
+    #: wanted, less the bonus) and ``nodes`` (each iteration's envelope size); None: an ordinary trace
+    replay: dict[str, Any] | None = None
     #: the recording pair's tokenizer, in memory only (never serialized; see IterationRecord)
     tokenizer: ClassVar[Any] = None
 
@@ -175,7 +179,7 @@ class Trace:
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in _TRACE_FIELDS}
-        for extra in ("sampling", "runtime"):  # absent from greedy eager traces, as before they existed
+        for extra in ("sampling", "runtime", "replay"):  # absent from greedy eager traces, as before they existed
             if getattr(self, extra) is not None:
                 d[extra] = getattr(self, extra)
         d["iterations"] = [r.to_dict() for r in self.iterations]
@@ -186,7 +190,7 @@ class Trace:
         version = d.get("schema_version")
         if version is None or str(version).split(".")[0] != SCHEMA_VERSION.split(".")[0]:
             raise ValueError(f"unsupported trace schema_version {version!r}; this library reads {SCHEMA_VERSION}")
-        kw = {k: d[k] for k in (*_TRACE_FIELDS, "sampling", "runtime") if k in d}
+        kw = {k: d[k] for k in (*_TRACE_FIELDS, "sampling", "runtime", "replay") if k in d}
         return cls(iterations=[IterationRecord.from_dict(r) for r in d["iterations"]], **kw)
 
     def to_json(self, path: str | os.PathLike | None = None, indent: int | None = None) -> str:

@@ -6,7 +6,7 @@ them (``pip install 'dynatree[viz]'`` brings it). :func:`export_gif` takes
 
 * an animated figure: :func:`dynatree_viz.views.animation.animate` (one frame per step) or :func:`dynatree_viz.views.race.race`
   (its frames, thinned to ``max_frames``, the finish held longest);
-* a :class:`~dynatree_viz.widgets.explorer.Stepper` (:func:`dynatree_viz.show`): one frame per iteration of
+* a :class:`~dynatree_viz.widgets.stepper.Stepper` (:func:`dynatree_viz.show`): one frame per iteration of
   its trace, its tree as the stepper draws it;
 * a trace, a trace JSON path or an iteration record: :func:`dynatree_viz.views.animation.animate` of it.
 """
@@ -25,7 +25,7 @@ from dynatree_core.records.trace import IterationRecord, Trace
 from dynatree_viz.views.animation import animate, frame_figures, is_animation
 from dynatree_viz.core.images import ImageExportUnavailable, require_image_export
 from dynatree_viz.widgets.static import figure_png
-from dynatree_viz.widgets.explorer import Stepper
+from dynatree_viz.widgets.stepper import Stepper
 
 #: per-frame time (ms) when the caller gives none: an animation's step, a race's tick, a
 #: stepper's iteration

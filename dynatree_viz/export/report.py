@@ -22,6 +22,7 @@ from dynatree_core.records.trace import Trace
 
 from dynatree_viz.views.compare import ResultsLike, compare_figure
 from dynatree_viz.core.images import figure_html
+from dynatree_viz.export.page import explorer_page_html, srcdoc_iframe
 from dynatree_viz.views.mask import mask_figure
 from dynatree_viz.views.text import text_html
 from dynatree_viz.views.timeline import timeline_figure
@@ -76,7 +77,7 @@ def report_html(trace: Trace, *, title: str | None = None,
                 iterations: Sequence[int] | None = None, show_pruned: bool = True,
                 masks: bool = True, results: ResultsLike | None = None,
                 compare_x: str | None = None, tokenizer: Any = None,
-                why: bool = False) -> str:
+                why: bool = False, explorer: bool = False) -> str:
     """The report as one HTML string (see :func:`report`)."""
     namer = resolve_namer(trace, None, tokenizer)
     title = title or f"DynaTree trace report: {trace.method}"
@@ -87,6 +88,7 @@ def report_html(trace: Trace, *, title: str | None = None,
     sections = [("run", "Run"), ("output", "Output")] + (
         [("timeline", "Timeline")] if its else []) + (
         [("compare", "Method comparison")] if results is not None else []) + (
+        [("explorer", "Explorer")] if explorer and its else []) + (
         [("iterations", "Iterations")] if chosen else [])
     parts = _head(trace, title, sections)
     parts.append("<h2 id='output'>Output</h2>")
@@ -96,6 +98,9 @@ def report_html(trace: Trace, *, title: str | None = None,
     if results is not None:
         parts += ["<h2 id='compare'>Method comparison</h2>",
                   fig(compare_figure(results, x=compare_x), "dt-compare")]
+    if explorer and its:  # the offline explorer page in a frame of its own (its tree drawn as SVG)
+        parts += ["<h2 id='explorer'>Explorer</h2>",
+                  srcdoc_iframe(explorer_page_html(trace, tokenizer=tokenizer, plotly_js=False))]
     if chosen:
         parts.append("<h2 id='iterations'>Iterations</h2><div class='dt-muted'>Fill = draft "
                      "confidence c(u) (buttons switch to p(u)); accepted = blue thick edge and "
@@ -197,7 +202,8 @@ def report(trace: Trace | str, path: str | os.PathLike | None = None, **kwargs: 
     (benchmark rows for a comparison figure, see :func:`dynatree_viz.compare_figure`),
     ``compare_x`` (its sweep column), ``tokenizer`` (``.decode(list[int])``: names tokens the
     trace has no text for, e.g. pruned candidates) and ``why`` (add each iteration's
-    :func:`dynatree_viz.views.why.why` panel). Deterministic: the same trace gives the same bytes.
+    :func:`dynatree_viz.views.why.why` panel) and ``explorer`` (add the offline explorer page,
+    :func:`dynatree_viz.explorer_page`, whose sliders regrow the trees in the browser). Deterministic: the same trace gives the same bytes.
     """
     if not isinstance(trace, Trace):
         trace = Trace.from_json(trace)

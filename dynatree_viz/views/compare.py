@@ -40,6 +40,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from dynatree_core.policy.knobs import KNOBS
+
 from dynatree_viz.core import style
 
 DEFAULT_METRICS: tuple[str, ...] = ("tokens_per_s", "speedup", "tokens_per_iteration",
@@ -48,13 +50,12 @@ METRIC_TITLES: dict[str, str] = {"tokens_per_s": "throughput (tokens/s)",
                                  "speedup": "speedup vs AR", "tokens_per_iteration": "L̄ (tokens/iter)",
                                  "acceptance_rate": "acceptance a", "mean_accepted_length": "ℓ̄"}
 
-#: axis titles of the sweep columns, in words and the paper's symbols (a column not named here
-#: keeps its own name)
-X_TITLES: dict[str, str] = {"max_new_tokens": "generated tokens T", "max_prompt_len": "prompt length L_max (tokens)",
-                            "d": "tree depth D", "b": "breadth B", "tau": "pruning threshold τ",
-                            "tau_h": "high-confidence threshold τ_h", "tau_l": "low-confidence threshold τ_ℓ",
-                            "b_min": "B_min", "b_mid": "B_mid", "b_max": "B_max", "d0": "base depth D0",
-                            "d_max": "depth limit D_max", "n_max": "node budget N_max", "k": "draft length K"}
+#: axis titles of the sweep columns, in words and the paper's symbols: the growth rule's knobs from
+#: the knob table (:data:`dynatree_core.policy.knobs.KNOBS`), the other sweep columns named here
+#: (a column named nowhere keeps its own name)
+X_TITLES: dict[str, str] = {**{k.name: k.title for k in KNOBS},
+                            "max_new_tokens": "generated tokens T", "max_prompt_len": "prompt length L_max (tokens)",
+                            "d": "tree depth D", "b": "breadth B", "k": "draft length K"}
 #: how the AR baseline of the speedup panels is drawn, and its legend entry (a label written on the
 #: panel would sit on whichever bar reaches the line)
 AR_LINE = dict(color="#888", dash="dot", width=1)

@@ -1,15 +1,16 @@
-"""Interactive widgets: the iteration stepper and the parameter explorer (ipywidgets).
+"""The parameter explorer (ipywidgets): move a knob's slider, the tree regrows under the new rule
+and redraws with its statistics (:func:`explore`). The iteration stepper is
+:mod:`dynatree_viz.widgets.stepper`; what the explorer starts at and prices trees with is
+:mod:`dynatree_viz.widgets.explorer_setting`; the offline page with the same sliders is
+:mod:`dynatree_viz.export.page`.
 
-Both are ``ipywidgets.VBox`` subclasses, so they display by themselves in Jupyter, and they
-expose their controls and figures as attributes so code (and tests) can drive them:
-``stepper.slider.value = 3``, ``stepper.next_button.click()``,
-``explorer.sliders["n_max"].value = 4``. Figures are plotly ``FigureWidget``s (these need
-anywidget); each redraw replaces their data and layout wholesale and copies the figure into the
+A ``ipywidgets.VBox`` subclass that exposes its controls and figure as attributes, so code (and
+tests) can drive it: ``explorer.sliders["n_max"].value = 4``. One slider per knob of the knob
+table (:mod:`dynatree_core.policy.knobs`). The figure is a plotly ``FigureWidget`` (it needs
+anywidget); each redraw replaces its data and layout wholesale and copies the figure into the
 widget state (:mod:`dynatree_viz.widgets.figure_state`), so a page reload shows what Python holds.
 
-Sampling: the stepper replays a recorded trace, so it never draws anew; for a sampled trace its
-info line names the temperature / top-p / top-k / seed in force and its tree colours by the
-target's p(token) (``color_by="auto"``). The explorer in live mode (a ``TreeSession`` or a
+Sampling: the explorer in live mode (a ``TreeSession`` or a
 ``regrow(rule, sampling)`` callable) has sampling controls in ``explorer.sampling_sliders``
 (``"temperature"`` 0-1.5, 0 = greedy; ``"top_p"`` 0.05-1; ``"seed"``, an IntText): a change
 rebuilds the :class:`~dynatree_core.policy.sampling.SamplingConfig` and re-grows with the same seed.
@@ -20,263 +21,35 @@ from __future__ import annotations
 
 import html
 import math
-from typing import Any, Callable
+from typing import Any
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
-from dynatree_core.policy.config import DynaTreeConfig, GrowthRule, config_from_dict
+from dynatree_core.policy.config import DynaTreeConfig, GrowthRule
 from dynatree_core.policy.cost_model import CostModel
+from dynatree_core.policy.knobs import ORDERED_PAIRS, knob, slider_bounds, slider_knobs  # noqa: F401
 from dynatree_core.policy.sampling import SamplingConfig
-from dynatree_core.policy.tree import DraftTree
 from dynatree_core.records.trace import IterationRecord, Trace
 
 from dynatree_viz.core import style
-from dynatree_viz.views.mask import mask_figure
-from dynatree_viz.widgets.figure_state import figure_widget, replace_figure, sync_state
+from dynatree_viz.widgets.figure_state import figure_widget, replace_figure
 from dynatree_viz.widgets.regrow import LiveBackend, RegrowResult, ReplayBackend
 from dynatree_viz.widgets.sampling import SamplingControls, sampling_summary
 from dynatree_viz.core.scene import sampling_active
 from dynatree_viz.widgets.static import StaticFallback, figure_snapshot_html
-from dynatree_viz.views.text import text_html
-from dynatree_viz.views.timeline import mark_iteration, timeline_figure
 from dynatree_viz.core.tokens import TokenNamer, resolve_namer
-from dynatree_viz.views.tree import NODES, resolve_color_by, tree_figure, trace_index
-from dynatree_viz.views.why import why
+from dynatree_viz.views.tree import resolve_color_by, tree_figure
 
 
-def _empty_figure(message: str) -> go.Figure:
-    fig = go.Figure()
-    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
-    fig.update_layout(template="plotly_white", height=300, xaxis=dict(visible=False),
-                      yaxis=dict(visible=False))
-    return fig
+from dynatree_viz.widgets.explorer_setting import (DEFAULT_COST, config_for_record, cost_model_text,  # noqa: F401
+                                                   expected_accepted, trace_cost_model)
+from dynatree_viz.widgets.stepper import COLOR_TOGGLE_STYLE, Stepper, show  # noqa: F401  (dv.widgets.explorer.show)
 
-
-#: the colour switch's buttons: wide enough for "colour: p(token)" on one line (110 px wrapped it)
-COLOR_TOGGLE_STYLE = {"button_width": "150px"}
-
-
-class Stepper(StaticFallback, widgets.VBox):
-    """Step through a trace's iterations: tree, mask, text and timeline update together.
-
-    Attributes: ``slider`` (iteration position), ``play``, ``prev_button``, ``next_button``,
-    ``color_toggle`` ("confidence" / "cum_prob" / "target_p": the only colour switch; the tree
-    figure's own buttons are left out; it starts on "target_p" for a sampled trace when
-    ``color_by="auto"``), ``pruned_checkbox``, ``tree_fig``, ``mask_fig``, ``why_fig``,
-    ``timeline_fig`` (FigureWidgets), ``text`` (HTML), ``info`` (HTML).
-    Clicking a node in the tree highlights its row in the mask and explains it in ``why_fig``
-    (:meth:`select_node`; ``node`` selects one of the ``start`` iteration on opening); with no
-    node selected ``why_fig`` explains where the accepted path ended. ``tokenizer`` (``.decode(list[int])``) or ``decode`` (id -> str) names tokens the
-    trace has no text for.
-    The stepper replays the recorded iterations: under sampling it shows the target's recorded
-    draws and never re-grows or re-draws (that is the live explorer's job, :func:`explore`).
-    """
-
-    def __init__(self, trace: Trace, *, start: int = 0, node: int | None = None,
-                 color_by: str = "auto", show_pruned: bool = False, namer: TokenNamer | None = None,
-                 decode: Callable[[int], str] | None = None, tokenizer: Any = None):
-        self.trace = trace
-        self.namer = namer or TokenNamer.from_trace(trace, decode=decode, tokenizer=tokenizer)
-        self.selected: int | None = None
-        n = len(trace.iterations)
-        last = max(n - 1, 0)
-        self.slider = widgets.IntSlider(value=min(max(start, 0), last), min=0, max=last,
-                                        description="iteration", continuous_update=False,
-                                        disabled=n == 0)
-        self.play = widgets.Play(value=self.slider.value, min=0, max=last, interval=1200,
-                                 description="play", disabled=n == 0)
-        widgets.jslink((self.play, "value"), (self.slider, "value"))
-        self.prev_button = widgets.Button(description="◀ prev", layout=widgets.Layout(width="80px"))
-        self.next_button = widgets.Button(description="next ▶", layout=widgets.Layout(width="80px"))
-        self.color_toggle = widgets.ToggleButtons(
-            options=[(f"colour: {style.COLOR_BY_TITLES[k]}", k) for k in style.COLOR_BY_CHOICES],
-            value=resolve_color_by(color_by, sampling_active(trace.sampling)),
-            style=COLOR_TOGGLE_STYLE)
-        self.pruned_checkbox = widgets.Checkbox(value=show_pruned, description="pruned ghosts",
-                                                indent=False, layout=widgets.Layout(width="auto"))
-        self.info = widgets.HTML()
-        # _redraw() below fills each figure before it is displayed and every move re-syncs its
-        # widget state, so a view built after a page reload shows it (see figure_state).
-        self.tree_fig = figure_widget()
-        self.mask_fig = figure_widget()
-        self.why_fig = figure_widget()
-        self.timeline_fig = figure_widget(timeline_figure(trace, height=700) if n else
-                                          _empty_figure("empty trace"))
-        self.text = widgets.HTML()
-        self.prev_button.on_click(lambda _: self.step(-1))
-        self.next_button.on_click(lambda _: self.step(+1))
-        self.slider.observe(lambda _: self._redraw(), names="value")
-        self.color_toggle.observe(lambda _: self._draw_tree(), names="value")
-        self.pruned_checkbox.observe(lambda _: self._draw_tree(), names="value")
-        wrap = widgets.Layout(flex_flow="row wrap")  # what does not fit beside goes below, never clipped
-        controls = widgets.HBox([self.play, self.prev_button, self.slider, self.next_button,
-                                 self.color_toggle, self.pruned_checkbox], layout=wrap)
-        # tree (~700 px) + mask (~1050 px with its legend) overflow a 1600 px window: the mask
-        # then wraps below the tree instead of losing its legend past the edge
-        super().__init__([controls, self.info,
-                          widgets.HBox([self.tree_fig, self.mask_fig],
-                                       layout=widgets.Layout(flex_flow="row wrap")),
-                          self.why_fig, self.text, self.timeline_fig])
-        self._redraw()
-        if node is not None:  # e.g. a node where the draft ran, so the why panel has bars
-            self.select_node(node)
-
-    def static_html(self) -> str:
-        """The shown iteration, complete, as static HTML (what viewers without a kernel
-        display): the info line, the tree and mask images, the why panel, the text so far and
-        the timeline with the iteration marked, in the widget's own order."""
-        if self.record is None:
-            return "\n".join([self.info.value, self.text.value])
-        return "\n".join([
-            self.info.value,
-            '<div style="display:flex;flex-wrap:wrap;gap:8px">'
-            + figure_snapshot_html(go.Figure(self.tree_fig), "draft tree")
-            + figure_snapshot_html(go.Figure(self.mask_fig), "tree-attention mask") + "</div>",
-            figure_snapshot_html(go.Figure(self.why_fig), "why the accepted path ended there"
-                                 if self.selected is None else f"why node #{self.selected}"),
-            self.text.value,
-            figure_snapshot_html(go.Figure(self.timeline_fig), "timeline")])
-
-    @property
-    def position(self) -> int:
-        """Position of the shown iteration in ``trace.iterations``."""
-        return self.slider.value
-
-    @property
-    def record(self) -> IterationRecord | None:
-        its = self.trace.iterations
-        return its[self.position] if its else None
-
-    def step(self, delta: int) -> None:
-        """Move ``delta`` iterations (clamped to the trace)."""
-        self.slider.value = min(max(self.slider.value + delta, self.slider.min), self.slider.max)
-
-    def show(self, position: int) -> None:
-        """Show iteration ``position`` (moves the slider; every view follows)."""
-        if position != self.slider.value:
-            self.slider.value = position  # the slider observer calls back here
-            return
-        self._redraw()
-
-    def _redraw(self) -> None:
-        rec = self.record
-        self.selected = None
-        if rec is None:
-            replace_figure(self.tree_fig, _empty_figure("no iterations in this trace"))
-            self.text.value = text_html(self.trace, namer=self.namer)
-            return
-        position = self.position
-        self.play.value = position
-        self.info.value = self._info_html(rec)
-        self._draw_tree()
-        replace_figure(self.mask_fig, mask_figure(rec, namer=self.namer))
-        self._draw_why()
-        self.text.value = text_html(self.trace, upto=position, current=position, namer=self.namer)
-        with self.timeline_fig.batch_update():
-            mark_iteration(self.timeline_fig, rec.index)
-        sync_state(self.timeline_fig)
-
-    def select_node(self, node: int | None) -> None:
-        """Highlight one node (BFS index) in the tree and its row in the mask."""
-        rec = self.record
-        if rec is None:
-            return
-        self.selected = node
-        self._draw_tree()
-        replace_figure(self.mask_fig, mask_figure(rec, namer=self.namer, highlight=node))
-        self._draw_why()
-
-    def _draw_why(self) -> None:
-        """Explain the selected node (the root: the decision after it), else where the accepted
-        path ended."""
-        node = self.selected
-        at = 0 if node == 0 else None
-        fig = why(self.trace, self.position, None if node == 0 else node, at=at, namer=self.namer)
-        replace_figure(self.why_fig, fig)
-
-    def _tree_figure(self, rec: IterationRecord, highlight: int | None = None) -> go.Figure:
-        """One iteration's tree as the stepper draws it (its colour and ghost settings)."""
-        return tree_figure(rec, color_by=self.color_toggle.value,
-                           show_pruned=self.pruned_checkbox.value, namer=self.namer,
-                           highlight=highlight, drafter=self.trace.drafter_kind,
-                           color_buttons=False, sampling=self.trace.sampling)
-
-    def iteration_figures(self) -> list[go.Figure]:
-        """The tree of every iteration of the trace, as the stepper draws it (the frames of
-        :func:`dynatree_viz.export_gif`)."""
-        return [self._tree_figure(rec) for rec in self.trace.iterations]
-
-    def _draw_tree(self) -> None:
-        rec = self.record
-        if rec is None:
-            return
-        replace_figure(self.tree_fig, self._tree_figure(rec, self.selected))
-        nodes = self.tree_fig.data[trace_index(self.tree_fig, NODES)]
-        nodes.on_click(self._on_node_click)
-
-    def _on_node_click(self, trace: Any, points: Any, state: Any) -> None:
-        if points.point_inds:
-            self.select_node(int(points.point_inds[0]))
-
-    def _info_html(self, rec: IterationRecord) -> str:
-        acc = rec.acceptance
-        h = rec.history_before or {}
-        hist = (f" · D0 = {h.get('d0_effective')} (real {h.get('d0', 0):.2f}), "
-                f"τ_h = {h.get('tau_h', 0):.3f}" if h else "")
-        return (f"<b>iteration {rec.index}</b> · prefix {rec.prefix_len} tokens · "
-                f"{rec.num_nodes} drafted nodes · depth {rec.tree.depth} · accepted ℓ = "
-                f"{rec.accepted_length}{'' if acc is None else f' (a = {acc:.2f})'} · committed "
-                f"{len(rec.committed)}{hist}"
-                + (f" · drafter: {html.escape(self.trace.drafter_kind)}" if self.trace.drafter_kind else "")
-                + (f"<br>sampled: {html.escape(sampling_summary(self.trace.sampling))} (the recorded "
-                   "draws, replayed)" if sampling_active(self.trace.sampling) else ""))
-
-
-#: explorer slider specs: name -> (kind, min, max, step, paper symbol)
+#: explorer slider specs: name -> (kind, min, max, step, paper symbol), from the knob table
+#: (:data:`dynatree_core.policy.knobs.KNOBS`; the widget itself reads the table when it is built)
 SLIDERS: dict[str, tuple[str, float, float, float, str]] = {
-    "tau_h": ("float", 0.01, 0.99, 0.01, "τ_h"),
-    "tau_l": ("float", 0.01, 0.99, 0.01, "τ_l"),
-    "b_min": ("int", 1, 8, 1, "B_min"),
-    "b_mid": ("int", 1, 8, 1, "B_mid"),
-    "b_max": ("int", 1, 8, 1, "B_max"),
-    "d0": ("int", 1, 15, 1, "D0"),
-    "d_max": ("int", 2, 16, 1, "D_max"),
-    "rho_stop": ("float", 0.01, 0.99, 0.01, "ρ_stop"),
-    "rho_deep": ("float", 0.01, 0.99, 0.01, "ρ_deep"),
-    "tau": ("float", 0.0, 0.5, 0.005, "τ"),
-    "n_max": ("int", 1, 512, 1, "N_max"),
-}
-
-#: (lower, upper, strict) slider pairs that DynaTreeConfig requires in order: ``lower < upper``
-#: when strict, else ``lower <= upper``. The explorer narrows each slider's range to what the
-#: others allow right now, so no slider offers a value the validation would reject.
-ORDERED_PAIRS: tuple[tuple[str, str, bool], ...] = (
-    ("d0", "d_max", True),
-    ("tau_l", "tau_h", True),
-    ("rho_stop", "rho_deep", True),
-    ("b_min", "b_mid", False),
-    ("b_mid", "b_max", False),
-)
-
-
-def slider_bounds(values: dict[str, float], base: dict[str, tuple[float, float]]
-                  ) -> dict[str, tuple[float, float]]:
-    """{slider: (min, max)} given every slider's current value: the ``base`` range narrowed by
-    :data:`ORDERED_PAIRS` (e.g. D0's max = D_max - 1, τ_h's min = τ_l + one step)."""
-    bounds = dict(base)
-    for lo, hi, strict in ORDERED_PAIRS:
-        gap = SLIDERS[lo][3] if strict else 0
-        lo_min, lo_max = bounds[lo]
-        hi_min, hi_max = bounds[hi]
-        bounds[lo] = (lo_min, min(lo_max, _snap(values[hi] - gap)))
-        bounds[hi] = (max(hi_min, _snap(values[lo] + gap)), hi_max)
-    return bounds
-
-
-def _snap(x: float) -> float:
-    # 0.9 - 0.01 is 0.8900000000000001 in floats: keep slider bounds on the 0.01 grid
-    return round(x, 9)
+    k.name: (k.kind, k.lo, k.hi, k.step, k.symbol) for k in slider_knobs()}
 
 
 def _set_range(slider: widgets.ValueWidget, lo: float, hi: float) -> None:
@@ -287,55 +60,6 @@ def _set_range(slider: widgets.ValueWidget, lo: float, hi: float) -> None:
     else:
         slider.min = lo
         slider.max = hi
-
-
-def config_for_record(trace: Trace | None, rec: IterationRecord | None) -> DynaTreeConfig:
-    """The DynaTreeConfig that reproduces the rule ``rec`` was grown with (as far as possible).
-
-    DynaTree traces: the trace's config with the adapter's D0 / τ_h of that iteration. Fixed-tree
-    and linear traces map to the fixed backbone (``dynamic_breadth=dynamic_depth=False``).
-    Anything else: the paper defaults.
-    """
-    cfg_dict = dict((trace.config if trace is not None else None) or {})
-    method = cfg_dict.get("method", trace.method if trace is not None else None)
-    try:
-        cfg = config_from_dict(cfg_dict) if method else None
-    except Exception:
-        cfg = None
-    if isinstance(cfg, DynaTreeConfig):
-        h = (rec.history_before if rec is not None else None) or {}
-        if cfg.adaptive and h:
-            d0 = int(h.get("d0_effective", cfg.d0))
-            return cfg.replace(d0=min(max(d0, 1), cfg.d_max - 1), tau_h=float(h.get("tau_h", cfg.tau_h)))
-        return cfg
-    if method in ("fixed_tree", "linear") and cfg is not None:
-        rule = cfg.growth_rule()
-        return DynaTreeConfig(d0=rule.d0, d_max=rule.d0 + 1, b_min=rule.b_mid, b_mid=rule.b_mid,
-                              b_max=rule.b_mid, tau=rule.tau, n_max=rule.n_max,
-                              dynamic_breadth=False, dynamic_depth=False,
-                              lookup_tail=cfg.lookup_tail, tail_n_max=cfg.tail_n_max)
-    return DynaTreeConfig()
-
-
-#: the explorer's cost model when it has no timings to fit: illustrative seconds, not a measurement
-#: (a draft level 10 ms, c(n) = 40 + 0.5 n ms), over every tree the sliders can grow
-DEFAULT_COST = CostModel(verify_s=tuple(0.040 + 0.0005 * n for n in range(1, int(SLIDERS["n_max"][2]) + 2)),
-                         draft_s=0.010, meta={"source": "illustrative default (no timings given)"})
-
-
-def trace_cost_model(trace: Trace | None) -> CostModel:
-    """The core :class:`CostModel` fitted to a trace's recorded timings
-    (:meth:`CostModel.fit`); :data:`DEFAULT_COST` when fewer than two iterations were timed."""
-    samples = [(len(r.tree), r.tree.draft_calls, r.timings)
-               for r in (trace.iterations if trace is not None else [])
-               if "draft" in r.timings and "verify" in r.timings]
-    return CostModel.fit(samples) if len(samples) >= 2 else DEFAULT_COST
-
-
-def expected_accepted(tree: DraftTree) -> float:
-    """E[ℓ] = Σ_u p(u) over drafted nodes: the expected accepted length if the draft's own
-    probabilities were calibrated (a node is accepted iff its whole path is, with probability p(u))."""
-    return math.fsum(math.exp(x) for x in tree.cum_logps[1:])
 
 
 class ParameterExplorer(StaticFallback, widgets.VBox):
@@ -392,7 +116,7 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
         self.status = widgets.HTML()
         self.tree_fig = figure_widget()  # filled (and its state synced) by regrow() below
         grid = widgets.GridBox(
-            [self.sliders[k] for k in SLIDERS],
+            list(self.sliders.values()),
             layout=widgets.Layout(grid_template_columns="repeat(3, 330px)"))
         rows = [widgets.HTML(self._header_html()), grid,
                 widgets.HBox([self.dynamic_breadth, self.dynamic_depth, self.color_toggle,
@@ -403,17 +127,19 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
         self.regrow()
 
     def _build_sliders(self) -> None:
-        """The growth-rule sliders (:data:`SLIDERS`), starting at ``base_config``."""
+        """One slider per knob of the table (:func:`~dynatree_core.policy.knobs.slider_knobs`), starting at ``base_config``."""
         self.sliders: dict[str, widgets.ValueWidget] = {}
         #: each slider's widest range (its SLIDERS range, stretched to the starting value)
         self.base_bounds: dict[str, tuple[float, float]] = {}
-        for name, (kind, lo, hi, step, symbol) in SLIDERS.items():
+        for k in slider_knobs():
+            name, lo, hi = k.name, k.lo, k.hi
             value = getattr(self.base_config, name)
-            cls = widgets.IntSlider if kind == "int" else widgets.FloatSlider
-            extra = {} if kind == "int" else {"readout_format": ".3f"}
+            cls = widgets.IntSlider if k.kind == "int" else widgets.FloatSlider
+            extra = {} if k.kind == "int" else {"readout_format": ".3f"}
             self.base_bounds[name] = (min(lo, value), max(hi, value))
             s = cls(value=value, min=min(lo, value), max=max(hi, value),
-                    step=step, description=symbol, continuous_update=False, **extra)
+                    step=k.step, description=k.symbol, description_allow_html=False,
+                    tooltip=k.help, continuous_update=False, **extra)
             s.observe(self._on_change, names="value")
             self.sliders[name] = s
         self._sync_ranges()
@@ -514,7 +240,7 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
     def static_html(self) -> str:
         """The current setting as static HTML (for viewers without a kernel): the slider values,
         the statistics and an image of the tree."""
-        values = ", ".join(f"{SLIDERS[name][4]} = {w.value:g}" for name, w in self.sliders.items())
+        values = ", ".join(f"{knob(name).symbol} = {w.value:g}" for name, w in self.sliders.items())
         # the status table has a sampling row where sampling is in play: say it once
         sampling = ("" if self._shows_sampling_row() else
                     f"<br><b>sampling:</b> {html.escape(self.sampling_text())}")
@@ -568,24 +294,6 @@ class ParameterExplorer(StaticFallback, widgets.VBox):
                         f"<td><b>{html.escape(v)}</b></td></tr>" for k, v in rows)
         notes = "".join(f"<div style='color:#8a5a00'>ⓘ {html.escape(n)}</div>" for n in res.notes)
         return f"<table style='font-size:13px'>{table}</table>{notes}"
-
-
-def cost_model_text(cm: CostModel) -> str:
-    """Where the cost row's milliseconds come from (a fit to a trace's timings, a measured curve or
-    the illustrative default) and what the model charges per iteration."""
-    source = cm.meta.get("source") or (f"measured on {cm.device}" if cm.device else "given")
-    top = len(cm.verify_s)
-    return (f"{source}; per iteration: {cm.draft_s * 1e3:.1f} ms per draft level + c(n) from "
-            f"{cm.verify(1) * 1e3:.1f} ms (n = 1) to {cm.verify(top) * 1e3:.1f} ms (n = {top})"
-            + (f" + {cm.iteration_s * 1e3:.1f} ms besides" if cm.iteration_s else ""))
-
-
-def show(trace: Trace | str, **kwargs: Any) -> Stepper:
-    """The stepper widget for a trace (or a path to a trace JSON file); keyword arguments as
-    :class:`Stepper` (``tokenizer=`` among them)."""
-    if not isinstance(trace, Trace):
-        trace = Trace.from_json(trace)
-    return Stepper(trace, **kwargs)
 
 
 def explore(source: Any, prompt: Any = None, *, iteration: int = 0,
