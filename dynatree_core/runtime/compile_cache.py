@@ -43,6 +43,11 @@ FREEZING_ENV = "DYNATREE_COMPILE_FREEZING"
 FREEZING_MODES: tuple[str, ...] = ("prepack", "mkl", "noprepack", "off")
 #: "0": compiled forwards on CUDA run as inductor left them, uncaptured (default "1": captured)
 CUDA_GRAPHS_ENV = "DYNATREE_COMPILE_CUDA_GRAPHS"
+#: the backend ``torch.compile`` uses for the forwards and the compiled regions: "inductor" (default) or
+#: "eager" (dynamo traces the same graphs under the same recompile limit, without code generation: a CPU
+#: dry run of a GPU plan, scripts/gpu_table.sh, in seconds instead of minutes)
+BACKEND_ENV = "DYNATREE_COMPILE_BACKEND"
+BACKENDS: tuple[str, ...] = ("inductor", "eager")
 #: the cache counters dynamo keeps (``torch._dynamo.utils.counters["inductor"]``) that we report
 _HIT, _MISS, _BYPASS = "fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass"
 
@@ -94,6 +99,14 @@ def compile_options(device: torch.device | str) -> dict[str, Any]:
         options["freezing"] = True
         options["cpp.weight_prepack"] = mode in ("prepack", "mkl")
     return options
+
+
+def compile_backend() -> str:
+    """``$DYNATREE_COMPILE_BACKEND`` (:data:`BACKENDS`; default "inductor")."""
+    name = os.environ.get(BACKEND_ENV, "inductor")
+    if name not in BACKENDS:
+        raise ValueError(f"{BACKEND_ENV}={name!r}: expected one of {BACKENDS}")
+    return name
 
 
 def freezing_mode() -> str:
@@ -168,7 +181,7 @@ def compile_forward(fn: Callable[[], Any], device: torch.device | str = "cpu") -
     forward runs again). A replay of our graph also skips dynamo's guard checks: one launch per forward."""
     from torch._dynamo.utils import counters
 
-    compiled = torch.compile(own_code(fn), dynamic=False, fullgraph=False)
+    compiled = torch.compile(own_code(fn), dynamic=False, fullgraph=False, backend=compile_backend())
     seen = {k: counters["inductor"][k] for k in (_HIT, _MISS, _BYPASS)}
     t0 = time.perf_counter()
     with compile_scope(device) as folder:

@@ -17,6 +17,8 @@ from typing import Callable, TypeVar
 
 import torch
 
+from dynatree_core.runtime.compile_cache import compile_backend
+
 F = TypeVar("F", bound=Callable)
 
 #: the code objects of the functions marked by :func:`region` (``scripts/count_ops.py`` charges
@@ -45,5 +47,5 @@ def compiled(fn: F, runtime: str, device: torch.device) -> F:
         return fn
     key = (f"{fn.__module__}.{fn.__qualname__}", runtime, device.type)
     if key not in _COMPILED:
-        _COMPILED[key] = torch.compile(fn, fullgraph=True, dynamic=False)
+        _COMPILED[key] = torch.compile(fn, fullgraph=True, dynamic=False, backend=compile_backend())
     return _COMPILED[key]  # type: ignore[return-value]
