@@ -158,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     pairs: dict[str, Any] = {}
     bodies = {"exactness": lambda sec, dl: section_exactness(sec, dl, args, proc_slot),
               "precision": lambda sec, dl: section_precision(sec, dl, args, pairs),
-              "bench": lambda sec, dl: section_bench(sec, dl, args, pairs),
-              "exact": lambda sec, dl: section_exact(sec, dl, args, pairs),
+              "bench": lambda sec, dl: section_bench(sec, dl, args, pairs, report=report),
+              "exact": lambda sec, dl: section_exact(sec, dl, args, pairs, report),
               "fastpath": lambda sec, dl: section_fastpath(sec, dl, args, pairs, report.section("bench"))}
     for name in SECTIONS:
         if not env_ok:

@@ -31,11 +31,12 @@ def bench_specs(args: argparse.Namespace) -> list[Any]:
 
 
 def section_bench(sec: dict[str, Any], deadline: float, args: argparse.Namespace, pairs: dict[str, Any],
-                  run: dict[str, Any] | None = None) -> None:
+                  run: dict[str, Any] | None = None, report: Any = None) -> None:
     """Each dataset of ``args.datasets`` while the limit allows (a dataset at a time), merged into
     ``bench.json``; the table the summary prints; on CUDA the host-sync audit. ``run`` overrides the
     sizes (``dtype``, ``runtimes``, ``prompts``, ``warmup``, ``tokens``, ``datasets``, ``file``,
-    ``audit``): the exactness bench (:func:`section_exact`) is this bench at its own size."""
+    ``audit``): the exactness bench (:func:`section_exact`) is this bench at its own size. The result
+    file and the section (and ``report``, when given) are rewritten after every runtime and dataset."""
     from dynatree_core.bench.compile_ledger import compile_delta, compile_mark
 
     r = {"dtype": args.bench_dtype, "runtimes": args.runtimes, "prompts": args.bench_prompts,
@@ -52,14 +53,19 @@ def section_bench(sec: dict[str, Any], deadline: float, args: argparse.Namespace
     sec["load_s"] = round(time.monotonic() - t, 2)
     sec["target_name"], sec["draft_name"] = pair.target_name, pair.draft_name
     before = compile_mark()
-    merged = _bench_datasets(sec, deadline, args, pair, specs, r)
-    path = write_json_atomic(args.out / r["file"], merged, overwrite=True)
-    sec["result_file"] = str(path)
-    sec["outputs_identical_across_methods"] = merged["checks"]["outputs_identical_across_methods"]
-    sec["mismatching_cells"] = merged["checks"]["mismatching_cells"]
-    sec["table"] = with_phase_times(bench_table(merged), merged["aggregates"])
-    sec["compile"] = {**compile_delta(before, compile_mark()),
-                      **{k: (merged.get("compile") or {}).get(k, 0) for k in ("timed_compiles", "recompiled_rows")}}
+
+    def record(merged: dict[str, Any]) -> None:  # after every chunk: a run stopped later keeps these rows
+        path = write_json_atomic(args.out / r["file"], merged, overwrite=True)
+        sec["result_file"] = str(path)
+        sec["outputs_identical_across_methods"] = merged["checks"]["outputs_identical_across_methods"]
+        sec["mismatching_cells"] = merged["checks"]["mismatching_cells"]
+        sec["table"] = with_phase_times(bench_table(merged), merged["aggregates"])
+        sec["compile"] = {**compile_delta(before, compile_mark()), **{
+            k: (merged.get("compile") or {}).get(k, 0) for k in ("timed_compiles", "recompiled_rows")}}
+        if report is not None:
+            report.write()
+
+    merged = _bench_chunks(sec, deadline, args, pair, specs, r, record)
     sec["bench_warnings"] = merged["warnings"]
     if not r["audit"]:
         return
@@ -69,32 +75,40 @@ def section_bench(sec: dict[str, Any], deadline: float, args: argparse.Namespace
         sec["sync_audit"] = {"status": "skipped", "reason": "needs CUDA (torch.cuda sync debug mode)"}
 
 
-def _bench_datasets(sec: dict[str, Any], deadline: float, args: argparse.Namespace, pair: Any, specs: list[Any],
-                    r: dict[str, Any]) -> dict[str, Any]:
-    """The benchmark, a dataset at a time while the limit allows, merged into one result."""
+def _bench_chunks(sec: dict[str, Any], deadline: float, args: argparse.Namespace, pair: Any, specs: list[Any],
+                  r: dict[str, Any], record: Any) -> dict[str, Any]:
+    """The benchmark a runtime at a time, a dataset at a time (so the first runtime's rows are kept
+    whatever the next one's compiling costs), each chunk merged into the result so far and handed to
+    ``record``; a chunk is skipped when the longest one of its runtime so far would pass the limit."""
     from dynatree_core.bench.protocol import RunPoint
     from dynatree_core.bench.runner import Experiment, load_corpora, run_experiment
 
     docs: list[dict[str, Any]] = []
-    for ds in r["datasets"]:
-        per_ds = [d["_wall_s"] for d in docs]
-        if per_ds and time.monotonic() + max(per_ds) > deadline:
-            sec["truncated"] = f"time limit: {ds} skipped ({max(per_ds):.0f} s per dataset, limit reached)"
-            break
-        t = time.monotonic()
-        points = [RunPoint(s, r["tokens"], runtime=rt, oracle=False) for rt in r["runtimes"] for s in specs]
-        exp = Experiment(kind="bench", points=points, datasets=[ds], num_prompts=r["prompts"], warmup=r["warmup"],
-                         max_prompt_len={ds: args.bench_prompt_len}, data_source="bundled",
-                         extra={"command_line": "scripts/gpu_check.py " + " ".join(map(shlex.quote, args.argv))})
-        doc = run_experiment(pair, exp, load_corpora(exp), progress=not args.no_progress)
-        doc["_wall_s"] = time.monotonic() - t
-        docs.append(doc)
+    skipped: list[str] = []
+    for rt in r["runtimes"]:
+        for ds in r["datasets"]:
+            took = [d["_wall_s"] for d in docs if d["_runtime"] == rt]
+            if took and time.monotonic() + max(took) > deadline or time.monotonic() > deadline:
+                skipped.append(f"{rt}/{ds}")
+                continue
+            t = time.monotonic()
+            points = [RunPoint(s, r["tokens"], runtime=rt, oracle=False) for s in specs]
+            exp = Experiment(kind="bench", points=points, datasets=[ds], num_prompts=r["prompts"],
+                             warmup=r["warmup"], max_prompt_len={ds: args.bench_prompt_len}, data_source="bundled",
+                             extra={"command_line": "scripts/gpu_check.py " + " ".join(map(shlex.quote, args.argv))})
+            doc = run_experiment(pair, exp, load_corpora(exp), progress=not args.no_progress)
+            doc["_wall_s"], doc["_runtime"] = time.monotonic() - t, rt
+            docs.append(doc)
+            record(merge_results([{k: v for k, v in d.items() if k != "_runtime"} for d in docs]))
+    if skipped:
+        sec["truncated"] = f"time limit: {', '.join(skipped)} skipped"
     if not docs:
         raise RuntimeError("no dataset fitted the time limit")
-    return merge_results(docs)
+    return merge_results([{k: v for k, v in d.items() if k != "_runtime"} for d in docs])
 
 
-def section_exact(sec: dict[str, Any], deadline: float, args: argparse.Namespace, pairs: dict[str, Any]) -> None:
+def section_exact(sec: dict[str, Any], deadline: float, args: argparse.Namespace, pairs: dict[str, Any],
+                  report: Any = None) -> None:
     """The exactness bench: the bench's methods in fp32 on ``--exact-runtimes``, ``--exact-prompts``
     prompts of the first dataset at T = ``--exact-tokens`` (no warm-up prompt: nothing is timed that
     matters here), written to ``exact.json``; every method's tokens must equal AR's (greedy exactness
@@ -102,7 +116,8 @@ def section_exact(sec: dict[str, Any], deadline: float, args: argparse.Namespace
     kernel shape, which flips near-ties in bf16 (docs/gpu.md, "Which dtype is exact")."""
     section_bench(sec, deadline, args, pairs, {
         "dtype": "float32", "runtimes": args.exact_runtimes, "prompts": args.exact_prompts, "warmup": 0,
-        "tokens": args.exact_tokens, "datasets": list(args.datasets[:1]), "file": "exact.json", "audit": False})
+        "tokens": args.exact_tokens, "datasets": list(args.datasets[:1]), "file": "exact.json", "audit": False},
+        report)
 
 
 def with_phase_times(table: list[dict[str, Any]], aggregates: list[dict[str, Any]]) -> list[dict[str, Any]]:
