@@ -11,7 +11,8 @@ import pytest
 
 from dynatree_core.bench import execution, protocol
 from dynatree_core.bench.data import Prompt
-from dynatree_core.bench.methods import method_specs
+from dynatree_core.bench.methods import MethodSpec, method_specs
+from dynatree_core.policy.config import Eagle2Config
 from dynatree_core.bench.protocol import RunPoint
 from dynatree_core.bench.results import ResultError, load_result
 from dynatree_core.bench.execution import SerialBackend, ShardTask
@@ -59,12 +60,14 @@ def test_a_compiled_bench_compiles_nothing_inside_its_timed_decodes(eager_backen
 
 def test_a_timed_decode_that_compiled_is_decoded_again_warm(eager_backend, monkeypatch):
     """With every point under one warm-up key, the second method is never warmed: its first timed decode
-    compiles its regions, the worker decodes it again and keeps the warm one, and says so."""
+    compiles its regions (an EAGLE-2 shape of its own: no other test compiles it), the worker decodes it
+    again and keeps the warm one, and says so."""
     monkeypatch.setattr(execution, "warm_key", lambda point, run: ("one", "key", 0))
     pair = tiny_pair("llama", noise=0.05, seed=3)
-    rows = _run(pair, method_specs(["ar"]) + method_specs(["dynatree"], preset="gpu"), "compiled", n=2)
+    unwarmed = MethodSpec("eagle2:own", "eagle2", Eagle2Config(k=2, depth=3, n_total=7))
+    rows = _run(pair, method_specs(["ar"]) + [unwarmed], "compiled", n=2)
     again = [r for r in rows if r.get("recompiled")]
-    assert again and all(r["label"] == "dynatree" for r in again)
+    assert again and {r["label"] for r in again} == {"eagle2:own"} and again[0]["prompt_index"] == 0
     assert all(r["compiles"] == 0 for r in rows)
 
 

@@ -233,7 +233,7 @@ def test_the_table_plans_run_dry_on_the_cpu(tmp_path):
     assert s["bench"]["dtype"] == "bfloat16" and s["exact"]["dtype"] == "float32"
     assert s["bench"]["compile"]["timed_compiles"] == 0 and all(r["compiles"] == 0 for r in table)
     assert s["bench"]["compile"]["forwards"] > 0  # compiled's forwards, built before any clock
-    assert s["exact"]["outputs_identical_across_methods"] is True and set(s["exact"]["runtimes"]) == {"static", "compiled"}
+    assert s["exact"]["outputs_identical_across_methods"] is True and s["exact"]["runtimes"] == ["static"]  # graphs there
     assert doc["verdict"]["exactness_ok"] is True and doc["verdict"]["exit_code"] == 0
     assert "[e] fp32 exactness (ok" in (tmp_path / "table" / "gpu_check.txt").read_text()
     print(f"table dry run: {doc['total_s']} s of wall time (CPU time of this test's own process "
