@@ -34,8 +34,8 @@ methods=(--base-methods ar,linear --linear-k 3 --presets gpu --policies eagle2 -
 if [ "$DEVICE" = cpu ]; then
   export DYNATREE_COMPILE_BACKEND=eager
   sizes=(--device cpu --target "${TARGET:-tiny-llama}" --runtimes static,compiled
-         --exact-runtimes "${EXACT_RUNTIMES:-static}" --datasets wikitext2 --bench-prompts 2
-         --bench-warmup 1 --bench-tokens 8 --bench-prompt-len 16 --exact-prompts 1 --exact-tokens 8
+         --exact-runtimes "${EXACT_RUNTIMES:-static}" --datasets wikitext2 --bench-prompts 1
+         --bench-warmup 0 --bench-tokens 8 --bench-prompt-len 16 --exact-prompts 1 --exact-tokens 8
          --budget-s 120 --limit-bench 90 --limit-exact 30)
 else
   sizes=(--device "$DEVICE" --target "${TARGET:-default}" --runtimes graphs,compiled
