@@ -415,19 +415,22 @@ def recompute(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def merge_results(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One result document from per-dataset runs of one experiment (the device check runs a dataset at
-    a time, inside its time limit): one run id, the rows, prompts, data and warnings of all, aggregates
-    and checks recomputed over all rows. A ``_wall_s`` key a caller added to a document is dropped."""
+    """One result document from per-dataset (and per-runtime) runs of one experiment (the device check runs
+    a runtime and a dataset at a time, inside its time limit): one run id, the rows, prompts, data and
+    warnings of all, aggregates and checks recomputed over all rows, the compile sections added up. A
+    ``_wall_s`` key a caller added to a document is dropped."""
     merged = {k: v for k, v in docs[0].items() if k != "_wall_s"}
     rows = [r for d in docs for r in d["rows"]]
     for r in rows:
         r["run_id"] = merged["run_id"]
     merged["rows"] = rows
-    merged["protocol"] = dict(merged["protocol"], datasets=[ds for d in docs for ds in d["protocol"]["datasets"]],
+    # the same dataset may come from several documents (one per runtime): each dataset, prompt and warning once
+    merged["protocol"] = dict(merged["protocol"],
+                              datasets=list(dict.fromkeys(ds for d in docs for ds in d["protocol"]["datasets"])),
                               max_prompt_len={k: v for d in docs for k, v in d["protocol"]["max_prompt_len"].items()})
     merged["data"] = {k: v for d in docs for k, v in d["data"].items()}
-    merged["prompts"] = [p for d in docs for p in d["prompts"]]
-    merged["warnings"] = [w for d in docs for w in d["warnings"]]
+    merged["prompts"] = list({json.dumps(p, sort_keys=True, default=str): p for d in docs for p in d["prompts"]}.values())
+    merged["warnings"] = list(dict.fromkeys(w for d in docs for w in d["warnings"]))
     merged["aggregates"] = aggregate(rows)
     merged["checks"] = output_checks(rows)
     parts = [d["compile"] for d in docs if d.get("compile")]
