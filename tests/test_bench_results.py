@@ -87,3 +87,22 @@ def test_load_result_rejects_other_json(tmp_path):
     p.write_text(json.dumps({"schema_version": 999, "rows": []}))
     with pytest.raises(ResultError, match="schema_version"):
         load_result(p)
+
+
+def test_merging_one_datasets_runs_of_two_runtimes_keeps_each_dataset_and_prompt_once():
+    """The device check runs a runtime and a dataset at a time; the merged file names each once, keeps
+    every row and adds the compile sections up."""
+    from dynatree_core.bench.results import merge_results
+
+    def doc(runtime: str, run_id: str) -> dict:
+        row = dict(ROWS[0], runtime=runtime, run_id=run_id)
+        return {"schema_version": SCHEMA_VERSION, "run_id": run_id, "rows": [row], "_wall_s": 1.0,
+                "protocol": {"datasets": ["wikitext2"], "max_prompt_len": {"wikitext2": [64]}},
+                "data": {"wikitext2": {"origin": "bundled"}}, "prompts": [{"dataset": "wikitext2", "index": 0}],
+                "warnings": ["w"], "compile": {"forwards": 2 if runtime == "compiled" else 0, "region_s": 0.5,
+                                              "timed_compiles": 0}}
+
+    merged = merge_results([doc("graphs", "a"), doc("compiled", "b")])
+    assert merged["protocol"]["datasets"] == ["wikitext2"] and merged["prompts"] == [{"dataset": "wikitext2", "index": 0}]
+    assert merged["warnings"] == ["w"] and len(merged["rows"]) == 2 and {r["run_id"] for r in merged["rows"]} == {"a"}
+    assert merged["compile"] == {"forwards": 2, "region_s": 1.0, "timed_compiles": 0} and "_wall_s" not in merged

@@ -77,3 +77,14 @@ def test_speed_notes_explain_only_methods_slower_than_ar_with_their_costs():
     assert n.startswith("wikitext2: dynatree is slower than AR here (0.90x)")
     # iteration 111 ms (draft 15 + verify over 6 tokens 80) against AR's 50 ms step: break-even L̄ 2.22
     assert "111 ms" in n and "verify over 6.0 tokens 80 ms" in n and "2.22" in n and "L̄=1.80" in n
+
+
+def test_the_compile_note_says_what_compiling_cost_apart_and_nothing_when_nothing_compiled():
+    from dynatree_core.bench.tables import compile_note
+
+    assert compile_note({"compile": None}) is None and compile_note({}) is None
+    c = {"forwards": 9, "compile_s": 41.25, "graphs": 9, "capture_s": 1.5, "forward_graphs": 9, "regions": 12,
+         "region_s": 20.0, "timed_compiles": 0, "recompiled_rows": 1}
+    assert compile_note({"compile": c}) == (
+        "compile, outside the timed decodes: 9 forwards in 41.2 s, 9 CUDA graphs captured in 1.5 s, 12 region "
+        "graphs in 20.0 s; 0 graphs compiled inside timed decodes (1 rows decoded again warm)")

@@ -21,7 +21,7 @@ def test_bench_writes_one_json_and_prints_tables_1_to_3(data_dir, tmp_path, caps
     assert "Table 4" not in stdout
     (f,) = out.glob("*.json")
     d = json.loads(f.read_text())
-    assert d["schema_version"] == 1 and d["protocol"]["num_prompts"] == 2
+    assert d["schema_version"] == "1.1" and d["protocol"]["num_prompts"] == 2
     assert d["protocol"]["command_line"].startswith("dynatree bench")
     assert main(bench_args(data_dir, out)) == 0  # a second run gets its own file
     assert len(list(out.glob("*.json"))) == 2
@@ -34,7 +34,7 @@ def test_bench_refuses_an_existing_json_without_overwrite(data_dir, tmp_path, ca
     assert "--overwrite" in capsys.readouterr().err
     assert json.loads(target.read_text()) == {"keep": True}
     assert main(bench_args(data_dir, target, "--overwrite")) == 0
-    assert json.loads(target.read_text())["schema_version"] == 1
+    assert json.loads(target.read_text())["schema_version"] == "1.1"
 
 
 @pytest.mark.parametrize("extra, message", [

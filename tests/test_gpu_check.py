@@ -43,7 +43,7 @@ def test_tiny_cpu_run_has_every_section(tmp_path):
     assert doc["schema_version"] == 1 and doc["kind"] == "gpu_check" and doc["status"] == "complete"
     assert doc["config"]["device"] == "cpu" and doc["config"]["target"] == "tiny-llama"
     s = doc["sections"]
-    assert set(s) == {"environment", "exactness", "precision", "bench", "fastpath"}
+    assert set(s) == {"environment", "exactness", "precision", "bench", "exact", "fastpath"}
     assert all(x["status"] == "ok" and x["wall_s"] >= 0 for x in s.values()), {k: x["status"] for k, x in s.items()}
     env = s["environment"]["info"]
     assert env["torch"] and env["transformers"] and env["date_utc"] and "cuda_capability" in env
@@ -72,7 +72,9 @@ def test_tiny_cpu_run_has_every_section(tmp_path):
     assert all(v > 0 for v in curve["verify_s"].values()) and curve["capture_s"] >= 0
     assert set(fast["ar_tok_s"]) == {"wikitext2/eager", "wikitext2/static", "pg19/eager", "pg19/static"}
     bench = json.loads((tmp_path / "bench.json").read_text())
-    assert bench["schema_version"] == 1 and bench["protocol"]["datasets"] == ["wikitext2", "pg19"]
+    assert bench["schema_version"] == "1.1" and bench["protocol"]["datasets"] == ["wikitext2", "pg19"]
+    assert s["exact"]["outputs_identical_across_methods"] is True and s["exact"]["dtype"] == "float32"
+    assert json.loads((tmp_path / "exact.json").read_text())["rows"]
     assert len({r["run_id"] for r in bench["rows"]}) == 1
     assert doc["verdict"] == {"exactness_ok": True, "exit_code": 0, "problems": [], "notes": doc["verdict"]["notes"]}
 
@@ -185,7 +187,10 @@ def test_the_summary_prints_the_benchs_own_dtype_and_only_an_fp32_bench_fails_ex
     doc["verdict"] = v = verdict(doc)
     text = summary(doc)
     assert v["exit_code"] == 0 and not v["notes"]
-    assert "draft ms/it  verify ms/it" in text and "      -           3.6" in text
+    head = next(line for line in text.splitlines() if "draft ms/it" in line)
+    assert head.index("draft ms/it") < head.index("(host)") < head.index("verify ms/it") < head.rindex("(host)")
+    row = next(line for line in text.splitlines() if line.strip().startswith("wikitext2"))
+    assert row.split()[6:10] == ["-", "-", "3.60", "-"]  # draft (device, host), verify (device 3.6 ms, host)
     assert "18 forwards compiled in 95.2 s (FX cache hits 0, misses 18), then 18 CUDA graphs captured in 2.5 s" in text
 
 
@@ -254,3 +259,22 @@ def test_a_bench_whose_tables_read_the_oracle_asks_for_it_and_sweeps_do_not(monk
     assert oracle_settings(points)["labels"] == ["ar", "linear", "dynatree"]
     swept, _ = sweeps.length_points(method_specs(["dynatree"], preset="cpu"), [8, 16])
     assert swept and not any(p.oracle or p.record_top_k for p in swept)
+
+
+def test_an_fp32_exactness_bench_that_differs_fails_the_run_and_establishes_exactness_when_equal():
+    """The table plan runs no pytest section: its fp32 exactness bench is what says exactness held."""
+    from dynatree_core.bench.device_check.summary import summary, verdict
+
+    for identical in (True, False):
+        doc = _bench_doc("bfloat16", identical=True)
+        doc["sections"]["exact"] = {"status": "ok", "wall_s": 9.0, "dtype": "float32", "runtimes": ["graphs"],
+                                    "num_prompts": 1, "max_new_tokens": 64, "table": [{"label": "ar"}],
+                                    "outputs_identical_across_methods": identical,
+                                    "mismatching_cells": [] if identical else ["eagle2"],
+                                    "compile": {"forwards": 0, "compile_s": 0.0, "regions": 4, "region_s": 1.5,
+                                                "timed_compiles": 0}}
+        doc["verdict"] = v = verdict(doc)
+        assert v["exactness_ok"] is identical and v["exit_code"] == int(not identical)
+        line = next(x for x in summary(doc).splitlines() if x.startswith("[e] fp32 exactness"))
+        assert f"every method's tokens equal AR's: {identical}" in line and "4 region graphs compiled in 1.5 s" in line
+        assert "0 compiled inside timed decodes" in line

@@ -17,11 +17,17 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 from dynatree_core.bench.data import Prompt
-from dynatree_core.bench.protocol import PromptsFor, RunPoint, make_row, run_prompt
+from dynatree_core.bench.compile_ledger import compile_delta, compile_mark
+from dynatree_core.bench.protocol import PromptsFor, RunPoint, finish_prompt, make_row, start_prompt, warm_key
 from dynatree_core.bench.shards import Shard
 
-#: tokens of the untimed warm-up decode a worker runs the first time it meets a method
+#: tokens of the untimed warm-up decode a worker runs the first time it meets a method on a runtime
+#: that compiles nothing (eager, static); on one that compiles, the warm-up decodes the measured
+#: decode's own prompt, history and T, so it meets the shapes the timed decode will
 WARM_UP_TOKENS = 8
+#: the runtimes whose first calls compile (the forwards are built before the clock; the regions
+#: compile on their first call: runtime/fused.py's COMPILING)
+COMPILING = ("compiled", "graphs")
 
 
 @dataclass
@@ -48,15 +54,19 @@ class ShardResult:
     worker: dict[str, Any]
     seconds: float
     attempt: int = 1
+    #: what compiling cost while the shard ran, apart from its timed decodes
+    #: (:func:`~dynatree_core.bench.compile_ledger.compile_delta`; empty in older checkpoints)
+    compile: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"shard": self.shard, "rows": self.rows, "history": {str(k): v for k, v in self.history.items()},
-                "worker": self.worker, "seconds": self.seconds, "attempt": self.attempt}
+                "worker": self.worker, "seconds": self.seconds, "attempt": self.attempt, "compile": self.compile}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ShardResult":
         return cls(shard=d["shard"], rows=list(d["rows"]), history={int(k): v for k, v in d["history"].items()},
-                   worker=dict(d["worker"]), seconds=float(d["seconds"]), attempt=int(d.get("attempt", 1)))
+                   worker=dict(d["worker"]), seconds=float(d["seconds"]), attempt=int(d.get("attempt", 1)),
+                   compile=dict(d.get("compile") or {}))
 
 
 class WorkerLost(Exception):
@@ -78,26 +88,28 @@ def worker_info(pair: Any, worker_id: str) -> dict[str, Any]:
 
 
 class ShardWorker:
-    """One loaded pair that decodes shards. The first time it meets a method it decodes
-    :data:`WARM_UP_TOKENS` untimed tokens with it, so no measured prompt pays a worker's cold
-    start (allocator, kernels, a cost-aware config's calibration) wherever it is scheduled."""
+    """One loaded pair that decodes shards. No timed decode pays a cold start: before a row's first
+    decode on a (method, runtime, path) key (:func:`~.protocol.warm_key`) the worker decodes it
+    untimed (the allocator, kernels, a cost-aware config's calibration, the compiled regions' first
+    calls), and a timed decode that still compiled something (a shape its warm-up did not meet;
+    ``Metrics.compiles``) is decoded again from the same state and the warm one is kept, the row
+    saying so (``recompiled``). What compiling cost is counted per shard (``ShardResult.compile``)."""
 
     def __init__(self, pair: Any, worker_id: str = "local"):
         self.pair = pair
         self.info = worker_info(pair, worker_id)
-        self._warm: set[str] = set()
+        self._warm: set[tuple[str, str, int | None]] = set()
 
     def run(self, task: ShardTask) -> ShardResult:
         from dynatree_core.policy.history import HistoryState
 
-        start = time.perf_counter()
+        start, before = time.perf_counter(), compile_mark()
         history = {j: HistoryState.from_dict(d) for j, d in task.history.items()}
         ident = {k: self.info[k] for k in ("host", "device", "worker")}
         rows: list[dict[str, Any]] = []
         for prompt in task.prompts:
             for j, point in zip(task.shard.points, task.points):
-                self._warm_up(point, prompt, task.allow_long_context)
-                res, extra = run_prompt(self.pair, point, prompt, history.get(j), task.allow_long_context)
+                res, extra = self._timed(point, prompt, history.get(j), task.allow_long_context)
                 if res.history_state is not None:
                     history[j] = res.history_state  # carried to this point's next prompt in the shard
                 m = res.metrics.to_dict()
@@ -107,14 +119,33 @@ class ShardWorker:
                 rows.append({**make_row(task.shard.dataset, point, prompt, m, res.tokens, task.shard.warmup,
                                         task.l_max), **extra, **ident})
         return ShardResult(task.shard.id, rows, {j: h.to_dict() for j, h in history.items()}, self.info,
-                           time.perf_counter() - start)
+                           time.perf_counter() - start, compile=compile_delta(before, compile_mark()))
 
-    def _warm_up(self, point: RunPoint, prompt: Prompt, allow_long_context: bool) -> None:
-        key = f"{point.spec.method}:{point.spec.label}"
+    def _timed(self, point: RunPoint, prompt: Prompt, history: Any, allow_long_context: bool
+               ) -> tuple[Any, dict[str, Any]]:
+        """One row's decode, warmed first (see the class docstring); each decode starts from its own
+        copy of ``history``, so a warm-up or a second decode continues from the same state."""
+        run = start_prompt(self.pair, point, prompt, _copy(history), allow_long_context)
+        key = warm_key(point, run)
         if key not in self._warm:
-            run_prompt(self.pair, point, prompt, None, allow_long_context,
-                       max_new_tokens=min(WARM_UP_TOKENS, point.max_new_tokens))
+            compiles = key[1] in COMPILING
+            t = point.max_new_tokens if compiles else min(WARM_UP_TOKENS, point.max_new_tokens)
+            warm = start_prompt(self.pair, point, prompt, _copy(history), allow_long_context, max_new_tokens=t)
+            finish_prompt(self.pair, point, prompt, warm, max_new_tokens=t)
             self._warm.add(key)
+            run = start_prompt(self.pair, point, prompt, _copy(history), allow_long_context)  # the path is its again
+        res, extra = finish_prompt(self.pair, point, prompt, run)
+        first = getattr(res.metrics, "compiles", 0)
+        if first:  # compiled inside the timing: decode it again, now warm, and keep that one
+            run = start_prompt(self.pair, point, prompt, _copy(history), allow_long_context)
+            res, extra = finish_prompt(self.pair, point, prompt, run)
+            extra["recompiled"] = first
+        return res, extra
+
+
+def _copy(history: Any) -> Any:
+    """A fresh copy of a :class:`~dynatree_core.policy.history.HistoryState` (None stays None)."""
+    return type(history).from_dict(history.to_dict()) if history is not None else None
 
 
 class Backend(Protocol):

@@ -155,21 +155,41 @@ def check_assistant(info: Any, points: Sequence[RunPoint]) -> None:
                          "--methods or keep --temperature 0")
 
 
-def run_prompt(pair: Any, point: RunPoint, prompt: Prompt, history: Any, allow_long_context: bool,
-               max_new_tokens: int | None = None) -> tuple[Any, dict[str, Any]]:
-    """Decode one prompt with one point's method: (the engine's result, the row's extra fields).
+def start_prompt(pair: Any, point: RunPoint, prompt: Prompt, history: Any, allow_long_context: bool,
+                 max_new_tokens: int | None = None) -> Any:
+    """One prompt's decode with one point's method, built but not run: its config calibrated, its
+    fast path chosen and its forwards built (compiled, captured), so :func:`warm_key` can read
+    what it will run on. None for ``hf_assisted`` (Hugging Face's own loop: nothing to build).
     ``history`` is a :class:`~dynatree_core.policy.history.HistoryState` to continue from (or None)."""
     from dynatree_core.engine.api import iterate
-    from dynatree_core.runtime.compile_cache import compile_totals
-    from dynatree_core.bench.hf_assisted import METHOD as HF_METHOD, assistant_settings, generate_hf_assisted
+    from dynatree_core.bench.hf_assisted import METHOD as HF_METHOD
 
+    if point.spec.method == HF_METHOD:
+        return None
     t = point.max_new_tokens if max_new_tokens is None else max_new_tokens
-    if point.spec.method == HF_METHOD:  # HF's own loop, measured the same way (greedy: check_assistant)
+    return iterate(pair, prompt.token_ids, point.spec.method, point.spec.config, t, ignore_eos=True,
+                   history=history, allow_long_context=allow_long_context, record_top_k=point.record_top_k,
+                   sampling=point.sampling, runtime=point.runtime)
+
+
+def warm_key(point: RunPoint, run: Any) -> tuple[str, str, int | None]:
+    """What a decode's compiled code depends on: the method (the label), the runtime it resolved to
+    and its path (the static cache's slots, which size the fast path's buffers; None: eager)."""
+    if run is None:
+        return point.spec.label, "eager", None
+    return point.spec.label, run.runtime, getattr(run.target, "capacity", None)
+
+
+def finish_prompt(pair: Any, point: RunPoint, prompt: Prompt, run: Any, max_new_tokens: int | None = None
+                  ) -> tuple[Any, dict[str, Any]]:
+    """Run a decode made by :func:`start_prompt`: (the engine's result, the row's extra fields)."""
+    from dynatree_core.runtime.compile_cache import compile_totals
+    from dynatree_core.bench.hf_assisted import assistant_settings, generate_hf_assisted
+
+    if run is None:  # HF's own loop, measured the same way (greedy: check_assistant)
+        t = point.max_new_tokens if max_new_tokens is None else max_new_tokens
         res = generate_hf_assisted(pair, prompt.token_ids, t, point.spec.config, ignore_eos=True)
         return res, {"hf_assisted": assistant_settings(pair.draft, point.spec.config), "runtime": "eager"}
-    run = iterate(pair, prompt.token_ids, point.spec.method, point.spec.config, t, ignore_eos=True,
-                  history=history, allow_long_context=allow_long_context, record_top_k=point.record_top_k,
-                  sampling=point.sampling, runtime=point.runtime)
     records = list(run)
     # after the timed run: the best-tree replay reads the records (no model)
     fast = {"capture_s": run.target.capture_s} if run.target.capture_s is not None else {}
@@ -178,3 +198,11 @@ def run_prompt(pair: Any, point: RunPoint, prompt: Prompt, history: Any, allow_l
     oracle = {"oracle": oracle_record(records)} if point.oracle else {}
     return run.result, {**oracle, "record_top_k": point.record_top_k, **calibration_record(records),
                         "runtime": run.runtime, **fast}
+
+
+def run_prompt(pair: Any, point: RunPoint, prompt: Prompt, history: Any, allow_long_context: bool,
+               max_new_tokens: int | None = None) -> tuple[Any, dict[str, Any]]:
+    """Decode one prompt with one point's method: (the engine's result, the row's extra fields).
+    ``history`` is a :class:`~dynatree_core.policy.history.HistoryState` to continue from (or None)."""
+    run = start_prompt(pair, point, prompt, history, allow_long_context, max_new_tokens)
+    return finish_prompt(pair, point, prompt, run, max_new_tokens)

@@ -22,7 +22,11 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-SCHEMA_VERSION = 1
+#: "major.minor": a reader takes every file of its major version. 1.1 added ``compile`` (what compiling
+#: cost, forwards and compiled regions apart, and the compiles inside timed decodes: 0 when every row
+#: was warm), the rows' ``compiles`` and the host enqueue columns ``draft_host_s`` / ``verify_host_s``;
+#: files of schema 1 (an int) still load
+SCHEMA_VERSION = "1.1"
 
 #: per-prompt metrics that are averaged (mean and ``<name>_std``)
 AGG_METRICS: tuple[str, ...] = (
@@ -30,8 +34,8 @@ AGG_METRICS: tuple[str, ...] = (
     "mean_accepted_length", "iterations", "mean_tree_size", "target_forwards_per_token",
     "draft_forwards_per_token", "draft_forwards_per_iteration", "peak_memory_bytes", "new_tokens",
     "prompt_tokens", "prefill_time_s", "draft_time_s", "verify_time_s",
-    "forward_time_s", "engine_overhead_ms", "host_syncs_per_iteration",
-    "confidence_mean", "confidence_observed", "confidence_ece",
+    "forward_time_s", "engine_overhead_ms", "host_syncs_per_iteration", "draft_host_s", "verify_host_s",
+    "compiles", "confidence_mean", "confidence_observed", "confidence_ece",
 )
 #: the label of Hugging Face's assisted generation (:mod:`.hf_assisted`), the overhead reference
 HF_ASSISTED = "hf_assisted"
@@ -271,7 +275,8 @@ def output_checks(rows: Sequence[dict[str, Any]], param_keys: Sequence[str] = ()
 def build_result(*, kind: str, run_id: str, protocol: dict[str, Any], methods: list[dict[str, Any]],
                  models: dict[str, Any], device: str, dtype: str, data: dict[str, Any],
                  prompts: list[dict[str, Any]], rows: list[dict[str, Any]], warnings: list[str],
-                 sweep: dict[str, Any] | None = None, execution: dict[str, Any] | None = None) -> dict[str, Any]:
+                 sweep: dict[str, Any] | None = None, execution: dict[str, Any] | None = None,
+                 compile: dict[str, Any] | None = None) -> dict[str, Any]:
     """Assemble the JSON document (see ``schema_version``)."""
     param_keys = tuple((sweep or {}).get("param_keys", ()))
     for r in rows:
@@ -294,6 +299,7 @@ def build_result(*, kind: str, run_id: str, protocol: dict[str, Any], methods: l
         "versions": versions(),
         "machine": machine_info(),
         "execution": execution,
+        "compile": compile,
         "data": data,
         "prompts": prompts,
         "rows": rows,
@@ -390,9 +396,16 @@ def load_result(path: str | os.PathLike) -> dict[str, Any]:
             d = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
         raise ResultError(f"cannot read result file {str(path)!r}: {e}") from e
-    if not isinstance(d, dict) or d.get("schema_version") != SCHEMA_VERSION or "rows" not in d:
-        raise ResultError(f"{path}: not a dynatree result file of schema_version {SCHEMA_VERSION}")
+    if not isinstance(d, dict) or schema_major(d.get("schema_version")) != schema_major(SCHEMA_VERSION) \
+            or "rows" not in d:
+        raise ResultError(f"{path}: not a dynatree result file of schema_version {schema_major(SCHEMA_VERSION)}.x "
+                          f"(found {d.get('schema_version') if isinstance(d, dict) else None!r})")
     return d
+
+
+def schema_major(version: Any) -> str | None:
+    """The major part of a schema version: "1" of 1 (files before 1.1) and of "1.1"."""
+    return None if version is None else str(version).split(".")[0]
 
 
 def recompute(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -402,21 +415,29 @@ def recompute(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def merge_results(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One result document from per-dataset runs of one experiment (the device check runs a dataset at
-    a time, inside its time limit): one run id, the rows, prompts, data and warnings of all, aggregates
-    and checks recomputed over all rows. A ``_wall_s`` key a caller added to a document is dropped."""
+    """One result document from per-dataset (and per-runtime) runs of one experiment (the device check runs
+    a runtime and a dataset at a time, inside its time limit): one run id, the rows, prompts, data and
+    warnings of all, aggregates and checks recomputed over all rows, the compile sections added up. A
+    ``_wall_s`` key a caller added to a document is dropped."""
     merged = {k: v for k, v in docs[0].items() if k != "_wall_s"}
     rows = [r for d in docs for r in d["rows"]]
     for r in rows:
         r["run_id"] = merged["run_id"]
     merged["rows"] = rows
-    merged["protocol"] = dict(merged["protocol"], datasets=[ds for d in docs for ds in d["protocol"]["datasets"]],
+    # the same dataset may come from several documents (one per runtime): each dataset, prompt and warning once
+    merged["protocol"] = dict(merged["protocol"],
+                              datasets=list(dict.fromkeys(ds for d in docs for ds in d["protocol"]["datasets"])),
                               max_prompt_len={k: v for d in docs for k, v in d["protocol"]["max_prompt_len"].items()})
     merged["data"] = {k: v for d in docs for k, v in d["data"].items()}
-    merged["prompts"] = [p for d in docs for p in d["prompts"]]
-    merged["warnings"] = [w for d in docs for w in d["warnings"]]
+    merged["prompts"] = list({json.dumps(p, sort_keys=True, default=str): p for d in docs for p in d["prompts"]}.values())
+    merged["warnings"] = list(dict.fromkeys(w for d in docs for w in d["warnings"]))
     merged["aggregates"] = aggregate(rows)
     merged["checks"] = output_checks(rows)
+    parts = [d["compile"] for d in docs if d.get("compile")]
+    if parts:
+        from dynatree_core.bench.compile_ledger import sum_compiles
+
+        merged["compile"] = sum_compiles(parts)
     return merged
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from dynatree_core.bench.checkpoint import Checkpoint
+from dynatree_core.bench.compile_ledger import sum_compiles
 from dynatree_core.bench.data import Corpus, Prompt, corpus_tokenize, load_corpus, select_prompts
 from dynatree_core.bench.everyday import PROMPT_FORMS, check_form
 from dynatree_core.bench.execution import Backend, Execution, SerialBackend, ShardResult, execute
@@ -169,13 +170,24 @@ def document(prep: Prepared, ck: Checkpoint, backend: Backend | None = None, run
     info = prep.info
     doc = build_result(kind=exp.kind, run_id=ck.header["run_id"], protocol=protocol, methods=list(specs.values()),
                        models=info.models(), device=info.device, dtype=info.dtype, data=data, prompts=prompts,
-                       rows=rows, warnings=list(prep.warnings), sweep=exp.sweep, execution=execution)
+                       rows=rows, warnings=list(prep.warnings), sweep=exp.sweep, execution=execution,
+                       compile=compile_section(list(ck.done.values()), rows))
     if missing:
         doc["partial"] = True
         doc["missing_shards"] = missing
         doc["warnings"].append(f"partial result: {len(missing)} of {len(prep.shards)} shards did not finish; "
                                f"aggregates cover the finished ones only")
     return doc
+
+
+def compile_section(done: Sequence[ShardResult], rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What compiling cost the run (the shards' :func:`~.compile_ledger.compile_delta` s added up:
+    the forwards and the compiled regions apart), and the graphs compiled inside timed decodes
+    (``timed_compiles``: 0 when every timed decode ran warm) with the rows decoded again because
+    their first timed decode compiled (``recompiled_rows``)."""
+    total = sum_compiles([r.compile for r in done if r.compile])
+    return {**total, "timed_compiles": sum(int(r.get("compiles") or 0) for r in rows),
+            "recompiled_rows": sum(1 for r in rows if r.get("recompiled"))}
 
 
 def oracle_settings(points: Sequence[RunPoint]) -> dict[str, Any]:

@@ -246,6 +246,19 @@ def render(aggs: Sequence[dict[str, Any]], which: Sequence[int] = (1, 2, 3, 4, 6
     return text + (f"\n\n{note}" if note else "")
 
 
+def compile_note(result: dict[str, Any]) -> str | None:
+    """One line on what compiling cost a run (its ``compile`` section, schema 1.1), the forwards and the
+    compiled regions apart, and the graphs compiled inside timed decodes; None when nothing compiled."""
+    c = result.get("compile") or {}
+    if not c.get("forward_graphs") and not c.get("regions") and not c.get("timed_compiles"):
+        return None
+    graphs = f", {c['graphs']} CUDA graphs captured in {c.get('capture_s', 0.0):.1f} s" if c.get("graphs") else ""
+    again = f" ({c['recompiled_rows']} rows decoded again warm)" if c.get("recompiled_rows") else ""
+    return (f"compile, outside the timed decodes: {c.get('forwards', 0)} forwards in {c.get('compile_s', 0.0):.1f} s"
+            f"{graphs}, {c.get('regions', 0)} region graphs in {c.get('region_s', 0.0):.1f} s; "
+            f"{c.get('timed_compiles', 0)} graphs compiled inside timed decodes{again}")
+
+
 def worker_note(aggs: Sequence[dict[str, Any]]) -> str | None:
     """With rows from several workers: speedups compare each method with AR on the same worker
     (one device), weighted by prompts; the per-worker values are in the JSON. None otherwise."""

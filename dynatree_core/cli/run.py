@@ -145,7 +145,7 @@ def _report(exp: Any, result: dict[str, Any], path: Path, data_lines: list[str],
     """After the run: the protocol notes, the tables with why a method was slower than AR, the
     sweep's figure, warnings, and where the result file is."""
     from dynatree_core.bench import results as res
-    from dynatree_core.bench.tables import overhead_notes, render, speed_notes
+    from dynatree_core.bench.tables import compile_note, overhead_notes, render, speed_notes
 
     aggs = res.recompute(result)
     note = protocol_note(exp.num_prompts, exp.warmup, max(p.max_new_tokens for p in exp.points),
@@ -167,6 +167,8 @@ def _report(exp: Any, result: dict[str, Any], path: Path, data_lines: list[str],
         _write_sweep_figure(figure, aggs, path)
     for w in result["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
+    if compile_note(result):
+        print(f"\n{compile_note(result)}")
     print(f"\nresults: {path}")
     if not result["checks"]["outputs_identical_across_methods"]:
         print(exactness_banner(result["checks"]["mismatching_cells"], path), file=sys.stderr)

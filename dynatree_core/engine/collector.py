@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from dynatree_core.engine.phase_clock import PhaseClock
 from dynatree_core.runtime import plumbing as pl
 from dynatree_core.runtime.device_tree import DeviceTree, Selection
 from dynatree_core.runtime.host_syncs import HostSyncs
@@ -36,6 +37,14 @@ def peak_memory(device: torch.device) -> tuple[int | None, str]:
         return int(torch.cuda.max_memory_allocated(device)), "cuda_max_allocated"
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024), "process_max_rss"
+
+
+def compiled_graphs() -> int:
+    """Graphs dynamo has compiled in this process so far (0 if it was never imported: nothing was).
+    A decode that compiles pays the compile inside its timing; the benchmark warms every shape first
+    and checks this count stayed put (``Metrics.compiles``)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    return int(utils.counters["stats"]["unique_graphs"]) if utils is not None else 0
 
 
 def versions() -> dict[str, str]:
@@ -67,10 +76,14 @@ class RunCollector:
     accepted/committed tokens, builds :class:`IterationRecord` s and, with ``trace``, the
     :class:`Trace`; :meth:`result` turns it all into :class:`Metrics`.
 
-    Phase laps never synchronise the device (that would add host syncs to every iteration); they
-    stay honest on a GPU because each phase ends in the loop's own read-back: the draft phase
-    with its last level's sync, the verify phase with the selection's. Model forwards are timed
-    by a :class:`~dynatree_core.runtime.plumbing.ForwardClock` (CUDA events on a GPU)."""
+    Phase laps never synchronise the device (that would add host syncs to every iteration). On a GPU
+    the host runs ahead of the device (the resident draft phase reads the device once per iteration,
+    at the selection), so a host lap says how long the host took to enqueue a phase, not how long the
+    device took to run it: a :class:`~dynatree_core.engine.phase_clock.PhaseClock` marks every lap on
+    the stream too, and the phase times are the device's (``draft_time_s``, ``verify_time_s``), the
+    host's enqueue times apart (``draft_host_s``, ``verify_host_s``); on a CPU both are the host's.
+    Model forwards are timed by a :class:`~dynatree_core.runtime.plumbing.ForwardClock` (CUDA events
+    on a GPU). ``compiles`` counts the graphs dynamo compiled between the start and the result."""
 
     def __init__(self, device: torch.device, tokenizer: Any, prompt: Sequence[int], trace: Trace | None,
                  draft_sampler: DraftSampler | None = None) -> None:
@@ -85,7 +98,6 @@ class RunCollector:
         self.depths: list[int] = []
         self.sizes: list[int] = []
         self.target_forwards = 0
-        self.totals = dict.fromkeys(PHASES, 0.0)
         self.stopped_by = "max_new_tokens"
         self.clock = pl.ForwardClock(self.device)
         self.syncs = HostSyncs()
@@ -94,23 +106,20 @@ class RunCollector:
         self._syncs_before = 0
         self.ttft: float | None = None
         self.prefill_s = 0.0
+        self.phases = PhaseClock.for_device(self.device)
+        self._graphs = compiled_graphs()
         pl.synchronize(self.device)
-        self.t_start = self._mark = time.perf_counter()
-        self._laps: dict[str, float] = {}
+        self.t_start = self.phases.start()
 
     def lap(self, phase: str) -> None:
         """End ``phase`` (``"prefill"`` or one of :data:`PHASES`): its time since the last lap."""
         if phase == "prefill":  # once per run: the prefill's device work is not left to iteration 1
             pl.synchronize(self.device)
-        now = time.perf_counter()
+        now = self.phases.lap(phase)
         if phase == "prefill":
             self.prefill_s = now - self.t_start
-        else:
-            self._laps[phase] = now - self._mark
-            self.totals[phase] += now - self._mark
         if phase == "commit" and self.ttft is None:
             self.ttft = now - self.t_start
-        self._mark = now
 
     def verify_extras(self, tree: DeviceTree, verified: pl.DeviceVerified, choice: TargetChoice | None = None
                       ) -> dict[str, torch.Tensor]:
@@ -178,7 +187,7 @@ class RunCollector:
             index=len(self.accepted) - 1, prefix_len=prefix_len, tree=host,
             target_argmax=a["argmax"].tolist(), accepted_path=path, committed=new,
             bonus=bonus if len(new) == len(path) + 1 else None,  # cut at EOS or the budget: no bonus
-            history_before=history[0], history_after=history[1], timings=dict(self._laps),
+            history_before=history[0], history_after=history[1], timings=self._timings(),
             draft_forwards=calls, target_forwards=target_forwards, host_syncs=syncs)
         if "chain_tokens" in a:
             rec.chain_topk = [[t, lp] for t, lp in zip(a["chain_tokens"].tolist(),
@@ -194,6 +203,10 @@ class RunCollector:
             self.trace.iterations.append(rec)
         return rec
 
+    def _timings(self) -> dict[str, float]:
+        """This iteration's host laps per phase (a record is made before the device has finished)."""
+        return {p: self.phases.last_lap[p] for p in PHASES if p in self.phases.last_lap}
+
     def _texts(self, tokens: Sequence[int]) -> list[str]:
         tok = self.tokenizer
         return [tok.decode([t]) for t in tokens] if tok is not None else []
@@ -204,15 +217,19 @@ class RunCollector:
 
         pl.synchronize(self.device)
         wall = time.perf_counter() - self.t_start
+        compiles = compiled_graphs() - self._graphs
         forward_s = self.clock.seconds()
+        device, host = self.phases.device_totals(), self.phases.host
         peak, kind = peak_memory(self.device)
         metrics: Metrics = summarize(
             new_tokens=len(out), wall_time_s=wall, ttft_s=self.ttft, iterations=len(self.accepted),
             accepted=self.accepted, committed=self.committed, depths=self.depths, tree_sizes=self.sizes,
             target_forwards=self.target_forwards,
             draft_forwards=draft_forwards,
-            prefill_time_s=self.prefill_s, draft_time_s=self.totals["draft"], verify_time_s=self.totals["verify"],
-            commit_time_s=self.totals["commit"], peak_memory_bytes=peak, peak_memory_kind=kind,
+            prefill_time_s=self.prefill_s, draft_time_s=device.get("draft", 0.0),
+            verify_time_s=device.get("verify", 0.0), commit_time_s=device.get("commit", 0.0),
+            draft_host_s=host.get("draft", 0.0), verify_host_s=host.get("verify", 0.0),
+            phase_clock=self.phases.kind, compiles=max(compiles, 0), peak_memory_bytes=peak, peak_memory_kind=kind,
             stopped_by=self.stopped_by, speculative=speculative, forward_time_s=forward_s,
             host_syncs=self.iteration_syncs, draft_levels=self.draft_levels)
         text = self.tokenizer.decode(out) if self.tokenizer is not None else None

@@ -49,6 +49,15 @@ class Metrics:
     #: max over iterations of host syncs - (draft levels + 1), a lookup tail's read counted as a
     #: level; <= 0 means the budget always held
     host_sync_excess: int = 0
+    #: the draft and verify phases' host time: how long the host took to issue them (on a GPU the
+    #: phase times above are the device's, between marks on the stream; on a CPU the two agree;
+    #: None in files written before they were kept apart)
+    draft_host_s: float | None = None
+    verify_host_s: float | None = None
+    #: what measured the phase times: "cuda_events" (device time on the stream) or "host"
+    phase_clock: str = "host"
+    #: graphs dynamo compiled during the run (a benchmark's timed decode must show 0: it warms first)
+    compiles: int = 0
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -72,7 +81,9 @@ def summarize(*, new_tokens: int, wall_time_s: float, ttft_s: float | None, iter
               target_forwards: int, draft_forwards: int, prefill_time_s: float, draft_time_s: float,
               verify_time_s: float, commit_time_s: float, peak_memory_bytes: int | None,
               peak_memory_kind: str, stopped_by: str, speculative: bool, forward_time_s: float = 0.0,
-              host_syncs: list[int] | None = None, draft_levels: list[int] | None = None) -> Metrics:
+              host_syncs: list[int] | None = None, draft_levels: list[int] | None = None,
+              draft_host_s: float | None = None, verify_host_s: float | None = None, phase_clock: str = "host",
+              compiles: int = 0) -> Metrics:
     """Aggregate per-iteration lists into :class:`Metrics`."""
     syncs, levels = host_syncs or [], draft_levels or []
     tpot = None
@@ -105,6 +116,10 @@ def summarize(*, new_tokens: int, wall_time_s: float, ttft_s: float | None, iter
         host_syncs=sum(syncs),
         host_syncs_per_iteration=_ratio(sum(syncs), iterations),
         host_sync_excess=max((s - (lv + 1) for s, lv in zip(syncs, levels)), default=0),
+        draft_host_s=draft_host_s,
+        verify_host_s=verify_host_s,
+        phase_clock=phase_clock,
+        compiles=compiles,
     )
 
 

@@ -17,84 +17,138 @@ from dynatree_core.bench.results import bench_table, merge_results, write_json_a
 
 
 def bench_specs(args: argparse.Namespace) -> list[Any]:
-    """AR, linear at each K, fixed tree, DynaTree once per preset (labelled dynatree:preset=P), and
-    the other tree policies (``--policies``: cost-aware DynaTree, which calibrates its cost curve on
-    the device first; EAGLE-2 and Sequoia with their published, GPU-sized defaults)."""
+    """The base methods (``--base-methods``: AR, linear at each K, the fixed tree), DynaTree once per
+    preset (labelled dynatree:preset=P), and the other tree policies (``--policies``: cost-aware
+    DynaTree, which calibrates its cost curve on the device first; EAGLE-2 and Sequoia with their
+    published, GPU-sized defaults)."""
     from dynatree_core.bench.methods import MethodSpec, method_specs
 
-    specs = method_specs(["ar", "linear", "fixed_tree"], k=args.linear_k)
+    specs = method_specs(list(args.base_methods), k=args.linear_k)
     for preset in args.presets:
         (s,) = method_specs(["dynatree"], preset=preset)
         specs.append(MethodSpec(f"dynatree:preset={preset}", s.method, s.config))
     return specs + method_specs(args.policies)
 
 
-def section_bench(sec: dict[str, Any], deadline: float, args: argparse.Namespace, pairs: dict[str, Any]) -> None:
+def section_bench(sec: dict[str, Any], deadline: float, args: argparse.Namespace, pairs: dict[str, Any],
+                  run: dict[str, Any] | None = None, report: Any = None) -> None:
     """Each dataset of ``args.datasets`` while the limit allows (a dataset at a time), merged into
-    ``bench.json``; the table the summary prints; on CUDA the host-sync audit."""
-    from dynatree_core.bench.protocol import RunPoint
-    from dynatree_core.bench.runner import Experiment, load_corpora, run_experiment
-    from dynatree_core.runtime.compile_cache import compile_totals
+    ``bench.json``; the table the summary prints; on CUDA the host-sync audit. ``run`` overrides the
+    sizes (``dtype``, ``runtimes``, ``prompts``, ``warmup``, ``tokens``, ``datasets``, ``file``,
+    ``audit``): the exactness bench (:func:`section_exact`) is this bench at its own size. The result
+    file and the section (and ``report``, when given) are rewritten after every runtime and dataset."""
+    from dynatree_core.bench.compile_ledger import compile_delta, compile_mark
 
+    r = {"dtype": args.bench_dtype, "runtimes": args.runtimes, "prompts": args.bench_prompts,
+         "warmup": args.bench_warmup, "tokens": args.bench_tokens, "datasets": list(args.datasets),
+         "file": "bench.json", "audit": True, **(run or {})}
     specs = bench_specs(args)
-    sec.update(target=args.target, drafter=args.drafter, dtype=args.bench_dtype, datasets=list(args.datasets),
-               labels=[s.label for s in specs], num_prompts=args.bench_prompts, warmup=args.bench_warmup,
-               max_new_tokens=args.bench_tokens, max_prompt_len=args.bench_prompt_len, data_source="bundled")
+    sec.update(target=args.target, drafter=args.drafter, dtype=r["dtype"], datasets=r["datasets"],
+               runtimes=list(r["runtimes"]), labels=[s.label for s in specs], num_prompts=r["prompts"],
+               warmup=r["warmup"], max_new_tokens=r["tokens"], max_prompt_len=args.bench_prompt_len,
+               data_source="bundled")
     t = time.monotonic()
-    pair = pairs.get(args.bench_dtype) or load_pair(args, args.bench_dtype)
+    pair = pairs.get(r["dtype"]) or load_pair(args, r["dtype"])
+    pairs[r["dtype"]] = pair
     sec["load_s"] = round(time.monotonic() - t, 2)
     sec["target_name"], sec["draft_name"] = pair.target_name, pair.draft_name
-    compiled_before = compile_totals()
-    docs: list[dict[str, Any]] = []
-    for ds in args.datasets:
-        per_ds = [d["_wall_s"] for d in docs]
-        if per_ds and time.monotonic() + max(per_ds) > deadline:
-            sec["truncated"] = f"time limit: {ds} skipped ({max(per_ds):.0f} s per dataset, limit reached)"
-            break
-        t = time.monotonic()
-        points = [RunPoint(s, args.bench_tokens, runtime=r, oracle=False) for r in args.runtimes for s in specs]
-        exp = Experiment(kind="bench", points=points, datasets=[ds],
-                         num_prompts=args.bench_prompts, warmup=args.bench_warmup,
-                         max_prompt_len={ds: args.bench_prompt_len}, data_source="bundled",
-                         extra={"command_line": "scripts/gpu_check.py " + " ".join(map(shlex.quote, args.argv))})
-        doc = run_experiment(pair, exp, load_corpora(exp), progress=not args.no_progress)
-        doc["_wall_s"] = time.monotonic() - t
-        docs.append(doc)
-    if not docs:
-        raise RuntimeError("no dataset fitted the time limit")
-    merged = merge_results(docs)
-    path = write_json_atomic(args.out / "bench.json", merged, overwrite=True)
-    sec["result_file"] = str(path)
-    sec["outputs_identical_across_methods"] = merged["checks"]["outputs_identical_across_methods"]
-    sec["mismatching_cells"] = merged["checks"]["mismatching_cells"]
-    sec["table"] = with_phase_times(bench_table(merged), merged["aggregates"])
-    sec["compile"] = compile_delta(compiled_before, compile_totals())
+    before = compile_mark()
+
+    def record(merged: dict[str, Any]) -> None:  # after every chunk: a run stopped later keeps these rows
+        path = write_json_atomic(args.out / r["file"], merged, overwrite=True)
+        sec["result_file"] = str(path)
+        sec["outputs_identical_across_methods"] = merged["checks"]["outputs_identical_across_methods"]
+        sec["mismatching_cells"] = merged["checks"]["mismatching_cells"]
+        sec["table"] = with_phase_times(bench_table(merged), merged["aggregates"])
+        sec["compile"] = {**compile_delta(before, compile_mark()), **{
+            k: (merged.get("compile") or {}).get(k, 0) for k in ("timed_compiles", "recompiled_rows")}}
+        if report is not None:
+            report.write()
+
+    merged = _bench_chunks(sec, deadline, args, pair, specs, r, record)
     sec["bench_warnings"] = merged["warnings"]
+    if not r["audit"]:
+        return
     if pair.device.type == "cuda":
         sec["sync_audit"] = sync_audit(pair, args)
     else:
         sec["sync_audit"] = {"status": "skipped", "reason": "needs CUDA (torch.cuda sync debug mode)"}
 
 
+def _bench_chunks(sec: dict[str, Any], deadline: float, args: argparse.Namespace, pair: Any, specs: list[Any],
+                  r: dict[str, Any], record: Any) -> dict[str, Any]:
+    """The benchmark a runtime at a time, a dataset at a time (so the first runtime's rows are kept
+    whatever the next one's compiling costs), each chunk merged into the result so far and handed to
+    ``record``; a chunk is skipped when the longest one of its runtime so far would pass the limit."""
+    from dynatree_core.bench.protocol import RunPoint
+    from dynatree_core.bench.runner import Experiment, load_corpora, run_experiment
+
+    docs: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    for rt in r["runtimes"]:
+        for ds in r["datasets"]:
+            took = [d["_wall_s"] for d in docs if d["_runtime"] == rt]
+            if took and time.monotonic() + max(took) > deadline or time.monotonic() > deadline:
+                skipped.append(f"{rt}/{ds}")
+                continue
+            t = time.monotonic()
+            points = [RunPoint(s, r["tokens"], runtime=rt, oracle=False) for s in largest_tree_first(specs)]
+            exp = Experiment(kind="bench", points=points, datasets=[ds], num_prompts=r["prompts"],
+                             warmup=r["warmup"], max_prompt_len={ds: args.bench_prompt_len}, data_source="bundled",
+                             extra={"command_line": "scripts/gpu_check.py " + " ".join(map(shlex.quote, args.argv))})
+            doc = run_experiment(pair, exp, load_corpora(exp), progress=not args.no_progress)
+            doc["_wall_s"], doc["_runtime"] = time.monotonic() - t, rt
+            docs.append(doc)
+            record(merge_results([{k: v for k, v in d.items() if k != "_runtime"} for d in docs]))
+    if skipped:
+        sec["truncated"] = f"time limit: {', '.join(skipped)} skipped"
+    if not docs:
+        raise RuntimeError("no dataset fitted the time limit")
+    return merge_results([{k: v for k, v in d.items() if k != "_runtime"} for d in docs])
+
+
+def largest_tree_first(specs: list[Any]) -> list[Any]:
+    """The methods by the largest tree they verify, largest first: a fast path is kept and reused by
+    every later run it fits, so the first run builds the buckets all the others need and each bucket's
+    forward is compiled (captured) once, not once more each time a larger tree comes along."""
+    def largest(spec: Any) -> int:
+        cfg = spec.config
+        if not getattr(cfg, "drafts", False):
+            return 1
+        try:
+            rule = cfg.growth_rule()
+        except ValueError:  # cost-aware DynaTree, Sequoia: calibrated on the device first; their node budget
+            return 1 + int(getattr(cfg, "n_max", 0))
+        return 1 + rule.n_max + (rule.tail_n_max if rule.lookup_tail else 0)
+
+    return sorted(specs, key=largest, reverse=True)
+
+
+def section_exact(sec: dict[str, Any], deadline: float, args: argparse.Namespace, pairs: dict[str, Any],
+                  report: Any = None) -> None:
+    """The exactness bench: the bench's methods in fp32 on ``--exact-runtimes``, ``--exact-prompts``
+    prompts of the first dataset at T = ``--exact-tokens`` (no warm-up prompt: nothing is timed that
+    matters here), written to ``exact.json``; every method's tokens must equal AR's (greedy exactness
+    is promised in fp32). The bf16 table beside it cannot show that: another tree size is another
+    kernel shape, which flips near-ties in bf16 (docs/gpu.md, "Which dtype is exact")."""
+    section_bench(sec, deadline, args, pairs, {
+        "dtype": "float32", "runtimes": args.exact_runtimes, "prompts": args.exact_prompts, "warmup": 0,
+        "tokens": args.exact_tokens, "datasets": list(args.datasets[:1]), "file": "exact.json", "audit": False},
+        report)
+
+
 def with_phase_times(table: list[dict[str, Any]], aggregates: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The table's rows (one per aggregate, in order) with the draft and verify phases' milliseconds per
-    iteration (each phase's mean seconds over the mean iterations; None where a phase never ran)."""
+    iteration (each phase's mean seconds over the mean iterations; None where a phase never ran): the
+    device's time on CUDA (events on the stream), and the host's time issuing the phase apart
+    (``*_host_ms_per_iteration``; on a CPU the same clock)."""
     out = []
     for row, a in zip(table, aggregates, strict=True):
         its = a.get("iterations")
-        ms = {f"{phase}_ms_per_iteration": a[f"{phase}_time_s"] / its * 1e3 if its and a.get(f"{phase}_time_s")
-              else None for phase in ("draft", "verify")}
-        out.append({**row, **ms})
+        ms = {f"{phase}{kind}_ms_per_iteration": a[f"{phase}{src}"] / its * 1e3 if its and a.get(f"{phase}{src}")
+              else None for phase in ("draft", "verify") for kind, src in (("", "_time_s"), ("_host", "_host_s"))}
+        out.append({**row, **ms, "compiles": a.get("compiles")})
     return out
-
-
-def compile_delta(before: Any, after: Any) -> dict[str, Any]:
-    """What compiling cost between two :func:`~dynatree_core.runtime.compile_cache.compile_totals`: the
-    compiled forwards and their seconds, the CUDA graphs captured of them and those seconds, apart."""
-    return {"forwards": after.forwards - before.forwards, "compile_s": round(after.compile_s - before.compile_s, 3),
-            "graphs": after.graphs - before.graphs, "capture_s": round(after.capture_s - before.capture_s, 3),
-            "cache_hits": after.cache_hits - before.cache_hits,
-            "cache_misses": after.cache_misses - before.cache_misses}
 
 
 def sync_audit(pair: Any, args: argparse.Namespace) -> dict[str, Any]:

@@ -41,6 +41,8 @@ def environment(device: str) -> dict[str, Any]:
                                            timeout=10).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         env["git_commit"] = None
+    # a device machine gets a copy of the tree without git: the staged plan names the commit it sent
+    env["git_commit"] = env["git_commit"] or os.environ.get("DYNATREE_COMMIT") or None
     if device.startswith("cuda"):
         d = torch.device(device)
         props = torch.cuda.get_device_properties(d)

@@ -36,9 +36,8 @@ def section_fastpath(sec: dict[str, Any], deadline: float, args: argparse.Namesp
                      bench: dict[str, Any]) -> None:
     """Per fast runtime of ``args.runtimes``: c(n) over the buckets and the capture time; the weights'
     bandwidth bound, and what AR reached in the bench per runtime against it."""
-    from dynatree_core.bench.device_check.bench import compile_delta
+    from dynatree_core.bench.compile_ledger import compile_delta, compile_mark
     from dynatree_core.engine.calibrate import fast_verify_curve
-    from dynatree_core.runtime.compile_cache import compile_totals
 
     pair = pairs.get(args.bench_dtype) or load_pair(args, args.bench_dtype)
     weights = sum(p.numel() * p.element_size() for p in pair.target.parameters())
@@ -49,11 +48,11 @@ def section_fastpath(sec: dict[str, Any], deadline: float, args: argparse.Namesp
     for rt in args.runtimes:
         if rt == "eager" or time.monotonic() > deadline:
             continue
-        before = compile_totals()
+        before = compile_mark()
         path, curve = fast_verify_curve(pair, rt, args.bench_prompt_len + args.bench_tokens, 64, reps)
         sec["runtimes"][rt] = {"capture_s": round(path.capture_s, 3), "buckets": list(path.buckets),
                                "verify_s": curve, "ar_step_bound_tok_s": 1.0 / curve[1]}
         if rt == "compiled":  # compile seconds apart (zero when the bench's path, compiled there, is reused)
-            sec["runtimes"][rt]["compile"] = compile_delta(before, compile_totals())
+            sec["runtimes"][rt]["compile"] = compile_delta(before, compile_mark())
     sec["ar_tok_s"] = {f"{r['dataset']}/{r['runtime']}": r["tokens_per_s"]
                        for r in bench.get("table") or [] if r["label"] == "ar"}

@@ -25,6 +25,13 @@ def verdict(doc: dict[str, Any]) -> dict[str, Any]:
             notes.append(f"{SHORT.get(dtype, dtype)} bench outputs differ from AR in {bench.get('mismatching_cells')} "
                          "(expected off fp32: another tree size is another kernel shape, which can flip a near-tie; "
                          "exactness is checked in fp32)")
+    exact = s.get("exact", {})
+    if exact.get("outputs_identical_across_methods") is False:  # the fp32 exactness bench
+        problems.append(f"fp32 exactness bench: outputs differ from AR: {exact.get('mismatching_cells')}")
+    for name in ("bench", "exact"):
+        timed = (s.get(name, {}).get("compile") or {}).get("timed_compiles")
+        if timed:
+            notes.append(f"{name}: {timed} graphs compiled inside timed decodes (their rows' times include it)")
     prec = s.get("precision", {}).get("aggregate", {})
     if prec.get("float32", {}).get("prompts") and prec["float32"]["dynatree_equals_ar"] < prec["float32"]["prompts"]:
         problems.append("fp32 DynaTree differs from fp32 AR in the precision section")
@@ -45,7 +52,9 @@ def verdict(doc: dict[str, Any]) -> dict[str, Any]:
             why = sec.get("reason") or (sec.get("error") or {}).get("message", "")
             notes.append(f"section {name}: {sec['status']}: {why}"[:400])
     failed = bool(problems)
-    ok = None if ex.get("status") not in ("ok", "failed") and not failed else not failed
+    # exactness is established by the tests' section or by the fp32 exactness bench
+    established = ex.get("status") in ("ok", "failed") or exact.get("outputs_identical_across_methods") is not None
+    ok = not failed if established or failed else None
     return {"exactness_ok": ok, "exit_code": 1 if failed else 0, "problems": problems, "notes": notes}
 
 
@@ -73,6 +82,7 @@ def summary(doc: dict[str, Any]) -> str:
     lines += summary_exactness(s.get("exactness", {}))
     lines += summary_precision(s.get("precision", {}))
     lines += summary_bench(s.get("bench", {}))
+    lines += summary_exact(s.get("exact", {}))
     lines += summary_fastpath(s.get("fastpath", {}))
     lines += [f"  note: {n}" for n in v["notes"]]
     lines.append("section wall times: " + ", ".join(f"{k} {_f(x.get('wall_s'), '.0f')} s ({x.get('status')})"
@@ -122,26 +132,39 @@ def summary_precision(x: dict[str, Any]) -> list[str]:
     return out
 
 
-def summary_bench(x: dict[str, Any]) -> list[str]:
-    head = f"[c] bench ({x.get('status')}, {_f(x.get('wall_s'), '.0f')} s)"
+#: the bench table's columns: header, row key, format (ms per iteration: device time on CUDA, host time
+#: issuing the phase beside it)
+BENCH_COLUMNS = (("tok/s", "tokens_per_s", "7.1f"), ("speedup", "speedup", "6.2f"), ("L̄", "L_bar", "4.2f"),
+                 ("draft ms/it", "draft_ms_per_iteration", ".2f"), ("(host)", "draft_host_ms_per_iteration", ".2f"),
+                 ("verify ms/it", "verify_ms_per_iteration", ".2f"),
+                 ("(host)", "verify_host_ms_per_iteration", ".2f"),
+                 ("overhead ms/it", "engine_overhead_ms", ".2f"), ("syncs/it", "host_syncs_per_iteration", ".2f"),
+                 ("sync excess", "host_sync_excess", "d"), ("peak MiB", "peak_mib", ".0f"))
+
+
+def bench_rows(table: list[dict[str, Any]]) -> list[str]:
+    """The bench table as aligned text (the header, then a line per dataset, runtime and method)."""
+    heads = "    " + f"{'dataset':9s} {'runtime':8s} {'method':22s}" + "".join(f" {h:>{max(len(h), 7)}s}"
+                                                                           for h, _, _ in BENCH_COLUMNS)
+    out = [heads]
+    for r in table:
+        r = {**r, "peak_mib": r["peak_memory_bytes"] / 2 ** 20 if r.get("peak_memory_bytes") else None}
+        cells = "".join(f" {_f(r.get(k), spec):>{max(len(h), 7)}s}" for h, k, spec in BENCH_COLUMNS)
+        out.append(f"    {r['dataset']:9s} {str(r.get('runtime')):8s} {r['label']:22s}{cells}")
+    return out
+
+
+def summary_bench(x: dict[str, Any], tag: str = "[c] bench") -> list[str]:
+    head = f"{tag} ({x.get('status')}, {_f(x.get('wall_s'), '.0f')} s)"
     if not x.get("table"):
         return [f"{head}: {x.get('reason') or (x.get('error') or {}).get('message', '')}"]
     dtype = bench_dtype(x)
     out = [f"{head}: {x.get('target_name')}, {SHORT.get(dtype, dtype)}, N={x['num_prompts']} (W={x['warmup']}), T={x['max_new_tokens']}, "
            f"L_max {x['max_prompt_len']}; outputs identical across methods: {x['outputs_identical_across_methods']}"
-           + (f"; {x['truncated']}" if x.get("truncated") else ""),
-           "    dataset   runtime  method                   tok/s  speedup    L̄   draft ms/it  verify ms/it"
-           "  overhead ms/it  syncs/it  sync excess  peak MiB"]
-    for r in x["table"]:
-        mib = r["peak_memory_bytes"] / 2 ** 20 if r.get("peak_memory_bytes") else None
-        out.append(f"    {r['dataset']:9s} {str(r.get('runtime')):8s} {r['label']:22s} {_f(r['tokens_per_s'], '7.1f'):>7s}  "
-                   f"{_f(r['speedup'], '6.2f'):>7s}  {_f(r['L_bar'], '4.2f'):>4s}  "
-                   f"{_f(r.get('draft_ms_per_iteration'), '.1f'):>11s}  {_f(r.get('verify_ms_per_iteration'), '.1f'):>12s}"
-                   f"  {_f(r['engine_overhead_ms'], '13.2f'):>14s}  "
-                   f"{_f(r['host_syncs_per_iteration'], '8.2f'):>8s}  {_f(r['host_sync_excess'], 'd'):>11s}  "
-                   f"{_f(mib, '8.0f'):>8s}")
-    if (x.get("compile") or {}).get("forwards"):
-        out.append(f"    compile (before any clock): {_compiled(x['compile'])}")
+           + (f"; {x['truncated']}" if x.get("truncated") else "")]
+    out += bench_rows(x["table"])
+    if x.get("compile"):
+        out.append(f"    compile (outside the timed decodes): {_compiled(x['compile'])}")
     audit = x.get("sync_audit") or {}
     if audit.get("methods"):
         out.append("    sync audit (CUDA sync debug mode): " + "; ".join(
@@ -149,6 +172,19 @@ def summary_bench(x: dict[str, Any]) -> list[str]:
             if "error" not in m else f"{k}: error {m['error']['message'][:80]}" for k, m in audit["methods"].items()))
     out.append(f"    result file: {x.get('result_file')}")
     return out
+
+
+def summary_exact(x: dict[str, Any]) -> list[str]:
+    """The fp32 exactness bench: one line (its verdict, runtimes and sizes), the rows that differ."""
+    head = f"[e] fp32 exactness ({x.get('status')}, {_f(x.get('wall_s'), '.0f')} s)"
+    if not x.get("table"):
+        return [] if x.get("status") in (None, "skipped") and "reason" not in x else \
+            [f"{head}: {x.get('reason') or (x.get('error') or {}).get('message', '')}"]
+    ok = x.get("outputs_identical_across_methods")
+    return [f"{head}: {', '.join(sorted({r['label'] for r in x['table']}))} on {', '.join(x.get('runtimes') or [])}, "
+            f"N={x['num_prompts']}, T={x['max_new_tokens']}: every method's tokens equal AR's: {ok}"
+            + ("" if ok else f" (differ: {x.get('mismatching_cells')})")
+            + (f"; compile: {_compiled(x['compile'])}" if x.get("compile") else "")]
 
 
 def summary_fastpath(x: dict[str, Any]) -> list[str]:
@@ -166,7 +202,13 @@ def summary_fastpath(x: dict[str, Any]) -> list[str]:
 
 
 def _compiled(c: dict[str, Any]) -> str:
-    """Compile seconds and graph capture seconds, apart (:func:`.bench.compile_delta`)."""
+    """The forwards' compile seconds, the CUDA graphs' capture seconds and the compiled regions' compile
+    seconds, apart (:func:`~dynatree_core.bench.compile_ledger.compile_delta`), and the graphs compiled
+    inside timed decodes (0: every timed decode ran warm)."""
     graphs = f", then {c['graphs']} CUDA graphs captured in {c['capture_s']:.1f} s" if c.get("graphs") else ""
+    regions = (f"; {c['regions']} region graphs compiled in {c.get('region_s', 0.0):.1f} s"
+               if c.get("regions") is not None else "")
+    timed = f"; {c['timed_compiles']} compiled inside timed decodes" if c.get("timed_compiles") is not None else ""
+    again = f" ({c['recompiled_rows']} rows decoded again warm)" if c.get("recompiled_rows") else ""
     return (f"{c['forwards']} forwards compiled in {c['compile_s']:.1f} s (FX cache hits {c.get('cache_hits')}, "
-            f"misses {c.get('cache_misses')}){graphs}")
+            f"misses {c.get('cache_misses')}){graphs}{regions}{timed}{again}")
