@@ -25,7 +25,7 @@ from dynatree_core import generate
 from dynatree_core.drafters import LookupMix
 from dynatree_core.policy.config import DynaTreeConfig, Eagle2Config, FixedTreeConfig, LinearConfig, SequoiaConfig
 from dynatree_core.policy.cost_model import CostModel
-from dynatree_core.runtime import fused
+from dynatree_core.runtime import fast_path, fused
 
 from helpers import cached_pair
 from helpers.features import feature_pair
@@ -80,9 +80,22 @@ def _sweep(pairs, references) -> None:
                 assert got.tokens == want, (name, len(prompt), method, config)
 
 
-def test_every_method_on_compiled_in_one_process_never_hits_the_limit_nor_compiles_after_warm_up(monkeypatch):
-    monkeypatch.setenv("DYNATREE_COMPILE_BACKEND", "eager")
+@pytest.fixture
+def own_fast_paths():
+    """The sweep's pairs; afterwards their kept fast paths are dropped. What this hides: nothing of the
+    sweep; it keeps later tests of the same cached tiny models from inheriting forwards compiled through
+    dynamo's eager backend (a kept path serves any later run it fits)."""
     pairs = _pairs()
+    yield pairs
+    for pair in pairs.values():
+        for model in (pair.target, pair.draft):
+            fast_path._PATHS.pop(model, None)
+
+
+def test_every_method_on_compiled_in_one_process_never_hits_the_limit_nor_compiles_after_warm_up(
+        monkeypatch, own_fast_paths):
+    monkeypatch.setenv("DYNATREE_COMPILE_BACKEND", "eager")
+    pairs = own_fast_paths
     references = {(name, len(p)): generate(pair, p, "ar", max_new_tokens=NEW, ignore_eos=True).tokens
                   for name, pair in pairs.items() for p in (SHORT, LONG)}
     counters = torch._dynamo.utils.counters
