@@ -7,8 +7,13 @@ the same ops on a CPU. Each op is charged to the model (the target's or the draf
 transformers, torch.nn modules, the draft modules) or to the engine function of this package that
 issued it (the tree bookkeeping, the cache restore, the lookup).
 
+On ``--runtime compiled`` a compiled call is one dispatch whatever it runs: each compiled region's
+call and each compiled forward's call (a replay on CUDA) counts as one, and the eager ops between them
+one each; what the host dispatches per draft level is then the number the launch-bound GPU pays.
+
   python scripts/count_ops.py                                  # the embedded pair, five loops
   python scripts/count_ops.py --target tiny-llama --methods ar,linear,dynatree --tokens 32
+  python scripts/count_ops.py --target tiny-llama --methods ar,dynatree:gpu --runtime compiled
 """
 
 from __future__ import annotations
@@ -79,6 +84,49 @@ class OpCounter:
         self._mode.__exit__(*exc)
 
 
+class CompiledCalls:
+    """While active, counts the calls of compiled code as one dispatch each: a compiled region's
+    (:class:`~dynatree_core.runtime.fused.Region`) and a compiled forward's (``compile_forward``'s
+    result), with the op counter suspended inside them (what they run is one call from the host)."""
+
+    active: "CompiledCalls | None" = None
+
+    def __init__(self) -> None:
+        self.calls: collections.Counter = collections.Counter()
+
+    def __enter__(self) -> "CompiledCalls":
+        CompiledCalls.active = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        CompiledCalls.active = None
+
+    @staticmethod
+    def wrap(fn, kind: str):
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        def call(*args, **kwargs):
+            counter = CompiledCalls.active
+            if counter is None:
+                return fn(*args, **kwargs)
+            counter.calls[kind] += 1
+            with _disable_current_modes():
+                return fn(*args, **kwargs)
+
+        return call
+
+    @staticmethod
+    def install(set_attr=setattr) -> None:
+        """Count every compiled region's and compiled forward's call from now on (before any path is
+        built); ``set_attr``: how to patch (a test passes ``monkeypatch.setattr``, which undoes it)."""
+        from dynatree_core.runtime import fast_path, fused
+
+        compile_forward = fast_path.compile_forward
+        set_attr(fast_path, "compile_forward",
+                 lambda fn, device="cpu": CompiledCalls.wrap(compile_forward(fn, device), "forward"))
+        set_attr(fused.Region, "__call__", CompiledCalls.wrap(fused.Region.__call__, "region"))
+
+
 def count(pair, prompt, method: str, config, tokens: int, top: int, runtime: str = "eager") -> dict:
     """Ops per steady-state iteration of one loop. ``levels_per_iteration``: the draft levels *run*
     (the device-resident draft phase of a fast runtime runs every level, padding included; the eager
@@ -90,7 +138,7 @@ def count(pair, prompt, method: str, config, tokens: int, top: int, runtime: str
     iterations = levels = syncs = 0
     drafter = run.drafter
     before = drafter.forwards if drafter is not None else 0
-    with OpCounter() as c:
+    with OpCounter() as c, CompiledCalls() as compiled:
         for rec in run:
             iterations += 1
             levels += rec.draft_forwards
@@ -103,6 +151,9 @@ def count(pair, prompt, method: str, config, tokens: int, top: int, runtime: str
             "model_ops_per_iteration": c.kinds["model"] / iterations,
             "engine_ops_per_iteration": c.kinds["engine"] / iterations,
             "step_ops_per_iteration": c.kinds["step"] / iterations,
+            "region_calls_per_iteration": compiled.calls["region"] / iterations,
+            "forward_calls_per_iteration": compiled.calls["forward"] / iterations,
+            "dispatches_per_iteration": (c.total + sum(compiled.calls.values())) / iterations,
             "top_engine": [(w, n / iterations) for w, n in c.where.most_common(top)]}
 
 
@@ -115,10 +166,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--linear-k", type=int, default=3, help="linear's K (default 3)")
     p.add_argument("--tokens", type=int, default=48, help="new tokens per loop (default 48)")
     p.add_argument("--top", type=int, default=6, help="engine functions listed per loop (default 6)")
-    p.add_argument("--runtime", default="eager", choices=("eager", "static"),
-                   help="eager (the CPU's), or static: the fast path's caches, buckets and device-resident draft "
-                        "phase run eagerly, so every op it would launch on a GPU is dispatched and counted here")
+    p.add_argument("--runtime", default="eager", choices=("eager", "static", "compiled"),
+                   help="eager (the CPU's); static: the fast path's caches, buckets and device-resident draft "
+                        "phase run eagerly, so every op it would launch on a GPU is dispatched and counted here; "
+                        "compiled: the same compiled (a compiled region's or forward's call counts as one dispatch)")
     args = p.parse_args(argv)
+    if args.runtime == "compiled":
+        CompiledCalls.install()
 
     from dynatree_core.bench.methods import method_specs, parse_methods
     from dynatree_core.engine.calibrate import prepare_config
@@ -134,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
           "ops per steady-state iteration")
     print(f"{'method':18s} {'levels/it':>9s} {'syncs/it':>8s} {'model ops/it':>12s} {'engine ops/it':>13s} "
           f"{'engine ops/level':>16s} {'region ops/level':>16s}")
+    if args.runtime == "compiled":
+        return _print_dispatches(pair, prompt, args)
     ar_engine = None
     for spec in method_specs(parse_methods(args.methods), k=[args.linear_k]):
         cfg = prepare_config(spec.config, pair) if spec.config is not None else None
@@ -154,6 +210,32 @@ def main(argv: list[str] | None = None) -> int:
         print("(engine ops/level: the engine's ops per iteration beyond AR's, per draft level run; the ops inside "
               "the fast path's compiled regions apart: region ops/level, one compiled graph per region on the "
               "compiled and graphs runtimes)")
+    return 0
+
+
+def _print_dispatches(pair, prompt, args) -> int:
+    """The compiled runtime's table: host dispatches per iteration (eager ops, compiled region calls,
+    compiled forward calls) and, beyond AR's, per draft level run."""
+    from dynatree_core.bench.methods import method_specs, parse_methods
+    from dynatree_core.engine.calibrate import prepare_config
+
+    print(f"{'method':18s} {'levels/it':>9s} {'eager ops/it':>12s} {'regions/it':>10s} {'forwards/it':>11s} "
+          f"{'dispatches/it':>13s} {'dispatches/level':>16s}")
+    ar = None
+    for spec in method_specs(parse_methods(args.methods), k=[args.linear_k]):
+        cfg = prepare_config(spec.config, pair) if spec.config is not None else None
+        count(pair, prompt, spec.method, cfg, args.tokens, args.top, "compiled")  # compiles: not counted
+        r = count(pair, prompt, spec.method, cfg, args.tokens, args.top, "compiled")
+        if spec.method == "ar":
+            ar = r["dispatches_per_iteration"]
+        levels = r["levels_per_iteration"]
+        per_level = (r["dispatches_per_iteration"] - ar) / levels if ar is not None and levels else None
+        print(f"{spec.label:18s} {levels:9.2f} {r['engine_ops_per_iteration']:12.1f} "
+              f"{r['region_calls_per_iteration']:10.2f} {r['forward_calls_per_iteration']:11.2f} "
+              f"{r['dispatches_per_iteration']:13.1f} {'-' if per_level is None else f'{per_level:16.1f}':>16s}")
+        print("    " + ", ".join(f"{w} {n:.1f}" for w, n in r["top_engine"]))
+    print("(a compiled region's or forward's call is one dispatch; dispatches/level: beyond AR's per iteration, per "
+          "draft level run" + ("" if ar is not None else "; include ar to compute it") + ")")
     return 0
 
 

@@ -35,8 +35,11 @@ def test_compile_scope_sets_cache_and_freezing_only_inside(monkeypatch, tmp_path
     assert cc.compile_options("cpu") == {"fx_graph_cache": True, "freezing": True, "cpp.weight_prepack": False}
     monkeypatch.setenv(cc.FREEZING_ENV, "mkl")
     assert cc.compile_options("cpu") == {"fx_graph_cache": True, "freezing": True, "cpp.weight_prepack": True}
+    assert cc.compile_options("cpu", freezing=False) == {"fx_graph_cache": True, "freezing": False}  # a whole level
+    with cc.compile_scope("cpu", freezing=False):
+        assert not torch._inductor.config.freezing
     monkeypatch.setenv(cc.FREEZING_ENV, "off")
-    assert cc.compile_options("cpu") == {"fx_graph_cache": True}
+    assert cc.compile_options("cpu") == {"fx_graph_cache": True, "freezing": False}
     monkeypatch.setenv(cc.FREEZING_ENV, "banana")
     with pytest.raises(ValueError, match=cc.FREEZING_ENV):
         cc.compile_options("cpu")

@@ -202,6 +202,7 @@ def test_cuda_reports_no_synchronisation_the_loop_did_not_count(method, config):
 
 # --- the device-resident draft phase (the fast path's: no host read until the verification) --------
 from dynatree_core.runtime.device_tree import resident_shape  # noqa: E402
+from dynatree_core.runtime.draft_phase import DraftPhase  # noqa: E402
 from dynatree_core.runtime.level_step import level_step, resident_step  # noqa: E402
 from helpers.device_tree import eagle_rules, rules, shape_rules, uniform_rules  # noqa: E402
 
@@ -209,9 +210,10 @@ from helpers.device_tree import eagle_rules, rules, shape_rules, uniform_rules  
 resident_rules = st.one_of(rules, shape_rules, eagle_rules, uniform_rules)
 
 
-def _grow_resident(rule: GrowthRule, root: int, k: int, ties: bool, step_fn=None, early_exit: bool = False):
+def _grow_resident(rule: GrowthRule, root: int, k: int, ties: bool, step=None, early_exit: bool = False):
     syncs = HostSyncs(pack=True)  # the GPU's read path: every read counted
-    dev = DeviceTree(root, rule, k, CPU, resident=True, step_fn=step_fn, early_exit=early_exit)
+    phase = DraftPhase("static", CPU, step=step) if step is not None else None
+    dev = DeviceTree(root, rule, k, CPU, resident=True, phase=phase, early_exit=early_exit)
     return dev.grow(FakeDrafter(k, ties), syncs), syncs
 
 
@@ -289,7 +291,7 @@ def test_the_level_step_compiles_whole_for_every_policy(rule):
     step = torch.compile(resident_step, fullgraph=True, dynamic=False, backend="eager")
     k = max(rule.max_breadth, 2)
     plain, _ = _grow_resident(rule, 7, k, False)
-    compiled, syncs = _grow_resident(rule, 7, k, False, step_fn=step)
+    compiled, syncs = _grow_resident(rule, 7, k, False, step=step)
     assert syncs.count == 0
     argmax = torch.zeros(plain.n, dtype=torch.long)
     a, b = plain.select(argmax, HostSyncs()).arrays, compiled.select(argmax, HostSyncs()).arrays

@@ -210,3 +210,18 @@ def test_the_drafts_device_bookkeeping_commits_in_place_and_compacts_between_tre
     assert book.alive.tolist()[:8] == [True, True, True, False, True, False, True, False] and level == 3
     start = book.reserve(2, room=8)  # 7 + 2 + 8 > 16: the next tree's level 0 compacts first
     assert book.compactions == 1 and start == 5 and book.alive.tolist()[:6] == [True] * 5 + [False]
+
+
+def test_a_history_that_deepens_a_fixed_depth_tree_stays_in_its_resident_shape():
+    """With a fixed depth, D_max is D0, and the history adapter raises D0 up to D_max - 1: the resident
+    tree's static shape must be sized for the deepest rule the adapter can reach, not the first one
+    (sized for D0 = 1 it had a frontier of width 1, and the level after a raise overflowed it)."""
+    config = DynaTreeConfig(d0=1, d_max=3, b_min=1, b_mid=1, b_max=2, n_max=3, rho_stop=0.5, rho_deep=0.75,
+                            dynamic_depth=False, history=dataclasses.replace(DynaTreeConfig().history, enabled=True,
+                                                                             window=1, target_acceptance=0.5,
+                                                                             eta_d=1.0, eta_h=0.0))
+    runs = list(iterate(cached_pair("llama", "eager", 0.0), [2], "dynatree", config, max_new_tokens=8,
+                        ignore_eos=True, runtime=STATIC, trace=True))
+    # the adapter did deepen the rule: a level after the root's ran (the case is not vacuous)
+    assert max(r.draft_forwards for r in runs) >= 2
+    assert [t for r in runs for t in r.committed] == reference_greedy("llama", "eager", (2,), 8)

@@ -3,8 +3,9 @@ grows the very trees the eager path grows.
 
 On the ``compiled`` and ``graphs`` runtimes every piece of a draft level around the draft's forward
 is one ``torch.compile(fullgraph=True)`` region (the forward's inputs, the head's top-k, prompt lookup
-with the mixture, the growth rule's step), and so are the verify forward's inputs. Here the ``static`` runtime is made to compile them with
-dynamo's eager backend (the tracing is the proof that there is no graph break, no host read and no
+with the mixture, the growth rule's step), a level a drafter lends is one region with its forward
+inside (``one_level``), and so are the verify forward's inputs. Here the ``static`` runtime is made
+to compile them with dynamo's eager backend (the tracing is the proof that there is no graph break, no host read and no
 data-dependent Python branch; inductor's code generation is the GPU's runtime), inside real decodes.
 """
 
@@ -22,6 +23,8 @@ from dynatree_core import iterate
 from dynatree_core.drafters import LookupMix, PromptLookup
 from dynatree_core.policy.config import DynaTreeConfig, Eagle2Config, LinearConfig, SequoiaConfig
 from dynatree_core.runtime import fused
+from dynatree_core.runtime.compile_cache import own_code
+from dynatree_core.runtime.fast_path import _PATHS
 from dynatree_core.runtime.ngram import (CompactVocab, StaticSeq, compact_ids, lookup_matches, static_matches,
                                          tree_contexts)
 
@@ -44,15 +47,23 @@ def regions_traced(monkeypatch):
             made[fn.__qualname__] = torch.compile(fn, fullgraph=True, dynamic=False, backend="eager")
         return made[fn.__qualname__]
 
+    def whole(fn, backend, scope=None):  # a whole draft level: one code object per bucket, as Region gives
+        made["whole_level"] = fn
+        return torch.compile(own_code(fn), fullgraph=True, dynamic=False, backend="eager")
+
     torch._dynamo.reset()
-    for module in ("dynatree_core.runtime.fused", "dynatree_core.runtime.level_step",
+    for module in ("dynatree_core.runtime.fused", "dynatree_core.runtime.draft_phase",
                    "dynatree_core.runtime.static_draft", "dynatree_core.drafters.feature_drafter",
                    "dynatree_core.drafters.model_drafter", "dynatree_core.drafters.mix",
                    "dynatree_core.runtime.backend"):
         monkeypatch.setattr(f"{module}.compiled", compiled)
-    monkeypatch.setattr("dynatree_core.runtime.level_step.COMPILING", ("static",))
+    monkeypatch.setattr("dynatree_core.runtime.draft_phase.COMPILING", ("static",))
+    monkeypatch.setattr("dynatree_core.runtime.draft_phase.Region", whole)
     with torch._dynamo.config.patch(recompile_limit=4, fail_on_recompile_limit_hit=True):
         yield made
+    for paths in _PATHS.values():  # the whole levels compiled here must not serve a later test's static run
+        for path in paths.values():
+            path.levels.clear()
     torch._dynamo.reset()
 
 
@@ -78,15 +89,19 @@ def test_every_region_compiles_whole_and_grows_the_eager_trees(kind, regions_tra
         assert _trees(fast) == _trees(eager), method
         assert all(r.host_syncs == 1 for r in fast)
         seen |= set(regions_traced)
-    want = {"resident_step", "level_inputs", "chain_inputs", "verify_inputs"} | ({"head_topk"} if kind.startswith("feature") else {"logits_topk"})
-    assert want | ({"mix_level"} if kind.endswith("lookup") else set()) == seen
+    # a lookup mixture proposes level by level (its regions: the inputs, the head's top-k, the mixture, the
+    # step); a drafter alone lends each level after the root's to the draft phase (one whole level)
+    parts = {"level_inputs", "mix_level", "resident_step"} | ({"head_topk"} if kind.startswith("feature") else
+                                                              {"logits_topk"})
+    want = {"chain_inputs", "verify_inputs"} | (parts if kind.endswith("lookup") else {"whole_level", "resident_step"})
+    assert want == seen
 
 
 def test_every_marked_region_is_one_the_fast_path_runs():
     """Nothing is marked a region (and so left out of the engine's op count) that no test traces."""
     names = {code.co_name for code in fused.REGIONS}
     assert names == {"level_step", "resident_step", "level_inputs", "chain_inputs", "head_topk", "logits_topk",
-                     "mix_level", "verify_inputs"}
+                     "mix_level", "verify_inputs", "one_level"}  # a whole draft level (draft_phase.whole_level)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -9,8 +9,10 @@ import torch
 from dynatree_core.drafters.feature_draft import FeatureDraftModel
 from dynatree_core.drafters.protocol import DraftContext, Drafter, Proposal, level_visibility
 from dynatree_core.runtime import plumbing as pl
+from dynatree_core.runtime.draft_phase import LentLevel
 from dynatree_core.runtime.fused import compiled, region
 from dynatree_core.runtime.host_syncs import to_device
+from dynatree_core.runtime.linear_kernels import linear
 from dynatree_core.runtime.ngram import TopKTensors
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -126,6 +128,16 @@ class FeatureDrafter(Drafter):
                 logits, vocab_ids, min(self.ctx.top_k, vocab_ids.shape[0]), self.feats, ids, out))
         return self._greedy(self._head_topk(out), level)
 
+    def lend_level(self, tree: "DeviceTree", level: int) -> LentLevel | None:
+        """On the fast path, greedy: the level's static forward, the features kept for the children and
+        the head's top-k, run whole by the draft phase (sampling: :meth:`propose`)."""
+        if self.fast is None or self.ctx.sampler is not None or level == 0 or self.slot is None:
+            return None
+        self.forwards += 1
+        head = self.model.head
+        return LentLevel(self.fast, self.slot, self.root_pos, self.feats, feature_head_topk,
+                         (head.weight, head.vocab_ids), min(self.ctx.top_k, head.num_head_ids), self.ctx.clock)
+
     def level_scores(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> tuple[torch.Tensor, torch.Tensor]:
         out = self._forward_level(tree, ids, level)
         return self._head_logits(self._kept(ids, out, level))
@@ -227,4 +239,15 @@ def head_topk(logits: torch.Tensor, vocab_ids: torch.Tensor, k: int, feats: torc
     read it) and the head's top-k (token ids, log-probabilities), as one compiled region."""
     feats.index_copy_(0, ids, out)
     top = torch.log_softmax(logits.float(), dim=-1).topk(k, dim=-1)
+    return vocab_ids[top.indices], top.values
+
+
+def feature_head_topk(out: torch.Tensor, ids: torch.Tensor, feats: torch.Tensor, k: int, weight: torch.Tensor,
+                      vocab_ids: torch.Tensor) -> TopKTensors:
+    """The feature draft's head in a whole draft level (:func:`~dynatree_core.runtime.draft_phase.whole_level`):
+    each node's predicted feature ``out`` kept for its children, then the head's logits over its ids
+    (``weight`` [H, F]; :func:`~dynatree_core.runtime.linear_kernels.linear` is ``F.linear`` in a
+    compiled graph) and their top-k as full-vocabulary ids."""
+    feats.index_copy_(0, ids, out)
+    top = torch.log_softmax(linear(out, weight, None, None).float(), dim=-1).topk(k, dim=-1)
     return vocab_ids[top.indices], top.values

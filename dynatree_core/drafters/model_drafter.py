@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 from transformers import DynamicCache
 
-from dynatree_core.drafters.protocol import DraftContext, Drafter, Proposal, level_visibility, logits_topk
+from dynatree_core.drafters.protocol import (DraftContext, Drafter, Proposal, level_visibility, lm_head_topk,
+                                             logits_topk)
 from dynatree_core.runtime import plumbing as pl
 from dynatree_core.runtime.fused import compiled
 from dynatree_core.runtime.host_syncs import to_device
+from dynatree_core.runtime.draft_phase import LentLevel
 from dynatree_core.runtime.static_draft import DraftStaticForwards
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -63,6 +65,14 @@ class ModelDrafter(Drafter):
         if self.fast is not None and level:  # one compiled region
             return Proposal(*compiled(logits_topk, self.fast.path.runtime, self.device)(logits, self.ctx.top_k))
         return self._greedy(self._topk(logits), level)
+
+    def lend_level(self, tree: "DeviceTree", level: int) -> LentLevel | None:
+        """On the fast path, greedy: the level's static forward and the logits' top-k, run whole by
+        the draft phase (under sampling the candidates are draws: :meth:`propose`)."""
+        if self.fast is None or self.ctx.sampler is not None or level == 0 or self.slot is None:
+            return None
+        self.forwards += 1
+        return LentLevel(self.fast, self.slot, self.base - 1, None, lm_head_topk, (), self.ctx.top_k, self.ctx.clock)
 
     def level_scores(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> tuple[torch.Tensor, None]:
         logits = self._forward_level(tree, ids, level)

@@ -20,6 +20,7 @@ from dynatree_core.runtime.ngram import TopKTensors
 
 if TYPE_CHECKING:  # pragma: no cover
     from dynatree_core.runtime.device_tree import DeviceTree
+    from dynatree_core.runtime.draft_phase import LentLevel
     from dynatree_core.runtime.sampling import DraftSampler
 
 #: the drafter kinds :func:`make_drafter` builds, by the kind of ``ModelPair.draft``
@@ -56,6 +57,12 @@ def logits_topk(logits: torch.Tensor, top_k: int) -> TopKTensors:
     (a compiled region on the fast path)."""
     top = torch.log_softmax(logits.float(), dim=-1).topk(min(top_k, logits.shape[-1]), dim=-1)
     return top.indices, top.values
+
+
+def lm_head_topk(logits: torch.Tensor, ids: torch.Tensor, feats: torch.Tensor | None, top_k: int) -> TopKTensors:
+    """A causal LM draft's head in a whole draft level (:func:`~dynatree_core.runtime.draft_phase.whole_level`):
+    its forward's outputs are the logits, so the head is their top-k."""
+    return logits_topk(logits, top_k)
 
 
 @dataclass(frozen=True)
@@ -140,6 +147,12 @@ class Drafter(ABC):
         [len(committed), H]: the target's final hidden states of the root and the path's nodes,
         row k being the state that predicted ``committed[k]``; ``fed``: how many leading nodes of
         ``path`` the draft consumed this iteration (the expanded ones)."""
+
+    def lend_level(self, tree: "DeviceTree", level: int) -> "LentLevel | None":
+        """Level ``level`` (>= 1) of a resident tree as the parts the run's
+        :class:`~dynatree_core.runtime.draft_phase.DraftPhase` runs in one call (its forward counted
+        here), or None (the default): the tree asks :meth:`propose` for it."""
+        return None
 
     def prefill(self) -> None:
         """Consume the pending committed tokens except the root now (explorers call this once so

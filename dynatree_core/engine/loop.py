@@ -40,7 +40,7 @@ from dynatree_core.runtime.backend import TargetBackend, target_backend
 from dynatree_core.runtime.device_tree import DeviceTree, Selection, resident_shape
 from dynatree_core.runtime.fast_path import resolve_runtime
 from dynatree_core.runtime.host_syncs import to_device
-from dynatree_core.runtime.level_step import step_for
+from dynatree_core.runtime.draft_phase import DraftPhase
 from dynatree_core.runtime.sampling import DraftSampler, TargetSampler, draft_candidates, make_samplers
 
 _TAIL_CODE = STOP_REASONS.index(LOOKUP_TAIL)
@@ -180,6 +180,11 @@ class DecodingRun:
         return self.result
 
     # --- the loop ----------------------------------------------------------------------------
+    def _shape_rule(self) -> GrowthRule:
+        """The rule a resident tree's static shape is sized for: one that bounds every iteration's
+        (the history adapter moves D0, and with a fixed depth D_max with it)."""
+        return self.adapter.envelope() if self.adapter is not None else self.config.growth_rule()
+
     def _rule(self, remaining: int) -> GrowthRule:
         rule = self.adapter.rule() if self.adapter is not None else self.config.growth_rule()
         # Never draft deeper than the tokens still wanted (the bonus supplies one of them).
@@ -204,8 +209,8 @@ class DecodingRun:
         tail, own_tail = tail_lookup(drafter) if drafter is not None and self.config.lookup_tail else (None, False)
         need_hidden = drafter is not None and drafter.needs_target_hidden  # a feature drafter reads them
         out, root = [], self.prompt[-1]
-        resident, shape_rule = self._resident(), self.config.growth_rule()
-        step_fn = step_for(self.runtime, self.pair.device, resident)
+        resident, shape_rule = self._resident(), self._shape_rule()
+        phase = DraftPhase(self.runtime, self.pair.device, max(1, shape_rule.d_max)) if resident else None
         self._prefill(drafter, ctx, need_hidden, col)
         if own_tail:
             tail.start(self.prompt, ctx)  # a lookup of the loop's own: it follows the committed tokens
@@ -215,7 +220,7 @@ class DecodingRun:
             grown = rule if self.replay is None else self.replay.envelope(remaining)
             # 1. draft: grow the tree, one batched draft forward per level (AR: the root alone)
             tree = DeviceTree(root, grown, ctx.top_k, self.pair.device, position=len(self.prompt) + len(out) - 1,
-                              resident=resident, step_fn=step_fn, shape_rule=grown if self.replay else shape_rule,
+                              resident=resident, phase=phase, shape_rule=grown if self.replay else shape_rule,
                               early_exit=self.sampling.rule != "rejection")
             if drafter is not None:
                 tree.grow(drafter, col.syncs)
@@ -302,7 +307,7 @@ class DecodingRun:
         model = drafter.fast_model if drafter is not None else None
         if model is None:
             return None
-        levels = resident_shape(self.config.growth_rule(), self._draft_top_k())[:2] if self._resident() else None
+        levels = resident_shape(self._shape_rule(), self._draft_top_k())[:2] if self._resident() else None
         return self.target.draft_forwards(model, len(self.prompt) + self.max_new_tokens, levels)
 
     def _trace(self, drafter: Drafter | None, top_k: int) -> Trace | None:

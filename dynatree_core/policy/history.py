@@ -104,6 +104,15 @@ class HistoryAdapter:
         scale = self.state.depth_scale(self.config.d_max) if self.config.cost_aware else ()
         return self.config.growth_rule(d0=self.state.d0_effective, tau_h=self.state.tau_h, depth_scale=scale)
 
+    def envelope(self) -> GrowthRule:
+        """A rule whose resident shape bounds every rule this adapter can return: D0 only grows the
+        shape (with a fixed depth, D_max is D0), and the update keeps it at most max(D_max - 1, the
+        state's own D0). τ_h and the depth scale change no bound."""
+        c = self.config
+        if not c.history.enabled:
+            return c.growth_rule()
+        return c.growth_rule(d0=max(c.d0, c.d_max - 1, self.state.d0_effective))
+
     def update(self, acceptance: float | None, accepted: int = 0,
                depth_mass: "list[float] | None" = None) -> HistoryState:
         """Fold one iteration's acceptance a_r into the window and adapt D0 / τ_h.

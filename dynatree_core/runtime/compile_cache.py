@@ -90,13 +90,14 @@ def compile_cache_dir() -> Path:
     return base / "inductor" / f"torch-{torch.__version__.replace('+', '-')}"
 
 
-def compile_options(device: torch.device | str) -> dict[str, Any]:
+def compile_options(device: torch.device | str, freezing: bool = True) -> dict[str, Any]:
     """Inductor settings for an inference forward on ``device``: the local FX graph and AOTAutograd
-    cache on, and freezing on the CPU (parameters as constants, oneDNN-packed linears); the
-    AOTAutograd cache is ``torch._functorch.config.enable_autograd_cache``, set by :func:`compile_scope`."""
-    options: dict[str, Any] = {"fx_graph_cache": True}
+    cache on, and freezing on the CPU (parameters as constants, oneDNN-packed linears) unless
+    ``freezing`` is False; the AOTAutograd cache is ``torch._functorch.config.enable_autograd_cache``,
+    set by :func:`compile_scope`."""
+    options: dict[str, Any] = {"fx_graph_cache": True, "freezing": False}
     mode = freezing_mode()
-    if torch.device(device).type == "cpu" and mode != "off":
+    if torch.device(device).type == "cpu" and mode != "off" and freezing:
         options["freezing"] = True
         options["cpp.weight_prepack"] = mode in ("prepack", "mkl")
     return options
@@ -145,16 +146,18 @@ def onednn_linears() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def compile_scope(device: torch.device | str) -> Iterator[Path]:
+def compile_scope(device: torch.device | str, freezing: bool = True) -> Iterator[Path]:
     """Inductor's cache folder and :func:`compile_options` for the duration of the block only (the
-    environment variable and the config are restored on exit)."""
+    environment variable and the config are restored on exit). ``freezing=False``: a graph whose
+    inputs include buffers it writes (a whole draft level: the tree's, the cache's), which freezing's
+    constant folding mistakes for parameters."""
     folder = compile_cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
     before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
     try:
-        onednn = torch.device(device).type == "cpu" and freezing_mode() == "prepack"
-        with torch._inductor.config.patch(compile_options(device)), \
+        onednn = torch.device(device).type == "cpu" and freezing_mode() == "prepack" and freezing
+        with torch._inductor.config.patch(compile_options(device, freezing)), \
                 torch._functorch.config.patch(enable_autograd_cache=True), \
                 (onednn_linears() if onednn else contextlib.nullcontext()):
             yield folder

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import torch
@@ -29,6 +29,9 @@ from dynatree_core.runtime.device_tail import TailGrowth
 from dynatree_core.runtime.host_syncs import HostSyncs, Peek, read_counts, to_device
 from dynatree_core.runtime.host_tree import unpack
 from dynatree_core.runtime.level_step import Level, StepRule, TreeBuffers, level_step, resident_step
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dynatree_core.runtime.draft_phase import DraftPhase, LentLevel
 
 
 def resident_shape(rule: GrowthRule, top_k: int) -> tuple[int, int, int]:
@@ -71,6 +74,10 @@ class Proposer(Protocol):
     def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> Proposed:
         """One row per node of ``ids``, on the tree's device."""
 
+    def lend_level(self, tree: "DeviceTree", level: int) -> "LentLevel | None":
+        """Level ``level`` as the parts a :class:`DraftPhase` runs in one call (counted as the
+        drafter's forward), or None: :meth:`propose` it."""
+
 
 @dataclass
 class Selection:
@@ -91,7 +98,7 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
     """
 
     def __init__(self, root_token: int, rule: GrowthRule, top_k: int, device: torch.device,
-                 position: int | None = None, resident: bool = False, step_fn: Callable[..., Level] | None = None,
+                 position: int | None = None, resident: bool = False, phase: "DraftPhase | None" = None,
                  shape_rule: GrowthRule | None = None, early_exit: bool = False):
         self.rule, self.top_k, self.device = rule, max(1, int(top_k)), device
         #: the root's absolute position (its index in prompt + output; node u's child fills
@@ -100,9 +107,9 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
         #: grow without reading the device (a fixed frontier of :attr:`width` over :attr:`levels`
         #: levels) and verify every node slot (:attr:`slots`): the fast path's draft phase
         self.resident = resident
-        #: :func:`level_step` (:func:`resident_step` when resident) as the runtime runs it (compiled);
-        #: None: as it is
-        self.step_fn = step_fn
+        #: the run's resident draft phase (its level step as the runtime runs it, whole levels where
+        #: the drafter lends them); None: :func:`resident_step` as written, level by level
+        self.phase = phase if resident else None
         #: resident growth stops launching levels once the device has posted an empty frontier (a
         #: :class:`Peek`: no wait); off where a padding level must run (its draws feed a seeded stream)
         self.peek = Peek(device) if resident and early_exit else None
@@ -193,27 +200,30 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
         host_budget, got = rule.n_max, {}
         for level in range(self.levels if self.resident else rule.n_max):
             self.depth = level  # the level's nodes' depth: where a sampled child's noise is keyed
-            prop = drafter.propose(self, ids, level=level)
-            if level == 0:
-                self.chain = prop.chain
-            k = min(prop.tokens.shape[1], self.top_k)
-            self.k_used = k
-            conf = None
-            if prop.confidence is not None:  # the drafter states c(u) (sampled candidates): for B(u), the trace
-                conf = prop.confidence
-                self._confidence().index_copy_(0, torch.where(valid, ids, self.scratch), conf.double())
-            tokens, logps = (prop.tokens, prop.logps) if prop.tokens.shape[1] == k else \
-                (prop.tokens[:, :k], prop.logps[:, :k])
-            if self.resident:  # the depth is a tensor: one compiled graph for all levels
-                lv, self._calls, self._overflow = (self.step_fn or resident_step)(
-                    t, step, ids, valid, tokens, logps, conf, self.level_tensor(level + 1), n, budget, self.width,
-                    self._calls, self._overflow)
+            lent = drafter.lend_level(self, level) if self.phase is not None else None
+            if lent is not None:  # the whole level in one call: inputs, forward, head, step
+                self.k_used = min(lent.k, self.top_k)
+                lv, self._calls, self._overflow = self.phase.level(
+                    lent, self, t, step, ids, valid, level, n, budget, self.width, self._calls, self._overflow)
                 ids, valid, n, budget = lv.ids, lv.valid, lv.n, lv.budget
                 if self._empty_next(lv):
                     break
                 continue
-            lv = (self.step_fn or level_step)(t, step, ids, valid, tokens, logps, conf, level + 1, n, budget,
-                                              ids.shape[0] * k, cost)
+            prop = drafter.propose(self, ids, level=level)
+            if level == 0:
+                self.chain = prop.chain
+            tokens, logps, conf = self._candidates(prop, ids, valid)
+            k = self.k_used
+            if self.resident:  # the depth is a tensor: one compiled graph for all levels
+                step_fn = self.phase.step if self.phase is not None else resident_step
+                depth = self.phase.depth(level + 1) if self.phase is not None else self.level_tensor(level + 1)
+                lv, self._calls, self._overflow = step_fn(t, step, ids, valid, tokens, logps, conf, depth, n, budget,
+                                                          self.width, self._calls, self._overflow)
+                ids, valid, n, budget = lv.ids, lv.valid, lv.n, lv.budget
+                if self._empty_next(lv):
+                    break
+                continue
+            lv = level_step(t, step, ids, valid, tokens, logps, conf, level + 1, n, budget, ids.shape[0] * k, cost)
             self.draft_calls += 1
             got = self._counts(syncs, lv, ids.shape[0], level + 1, host_budget)
             kept, n_expand = got["kept"], got["expand"]
@@ -225,6 +235,18 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
                 break
             ids, valid, n, budget = lv.ids[:n_expand], lv.valid[:n_expand], lv.n, lv.budget
         return self._finish(n, host_budget, got)
+
+    def _candidates(self, prop: Proposed, ids: torch.Tensor, valid: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """A proposal's candidates cut to the tree's top-k (kept as :attr:`k_used`), and c(u) where the
+        drafter states it (sampled candidates: for B(u), recorded for the trace)."""
+        k = self.k_used = min(prop.tokens.shape[1], self.top_k)
+        conf = prop.confidence
+        if conf is not None:
+            self._confidence().index_copy_(0, torch.where(valid, ids, self.scratch), conf.double())
+        if prop.tokens.shape[1] == k:
+            return prop.tokens, prop.logps, conf
+        return prop.tokens[:, :k], prop.logps[:, :k], conf
 
     def _empty_next(self, lv: Level) -> bool:
         """Whether the device has already said that a resident level's next frontier is empty (then

@@ -111,6 +111,9 @@ class FastPath:
     capture_s: float = 0.0
     #: the run that holds the path now: its static cache serves one decode at a time
     owner: object = None
+    #: a draft's whole-level functions by (head, bucket, runtime, compiled or not), kept with its
+    #: buffers (:class:`~dynatree_core.runtime.draft_phase.DraftPhase`: compiled once per process and shape)
+    levels: dict[tuple[str, int, str, bool], Callable] = field(default_factory=dict)
     _pool: Any = None
 
     def fits(self, length: int, max_tree: int) -> bool:

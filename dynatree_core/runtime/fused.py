@@ -19,10 +19,11 @@ and capacities in one process, each compiled once, none evicting another.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from types import CodeType
-from typing import Any, Callable, Hashable, TypeVar
+from typing import Any, Callable, ContextManager, Hashable, TypeVar
 
 import torch
 
@@ -70,8 +71,10 @@ class Region:
     of its own (so no two keys share dynamo's per-code-object limit). Made once per function,
     runtime and device type (:func:`compiled`)."""
 
-    def __init__(self, fn: Callable, backend: str):
-        self.fn, self.backend = fn, backend
+    def __init__(self, fn: Callable, backend: str, scope: Callable[[], ContextManager] | None = None):
+        #: ``scope``: a context the compiling (first) call of each key runs in (a whole level that
+        #: holds the draft's forward compiles under the forwards' settings: ``compile_scope``)
+        self.fn, self.backend, self.scope = fn, backend, scope
         self.name = f"{fn.__module__}.{fn.__qualname__}"
         self.graphs: dict[Hashable, Callable] = {}
 
@@ -83,7 +86,8 @@ class Region:
         graph = torch.compile(own_code(self.fn), fullgraph=True, dynamic=False, backend=self.backend)
         self.graphs[key] = graph
         t0 = time.perf_counter()
-        out = graph(*args)  # the first call compiles
+        with (self.scope() if self.scope is not None else contextlib.nullcontext()):
+            out = graph(*args)  # the first call compiles
         _STATS.compile_s += time.perf_counter() - t0
         _STATS.graphs += 1
         _STATS.keys[self.name] = len(self.graphs)

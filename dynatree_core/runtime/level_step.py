@@ -27,7 +27,7 @@ import torch
 
 from dynatree_core.policy.growth_rule import GrowthRule
 from dynatree_core.runtime.device_tables import CODE, breadth_table
-from dynatree_core.runtime.fused import COMPILING, compiled, region
+from dynatree_core.runtime.fused import region
 from dynatree_core.runtime.host_syncs import to_device
 
 #: the rule's numbers a level reads, in the order of :meth:`StepRule.values` (one host -> device
@@ -110,17 +110,6 @@ class Level:
     kept: torch.Tensor  # [] long
     expand: torch.Tensor  # [] long (may exceed width only if the width bound were wrong: checked)
     more: torch.Tensor  # [1] bool: whether the next frontier has a node (what an early exit reads)
-
-
-def step_for(runtime: str, device: torch.device, resident: bool = False):
-    """:func:`resident_step` as ``runtime`` runs it (:func:`~dynatree_core.runtime.fused.compiled`:
-    compiled whole on ``compiled`` and ``graphs``, its ~120 small ops fused into a few kernels; None
-    elsewhere). The level's depth is a tensor and the frontier's width fixed, so a run compiles two
-    graphs (the root's level and the others), not one per level. A tree that is not resident (the
-    cost-aware rule, which reads every level's size and prices it on the host) runs :func:`level_step`
-    as written: its frontier's width and its E / T state change with the data, so a compiled step would
-    compile again at each new width and draft time."""
-    return compiled(resident_step, runtime, device) if resident and runtime in COMPILING else None
 
 
 @region

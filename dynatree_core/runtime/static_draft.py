@@ -97,6 +97,11 @@ class DraftStaticForwards:
 
     def __post_init__(self) -> None:
         self.path.owner = self
+        #: what level 0 leaves for the tree's levels, on the device: [the first slot after the chain,
+        #: the root's position, the committed count] (written by :func:`chain_inputs`: no copy per
+        #: level) and its host mirror :attr:`after_chain_host`
+        self.after_chain = torch.zeros(3, dtype=torch.long, device=self.path.cache.alive.device)
+        self.after_chain_host = (0, 0, 0)
 
     @property
     def book(self) -> DeviceSlotBook:
@@ -126,8 +131,9 @@ class DraftStaticForwards:
                 x.feats[0, :q].copy_(feats)
                 x.feats[0, q:].zero_()
             compiled(chain_inputs, self.path.runtime, dev)(x, book.alive, self.path.cache.cache.slots, staged,
-                                                          self.path.cache.cache._ar)
+                                                          self.path.cache.cache._ar, self.after_chain)
         else:
+            self.after_chain.copy_(to_device([start + q, first + q - 1, committed + q], dev))
             x = self._inputs(b, q, start)
             x.ids[0, :q].copy_(to_device(tokens, dev))
             if feats is not None:
@@ -139,6 +145,7 @@ class DraftStaticForwards:
         logits = self._run(b, q, x, clock)
         book.commit_chain(start, q, on_device=not bucketed)
         book.physical = start + q  # the padding's slots are free again
+        self.after_chain_host = (start + q, first + q - 1, committed + q)
         return logits, start
 
     @torch.inference_mode()
@@ -148,19 +155,28 @@ class DraftStaticForwards:
         ``slot``) and itself, at position ``root_pos`` + depth; ``slot`` gets the level's slots.
         ``feats`` [cap, F]: a feature draft's predicted features by node (each node reads its parent's).
         The inputs are written by one compiled region (:func:`level_inputs`), the forward replayed."""
-        q, book = ids.shape[0], self.book
+        q = ids.shape[0]
+        b, start = self.begin_level(q)
+        x = self.path.entry(b, False).inputs
+        scalars = to_device([start, root_pos, self.book.committed], ids.device)  # one host -> device copy
+        compiled(level_inputs, self.path.runtime, ids.device)(
+            x, tree.tokens, tree.depths, tree.parents, tree.ancestors, self.book.alive, slot, ids, feats, scalars,
+            self.path.cache.cache._ar, self.path.cache.cache.slots)
+        logits = self._run(b, q, x, clock)
+        self.end_level(start, q)
+        return logits
+
+    def begin_level(self, q: int) -> tuple[int, int]:
+        """Book a tree level of ``q`` nodes (host arithmetic, no op): its bucket and first slot (the
+        caller's compiled code writes the slots)."""
         b = self._bucket(q)
         if b not in self.path.buckets:  # never: a level has at most N_max nodes, the buckets hold the whole tree
             raise ValueError(f"a draft level of {q} nodes is wider than the largest bucket ({self.path.buckets[-1]})")
-        start = book.reserve(b, write=False)
-        x = self.path.entry(b, False).inputs
-        scalars = to_device([start, root_pos, book.committed], ids.device)  # one host -> device copy
-        compiled(level_inputs, self.path.runtime, ids.device)(
-            x, tree.tokens, tree.depths, tree.parents, tree.ancestors, book.alive, slot, ids, feats, scalars,
-            self.path.cache.cache._ar, self.path.cache.cache.slots)
-        logits = self._run(b, q, x, clock)
-        book.physical = start + q
-        return logits
+        return b, self.book.reserve(b, write=False)
+
+    def end_level(self, start: int, q: int) -> None:
+        """After a level's forward: the padding's slots are free again."""
+        self.book.physical = start + q
 
     def _bucket(self, q: int) -> int:
         return bucket(q, self.path.buckets) if q <= self.path.buckets[-1] else q
@@ -220,12 +236,14 @@ def level_inputs(x: StaticInputs, tokens: torch.Tensor, depths: torch.Tensor, pa
 
 @region
 def chain_inputs(x: StaticInputs, alive: torch.Tensor, slots: torch.Tensor, staged: torch.Tensor,
-                 ar: torch.Tensor) -> None:
+                 ar: torch.Tensor, after: torch.Tensor) -> None:
     """Level 0's forward inputs in the bucket's buffers ``x``: the chain of q committed tokens after
     the committed entries, causal among themselves (rows past q are dummies that see only their own
     slot), its cache slots (``slots``) and the chain marked committed (``alive``). ``staged``: the
     tokens padded to the bucket, then [first slot, first position, committed count, q], on the
-    device: shapes depend only on the bucket and the cache, so one compiled graph per bucket."""
+    device: shapes depend only on the bucket and the cache, so one compiled graph per bucket. ``after``
+    gets what the tree's levels read: [the first slot after the chain, the root's position, the
+    committed count once the chain is committed]."""
     b, cap = x.ids.shape[1], alive.shape[0]
     start, first, committed, q = staged[b:].unbind(0)
     row = ar[:b]
@@ -241,6 +259,7 @@ def chain_inputs(x: StaticInputs, alive: torch.Tensor, slots: torch.Tensor, stag
     seen = seen.scatter(1, col[None, :].expand(b, b), block)
     x.mask[0, 0].copy_(pl.additive_mask(seen, x.mask.dtype, seen.device)[0, 0])
     alive.index_put_((col,), real)
+    after.copy_(torch.stack([start + q, first + q - 1, committed + q]))
 
 
 def draft_fast_path(model: torch.nn.Module, runtime: str, length: int, max_level: int,

@@ -45,6 +45,9 @@ class FakeDrafter:
             out.append((toks, [float(x) for x in lps]))
         return out
 
+    def lend_level(self, tree: DeviceTree, level: int):
+        return None  # a host-side fake: every level is proposed
+
     def propose(self, tree: DeviceTree, ids: torch.Tensor, level: int):
         if level == 0:
             self.keys = torch.zeros(tree.capacity, dtype=torch.long)
