@@ -224,6 +224,12 @@ Markdown(
 # *why?* panel under the tree shows the draft's top-k at its parent, where the draft ran, against the
 # target's choice (click any node to explain it; with none selected the panel explains where the accepted
 # path ended).
+#
+# Reading the tree before 02 teaches it: a node's fill is c(u), the draft's probability of its own first
+# choice after the node; p(u) is the path's probability, the draft's probabilities multiplied from the root
+# down to the node; a node's shape says why it stopped growing. Two of DynaTree's knobs name those shapes:
+# ρ_stop ends a branch whose p(u) fell below it, and past the base depth D0 a branch goes on only while
+# p(u) ≥ ρ_deep (notebook 02, section 4, derives each rule; 03 lets you move them).
 
 # %%
 trace = dt.trace

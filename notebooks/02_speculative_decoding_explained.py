@@ -134,9 +134,12 @@ print("committed = accepted guesses + bonus:",
 # %% [markdown]
 # The picture: the root (top), the drafted chain, accepted nodes in blue with a ring, the first rejected
 # guess marked with a vermillion ✗, and the bonus token the target supplied (the legend names every mark).
+# A node's fill is the target's probability of the guessed token, p(token) (the target's greedy choice is
+# the token it gives the most). The draft's confidence c(u), the fill of the tree pictures further on,
+# decides nothing in a chain.
 
 # %% tags=["nbval-ignore-output"]
-dv.tree_figure(rec, title=f"linear K=5, iteration {rec.index}")
+dv.tree_figure(rec, color_by="target_p", title=f"linear K=5, iteration {rec.index}: colour = p(token)")
 
 # %% [markdown]
 # *Why* did the chain break there? The panel below puts the draft's top candidates at the node where

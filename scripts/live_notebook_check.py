@@ -6,6 +6,8 @@ slider one step, reload the page while the kernel still runs, and check what a r
 
 * every plotly figure of a widget comes back drawn (traces in ``gd.data``, not an empty grid),
   before and after a second move;
+* a figure that followed the slider before the reload follows it after (a widget whose model the
+  reloaded page failed to start keeps drawing the old iteration: anywidget drops its messages);
 * no browser console error (``Error setting state: indices must be valid indices for gd.data``
   was the symptom of a FigureWidget whose saved state lagged behind its figure);
 * no control's description is cut (``temperat…``) or wrapped onto a second line;
@@ -18,6 +20,10 @@ where others measure. Usage::
 
     python scripts/live_notebook_check.py --lab-python LAB_VENV/bin/python --kernel-python \\
         .venv/bin/python --out /tmp/live notebooks/01_quickstart.ipynb notebooks/03_parameter_explorer.ipynb
+
+A slow machine on purpose: ``--slow-browser 6`` throttles the reloaded page's CPU 6x (Chromium's own
+throttling), ``--slow-kernel S`` makes the kernel wait S s before answering the page's request for the
+widgets' states. The kernel's answers (seconds, widgets, MB of widget modules) are printed as INFO lines.
 
 It prints one line per finding and ``OK`` lines for the checks that hold; the exit status is the
 number of findings. Screenshots go to ``--out``. notebooks/README.md ("Live check in JupyterLab") describes
@@ -37,14 +43,20 @@ import tempfile
 import time
 from pathlib import Path
 
-#: JS: per plotly graph inside a widget output, how many traces it draws and its size
-_GRAPHS_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output .js-plotly-plot')].map(g => {
+#: JS: per plotly graph inside a widget output, how many traces it draws, its size, and a hash of what it
+#: draws (points, texts, shapes, annotations, title), so a figure that no longer follows the controls shows
+_GRAPHS_JS = """() => {
+const sig = g => { const l = g.layout || {};
+  const s = JSON.stringify([(g.data || []).map(t => [t.x, t.y, t.z, t.text]), l.shapes,
+                            (l.annotations || []).map(a => a.text), (l.title || {}).text]) || '';
+  let h = 0; for (let i = 0; i < s.length; i++) h = (h * 31 + s.charCodeAt(i)) | 0; return h; };
+return [...document.querySelectorAll('.jp-OutputArea-output .js-plotly-plot')].map(g => {
   const r = g.getBoundingClientRect();
   const area = g.closest('.jp-OutputArea-output').getBoundingClientRect();
   return {traces: (g.data || []).length, notes: ((g.layout || {}).annotations || []).filter(a => a.text).length, points: (g.data || []).reduce((n, t) => n + ((t.x || []).length), 0),
           width: r.width, height: r.height, area_right: area.right, right: r.right,
-          title: ((g.layout || {}).title || {}).text || ''};
-})"""
+          title: ((g.layout || {}).title || {}).text || '', sig: sig(g)};
+});}"""
 
 #: JS: every widget control's description label that is cut (ellipsis) or wraps
 _LABELS_JS = """() => [...document.querySelectorAll('.widget-label, .widget-label-basic, .widget-toggle-button, .widget-button')]
@@ -68,20 +80,49 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _kernelspec(root: Path, python: str) -> Path:
-    """A ``python3`` kernelspec running ``python`` (the project's interpreter), first on JUPYTER_PATH."""
+#: IPython startup code for the kernel: log how long each answer to the front end's ``request_states``
+#: (the reload's one message for every widget's state) takes and how many MB of widget modules it carries
+#: (plotly's bundle, about 5 MB per figure), after ``DYNATREE_SLOW_S``
+#: seconds of sleep (a kernel slow to answer, as on a loaded laptop; 0 by default)
+_KERNEL_STARTUP = """
+import json, os, sys, time
+from ipywidgets.widgets.widget import Widget, _instances
+_slow_s = float(os.environ.get("DYNATREE_SLOW_S", "0"))
+_answer = Widget._handle_control_comm_msg.__func__
+
+def _timed(cls, msg):
+    start = time.perf_counter()
+    time.sleep(_slow_s)
+    _answer(cls, msg)
+    esm = sum(len(getattr(w, k, "") or "") for w in list(_instances.values()) for k in ("_esm", "_plotly_esm"))
+    print(json.dumps({"request_states_s": round(time.perf_counter() - start, 2), "widgets": len(_instances),
+                      "esm_mb": round(esm / 1e6, 1)}), file=open(os.environ["DYNATREE_LIVE_LOG"], "a"))
+
+Widget._handle_control_comm_msg = classmethod(_timed)
+"""
+
+
+def _kernelspec(root: Path, python: str, slow_s: float) -> Path:
+    """A ``python3`` kernelspec running ``python`` (the project's interpreter), first on JUPYTER_PATH, its
+    IPython profile logging (and, with ``slow_s``, delaying) the answers to a reloaded page's state request."""
     spec = root / "jpath" / "kernels" / "python3"
     spec.mkdir(parents=True, exist_ok=True)
+    startup = root / "ipython" / "profile_default" / "startup"
+    startup.mkdir(parents=True, exist_ok=True)
+    (startup / "00-live-check.py").write_text(_KERNEL_STARTUP)
     (spec / "kernel.json").write_text(json.dumps({
         "argv": [python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (ipykernel)", "language": "python"}))
+        "display_name": "Python 3 (ipykernel)", "language": "python",
+        "env": {"IPYTHONDIR": str(root / "ipython"), "DYNATREE_SLOW_S": str(slow_s),
+                "DYNATREE_LIVE_LOG": str(root / "kernel_log.jsonl")}}))
     return root / "jpath"
 
 
-def _start_lab(lab_python: str, kernel_python: str, notebooks: list[Path], work: Path) -> tuple[subprocess.Popen, str]:
+def _start_lab(lab_python: str, kernel_python: str, notebooks: list[Path], work: Path,
+               slow_s: float = 0.0) -> tuple[subprocess.Popen, str]:
     for nb in notebooks:
         shutil.copy(nb, work / nb.name)
-    env = dict(os.environ, JUPYTER_PATH=str(_kernelspec(work, kernel_python)),
+    env = dict(os.environ, JUPYTER_PATH=str(_kernelspec(work, kernel_python, slow_s)),
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     settings = work / "settings"  # every cell in the DOM (no windowing: a reloaded page draws what is
     settings.mkdir(exist_ok=True)  # off screen too), and no news pop-up over the widgets
@@ -176,7 +217,7 @@ def _move_slider(page) -> bool:
     return True
 
 
-def check(nb: str, url: str, out: Path, browser, budget_s: float) -> list[str]:
+def check(nb: str, url: str, out: Path, browser, budget_s: float, slow_browser: float = 1.0) -> list[str]:
     findings: list[str] = []
     # 1600 px wide (the width the clipping is judged at); tall, so a widget fits one screenshot
     page = browser.new_page(viewport={"width": 1600, "height": 2400})
@@ -201,6 +242,8 @@ def check(nb: str, url: str, out: Path, browser, budget_s: float) -> list[str]:
     before = page.evaluate(_GRAPHS_JS)
     page.keyboard.press("Control+s")  # what autosave does: the page reloads the notebook from disk
     time.sleep(3)
+    if slow_browser > 1:  # the reloaded page on a slow machine: Chromium's CPU throttled (it holds across a reload)
+        page.context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": slow_browser})
     page.reload(wait_until="domcontentloaded")
     _wait_notebook(page)
     # the widget manager fetches every model's state from the running kernel: wait until the figures are back
@@ -214,7 +257,9 @@ def check(nb: str, url: str, out: Path, browser, budget_s: float) -> list[str]:
     if _move_slider(page):
         time.sleep(4)
         _wait_idle(page, budget_s)
-    _screens(page, out / f"{stem}_4_moved_after_reload", findings, "after reload and a move")
+        time.sleep(4)  # the throttled page draws after the kernel is idle
+    moved_again = _screens(page, out / f"{stem}_4_moved_after_reload", findings, "after reload and a move")
+    findings += _stuck(ran, before, after, moved_again, _kernel_view(page, moved_again, budget_s))
     for label in page.evaluate(_LABELS_JS):
         findings.append(f"control label {label['text']!r} " + ("cut" if label["cut"] else f"on {label['lines']} lines"))
     errors = [c for c in console if "favicon" not in c and "404" not in c]
@@ -223,6 +268,30 @@ def check(nb: str, url: str, out: Path, browser, budget_s: float) -> list[str]:
           f"after reload {[g['traces'] for g in after]}, console errors: {len(errors)}")
     page.close()
     return findings
+
+
+def _kernel_view(page, shown: list[dict], budget_s: float) -> list[dict]:
+    """The figures as the kernel holds them now: the page reloaded once more (unthrottled), each view built
+    afresh from its model's state. A step of a slider may leave a figure as it was (03's explorer at some
+    τ_h), so only this tells a figure that missed a move from one that had nothing to change."""
+    page.context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": 1})
+    page.reload(wait_until="domcontentloaded")
+    _wait_notebook(page)
+    _wait_restored(page, [g["traces"] for g in shown], budget_s)
+    return page.evaluate(_GRAPHS_JS)
+
+
+def _stuck(ran: list[dict], moved: list[dict], reloaded: list[dict], moved_again: list[dict],
+           kernel: list[dict]) -> list[str]:
+    """Figures that followed the slider's move before the reload but not after it, while the kernel's state
+    moved on (a widget whose model the reloaded page failed to start: anywidget drops every later message to
+    it, the figure stays as it was)."""
+    if not (len(ran) == len(moved) == len(reloaded) == len(moved_again) == len(kernel)):
+        return []  # a figure missing is reported by the trace counts
+    return [f"after reload and a move: figure {k} ({moved[k]['title'][:50]!r}) did not follow the slider "
+            "(it did before the reload, and the kernel's state moved on)" for k in range(len(ran))
+            if ran[k]["sig"] != moved[k]["sig"] and reloaded[k]["sig"] == moved_again[k]["sig"]
+            and kernel[k]["sig"] != moved_again[k]["sig"]]
 
 
 def _screens(page, prefix: Path, findings: list[str], label: str) -> list[dict]:
@@ -246,23 +315,31 @@ def main() -> int:
     ap.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--budget", type=float, default=600, help="seconds a notebook may run")
+    ap.add_argument("--slow-kernel", type=float, default=0.0, metavar="S",
+                    help="the kernel sleeps S seconds before answering a reloaded page's request for the widgets' "
+                         "states (a slow machine on purpose)")
+    ap.add_argument("--slow-browser", type=float, default=1.0, metavar="RATE",
+                    help="throttle the reloaded page's CPU RATE times (Chromium's CPU throttling), as on a slow laptop")
     a = ap.parse_args()
     from playwright.sync_api import sync_playwright
     a.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="live-lab-"))
     proc, url = _start_lab(a.lab_python, str(Path(a.kernel_python).absolute()),  # the lab runs elsewhere
-                            [p.resolve() for p in a.notebooks], work)
+                            [p.resolve() for p in a.notebooks], work, a.slow_kernel)
     findings: list[str] = []
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=a.chromium, args=["--no-sandbox"])
             for nb in a.notebooks:
-                found = check(nb.name, url, a.out, browser, a.budget)
+                found = check(nb.name, url, a.out, browser, a.budget, a.slow_browser)
                 findings += [f"{nb.name}: {f}" for f in found]
             browser.close()
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+    log = work / "kernel_log.jsonl"
+    for line in (log.read_text().splitlines() if log.exists() else []):
+        print("INFO kernel answered request_states:", line)
     for f in findings:
         print("FINDING", f)
     print(f"{len(findings)} finding(s); screenshots in {a.out}")

@@ -239,6 +239,9 @@ def test_punctuation_labels_are_drawn_larger_and_still_clear():
     assert short_label(",") == "‹,›" and label_font_size("‹,›", 11) == 11 + PUNCTUATION_BOOST
     assert label_font_size("‹,›<br>q=0.40", 11) == 11 + PUNCTUATION_BOOST
     assert label_font_size("and", 11) == 11 and label_font_size("‹", 11) == 11
+    # a bare space: ␣ alone at 11 px was near-invisible in 06's dynatree:cpu tree; a newline's ↵ is clear
+    assert short_label(" ") == "‹␣›" and label_font_size(short_label(" "), 11) == 11 + PUNCTUATION_BOOST
+    assert short_label("\n") == "↵"
     marks = [",", '."', ".", ";", "!)"]
     for rec in _dynatree_records():  # every other token punctuation: the larger labels keep clear
         texts = [marks[i % len(marks)] if i % 2 else t for i, t in enumerate(rec.token_texts)]

@@ -129,8 +129,10 @@ def test_compare_bars_and_sweep_lines():
     rows = synthetic_results("methods")
     fig = compare_figure(rows)
     bars = [t for t in fig.data if t.type == "bar"]
-    assert {t.name for t in bars} == {"ar", "linear", "fixed_tree", "dynatree"}
-    dyn_speed = next(t for t in bars if t.name == "dynatree" and "speedup" in t.hovertemplate)
+    assert {t.legendgroup for t in bars} == {"ar", "linear", "fixed_tree", "dynatree"}
+    # the legend says each method in words, not the bench's id
+    assert {t.name for t in bars} == {"AR", "linear", "fixed tree", "DynaTree"}
+    dyn_speed = next(t for t in bars if t.legendgroup == "dynatree" and "speedup" in t.hovertemplate)
     assert list(dyn_speed.y) == pytest.approx([1.94, 1.94])
     sweep = compare_figure(synthetic_results("sweep"), x="d0", metrics=["speedup"])
     assert all(t.type == "scatter" for t in sweep.data) and len(sweep.data) == 2 + 1  # + the AR baseline
@@ -225,7 +227,7 @@ def test_method_colours_are_fixed_whatever_else_is_in_the_figure():
     for fig in (everything, only_two, sweep):
         for t in fig.data:
             if t.name != AR_LINE_NAME:
-                assert _colour(t) == style.METHOD_COLORS[t.name], (t.name, _colour(t))
+                assert _colour(t) == style.METHOD_COLORS[t.legendgroup], (t.legendgroup, _colour(t))
     for group in style.COLOR_GROUPS:  # labels drawn together never share a colour
         assert len({style.METHOD_COLORS[lab] for lab in group}) == len(group), group
     assert set(style.METHOD_COLORS) == {lab for g in style.COLOR_GROUPS for lab in g}
@@ -235,7 +237,8 @@ def test_method_colours_are_fixed_whatever_else_is_in_the_figure():
     abl = [{"method": "dynatree", "label": lab, "d0": d, "speedup": 1.2}
            for lab in ("dynatree:fixed_backbone", "dynatree:full") for d in (1, 2)]
     fig = compare_figure(ks + abl, x="d0", metrics=["speedup"])
-    by = {t.name: t for t in fig.data}
+    by = {t.legendgroup: t for t in fig.data}
+    assert by["linear:k=3"].name == "linear (k=3)" and by["dynatree:full"].name == "DynaTree (full)"
     assert by["linear:k=3"].line.color == by["linear:k=5"].line.color == style.METHOD_COLORS["linear"]
     assert by["linear:k=3"].line.dash != by["linear:k=5"].line.dash
     assert by["dynatree:full"].line.color == style.METHOD_COLORS["dynatree:full"]

@@ -52,7 +52,7 @@ def test_a_trace_carrying_its_tokenizer_names_pruned_and_bonus_tokens():
 
 def test_punctuation_labels_are_bracketed_and_spaces_visible():
     assert style.short_label(",") == "‹,›" and style.short_label('."') == '‹."›'
-    assert style.short_label(" cat") == "cat" and style.short_label(" ") == "␣"
+    assert style.short_label(" cat") == "cat" and style.short_label(" ") == "‹␣›"  # bracketed: ␣ alone was near-invisible
     assert style.short_label("\n") == "↵"
 
 

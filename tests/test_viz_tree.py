@@ -99,6 +99,17 @@ def test_stop_reasons_set_marker_symbols_and_legend():
     assert not any(n.count("expanded") > 1 or "((" in n for n in names)  # the reason said once
 
 
+#: marker shapes that read as the expanded node's circle at legend size (10 px): seen in 02's 5-node tree,
+#: where n_max's octagon and the expanded circle were two identical grey dots in the legend
+_ROUND_AT_10PX = {"circle", "octagon", "circle-dot", "octagon-dot"}
+
+
+def test_each_stop_reason_has_its_own_shape_none_but_expanded_round():
+    shapes = {r: s for r, s in style.STOP_SYMBOLS.items() if r != "unrecorded"}  # the explorer's open ring
+    assert len(set(shapes.values())) == len(shapes)
+    assert [r for r, s in shapes.items() if s in _ROUND_AT_10PX] == ["expanded"]
+
+
 def _says_reason_once(line: str, reason: str) -> bool:
     """The reason's description once, never wrapped in the reason again ("expanded (expanded (...))")."""
     desc = style.STOP_DESCRIPTIONS.get(reason, reason)
@@ -252,3 +263,17 @@ def test_a_tokenizer_names_pruned_candidates_the_trace_has_no_text_for():
 
 def test_color_buttons_can_be_left_out_for_widgets():
     assert tree_figure(record(), color_buttons=False).layout.updatemenus == ()
+
+
+def test_a_label_dropped_to_a_lower_row_has_a_leader_to_its_node_and_no_other_does():
+    # 02: 'man' beside 'king' one row lower read as either node's label; the leader says whose
+    best = max(synthetic_trace(), key=lambda r: len(r.tree))
+    fig = tree_figure(best, show_pruned=True)
+    labels = next(t for t in fig.data if t.name == tv.LABELS)
+    leaders = next(t for t in fig.data if t.name == tv.LEADERS)
+    first = min(labels.marker.size)
+    lowered = {(x, y) for x, y, size in zip(labels.x, labels.y, labels.marker.size) if size > first + 1}
+    assert lowered  # the case happens in this tree
+    segments = list(zip(leaders.x[0::3], leaders.y[0::3], leaders.x[1::3], leaders.y[1::3]))
+    assert {(x0, math.floor(y0)) for x0, y0, _, _ in segments} == lowered  # one per lowered label, at its node
+    assert all(x0 == x1 and y1 > y0 for x0, y0, x1, y1 in segments)  # straight down from under the node

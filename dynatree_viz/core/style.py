@@ -21,7 +21,9 @@ STOP_SYMBOLS: dict[str, str] = {
     "rho_stop": "square",
     "depth_gate": "diamond",
     "d_max": "hexagon",
-    "n_max": "octagon",  # a stop sign; an "x" read as a second rejection cross
+    # a filled plus: the budget is full. An octagon (a stop sign) read as the expanded circle at legend
+    # size, and an "x" as a second rejection cross
+    "n_max": "cross",
     "static": "pentagon",
     "top_k": "star-triangle-down",
     "cost": "bowtie",
@@ -161,10 +163,11 @@ def is_punctuation(text: str) -> bool:
 
 def short_label(text: str, max_chars: int = 8) -> str:
     """A compact node label: the leading space of word tokens dropped (it is on almost every
-    token and only adds noise), whitespace-only tokens made visible, punctuation bracketed
-    (‹,›: a lone comma is invisible at plot size), long tokens truncated."""
+    token and only adds noise), whitespace-only tokens made visible, punctuation and a bare space
+    bracketed (‹,› and ‹␣›: a lone comma or ␣, a low thin glyph, is invisible at plot size), long
+    tokens truncated."""
     s = text.strip(" ") or text
-    bracket = is_punctuation(s)
+    bracket = is_punctuation(s) or (s != "" and set(s) == {" "})
     s = visible_token(s) if s.strip() == "" or "\n" in s or "\t" in s else s
     if bracket:
         s = f"‹{s}›"
@@ -204,6 +207,21 @@ class MethodStyle:
     color: str
     dash: str = "solid"
     pattern: str = ""
+
+
+#: what a legend calls a method (the bench's ids, ``fixed_tree``, are for the command line)
+METHOD_TITLES: dict[str, str] = {"ar": "AR", "linear": "linear", "fixed_tree": "fixed tree", "dynatree": "DynaTree",
+                                 "eagle2": "EAGLE-2", "sequoia": "Sequoia"}
+
+
+def method_title(label: str) -> str:
+    """A method label in words: ``"fixed_tree"`` -> ``"fixed tree"``, ``"dynatree:fixed_backbone"`` ->
+    ``"DynaTree (fixed backbone)"``, ``"linear:k=3"`` -> ``"linear (k=3)"``; any other label as it is."""
+    label = str(label)
+    family, sep, suffix = label.partition(":")
+    if family not in METHOD_TITLES:
+        return label
+    return METHOD_TITLES[family] + (f" ({suffix.replace('_', ' ')})" if sep else "")
 
 
 def method_style(label: str) -> MethodStyle | None:

@@ -201,8 +201,9 @@ def _add_group(fig: go.Figure, sub: pd.DataFrame, g: Any, st: style.MethodStyle,
     if f"{metric}_std" in sub.columns and (agg["count"] == 1).all():
         err = sub.groupby(key, sort=(x is not None))[f"{metric}_std"].first().reindex(agg.index)
     err_y = dict(type="data", array=err.fillna(0).tolist(), visible=bool(err.notna().any()))
-    common = dict(name=str(g), legendgroup=str(g), showlegend=legend, error_y=err_y,
-                  hovertemplate=f"{g}<br>%{{x}}: %{{y:.3g}}<extra>{metric}</extra>")
+    # the legend says the method in words; its group keeps the label (the data's id)
+    common = dict(name=style.method_title(g), legendgroup=str(g), showlegend=legend, error_y=err_y,
+                  hovertemplate=f"{style.method_title(g)}<br>%{{x}}: %{{y:.3g}}<extra>{metric}</extra>")
     ys = agg["mean"].tolist()
     if x is None:
         fig.add_trace(go.Bar(x=xs, y=ys, marker=dict(color=st.color, pattern=dict(shape=st.pattern)),

@@ -36,6 +36,7 @@ NODES, EDGES, ACCEPTED_EDGES, PRUNED, PRUNED_EDGES, BONUS, COLORBAR = (
     "nodes", "edges", "accepted path", "pruned", "pruned edges", "bonus", "colour scale")
 ACCEPTED_MARKS, REJECTED_MARKS = "accepted marks", "rejected marks"
 LABELS = "labels"           # every label of the picture, one markers+text trace drawn last
+LEADERS = "label leaders"   # a line from a node down to its label where the label dropped a row
 LABEL_COLOR = "#222222"
 NO_VALUE_COLOR = "#f0f0f0"  # c(u) of a leaf the draft never ran on: looks hollow
 FADED_OPACITY = 0.45        # nodes under a rejected node
@@ -274,6 +275,23 @@ def _outcome_marks(status: Sequence[str], pos: dict) -> list[go.Scatter]:
                 ("rejected", REJECTED_MARKS, style.REJECTED_MARK, style.REJECTED))]
 
 
+def _leader_trace(plan: LabelPlan, pos: dict) -> go.Scatter:
+    """A thin line from each node whose label dropped to a lower row down to that label: side by side,
+    'man' over 'king' read as one node's label or the other's (02's tree). The line runs at the node's
+    x, between the first row's neighbours (a label is at most two units wide, nodes one apart), above
+    every edge out of the level (they start below its lowest label)."""
+    first = min(plan.offset.values(), default=0.0)
+    xs: list = []
+    ys: list = []
+    for k, off in plan.offset.items():
+        if off > first + GAP / 2:
+            x, y = pos[k]
+            xs += [x, x, None]
+            ys += [y + first / plan.level_px, y + (off - 1) / plan.level_px, None]
+    return go.Scatter(x=xs, y=ys, mode="lines", name=LEADERS, line=dict(color="#9a9a9a", width=1),
+                      hoverinfo="skip", showlegend=False)
+
+
 def _label_trace(keys: Sequence[int], texts: dict, offsets: dict, pos: dict, font_size: int,
                  colors: dict, name: str = LABELS) -> go.Scatter:
     """Labels hung below their points (transparent markers push each text ``offsets[key]`` px
@@ -355,6 +373,7 @@ def tree_figure(source: IterationRecord | TreeScene, *, color_by: str = "auto",
     geo = _geometry(lay, texts, look.font_size, [k.name for k in legend], width=width,
                     height=height)
     traces = _tree_traces(scene, status, lay, geo, look, color_by, highlight)
+    traces.append(_leader_trace(geo.plan, lay.pos))
     traces.append(_label_trace(sorted(texts), texts, geo.plan.offset, lay.pos, look.font_size,
                                label_colors(scene, lay)))
     fig = go.Figure(data=traces + legend + [_colorbar(color_by)])

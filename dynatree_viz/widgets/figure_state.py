@@ -17,6 +17,8 @@ from copy import deepcopy
 
 import plotly.graph_objects as go
 
+from dynatree_viz.widgets.plotly_once import FigureWidget
+
 
 def sync_state(target: go.FigureWidget) -> None:
     """Copy ``target``'s figure into its widget state, as plotly does when it displays a widget.
@@ -28,8 +30,9 @@ def sync_state(target: go.FigureWidget) -> None:
 
 
 def figure_widget(fig: go.Figure | None = None) -> go.FigureWidget:
-    """A ``FigureWidget`` built with ``fig``'s traces and layout, its state holding them."""
-    target = go.FigureWidget(fig) if fig is not None else go.FigureWidget()
+    """A ``FigureWidget`` built with ``fig``'s traces and layout, its state holding them (plotly.js loaded
+    once per page: :mod:`dynatree_viz.widgets.plotly_once`)."""
+    target = FigureWidget(fig) if fig is not None else FigureWidget()
     sync_state(target)
     return target
 
