@@ -204,6 +204,7 @@ def test_cuda_reports_no_synchronisation_the_loop_did_not_count(method, config):
 from dynatree_core.runtime.device_tree import resident_shape  # noqa: E402
 from dynatree_core.runtime.draft_phase import DraftPhase  # noqa: E402
 from dynatree_core.runtime.level_step import level_step, resident_step  # noqa: E402
+from dynatree_core.runtime.compile_cache import own_code  # noqa: E402
 from helpers.device_tree import eagle_rules, rules, shape_rules, uniform_rules  # noqa: E402
 
 #: every policy the resident path runs (the cost-aware rule reads each level's size: eager-style)
@@ -287,8 +288,8 @@ def test_the_level_step_compiles_whole_for_every_policy(rule):
     """torch.compile(fullgraph=True) traces the level step without a graph break: no data-dependent
     Python control flow, no host read (dynamo's eager backend: the tracing is the proof, inductor's
     code generation is the GPU's runtime); the compiled step grows the same tree."""
-    torch._dynamo.reset()
-    step = torch.compile(resident_step, fullgraph=True, dynamic=False, backend="eager")
+    # a code object of its own (no dynamo reset): the real step's graphs stay those the runtime made
+    step = torch.compile(own_code(resident_step), fullgraph=True, dynamic=False, backend="eager")
     k = max(rule.max_breadth, 2)
     plain, _ = _grow_resident(rule, 7, k, False)
     compiled, syncs = _grow_resident(rule, 7, k, False, step=step)

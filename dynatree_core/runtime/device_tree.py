@@ -28,7 +28,7 @@ from dynatree_core.runtime.device_tables import CODE, arange_on, stop_tables, tr
 from dynatree_core.runtime.device_tail import TailGrowth
 from dynatree_core.runtime.host_syncs import HostSyncs, Peek, read_counts, to_device
 from dynatree_core.runtime.host_tree import unpack
-from dynatree_core.runtime.level_step import Level, StepRule, TreeBuffers, level_step, resident_step
+from dynatree_core.runtime.level_step import CostHooks, Level, StepRule, TreeBuffers, level_step, resident_step
 
 if TYPE_CHECKING:  # pragma: no cover
     from dynatree_core.runtime.draft_phase import DraftPhase, LentLevel
@@ -196,7 +196,7 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
         ids, valid = self._ar[:1], self._true[:1]
         n = torch.ones((), dtype=torch.long, device=self.device)
         budget = torch.full((), rule.n_max, dtype=torch.long, device=self.device)
-        cost = self if rule.cost_aware else None
+        cost = CostHooks(self.cost_keep, self.cost_reasons) if rule.cost_aware else None
         host_budget, got = rule.n_max, {}
         for level in range(self.levels if self.resident else rule.n_max):
             self.depth = level  # the level's nodes' depth: where a sampled child's noise is keyed

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -33,6 +34,17 @@ from dynatree_core.runtime.host_syncs import to_device
 #: the rule's numbers a level reads, in the order of :meth:`StepRule.values` (one host -> device
 #: copy per iteration: the history adapter moves D0 and τ_h between iterations)
 PARAMS = ("tau_l", "tau_h", "log_tau", "rho_stop", "rho_deep", "d0", "d_max")
+
+
+@dataclass(frozen=True)
+class CostHooks:
+    """The cost-aware rule's two questions of a level, answered from the tree's E / T state (so the
+    step reads no tree): ``keep(keys, in_top, depth)``, how many of the level's candidates in
+    probability order raise E / T, and ``reasons(cum, depth)``, a "cost" stop code per kept child
+    whose own child could not."""
+
+    keep: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+    reasons: Callable[[torch.Tensor, int], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -158,11 +170,11 @@ def stop_codes(r: StepRule, t: TreeBuffers, cum: torch.Tensor, depth: "int | tor
 @region
 def level_step(t: TreeBuffers, r: StepRule, ids: torch.Tensor, valid: torch.Tensor, top_ids: torch.Tensor,
                top_lps: torch.Tensor, conf: torch.Tensor | None, depth: "int | torch.Tensor", n: torch.Tensor,
-               budget: torch.Tensor, width: int, cost=None) -> Level:
+               budget: torch.Tensor, width: int, cost: CostHooks | None = None) -> Level:
     """Grow one level (see the module docstring): frontier ``ids`` [W] at ``depth`` - 1 (``valid``:
     expanded), their candidates ``top_ids`` / ``top_lps`` [W, k] in rank order, c(u) ``conf`` [W]
-    when the drafter states it (else the first candidate's q). ``cost``: the tree's cost-aware hooks
-    (``cost_keep(keys, in_top, depth)``, ``cost_reasons(cum, depth)``), None otherwise."""
+    when the drafter states it (else the first candidate's q). ``cost``: the cost-aware rule's
+    :class:`CostHooks`, None otherwise."""
     w, k = top_ids.shape
     rows = torch.where(valid, ids, t.scratch)  # per-node writes of padding rows go to the spare slot
     lp = top_lps.float()
@@ -188,7 +200,7 @@ def level_step(t: TreeBuffers, r: StepRule, ids: torch.Tensor, valid: torch.Tens
 
 
 def _budget(t: TreeBuffers, r: StepRule, cum: torch.Tensor, ok: torch.Tensor, budget: torch.Tensor, depth: int,
-            cost) -> tuple[torch.Tensor, torch.Tensor | None]:
+            cost: CostHooks | None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The N_max budget (and the cost rule) over a level's valid candidates, most probable first
     (ties: flat = parent, then rank order): the kept mask and the cost rule's cut (None without it)."""
     m = cum.shape[0]
@@ -200,14 +212,14 @@ def _budget(t: TreeBuffers, r: StepRule, cum: torch.Tensor, ok: torch.Tensor, bu
     if not r.cost:
         return kept, None
     in_top = (ok.index_select(0, order)) & (t.ar[:m] < budget)
-    j = cost.cost_keep(key.index_select(0, order), in_top, depth)
+    j = cost.keep(key.index_select(0, order), in_top, depth)
     within = kept & (place < j)
     return within, kept & ~within
 
 
 def _append(t: TreeBuffers, r: StepRule, ids: torch.Tensor, kept: torch.Tensor, tokens: torch.Tensor,
             lp: torch.Tensor, cum: torch.Tensor, depth: int, n: torch.Tensor, budget: torch.Tensor, width: int,
-            cost) -> Level:
+            cost: CostHooks | None) -> Level:
     """Append the kept children in BFS order (by parent, then rank: the flat order) at node ``n``,
     with their stop codes, and compact the ones to expand into the next frontier."""
     k = tokens.shape[0] // ids.shape[0]
@@ -221,7 +233,7 @@ def _append(t: TreeBuffers, r: StepRule, ids: torch.Tensor, kept: torch.Tensor, 
     own = t.ar[:t.ancestors.shape[0]][None, :] == dest[:, None]
     t.ancestors.index_copy_(0, dest, t.ancestors.index_select(0, parent) | own)
     left = budget - got
-    codes = stop_codes(r, t, cum, depth, dest, cost.cost_reasons if cost is not None else None)
+    codes = stop_codes(r, t, cum, depth, dest, cost.reasons if cost is not None else None)
     expand = kept & (codes == 0)
     # the budget is spent: a child the rule would expand stops with "n_max"
     codes = torch.where(expand & (left <= 0), CODE["n_max"], codes).to(torch.int8)
