@@ -247,7 +247,5 @@ def feature_head_topk(out: torch.Tensor, ids: torch.Tensor, feats: torch.Tensor,
     """The feature draft's head in a whole draft level (:func:`~dynatree_core.runtime.draft_phase.whole_level`):
     each node's predicted feature ``out`` kept for its children, then the head's logits over its ids
     (``weight`` [H, F]; :func:`~dynatree_core.runtime.linear_kernels.linear` is ``F.linear`` in a
-    compiled graph) and their top-k as full-vocabulary ids."""
-    feats.index_copy_(0, ids, out)
-    top = torch.log_softmax(linear(out, weight, None, None).float(), dim=-1).topk(k, dim=-1)
-    return vocab_ids[top.indices], top.values
+    compiled graph) and their top-k as full-vocabulary ids (:func:`head_topk` on those logits)."""
+    return head_topk(linear(out, weight, None, None), vocab_ids, k, feats, ids, out)

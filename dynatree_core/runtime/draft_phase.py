@@ -25,14 +25,9 @@ import torch
 from dynatree_core.runtime import plumbing as pl
 from dynatree_core.runtime.compile_cache import compile_backend, compile_scope
 from dynatree_core.runtime.fused import COMPILING, Region, compiled, region
-from dynatree_core.runtime.host_syncs import to_device
 from dynatree_core.runtime.level_step import Level, StepRule, TreeBuffers, resident_step
 from dynatree_core.runtime.ngram import TopKTensors
 from dynatree_core.runtime.static_draft import DraftStaticForwards, level_inputs
-
-#: a draft head as a pure tensor function: (the forward's outputs for a level's q nodes, their ids,
-#: the per-node features kept for their children or None, k) -> the top-k (token ids, log-probs)
-Head = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None", int], TopKTensors]
 
 
 @dataclass
@@ -40,7 +35,8 @@ class LentLevel:
     """What a drafter lends the phase for one level after the root's: its static forwards, the
     level's slots by node (``slot``), the root's position, the per-node features a feature draft
     keeps for its children (None: a plain LM), its ``head`` (a module-level pure function: the phase
-    keys its graphs by it) with ``head_args`` (tensors: the head's weight and ids), and ``k``."""
+    keys its graphs by it; ``head(outputs of the q nodes, their ids, feats, k, *head_args)`` -> the
+    top-k token ids and log-probs) with ``head_args`` (tensors: the head's weight and ids), and ``k``."""
 
     forwards: DraftStaticForwards
     slot: torch.Tensor
@@ -74,7 +70,7 @@ class DraftPhase:
         # each depth a device scalar made once per run (views of one arange: no op per level)
         self._depths = list(torch.arange(2 * level + 2, dtype=torch.long, device=self.device).unbind(0))
 
-    def level(self, lent: LentLevel, tree: "object", t: TreeBuffers, r: StepRule, ids: torch.Tensor,
+    def level(self, lent: LentLevel, tree: object, t: TreeBuffers, r: StepRule, ids: torch.Tensor,
               valid: torch.Tensor, level: int, n: torch.Tensor, budget: torch.Tensor, width: int,
               calls: torch.Tensor, overflow: torch.Tensor) -> tuple[Level, torch.Tensor, torch.Tensor]:
         """Grow level ``level`` (>= 1) from frontier ``ids`` in one call: the host books the level's
