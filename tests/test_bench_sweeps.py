@@ -41,8 +41,10 @@ def test_sweep_figure_plots_speedup_against_the_swept_value():
     aggs = [{"dataset": "wikitext2", "label": lab, "method": lab, "max_new_tokens": t, "speedup": s,
              "tokens_per_s": 1.0} for t in (16, 32) for lab, s in (("ar", 1.0), ("dynatree", 1.5 + t / 100))]
     fig = sweep_figure("length", aggs)
-    lines = [(tr.name, list(tr.x), list(tr.y)) for tr in fig.data]
-    assert ("dynatree", [16, 32], [1.66, 1.82]) in lines and ("ar", [16, 32], [1.0, 1.0]) in lines
+    # a line's group is the method's label (the data's id); its legend name says the method in words
+    lines = [(tr.legendgroup, tr.name, list(tr.x), list(tr.y)) for tr in fig.data]
+    assert ("dynatree", "DynaTree", [16, 32], [1.66, 1.82]) in lines
+    assert ("ar", "AR", [16, 32], [1.0, 1.0]) in lines
 
 
 def test_fixed_tree_figure_draws_one_line_per_B_and_tau_and_drops_ar():
