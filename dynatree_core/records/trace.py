@@ -19,7 +19,7 @@ import numpy as np
 from dynatree_core.policy.masks import with_prefix
 from dynatree_core.policy.tree import DraftTree
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: the optional batch fields (absent at batch size 1)
 
 
 @dataclass
@@ -71,6 +71,11 @@ class IterationRecord:
     #: ([tokens, log q + g, log q] of the draft's largest perturbed scores at the position its children
     #: fill: the draft's side of the coupling; None for nodes not expanded). None for greedy runs.
     sampling: dict | None = None
+    #: in a batched run (``Trace.batch``): ``iteration`` (the batch iteration this record belongs to:
+    #: one verify forward for every active row), ``padded_width`` (the verified width W every row was
+    #: padded to: root + the largest row's nodes), ``active`` (the rows in that forward) and ``nodes``
+    #: (this row's verified width n_b = 1 + its nodes). None: a batch-1 run
+    batch: dict | None = None
     #: the recording pair's tokenizer (``.decode(list[int])``), in memory only: set by the run
     #: that recorded it, never serialized (a loaded trace has None), so views can name every
     #: token as text, not only those whose text the record stores
@@ -105,13 +110,14 @@ class IterationRecord:
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in _RECORD_FIELDS}
         d["tree"] = self.tree.to_dict()
-        if self.sampling is not None:  # greedy records stay as they were written before sampling
-            d["sampling"] = self.sampling
+        for extra in ("sampling", "batch"):  # absent where unused: records stay as they were written before
+            if getattr(self, extra) is not None:
+                d[extra] = getattr(self, extra)
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "IterationRecord":
-        kw = {k: d[k] for k in (*_RECORD_FIELDS, "sampling") if k in d}
+        kw = {k: d[k] for k in (*_RECORD_FIELDS, "sampling", "batch") if k in d}
         return cls(tree=DraftTree.from_dict(d["tree"]), **kw)
 
 
@@ -156,6 +162,9 @@ class Trace:
     #: page range the recording covers), ``d_max_cap`` (each iteration's D_max cap: the tokens still
     #: wanted, less the bonus) and ``nodes`` (each iteration's envelope size); None: an ordinary trace
     replay: dict[str, Any] | None = None
+    #: a row of a batched run (``generate(pair, [prompt, ...])``): ``size`` (the batch size B) and
+    #: ``row`` (this prompt's index); None: a batch-1 run
+    batch: dict[str, Any] | None = None
     #: the recording pair's tokenizer, in memory only (never serialized; see IterationRecord)
     tokenizer: ClassVar[Any] = None
 
@@ -179,7 +188,7 @@ class Trace:
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in _TRACE_FIELDS}
-        for extra in ("sampling", "runtime", "replay"):  # absent from greedy eager traces, as before they existed
+        for extra in ("sampling", "runtime", "replay", "batch"):  # absent from greedy eager traces, as before
             if getattr(self, extra) is not None:
                 d[extra] = getattr(self, extra)
         d["iterations"] = [r.to_dict() for r in self.iterations]
@@ -190,7 +199,7 @@ class Trace:
         version = d.get("schema_version")
         if version is None or str(version).split(".")[0] != SCHEMA_VERSION.split(".")[0]:
             raise ValueError(f"unsupported trace schema_version {version!r}; this library reads {SCHEMA_VERSION}")
-        kw = {k: d[k] for k in (*_TRACE_FIELDS, "sampling", "runtime", "replay") if k in d}
+        kw = {k: d[k] for k in (*_TRACE_FIELDS, "sampling", "runtime", "replay", "batch") if k in d}
         return cls(iterations=[IterationRecord.from_dict(r) for r in d["iterations"]], **kw)
 
     def to_json(self, path: str | os.PathLike | None = None, indent: int | None = None) -> str:
