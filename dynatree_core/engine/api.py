@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 import torch
 
+from dynatree_core.engine.batch import BatchRun, is_batch, with_seeds
 from dynatree_core.engine.calibrate import prepare_config
 from dynatree_core.engine.loop import DecodingRun
 from dynatree_core.pairs.pair import ModelPair
@@ -21,34 +22,61 @@ from dynatree_core.policy.sampling import SamplingConfig, sampling_config
 from dynatree_core.records.result import GenerationResult
 
 
-def iterate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method: str = "dynatree",
-            config: DecoderConfig | None = None, max_new_tokens: int = 128, trace: bool | str = False, *,
+def iterate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor | Sequence[str | Sequence[int]],
+            method: str = "dynatree", config: DecoderConfig | None = None,
+            max_new_tokens: int | Sequence[int] = 128, trace: bool | str = False, *,
             temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
-            seed: int | None = None, verify: str | None = None, draft_noise: str | None = None,
-            sampling: SamplingConfig | None = None, **kwargs: Any) -> DecodingRun:
+            seed: int | Sequence[int] | None = None, verify: str | None = None, draft_noise: str | None = None,
+            sampling: SamplingConfig | None = None, **kwargs: Any) -> DecodingRun | BatchRun:
     """Step through decoding: ``for rec in iterate(...)`` yields one IterationRecord per round
     (keyword arguments as :func:`generate`'s, plus ``record_top_k``); afterwards ``run.result`` holds
-    the :class:`GenerationResult`."""
+    the :class:`GenerationResult`. Several prompts: a :class:`BatchRun` yields one
+    :class:`~dynatree_core.engine.batch.BatchIteration` per batch iteration (every active row's
+    record); afterwards ``run.results`` holds one result per prompt."""
+    if is_batch(prompt):
+        return BatchRun(pair, prompt, method, config, max_new_tokens, trace, prepare=prepare_config,
+                        sampling=_row_samplings(len(prompt), sampling, temperature=temperature, top_p=top_p,
+                                                top_k=top_k, seed=seed, verify=verify, draft_noise=draft_noise),
+                        **kwargs)
     cfg = sampling_config(sampling, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, verify=verify,
                           draft_noise=draft_noise)
     return DecodingRun(pair, prompt, method, config, max_new_tokens, trace, prepare=prepare_config, sampling=cfg,
                        **kwargs)
 
 
-def generate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method: str = "dynatree",
-             config: DecoderConfig | None = None, max_new_tokens: int = 128, trace: bool | str = False,
+def _row_samplings(rows: int, sampling: SamplingConfig | None, seed: int | Sequence[int] | None,
+                   **settings: Any) -> list[SamplingConfig]:
+    """Each row's sampling settings: the same for every row, with ``seed`` one for all or one per row."""
+    if isinstance(seed, (list, tuple)):
+        if len(seed) != rows:
+            raise ValueError(f"seed is a list of {len(seed)} entries; pass one per prompt ({rows}) or one seed")
+        if not seed:
+            raise ValueError("seed must not be an empty list")
+        base = sampling_config(sampling, seed=seed[0], **settings)  # the checks (a seed needs temperature > 0)
+        return with_seeds(base, seed)
+    return [sampling_config(sampling, seed=seed, **settings)] * rows
+
+
+def generate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor | Sequence[str | Sequence[int]],
+             method: str = "dynatree", config: DecoderConfig | None = None,
+             max_new_tokens: int | Sequence[int] = 128, trace: bool | str = False,
              eos_token_id: int | Sequence[int] | None = None, ignore_eos: bool = False,
-             history: HistoryState | None = None, allow_long_context: bool = False, *,
-             temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
-             seed: int | None = None, verify: str | None = None, draft_noise: str | None = None,
+             history: HistoryState | Sequence[HistoryState | None] | None = None, allow_long_context: bool = False,
+             *, temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
+             seed: int | Sequence[int] | None = None, verify: str | None = None, draft_noise: str | None = None,
              sampling: SamplingConfig | None = None, runtime: str = "auto",
-             buckets: tuple[int, ...] | None = None, static_len: int | None = None) -> GenerationResult:
+             buckets: tuple[int, ...] | None = None, static_len: int | None = None
+             ) -> GenerationResult | list[GenerationResult]:
     """Decode ``max_new_tokens`` tokens with ``method``: exactly the target's greedy output, or under
     sampling exactly its distribution (``docs/engine.md``, :mod:`dynatree_core.policy.sampling`).
 
     Args:
         pair: the target/draft :class:`ModelPair`.
-        prompt: text (needs ``pair.tokenizer``) or token ids ([L] or [1, L]).
+        prompt: text (needs ``pair.tokenizer``) or token ids ([L] or [1, L]); or several prompts (a list
+            of texts or of token-id lists), decoded together (:mod:`~dynatree_core.engine.batch`: one
+            target forward per iteration and one draft forward per level for every row, each row's
+            tokens its own batch-1 tokens) into one result per prompt. ``max_new_tokens``, ``seed`` and
+            ``history`` then take one value for all rows or a list with one per row.
         method: ``"ar"``, ``"linear"``, ``"fixed_tree"``, ``"dynatree"``, ``"eagle2"`` or ``"sequoia"``.
         config: the method's config (ARConfig, LinearConfig, FixedTreeConfig, DynaTreeConfig, ...);
             defaults to the paper's settings.
@@ -83,8 +111,18 @@ def generate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor, method
             on CUDA, eager elsewhere. ``static_len``: the static cache's slots (default: the prompt,
             the new tokens and the largest tree, rounded up).
     Returns:
-        :class:`GenerationResult` with ``tokens``, ``text``, ``metrics``, ``trace``.
+        :class:`GenerationResult` with ``tokens``, ``text``, ``metrics``, ``trace``; a list of them,
+        one per prompt, for several prompts (each trace's ``batch`` names its row).
     """
+    if is_batch(prompt):
+        if buckets is not None or static_len is not None:
+            raise ValueError("buckets= and static_len= size the fast path's static shapes; a batch runs eagerly")
+        return BatchRun(pair, prompt, method, config, max_new_tokens, trace, eos_token_id=eos_token_id,
+                        ignore_eos=ignore_eos, history=history, allow_long_context=allow_long_context,
+                        prepare=prepare_config, runtime=runtime,
+                        sampling=_row_samplings(len(prompt), sampling, temperature=temperature, top_p=top_p,
+                                                top_k=top_k, seed=seed, verify=verify, draft_noise=draft_noise),
+                        ).finish()
     cfg = sampling_config(sampling, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, verify=verify,
                           draft_noise=draft_noise)
     return DecodingRun(pair, prompt, method, config, max_new_tokens, trace, eos_token_id=eos_token_id,

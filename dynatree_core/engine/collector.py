@@ -86,9 +86,10 @@ class RunCollector:
     on a GPU). ``compiles`` counts the graphs dynamo compiled between the start and the result."""
 
     def __init__(self, device: torch.device, tokenizer: Any, prompt: Sequence[int], trace: Trace | None,
-                 draft_sampler: DraftSampler | None = None) -> None:
+                 draft_sampler: DraftSampler | None = None, clock: pl.ForwardClock | None = None) -> None:
         #: ``tokenizer`` names tokens in records; ``draft_sampler`` holds the draft's perturbed scores
-        #: under shared noise (what a traced record shows next to the target's)
+        #: under shared noise (what a traced record shows next to the target's); ``clock``: the forward
+        #: clock to share (a batch's rows: each forward serves them all), default a new one
         self.device, self.tokenizer, self.prompt = device, tokenizer, list(prompt)
         self.trace, self.draft_sampler = trace, draft_sampler
         if self.device.type == "cuda":
@@ -99,7 +100,7 @@ class RunCollector:
         self.sizes: list[int] = []
         self.target_forwards = 0
         self.stopped_by = "max_new_tokens"
-        self.clock = pl.ForwardClock(self.device)
+        self.clock = clock if clock is not None else pl.ForwardClock(self.device)
         self.syncs = HostSyncs()
         self.iteration_syncs: list[int] = []
         self.draft_levels: list[int] = []

@@ -117,6 +117,25 @@ def _eos_set(pair: ModelPair, eos_token_id: int | Sequence[int] | None, ignore_e
     return {int(t) for t in ([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)}
 
 
+def rule_for(adapter: HistoryAdapter | None, config: DecoderConfig, remaining: int) -> GrowthRule:
+    """This iteration's growth rule: the history's (or the config's), never deeper than the tokens
+    still wanted (the bonus supplies one of them)."""
+    rule = adapter.rule() if adapter is not None else config.growth_rule()
+    return dataclasses.replace(rule, d_max=min(rule.d_max, remaining - 1))
+
+
+def cut_committed(new: list[int], remaining: int, eos: set[int]) -> tuple[list[int], str | None]:
+    """Stop after the first EOS (even inside the accepted path) and at the token budget."""
+    stop = None
+    for j, t in enumerate(new):
+        if t in eos:
+            new, stop = new[: j + 1], "eos"
+            break
+    if len(new) >= remaining:
+        new, stop = new[:remaining], stop or "max_new_tokens"
+    return new, stop
+
+
 class DecodingRun:
     """An in-progress decode: iterate it to get one :class:`IterationRecord` per round.
 
@@ -186,9 +205,7 @@ class DecodingRun:
         return self.adapter.envelope() if self.adapter is not None else self.config.growth_rule()
 
     def _rule(self, remaining: int) -> GrowthRule:
-        rule = self.adapter.rule() if self.adapter is not None else self.config.growth_rule()
-        # Never draft deeper than the tokens still wanted (the bonus supplies one of them).
-        return dataclasses.replace(rule, d_max=min(rule.d_max, remaining - 1))
+        return rule_for(self.adapter, self.config, remaining)
 
     @torch.inference_mode()
     def _run(self) -> Iterator[IterationRecord]:
@@ -343,15 +360,7 @@ class DecodingRun:
         col.lap("prefill")
 
     def _cut(self, new: list[int], remaining: int) -> tuple[list[int], str | None]:
-        """Stop after the first EOS (even inside the accepted path) and at the token budget."""
-        stop = None
-        for j, t in enumerate(new):
-            if t in self.eos:
-                new, stop = new[: j + 1], "eos"
-                break
-        if len(new) >= remaining:
-            new, stop = new[:remaining], stop or "max_new_tokens"
-        return new, stop
+        return cut_committed(new, remaining, self.eos)
 
     def _restore(self, start: int, root: int, path: list[int], new: list[int], col: RunCollector) -> int:
         """Bring the target cache back to root + accepted path; returns the extra target forwards."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Generator, Protocol
 
 import numpy as np
 import torch
@@ -187,6 +187,21 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
         costs one host read per level (none when :attr:`GrowthRule.static_counts` fixes the sizes).
         Device-resident (:attr:`resident`): a frontier of fixed width and :attr:`levels` levels,
         padding where the rule expands nothing; no read at all (:meth:`select` fetches the counts)."""
+        steps = self.growth(drafter, syncs)
+        try:
+            ids, level = next(steps)
+            while True:
+                ids, level = steps.send(drafter.propose(self, ids, level=level))
+        except StopIteration as done:
+            return done.value
+
+    def growth(self, drafter: Proposer, syncs: HostSyncs) -> Generator[tuple[torch.Tensor, int], Proposed,
+                                                                          "DeviceTree"]:
+        """:meth:`grow` as steps: it yields ``(ids, level)`` where it needs the draft's proposal for a
+        level's nodes and takes that proposal back (``send``); it returns the tree. A batched run
+        drives one of these per row and answers a level of every row with ONE draft forward
+        (:mod:`dynatree_core.engine.batch`); :meth:`grow` answers each with ``drafter.propose``.
+        ``drafter`` is asked only whether it lends a level (the resident path)."""
         rule = self.rule
         if not self._root_expands():
             self.stop[:1].fill_(self._root_code())
@@ -209,7 +224,7 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
                 if self._empty_next(lv):
                     break
                 continue
-            prop = drafter.propose(self, ids, level=level)
+            prop = yield ids, level
             if level == 0:
                 self.chain = prop.chain
             tokens, logps, conf = self._candidates(prop, ids, valid)

@@ -1,0 +1,417 @@
+"""Several prompts decoded together: the same four phases, every row in ONE forward per phase step.
+
+:class:`BatchRun` keeps one draft tree per row, grown by the row's own rule (its history, its
+sampler, its tokens left), and runs the models for all rows at once:
+
+* **draft**: each row's :meth:`~dynatree_core.runtime.device_tree.DeviceTree.growth` yields the
+  level it needs; every row that drafts at level l is answered by ONE draft forward
+  (:class:`~dynatree_core.drafters.batch_model.BatchModelDraft`), rows done growing feed padding;
+* **verify**: every active row's ``[root] + tree`` padded to the widest, W, in ONE target forward,
+  each row under its own 4D mask at its own logical positions (:class:`~dynatree_core.runtime.batch_cache.RowsCache`);
+* **select / commit**: per row, exactly as at batch 1; a row's kept entries become live where they
+  were written, the rest are dead in its mask; a finished row leaves the batch.
+
+Row b's tokens are its prompt's batch-1 tokens: greedy, ``match`` with its seed, and ``rejection``
+with its own random stream (its draws never depend on its neighbours). Runs on the eager runtime;
+a single prompt runs :class:`~dynatree_core.engine.loop.DecodingRun`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from dynatree_core.drafters import DraftContext, Drafter, LookupDrafter
+from dynatree_core.drafters.batch_model import BatchModelDraft
+from dynatree_core.drafters.factory import make_drafter
+from dynatree_core.engine.collector import RunCollector, new_trace
+from dynatree_core.engine.loop import (_TAIL_CODE, _check_run, _check_window, _eos_set, cut_committed,
+                                       encode_prompt, rule_for, tail_lookup)
+from dynatree_core.pairs.pair import ModelPair
+from dynatree_core.policy.config import DecoderConfig, DynaTreeConfig, resolve_config
+from dynatree_core.policy.history import HistoryAdapter, HistoryState, check_history
+from dynatree_core.policy.sampling import GREEDY, SamplingConfig
+from dynatree_core.records.result import GenerationResult
+from dynatree_core.records.trace import IterationRecord
+from dynatree_core.runtime import plumbing as pl
+from dynatree_core.runtime.batch_cache import RowsCache
+from dynatree_core.runtime.device_tree import DeviceTree, Selection
+from dynatree_core.runtime.fast_path import resolve_runtime
+from dynatree_core.runtime.sampling import draft_candidates, make_samplers
+
+#: the drafters a batch runs: one batched draft model, or prompt lookup per row (no forward)
+BATCH_DRAFTERS = ("model", "lookup")
+
+
+@dataclass
+class BatchIteration:
+    """One batch iteration: every active row's record, the padded width W and the forwards it ran."""
+
+    index: int
+    records: dict[int, IterationRecord]  # prompt index -> its record
+    padded_width: int
+    draft_forwards: int
+    target_forwards: int = 1
+
+
+@dataclass
+class _Row:
+    """One prompt's state in the batch (its own rule, history, samplers, drafter and collector)."""
+
+    index: int
+    prompt: list[int]
+    max_new_tokens: int
+    sampling: SamplingConfig
+    adapter: HistoryAdapter | None
+    col: RunCollector
+    drafter: Drafter | None
+    draft_sampler: Any
+    chooser: Any
+    out: list[int] = field(default_factory=list)
+    root: int = 0
+    tree: DeviceTree | None = None
+    #: the prompt lookup a lookup tail reads, and whether the row keeps it up to date itself
+    tail: LookupDrafter | None = None
+    own_tail: bool = False
+    result: GenerationResult | None = None
+
+    @property
+    def remaining(self) -> int:
+        return self.max_new_tokens - len(self.out)
+
+
+def _per_row(name: str, value: Any, rows: int, scalar: Callable[[Any], bool]) -> list:
+    """``value`` for every row: one value for all, or a list with one entry per row."""
+    if isinstance(value, (list, tuple)) and not scalar(value):
+        if len(value) != rows:
+            raise ValueError(f"{name} is a list of {len(value)} entries; pass one per prompt ({rows}) or one value")
+        return list(value)
+    return [value] * rows
+
+
+def is_batch(prompt: Any) -> bool:
+    """Whether ``prompt`` is several prompts (a list of texts or of token-id lists), not one."""
+    return isinstance(prompt, (list, tuple)) and any(not isinstance(p, (int, np.integer)) for p in prompt)
+
+
+def check_prompts(prompts: Any) -> list:
+    """A batch's prompts as a list, refused early when empty or of mixed kinds."""
+    if not isinstance(prompts, (list, tuple)) or not prompts:
+        raise ValueError("prompts must be a non-empty list of prompts (texts or token-id lists); got an empty list")
+    kinds = {"text" if isinstance(p, str) else "ids" if isinstance(p, (list, tuple, np.ndarray, torch.Tensor))
+             else "int" if isinstance(p, (int, np.integer)) else type(p).__name__ for p in prompts}
+    if len(kinds) > 1:
+        raise TypeError(f"prompts mixes {sorted(kinds)}: pass a list of texts, a list of token-id lists, "
+                        "or one prompt's token ids")
+    return list(prompts)
+
+
+class BatchRun:
+    """An in-progress batched decode: iterate it to get one :class:`BatchIteration` per round;
+    afterwards (or via :meth:`finish`) ``run.results`` holds one :class:`GenerationResult` per prompt."""
+
+    def __init__(self, pair: ModelPair, prompts: Sequence[Any], method: str = "dynatree",
+                 config: DecoderConfig | None = None, max_new_tokens: int | Sequence[int] = 128,
+                 trace: bool = False, eos_token_id: int | Sequence[int] | None = None, ignore_eos: bool = False,
+                 history: HistoryState | Sequence[HistoryState | None] | None = None,
+                 allow_long_context: bool = False, record_top_k: int | None = None,
+                 prepare: Callable[..., DecoderConfig] | None = None,
+                 sampling: SamplingConfig | Sequence[SamplingConfig] | None = None, runtime: str = "auto"):
+        prompts = check_prompts(prompts)
+        rows = len(prompts)
+        news = _per_row("max_new_tokens", max_new_tokens, rows, lambda v: False)
+        histories = _per_row("history", history, rows, lambda v: False)
+        samplings = _per_row("sampling", sampling if sampling is not None else GREEDY, rows, lambda v: False)
+        if trace not in (True, False):
+            raise ValueError(f"a batch records plain traces (trace=True or False), got trace={trace!r}")
+        config = resolve_config(method, config)
+        for s, n, h in zip(samplings, news, histories):
+            _check_run(pair, config, n, s)
+            check_history(h, None if s.greedy else s.label())
+        if len({(s.greedy, s.rule, s.temperature, s.top_p, s.top_k, s.noise) for s in samplings}) > 1:
+            raise ValueError("every row samples under the same settings (temperature, top_p, top_k, verify, "
+                             "draft_noise); only the seed differs per row")
+        self.runtime = resolve_runtime(runtime, pair.device)
+        if self.runtime != "eager":
+            raise ValueError(f"a batch runs on the eager runtime for now (runtime='eager' or 'auto' on a CPU), "
+                             f"got runtime={runtime!r} -> {self.runtime!r}")
+        kind = make_drafter(pair.draft, pair.lookup).kind if config.drafts else None
+        if kind is not None and kind not in BATCH_DRAFTERS:
+            raise ValueError(f"a batch drafts with {BATCH_DRAFTERS}; this pair's drafter is {kind!r}")
+        self.pair, self.sampling, self.tracing, self.record_top_k = pair, samplings[0], bool(trace), record_top_k
+        self.config = prepare(config, pair, runtime=self.runtime) if prepare is not None and config.drafts else config
+        self.method = self.config.method
+        self.prompts = [encode_prompt(pair, p) for p in prompts]
+        for p, n in zip(self.prompts, news):
+            _check_window(pair, config.drafts, len(p), n, allow_long_context)
+        self.max_new_tokens, self.samplings, self.histories = news, samplings, histories
+        self.eos = _eos_set(pair, eos_token_id, ignore_eos)
+        self.kind = kind
+        #: the paper's KV mode: crop the tree's entries and re-run the committed tokens (a second forward)
+        self.recompute = getattr(self.config, "kv_mode", "gather") == "recompute"
+        #: one forward clock for the batch: each forward serves every row
+        self.clock = pl.ForwardClock(pair.device)
+        self.results: list[GenerationResult | None] = [None] * rows
+        #: forwards run for the whole batch (each serves every active row)
+        self.target_forwards = 0
+        self.draft_forwards = 0
+        self._steps = self._run()
+
+    def __iter__(self) -> Iterator[BatchIteration]:
+        return self
+
+    def __next__(self) -> BatchIteration:
+        return next(self._steps)
+
+    def finish(self) -> list[GenerationResult]:
+        """Run the remaining iterations; one result per prompt, in order."""
+        for _ in self._steps:
+            pass
+        return [r for r in self.results if r is not None]
+
+    # --- the loop ----------------------------------------------------------------------------
+    @torch.inference_mode()
+    def _run(self) -> Iterator[BatchIteration]:
+        rows = [self._row(b) for b in range(len(self.prompts))]
+        for r in rows:
+            if r.max_new_tokens == 0:
+                self._finish(r)
+        rows = [r for r in rows if r.result is None]
+        if not rows:
+            return
+        clock = self.clock
+        device = self.pair.device
+        target = RowsCache(self.pair.target, len(rows), device)
+        draft = BatchModelDraft(self.pair.draft, [r.prompt for r in rows]) if self.kind == "model" else None
+        self._prefill(rows, target, clock)
+        self._start_drafters(rows, draft)
+        for r in rows:
+            r.col.lap("prefill")
+        it = 0
+        while rows:
+            # 1. draft: every row's tree; one draft forward per level for the rows that draft there
+            before = [self._history(r) for r in rows]
+            forwards = self._draft(rows, draft, clock)
+            for r in rows:
+                r.col.lap("draft")
+            # 2. verify (ONE target forward for every row) and 3. select, per row
+            width, sels, start = self._verify(rows, target, clock)
+            self.target_forwards += 1
+            for r in rows:
+                r.col.lap("verify")
+            # 4. commit: cut at EOS / the budget; keep each row's root + path where it was written
+            recs, stops, kept, target_cols, rerun = {}, [], {}, [], []
+            for i, (r, sel) in enumerate(zip(rows, sels)):
+                new, stop = cut_committed(sel.arrays["tokens"][sel.path].tolist() + [sel.bonus], r.remaining,
+                                          self.eos)
+                r.out.extend(new)
+                target_cols.append(torch.tensor([start] + [start + u for u in sel.path], device=device))
+                rerun.append([r.root] + new[:-1] if stop is None else [])
+                if stop is None and draft is not None:
+                    grown = sel.arrays["orig"][sel.path].tolist() if "orig" in sel.arrays else sel.path
+                    kept[i] = (grown, new, int(sel.arrays["fed"][sel.path].sum()))
+                elif stop is None and r.drafter is not None:
+                    r.drafter.commit(sel.path, new)
+                if stop is None:
+                    r.root = new[-1]
+                    if r.own_tail:
+                        r.tail.commit(sel.path, new)
+                path = sel.path
+                after = self._adapt(r, int((sel.arrays["stop"][path] != _TAIL_CODE).sum())
+                                    if r.tree.tail_nodes else len(path), r.tree.depth, sel.arrays)
+                r.col.lap("commit")
+                forwards_r = 1 + (self.recompute and stop is None)  # the paper's mode re-runs the committed tokens
+                rec = r.col.iteration(r.tree, sel, target.count[i], new, (before[i], after), forwards_r)
+                rec.batch = {"iteration": it, "padded_width": width, "active": [x.index for x in rows],
+                             "nodes": r.tree.n}
+                recs[r.index] = rec
+                if stop == "eos":
+                    r.col.stopped_by = "eos"
+                stops.append(stop)
+            if self.recompute:  # the paper's mode: drop the tree's entries, re-run the committed tokens
+                target.commit([[] for _ in rows])
+                self._chain(rows, rerun, target, clock)
+            else:
+                target.commit(target_cols)
+            if draft is not None:
+                draft.commit(kept)
+            yield BatchIteration(it, recs, width, forwards)
+            it += 1
+            live = [i for i, s in enumerate(stops) if s is None]
+            for i, s in enumerate(stops):
+                if s is not None:
+                    self._finish(rows[i])
+            if len(live) < len(rows) and live:
+                target.keep_rows(live)
+                if draft is not None:
+                    draft.keep_rows(live)
+            rows = [rows[i] for i in live]
+
+    def _draft(self, rows: list[_Row], draft: BatchModelDraft | None, clock: pl.ForwardClock) -> int:
+        """Grow every row's tree; returns the draft forwards this iteration ran."""
+        asks: dict[int, tuple[Any, torch.Tensor, int]] = {}
+        for i, r in enumerate(rows):
+            rule = rule_for(r.adapter, self.config, r.remaining)
+            r.tree = DeviceTree(r.root, rule, self._top_k(), self.pair.device,
+                                position=len(r.prompt) + len(r.out) - 1, early_exit=r.sampling.rule != "rejection")
+            if r.drafter is None:
+                continue
+            steps = r.tree.growth(r.drafter, r.col.syncs)
+            try:
+                ids, level = next(steps)
+                asks[i] = (steps, ids, level)
+            except StopIteration:
+                pass
+        forwards = 0
+        while asks:
+            level = next(iter(asks.values()))[2]
+            assert all(a[2] == level for a in asks.values()), "the rows' trees grow level by level together"
+            if draft is not None:
+                logits = draft.level({i: (rows[i].tree, a[1]) for i, a in asks.items()}, level, clock)
+                forwards += 1
+                props = {i: rows[i].drafter.answer(rows[i].tree, a[1], level, logits[i]) for i, a in asks.items()}
+            else:  # prompt lookup: no forward, each row reads its own committed tokens
+                props = {i: rows[i].drafter.propose(rows[i].tree, a[1], level) for i, a in asks.items()}
+            nxt = {}
+            for i, (steps, ids, _) in asks.items():
+                try:
+                    ids, lv = steps.send(props[i])
+                    nxt[i] = (steps, ids, lv)
+                except StopIteration:
+                    pass
+            asks = nxt
+        for r in rows:
+            if r.tail is not None:
+                r.tree.add_tail(r.tail.committed_on(r.tree.device), r.tail.source, r.col.syncs, r.remaining - 1)
+        self.draft_forwards += forwards
+        return forwards
+
+    def _verify(self, rows: list[_Row], target: RowsCache, clock: pl.ForwardClock
+                ) -> tuple[int, list[Selection], int]:
+        """ONE target forward over every row's [root] + tree, padded to the widest (W); each row's
+        selection as at batch 1. Returns W, the selections and the column the roots landed in."""
+        dev = self.pair.device
+        width = max(r.tree.n for r in rows)
+        ids = torch.zeros((len(rows), width), dtype=torch.long, device=dev)
+        pos = torch.zeros_like(ids)
+        allowed = torch.eye(width, dtype=torch.bool, device=dev).expand(len(rows), width, width).clone()
+        for i, r in enumerate(rows):
+            n = r.tree.n
+            ids[i, :n] = r.tree.tokens[:n]
+            pos[i, :n] = target.count[i] + r.tree.position_offsets()
+            allowed[i, :n, :n] = r.tree.tree_mask()
+        start = target.width
+        logits, _ = target.forward(ids, pos, allowed, clock=clock)
+        sels = []
+        for i, r in enumerate(rows):
+            tree, n = r.tree, r.tree.n
+            v = pl.DeviceVerified(logits[i, :n], None, target.count[i], logits[i, :n].argmax(-1), start)
+            choice = None
+            if r.chooser is not None:
+                draft = draft_candidates(tree, r.draft_sampler) if r.sampling.rule == "rejection" else None
+                choice = r.chooser.choose(v.logits, tree.depths[:n], tree.deepest(), v.prefix_len, draft)
+            chosen = v.argmax if choice is None else choice.tokens
+            sels.append(tree.select(chosen, r.col.syncs, r.col.verify_extras(tree, v, choice)))
+        return width, sels, start
+
+    # --- the phases' details -------------------------------------------------------------------
+    def _row(self, b: int) -> _Row:
+        sampling = self.samplings[b]
+        label = None if sampling.greedy else sampling.label()
+        adapter = (HistoryAdapter(self.config, self.histories[b], label)
+                   if isinstance(self.config, DynaTreeConfig) and self.config.adaptive else None)
+        samplers = make_samplers(sampling, self.pair.device, int(self.pair.target.config.vocab_size), self.tracing)
+        draft_sampler, chooser = samplers if samplers is not None else (None, None)
+        trace = None
+        prompt = self.prompts[b]
+        if self.tracing:
+            settings = ({"kind": self.kind, "top_k": self._top_k()} if self.config.drafts else None)
+            trace = new_trace(self.pair, self.config, prompt, self.eos, self.max_new_tokens[b], settings,
+                              None if sampling.greedy else sampling.to_dict(), self.runtime)
+            trace.batch = {"size": len(self.prompts), "row": b}
+        col = RunCollector(self.pair.device, self.pair.tokenizer, prompt, trace, draft_sampler, clock=self.clock)
+        return _Row(b, prompt, self.max_new_tokens[b], sampling, adapter, col, None, draft_sampler, chooser,
+                    root=prompt[-1])
+
+    def _start_drafters(self, rows: list[_Row], draft: BatchModelDraft | None) -> None:
+        for i, r in enumerate(rows):
+            if not self.config.drafts:
+                continue
+            r.drafter = draft.rows[i] if draft is not None else LookupDrafter(self.pair.draft)
+            keep = self.tracing or bool(self.record_top_k)
+            ctx = DraftContext(self._top_k(), r.col.clock, r.draft_sampler, keep_chain=keep)
+            r.drafter.start(r.prompt, ctx)
+            if self.config.lookup_tail:
+                r.tail, r.own_tail = tail_lookup(r.drafter)
+                if r.own_tail:  # a lookup of the row's own: it follows the committed tokens
+                    r.tail.start(r.prompt, ctx)
+
+    def _prefill(self, rows: list[_Row], target: RowsCache, clock: pl.ForwardClock) -> None:
+        """ONE target forward over every row's prompt but its last token (the first root), padded."""
+        if self._chain(rows, [r.prompt[:-1] for r in rows], target, clock):
+            for r in rows:
+                r.col.target_forwards += 1
+
+    def _chain(self, rows: list[_Row], tokens: list[list[int]], target: RowsCache, clock: pl.ForwardClock) -> bool:
+        """ONE target forward of each row's committed ``tokens`` as a causal chain after its live
+        entries (padded to the longest), all kept; whether there was anything to run."""
+        q = max(len(t) for t in tokens)
+        if q == 0:
+            return False
+        dev = self.pair.device
+        ids = torch.zeros((len(rows), q), dtype=torch.long, device=dev)
+        pos = torch.zeros_like(ids)
+        allowed = torch.eye(q, dtype=torch.bool, device=dev).expand(len(rows), q, q).clone()
+        tril = torch.ones((q, q), dtype=torch.bool, device=dev).tril()
+        for i, t in enumerate(tokens):
+            m = len(t)
+            if m:
+                ids[i, :m] = torch.tensor(t, device=dev)
+                pos[i, :m] = torch.arange(target.count[i], target.count[i] + m, device=dev)
+                allowed[i, :m, :m] = tril[:m, :m]
+        start = target.width
+        target.forward(ids, pos, allowed, clock=clock)
+        target.commit([torch.arange(start, start + len(t), device=dev) for t in tokens])
+        self.target_forwards += 1
+        return True
+
+    def _top_k(self) -> int:
+        """Draft candidates per expanded node (as :meth:`DecodingRun._draft_top_k`)."""
+        if not self.config.drafts:
+            return 1
+        breadth = self.config.growth_rule().max_breadth
+        if self.sampling.rule == "rejection":
+            top_k = breadth
+        else:
+            top_k = max(self.config.trace_top_k if self.tracing else breadth, self.record_top_k or 0)
+        if getattr(self.config, "cost_aware", False):
+            top_k = max(top_k, self.config.trace_top_k)
+        return max(1, top_k)
+
+    def _history(self, r: _Row) -> dict | None:
+        return r.adapter.state.to_dict() if r.adapter is not None else None
+
+    def _adapt(self, r: _Row, accepted: int, depth: int, arrays: dict[str, np.ndarray]) -> dict | None:
+        if r.adapter is None:
+            return None
+        drafted = arrays["stop"][1:] != _TAIL_CODE
+        mass = None
+        if self.config.cost_aware and depth > 0:
+            mass = np.bincount(arrays["depths"][1:][drafted], weights=np.exp(arrays["cum_logps"][1:][drafted]),
+                               minlength=depth + 1)[1:depth + 1].tolist()
+        return r.adapter.update(accepted / depth if depth > 0 else None, accepted, mass).to_dict()
+
+    def _finish(self, r: _Row) -> None:
+        forwards = r.drafter.forwards if r.drafter is not None else 0
+        r.result = r.col.result(r.out, r.adapter.state if r.adapter is not None else None, forwards,
+                                self.config.drafts)
+        self.results[r.index] = r.result
+
+
+def with_seeds(sampling: SamplingConfig, seeds: Sequence[int]) -> list[SamplingConfig]:
+    """One sampling config per row: ``sampling`` with each row's seed."""
+    return [dataclasses.replace(sampling, seed=int(s)) for s in seeds]

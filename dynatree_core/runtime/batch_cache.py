@@ -1,0 +1,135 @@
+"""The KV cache of several rows decoded together: one rectangular cache, a live set per row.
+
+A batched forward writes the same number of entries, q, into every row (the rows' inputs padded
+to the widest); which of them a row keeps differs. So the cache is a ``DynamicCache`` of batch B
+whose entries are *live* or *dead* per row (:attr:`RowsCache.live`, bool [B, S] on the device):
+
+* a forward's mask lets row b's queries see its live entries (plus, in a draft tree level, the
+  entries of their fed ancestors written earlier this iteration) and the new entries its own
+  ``allowed`` names; a padded query sees only itself;
+* a kept entry becomes live where it was written: nothing moves (:meth:`RowsCache.commit`);
+* columns dead in every row at the end are cropped (a slice), and once :data:`COMPACT_AFTER` columns
+  past the longest row's live entries pile up, one gather per layer moves every row's live entries
+  to the front.
+
+Positions are logical per row: a new token's position is the row's live count before it (plus
+its depth in a tree), never its column. Keys are rotated at their positions when written, so
+attention does not depend on where an entry sits, and a masked entry gets exactly zero weight.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from transformers import DynamicCache
+
+from dynatree_core.runtime import plumbing as pl
+from dynatree_core.runtime.compat import cache_kwargs
+from dynatree_core.runtime.host_syncs import to_device
+
+#: dead entries in one row that trigger a compaction (a gather per layer, every row at once)
+COMPACT_AFTER = 64
+
+
+class RowsCache:
+    """A batch-B ``DynamicCache`` with a live set and a logical length per row."""
+
+    def __init__(self, model: torch.nn.Module, rows: int, device: torch.device, compact_after: int | None = None):
+        compact_after = COMPACT_AFTER if compact_after is None else compact_after
+        if compact_after < 1:
+            raise ValueError(f"compact_after must be >= 1, got {compact_after}")
+        self.model, self.device, self.compact_after = model, device, compact_after
+        self.dtype = pl.model_dtype(model)
+        self.cache = DynamicCache()
+        #: bool [B, S]: the entries each row has committed
+        self.live = torch.zeros((rows, 0), dtype=torch.bool, device=device)
+        #: per row: committed entries (the logical length; the next token's position)
+        self.count: list[int] = [0] * rows
+        #: gathers so far (one per layer each)
+        self.compactions = 0
+
+    @property
+    def rows(self) -> int:
+        return len(self.count)
+
+    @property
+    def width(self) -> int:
+        """S: the cache's columns, live or dead."""
+        return int(self.live.shape[1])
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor,
+                seen: torch.Tensor | None = None, clock: pl.ForwardClock | None = None,
+                hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One forward of ``ids`` [B, q] at ``positions`` [B, q]: row b's query i sees row b's live
+        entries, the old columns ``seen[b, i]`` marks (bool [B, q, S]; None: none) and the new
+        entries ``allowed[b, i]`` (bool [B, q, q]) marks. Writes q new (not yet live) columns in
+        every row. Returns logits [B, q, V] and, with ``hidden``, the final hidden states."""
+        b, q = ids.shape
+        old = self.live[:, None, :].expand(b, q, self.width)
+        if seen is not None:
+            old = old | seen
+        vis = torch.cat([old, allowed], dim=2)
+        mask = torch.zeros(vis.shape, dtype=self.dtype, device=self.device)
+        mask.masked_fill_(~vis, torch.finfo(self.dtype).min)
+        inputs = dict(input_ids=ids, attention_mask=mask[:, None], position_ids=positions,
+                      **cache_kwargs(self.model, self.cache), use_cache=True)
+        with pl.timed(clock):
+            if hidden:
+                logits, states = pl.run_with_hidden(self.model, inputs)
+            else:
+                logits, states = self.model(**inputs).logits, None
+        self.live = torch.cat([self.live, torch.zeros((b, q), dtype=torch.bool, device=self.device)], dim=1)
+        return pl.on_device(logits, self.device), states
+
+    def commit(self, columns: Sequence[torch.Tensor | Sequence[int]], tidy: bool = True) -> None:
+        """Row b keeps the entries at ``columns[b]`` (written by a forward: they become live where
+        they are); the rest of what the forwards wrote stays dead. ``tidy``: crop and maybe compact
+        now (False while other columns written this iteration are still referred to by index)."""
+        for b, cols in enumerate(columns):
+            n = int(cols.shape[0]) if isinstance(cols, torch.Tensor) else len(cols)
+            if n:
+                idx = cols if isinstance(cols, torch.Tensor) else to_device(list(cols), self.device)
+                self.live[b].index_fill_(0, idx.to(self.device), True)
+                self.count[b] += n
+        if tidy:
+            self._tidy()
+
+    def keep_rows(self, rows: Sequence[int]) -> None:
+        """Drop every row not in ``rows`` (finished rows leave the batch), in that order."""
+        idx = to_device(list(rows), self.device)
+        for layer in self.cache.layers:
+            layer.keys = layer.keys.index_select(0, idx.to(layer.keys.device))
+            layer.values = layer.values.index_select(0, idx.to(layer.values.device))
+        self.live = self.live.index_select(0, idx)
+        self.count = [self.count[r] for r in rows]
+        self._tidy()
+
+    def _tidy(self) -> None:
+        """Crop the columns dead in every row at the end (a slice); compact once
+        :attr:`compact_after` columns would be reclaimed."""
+        s = self.width
+        if not s:
+            return
+        used = int(self.live.any(0).nonzero().max()) + 1 if bool(self.live.any()) else 0
+        if used < s:
+            pl.crop(self.cache, used)
+            self.live = self.live[:, :used]
+        # what a compaction would reclaim: columns past the longest row's live entries (a shorter
+        # row's columns past its own count are padding a rectangle keeps anyway)
+        if self.width - max(self.count) >= self.compact_after:
+            self.compact()
+
+    def compact(self) -> None:
+        """Move every row's live entries to its front (order kept): one gather per key/value tensor."""
+        width = max(self.count)
+        # a stable sort of "dead" puts each row's live columns first, in their order
+        order = torch.sort((~self.live).to(torch.int8), dim=1, stable=True).indices[:, :width]
+        for layer in self.cache.layers:
+            k = layer.keys
+            idx = order.to(k.device)[:, None, :, None].expand(k.shape[0], k.shape[1], width, k.shape[3])
+            layer.keys = k.gather(2, idx)
+            layer.values = layer.values.gather(2, idx)
+        counts = to_device(self.count, self.device)
+        self.live = torch.arange(width, device=self.device)[None, :] < counts[:, None]
+        self.compactions += 1

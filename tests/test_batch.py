@@ -1,0 +1,268 @@
+"""Several prompts at once (:mod:`dynatree_core.engine.batch`): every row is its prompt's batch-1 decode.
+
+Property tests over tiny random GPT-NeoX and Llama models: B from 1 to 5, random prompt lengths and
+budgets (0 and 1 among them), every method with random configs (both KV modes), greedy against the
+target's own ``generate``, ``match`` and ``rejection`` against the row's batch-1 run with its seed.
+The batch must really be one: one target forward per batch iteration and one draft forward per
+level whatever B (counted by forward hooks), and a deliberately desynchronised variant (a row's
+positions taken from its padded column) is shown to fail.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dynatree_core import generate, iterate
+from dynatree_core.engine.batch import BatchRun
+from dynatree_core.pairs.pair import ModelPair
+from dynatree_core.policy.config import DynaTreeConfig, HistoryConfig, LinearConfig
+from dynatree_core.policy.lookup import PromptLookup
+from dynatree_core.records.trace import Trace
+from dynatree_core.runtime.batch_cache import RowsCache
+
+from helpers import cached_pair, cached_target, reference_greedy
+from helpers.exactness import ARCHS, ATTNS, DIFFERING_NOISE, method_configs, prompts
+
+batch_prompts = st.lists(prompts, min_size=1, max_size=5)
+
+
+def _greedy_rows(arch, attn, rows, news):
+    return [reference_greedy(arch, attn, p, n) for p, n in zip(rows, news)]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(arch=st.sampled_from(ARCHS), attn=st.sampled_from(ATTNS), noise=st.sampled_from((0.0, 0.02, 0.1, 1.0)),
+       mc=method_configs, rows=batch_prompts, data=st.data())
+def test_every_row_equals_the_target_greedy(arch, attn, noise, mc, rows, data):
+    method, config = mc
+    news = data.draw(st.lists(st.integers(0, 16), min_size=len(rows), max_size=len(rows)))
+    res = generate(cached_pair(arch, attn, noise), [list(p) for p in rows], method, config, max_new_tokens=news,
+                   ignore_eos=True)
+    assert [r.tokens for r in res] == _greedy_rows(arch, attn, rows, news)
+    assert [r.metrics.new_tokens for r in res] == news
+
+
+@settings(max_examples=25, deadline=None)
+@given(arch=st.sampled_from(ARCHS), mc=method_configs, rows=st.lists(prompts, min_size=2, max_size=4),
+       cut=st.integers(0, 11), data=st.data())
+def test_a_row_stops_at_its_first_eos_even_inside_an_accepted_path(arch, mc, rows, cut, data):
+    method, config = mc
+    pair = cached_pair(arch, "sdpa", 0.0)  # an identical draft: the EOS lands inside an accepted path
+    which = data.draw(st.integers(0, len(rows) - 1))
+    eos = reference_greedy(arch, "sdpa", rows[which], 12)[cut]
+    res = generate(pair, [list(p) for p in rows], method, config, max_new_tokens=12, eos_token_id=eos)
+    for p, r in zip(rows, res):
+        ref = reference_greedy(arch, "sdpa", p, 12)
+        expected = ref[: ref.index(eos) + 1] if eos in ref else ref
+        assert r.tokens == expected
+        assert r.metrics.stopped_by == ("eos" if eos in ref else "max_new_tokens")
+
+
+@pytest.mark.parametrize("verify", ["match", "rejection"])
+@pytest.mark.parametrize("method", ["linear", "fixed_tree", "dynatree", "eagle2", "sequoia"])
+def test_sampled_rows_equal_their_batch_one_runs_with_their_seeds(verify, method):
+    """``match``: each row is seeded AR with its seed; ``rejection``: each row draws from its own
+    stream, so it is its batch-1 run with that seed, token for token (its draws never depend on its
+    neighbours: the row's prompt is unchanged while the others change)."""
+    pair = cached_pair("llama", "sdpa", DIFFERING_NOISE["llama"])
+    rows, seeds = [[5, 9, 2, 33, 7], [1, 2], [40, 41, 42, 43, 44, 45, 3], [7]], [3, 4, 5, 6]
+    kw = dict(max_new_tokens=14, ignore_eos=True, temperature=0.8, top_p=0.95, verify=verify)
+    res = generate(pair, rows, method, seed=seeds, **kw)
+    alone = [generate(pair, p, method, seed=s, **kw).tokens for p, s in zip(rows, seeds)]
+    assert [r.tokens for r in res] == alone
+    if verify == "match":  # and that is seeded AR's
+        assert alone == [generate(pair, p, "ar", seed=s, **kw | {"verify": "match"}).tokens
+                         for p, s in zip(rows, seeds)]
+    others = generate(pair, [[9, 9, 9], rows[1], [2] * 11, [30, 31]], method, seed=[11, 4, 12, 13], **kw)
+    assert others[1].tokens == res[1].tokens
+
+
+class _Forwards:
+    """Counts a module's forward calls (the batch's: one call serves every row)."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.calls = 0
+        self.handle = module.register_forward_hook(self._hook)
+
+    def _hook(self, *args):
+        self.calls += 1
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("rows", [1, 3, 5])
+def test_one_target_forward_per_batch_iteration_and_one_draft_forward_per_level(arch, rows):
+    pair = cached_pair(arch, "sdpa", DIFFERING_NOISE[arch])
+    prompts_ = [[5 + b, 9, 2, 33, 7][: 2 + b] for b in range(rows)]
+    t, d = _Forwards(pair.target), _Forwards(pair.draft)
+    try:
+        run = iterate(pair, prompts_, "dynatree", DynaTreeConfig(n_max=12), max_new_tokens=[12 + 3 * b for b in
+                                                                                          range(rows)],
+                      ignore_eos=True)
+        its = list(run)
+        res = run.finish()
+    finally:
+        t.handle.remove()
+        d.handle.remove()
+    # one prefill, then one verify forward per batch iteration for all active rows
+    assert t.calls == 1 + len(its) == run.target_forwards
+    # one draft forward per level: the deepest row's levels each iteration, not a sum over rows
+    assert d.calls == sum(i.draft_forwards for i in its) == run.draft_forwards
+    levels = [max(r.draft_forwards for r in i.records.values()) for i in its]
+    assert [i.draft_forwards for i in its] == levels
+    if rows > 1:  # a loop over rows would run each row's forwards: strictly more
+        assert t.calls < 1 + sum(r.metrics.iterations for r in res)
+        assert d.calls < sum(r.metrics.draft_forwards for r in res)
+    for i in its:
+        assert i.padded_width == max(len(r.tree.tokens) for r in i.records.values())
+
+
+def test_rows_positions_taken_from_the_padded_columns_fail(monkeypatch):
+    """The desynchronised variant earlier batched implementations shipped (positions from the padded
+    cache index, not the row's own count) changes tokens: the property above would catch it."""
+    arch = "llama"
+    rows = [[5, 9, 2, 33, 7, 8, 9, 10, 11], [1, 2], [40, 41, 42]]
+    news = [10, 10, 10]
+    forward = RowsCache.forward
+
+    def desync(self, ids, positions, allowed, seen=None, clock=None, hidden=False):
+        q = ids.shape[1]
+        padded = torch.arange(self.width, self.width + q)[None].expand_as(positions)
+        return forward(self, ids, padded, allowed, seen, clock, hidden)
+
+    pair = cached_pair(arch, "sdpa", DIFFERING_NOISE[arch])
+    good = [r.tokens for r in generate(pair, rows, "dynatree", max_new_tokens=news, ignore_eos=True)]
+    assert good == _greedy_rows(arch, "sdpa", [tuple(r) for r in rows], news)
+    monkeypatch.setattr(RowsCache, "forward", desync)
+    bad = [r.tokens for r in generate(pair, rows, "dynatree", max_new_tokens=news, ignore_eos=True)]
+    assert bad != good
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_batch_of_one_grows_todays_trees_node_for_node(arch):
+    """The batch path at B = 1 records the very trees, paths and histories of a batch-1 run."""
+    pair = cached_pair(arch, "sdpa", DIFFERING_NOISE[arch])
+    prompt = [5, 9, 2, 33, 7]
+    one = generate(pair, prompt, "dynatree", max_new_tokens=24, ignore_eos=True, trace=True).trace
+    batch = generate(pair, [prompt], "dynatree", max_new_tokens=24, ignore_eos=True, trace=True)[0].trace
+    assert len(one) == len(batch) and batch.tokens == one.tokens
+    for a, b in zip(one, batch):
+        ta, tb = a.tree.to_dict(), b.tree.to_dict()
+        for key in ("tokens", "parents", "depths", "branching", "stop_reasons", "topk_tokens", "draft_calls"):
+            assert ta.get(key) == tb.get(key), key
+        # batch 1 feeds a chain level under the model's own causal default, the batch under an explicit
+        # 4D mask: sdpa rounds those differently in the 7th digit, never enough to change a token here
+        assert tb["logps"] == pytest.approx(ta["logps"], rel=1e-5, abs=1e-6)
+        assert (a.accepted_path, a.committed, a.history_after) == (b.accepted_path, b.committed, b.history_after)
+    assert one.batch is None and batch.batch == {"size": 1, "row": 0}
+
+
+def test_batch_traces_name_their_row_iteration_and_padded_width_and_survive_json():
+    pair = cached_pair("gpt_neox", "sdpa", DIFFERING_NOISE["gpt_neox"])
+    res = generate(pair, [[5, 9, 2], [7, 7, 1, 4, 2, 9], [3]], "dynatree", max_new_tokens=[6, 16, 11],
+                   ignore_eos=True, trace=True)
+    for b, r in enumerate(res):
+        tr = Trace.from_json(r.trace.to_json())
+        assert tr.batch == {"size": 3, "row": b}
+        assert [rec.batch["iteration"] for rec in tr] == list(range(len(tr)))
+        for rec in tr:
+            assert rec.batch["nodes"] == len(rec.tree.tokens) <= rec.batch["padded_width"]
+            assert b in rec.batch["active"]
+    # the short row leaves the batch: later iterations name fewer active rows
+    last = res[1].trace.iterations[-1].batch
+    assert 0 not in last["active"]
+
+
+def test_each_row_adapts_its_own_history():
+    pair = cached_pair("llama", "sdpa", DIFFERING_NOISE["llama"])
+    cfg = DynaTreeConfig(history=HistoryConfig(enabled=True, window=3, eta_d=0.5, eta_h=0.5))
+    rows = [[5, 9, 2, 33, 7], [40, 41, 42, 43]]
+    res = generate(pair, rows, "dynatree", cfg, max_new_tokens=20, ignore_eos=True)
+    alone = [generate(pair, p, "dynatree", cfg, max_new_tokens=20, ignore_eos=True) for p in rows]
+    assert [r.history_state for r in res] == [a.history_state for a in alone]
+    # and a list of histories continues each row from its own
+    again = generate(pair, rows, "dynatree", cfg, max_new_tokens=8, ignore_eos=True,
+                     history=[r.history_state for r in res])
+    assert [r.tokens for r in again] == [generate(pair, p, "dynatree", cfg, max_new_tokens=8, ignore_eos=True,
+                                                  history=a.history_state).tokens for p, a in zip(rows, alone)]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_prompt_lookup_rows_and_a_lookup_tail_are_exact(arch):
+    rows = [[5, 9, 2, 5, 9, 2, 5], [7, 8, 7, 8, 7], [3]]
+    news = [14, 9, 12]
+    lookup = ModelPair(target=cached_target(arch, "sdpa"), draft=PromptLookup(max_ngram=3),
+                       target_name=f"tiny-{arch}", draft_name="lookup")
+    ref = _greedy_rows(arch, "sdpa", [tuple(r) for r in rows], news)
+    assert [r.tokens for r in generate(lookup, rows, "linear", LinearConfig(k=4), max_new_tokens=news,
+                                       ignore_eos=True)] == ref
+    tail = DynaTreeConfig(lookup_tail=3)
+    res = generate(cached_pair(arch, "sdpa", DIFFERING_NOISE[arch]), rows, "dynatree", tail, max_new_tokens=news,
+                   ignore_eos=True)
+    assert [r.tokens for r in res] == ref
+
+
+def test_bad_batches_are_refused_before_any_model_work():
+    pair = cached_pair("llama", "sdpa", 0.0)
+    t = _Forwards(pair.target)
+    try:
+        cases = [
+            (([],), "at least one token"),  # an empty list reads as one empty prompt
+            (([[1, 2], []],), "at least one token"),
+            (([[1, 2], "text"],), "mixes"),
+            (([[1, 2], [3]],), "one per prompt", dict(max_new_tokens=[4, 5, 6])),
+            (([[1, 2], [3]],), "one per prompt", dict(temperature=0.7, seed=[1])),
+            (([[1, 2], [3]],), "context window", dict(max_new_tokens=[4, 10_000])),
+            (([[1, 2], [3]],), "eager", dict(runtime="static")),
+            (([[1, 2], [3]],), "plain traces", dict(trace="replay")),
+            (([[1, 2], [3]],), "static shapes", dict(buckets=(8,))),
+        ]
+        for args, words, *kw in cases:
+            with pytest.raises((ValueError, TypeError), match=words):
+                generate(pair, *args, **(kw[0] if kw else {}))
+    finally:
+        t.handle.remove()
+    assert t.calls == 0
+
+
+def test_an_int_list_is_still_one_prompt():
+    pair = cached_pair("llama", "sdpa", 0.0)
+    res = generate(pair, [5, 9, 2], "dynatree", max_new_tokens=5, ignore_eos=True)
+    assert res.tokens == reference_greedy("llama", "sdpa", (5, 9, 2), 5)
+    assert isinstance(generate(pair, [[5, 9, 2]], max_new_tokens=5, ignore_eos=True), list)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_batch_run_compacts_dead_entries_exactly(arch, monkeypatch):
+    """Rejected entries between accepted ones stay dead in their row's mask; with the threshold at 2
+    every few iterations compact them (one gather per layer), and every row is still its greedy decode."""
+    from dynatree_core.runtime import batch_cache
+
+    monkeypatch.setattr(batch_cache, "COMPACT_AFTER", 2)
+    pair = cached_pair(arch, "sdpa", DIFFERING_NOISE[arch])
+    cfg = DynaTreeConfig(tau=0.0, n_max=24, b_min=2, b_mid=3, b_max=3, rho_stop=0.001)
+    rows = [[5, 9, 2], [1, 2, 3, 4, 5, 6, 7, 8], [4]]
+    compactions = []
+    compact = RowsCache.compact
+
+    def spy(self):
+        compactions.append(self.width - max(self.count))
+        compact(self)
+
+    monkeypatch.setattr(RowsCache, "compact", spy)
+    res = generate(pair, rows, "dynatree", cfg, max_new_tokens=30, ignore_eos=True)
+    assert compactions and min(compactions) >= 2
+    assert [r.tokens for r in res] == _greedy_rows(arch, "sdpa", [tuple(r) for r in rows], [30] * 3)
+
+
+def test_with_seeds_keeps_every_other_setting():
+    from dynatree_core.engine.batch import with_seeds
+    from dynatree_core.policy.sampling import SamplingConfig
+
+    cfg = SamplingConfig(temperature=0.7, top_p=0.9, seed=1, verify="rejection")
+    got = with_seeds(cfg, [4, 5])
+    assert [g.seed for g in got] == [4, 5] and all(dataclasses.replace(g, seed=1) == cfg for g in got)
