@@ -120,6 +120,45 @@ def synthetic_trace(n_iterations: int = 12, *, seed: int = 0,
                  metrics=_demo_metrics(records, output).to_dict(), versions={"dynatree_viz": "demo"})
 
 
+#: the rows' prompts in :func:`synthetic_batch_traces` (cycled): rows differ in prompt length too
+BATCH_PROMPTS = ("Explain speculative decoding.", "What is a draft tree?",
+                 "Why verify many drafts at once in a single forward?")
+
+
+def synthetic_batch_traces(batch_size: int = 3, n_iterations: int = 6, seed: int = 0) -> list[Trace]:
+    """The traces of a synthetic batched run, one per row, as ``generate(pair, prompts)`` records them.
+
+    Row b is :func:`synthetic_trace` with seed ``seed + b`` (so rows differ in tree sizes and accepted
+    lengths), and the last row finishes early: its ``max_new_tokens`` is what it committed in its first
+    ``n_iterations // 2`` iterations. The batch fields are then written as the engine writes them:
+    ``Trace.batch = {"size": B, "row": b}`` and per record ``iteration``, ``active`` (the rows with a
+    record of that iteration), ``nodes`` (n_b = 1 + its drafted nodes) and ``padded_width``
+    (W = max n_b over the active rows). Timings stay each row's own (a real batch shares its verify).
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 2:
+        raise ValueError(f"batch_size must be an int >= 2 (a batch of 1 has no batch fields), got {batch_size!r}")
+    if isinstance(n_iterations, bool) or not isinstance(n_iterations, int) or n_iterations < 2:
+        raise ValueError(f"n_iterations must be an int >= 2 (the last row finishes before the others), "
+                         f"got {n_iterations!r}")
+    prompts = [BATCH_PROMPTS[b % len(BATCH_PROMPTS)] for b in range(batch_size)]
+    rows = [synthetic_trace(n_iterations, seed=seed + b, prompt=prompts[b]) for b in range(batch_size)]
+    last = batch_size - 1
+    early = n_iterations // 2
+    if len(rows[last]) > early:  # the same trees up to there: max_new_tokens only cuts the output
+        budget = sum(len(r.committed) for r in rows[last].iterations[:early])
+        rows[last] = synthetic_trace(n_iterations, seed=seed + last, prompt=prompts[last],
+                                     max_new_tokens=budget)
+    for i in range(max(len(t) for t in rows)):
+        active = [b for b, t in enumerate(rows) if i < len(t)]
+        width = max(len(rows[b][i].tree) for b in active)
+        for b in active:
+            rows[b][i].batch = {"iteration": i, "padded_width": width, "active": list(active),
+                                "nodes": len(rows[b][i].tree)}
+    for b, t in enumerate(rows):
+        t.batch = {"size": batch_size, "row": b}
+    return rows
+
+
 def _demo_iteration(world: _World, cfg: DecoderConfig, adapter: HistoryAdapter | None, r: int,
                     root: int, output: list[int], prefix_len: int,
                     max_new_tokens: int) -> IterationRecord:
