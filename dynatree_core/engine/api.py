@@ -21,10 +21,13 @@ from dynatree_core.policy.history import HistoryState
 from dynatree_core.policy.sampling import SamplingConfig, sampling_config
 from dynatree_core.records.result import GenerationResult
 
+#: one prompt: text, token ids, or a [1, L] tensor
+Prompt = str | Sequence[int] | torch.Tensor
 
-def iterate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor | Sequence[str | Sequence[int]],
-            method: str = "dynatree", config: DecoderConfig | None = None,
-            max_new_tokens: int | Sequence[int] = 128, trace: bool | str = False, *,
+
+def iterate(pair: ModelPair, prompt: Prompt | Sequence[Prompt], method: str = "dynatree",
+            config: DecoderConfig | None = None, max_new_tokens: int | Sequence[int] = 128,
+            trace: bool | str = False, *,
             temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
             seed: int | Sequence[int] | None = None, verify: str | None = None, draft_noise: str | None = None,
             sampling: SamplingConfig | None = None, **kwargs: Any) -> DecodingRun | BatchRun:
@@ -57,26 +60,22 @@ def _row_samplings(rows: int, sampling: SamplingConfig | None, seed: int | Seque
     return [sampling_config(sampling, seed=seed, **settings)] * rows
 
 
-def generate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor | Sequence[str | Sequence[int]],
-             method: str = "dynatree", config: DecoderConfig | None = None,
-             max_new_tokens: int | Sequence[int] = 128, trace: bool | str = False,
+def generate(pair: ModelPair, prompt: Prompt | Sequence[Prompt], method: str = "dynatree",
+             config: DecoderConfig | None = None, max_new_tokens: int | Sequence[int] = 128, trace: bool | str = False,
              eos_token_id: int | Sequence[int] | None = None, ignore_eos: bool = False,
              history: HistoryState | Sequence[HistoryState | None] | None = None, allow_long_context: bool = False,
              *, temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
              seed: int | Sequence[int] | None = None, verify: str | None = None, draft_noise: str | None = None,
-             sampling: SamplingConfig | None = None, runtime: str = "auto",
-             buckets: tuple[int, ...] | None = None, static_len: int | None = None
-             ) -> GenerationResult | list[GenerationResult]:
+             sampling: SamplingConfig | None = None, runtime: str = "auto", buckets: tuple[int, ...] | None = None,
+             static_len: int | None = None) -> GenerationResult | list[GenerationResult]:
     """Decode ``max_new_tokens`` tokens with ``method``: exactly the target's greedy output, or under
     sampling exactly its distribution (``docs/engine.md``, :mod:`dynatree_core.policy.sampling`).
 
     Args:
         pair: the target/draft :class:`ModelPair`.
-        prompt: text (needs ``pair.tokenizer``) or token ids ([L] or [1, L]); or several prompts (a list
-            of texts or of token-id lists), decoded together (:mod:`~dynatree_core.engine.batch`: one
-            target forward per iteration and one draft forward per level for every row, each row's
-            tokens its own batch-1 tokens) into one result per prompt. ``max_new_tokens``, ``seed`` and
-            ``history`` then take one value for all rows or a list with one per row.
+        prompt: text (needs ``pair.tokenizer``) or token ids ([L] or [1, L]); or a list of them, decoded
+            together (:mod:`~dynatree_core.engine.batch`), where ``max_new_tokens``, ``seed`` and
+            ``history`` take one value for all rows or one per row.
         method: ``"ar"``, ``"linear"``, ``"fixed_tree"``, ``"dynatree"``, ``"eagle2"`` or ``"sequoia"``.
         config: the method's config (ARConfig, LinearConfig, FixedTreeConfig, DynaTreeConfig, ...);
             defaults to the paper's settings.
@@ -111,21 +110,32 @@ def generate(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor | Seque
             on CUDA, eager elsewhere. ``static_len``: the static cache's slots (default: the prompt,
             the new tokens and the largest tree, rounded up).
     Returns:
-        :class:`GenerationResult` with ``tokens``, ``text``, ``metrics``, ``trace``; a list of them,
-        one per prompt, for several prompts (each trace's ``batch`` names its row).
+        :class:`GenerationResult` with ``tokens``, ``text``, ``metrics``, ``trace`` (a list: one per prompt).
     """
+    settings = dict(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, verify=verify,
+                    draft_noise=draft_noise)
+    common = dict(sampling=sampling, settings=settings, eos_token_id=eos_token_id, ignore_eos=ignore_eos,
+                  history=history, allow_long_context=allow_long_context, prepare=prepare_config, runtime=runtime)
     if is_batch(prompt):
-        if buckets is not None or static_len is not None:
-            raise ValueError("buckets= and static_len= size the fast path's static shapes; a batch runs eagerly")
-        return BatchRun(pair, prompt, method, config, max_new_tokens, trace, eos_token_id=eos_token_id,
-                        ignore_eos=ignore_eos, history=history, allow_long_context=allow_long_context,
-                        prepare=prepare_config, runtime=runtime,
-                        sampling=_row_samplings(len(prompt), sampling, temperature=temperature, top_p=top_p,
-                                                top_k=top_k, seed=seed, verify=verify, draft_noise=draft_noise),
-                        ).finish()
-    cfg = sampling_config(sampling, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, verify=verify,
-                          draft_noise=draft_noise)
-    return DecodingRun(pair, prompt, method, config, max_new_tokens, trace, eos_token_id=eos_token_id,
-                       ignore_eos=ignore_eos, history=history, allow_long_context=allow_long_context,
-                       prepare=prepare_config, sampling=cfg, runtime=runtime, buckets=buckets,
-                       static_len=static_len).finish()
+        return _generate_batch(pair, prompt, method, config, max_new_tokens, trace, buckets, static_len, **common)
+    return _generate_one(pair, prompt, method, config, max_new_tokens, trace, buckets, static_len, **common)
+
+
+def _generate_one(pair: ModelPair, prompt: Prompt, method: str, config: DecoderConfig | None,
+                  max_new_tokens: int, trace: bool | str, buckets: tuple[int, ...] | None, static_len: int | None,
+                  sampling: SamplingConfig | None, settings: dict[str, Any], **common: Any) -> GenerationResult:
+    """:func:`generate` for one prompt: one :class:`DecodingRun`."""
+    cfg = sampling_config(sampling, **settings)
+    return DecodingRun(pair, prompt, method, config, max_new_tokens, trace, sampling=cfg, buckets=buckets,
+                       static_len=static_len, **common).finish()
+
+
+def _generate_batch(pair: ModelPair, prompts: Sequence[Any], method: str, config: DecoderConfig | None,
+                    max_new_tokens: int | Sequence[int], trace: bool | str, buckets: tuple[int, ...] | None,
+                    static_len: int | None, sampling: SamplingConfig | None, settings: dict[str, Any],
+                    **common: Any) -> list[GenerationResult]:
+    """:func:`generate` for several prompts: one :class:`BatchRun`."""
+    if buckets is not None or static_len is not None:
+        raise ValueError("buckets= and static_len= size the fast path's static shapes; a batch runs eagerly")
+    return BatchRun(pair, prompts, method, config, max_new_tokens, trace,
+                    sampling=_row_samplings(len(prompts), sampling, **settings), **common).finish()

@@ -184,8 +184,7 @@ class BatchRun:
         if not rows:
             return
         clock = self.clock
-        device = self.pair.device
-        target = RowsCache(self.pair.target, len(rows), device)
+        target = RowsCache(self.pair.target, len(rows), self.pair.device)
         draft = BatchModelDraft(self.pair.draft, [r.prompt for r in rows]) if self.kind == "model" else None
         self._prefill(rows, target, clock)
         self._start_drafters(rows, draft)
@@ -204,41 +203,8 @@ class BatchRun:
             for r in rows:
                 r.col.lap("verify")
             # 4. commit: cut at EOS / the budget; keep each row's root + path where it was written
-            recs, stops, kept, target_cols, rerun = {}, [], {}, [], []
-            for i, (r, sel) in enumerate(zip(rows, sels)):
-                new, stop = cut_committed(sel.arrays["tokens"][sel.path].tolist() + [sel.bonus], r.remaining,
-                                          self.eos)
-                r.out.extend(new)
-                target_cols.append(torch.tensor([start] + [start + u for u in sel.path], device=device))
-                rerun.append([r.root] + new[:-1] if stop is None else [])
-                if stop is None and draft is not None:
-                    grown = sel.arrays["orig"][sel.path].tolist() if "orig" in sel.arrays else sel.path
-                    kept[i] = (grown, new, int(sel.arrays["fed"][sel.path].sum()))
-                elif stop is None and r.drafter is not None:
-                    r.drafter.commit(sel.path, new)
-                if stop is None:
-                    r.root = new[-1]
-                    if r.own_tail:
-                        r.tail.commit(sel.path, new)
-                path = sel.path
-                after = self._adapt(r, int((sel.arrays["stop"][path] != _TAIL_CODE).sum())
-                                    if r.tree.tail_nodes else len(path), r.tree.depth, sel.arrays)
-                r.col.lap("commit")
-                forwards_r = 1 + (self.recompute and stop is None)  # the paper's mode re-runs the committed tokens
-                rec = r.col.iteration(r.tree, sel, target.count[i], new, (before[i], after), forwards_r)
-                rec.batch = {"iteration": it, "padded_width": width, "active": [x.index for x in rows],
-                             "nodes": r.tree.n}
-                recs[r.index] = rec
-                if stop == "eos":
-                    r.col.stopped_by = "eos"
-                stops.append(stop)
-            if self.recompute:  # the paper's mode: drop the tree's entries, re-run the committed tokens
-                target.commit([[] for _ in rows])
-                self._chain(rows, rerun, target, clock)
-            else:
-                target.commit(target_cols)
-            if draft is not None:
-                draft.commit(kept)
+            recs, stops = self._commit(rows, sels, start, target, draft, clock,
+                                       dict(before=before, iteration=it, padded_width=width))
             yield BatchIteration(it, recs, width, forwards)
             it += 1
             live = [i for i, s in enumerate(stops) if s is None]
@@ -250,6 +216,47 @@ class BatchRun:
                 if draft is not None:
                     draft.keep_rows(live)
             rows = [rows[i] for i in live]
+
+    def _commit(self, rows: list[_Row], sels: list[Selection], start: int, target: RowsCache,
+                draft: BatchModelDraft | None, clock: pl.ForwardClock, at: dict[str, Any]
+                ) -> tuple[dict[int, IterationRecord], list[str | None]]:
+        """Every row's commit (its tokens, drafter, lookup tail, history and record), then the caches
+        for all rows at once; returns the records and each row's stop (None: it goes on)."""
+        recs, stops, kept, target_cols, rerun = {}, [], {}, [], []
+        for i, (r, sel) in enumerate(zip(rows, sels)):
+            path = sel.path
+            new, stop = cut_committed(sel.arrays["tokens"][path].tolist() + [sel.bonus], r.remaining, self.eos)
+            r.out.extend(new)
+            target_cols.append(torch.tensor([start] + [start + u for u in path], device=self.pair.device))
+            rerun.append([r.root] + new[:-1] if stop is None else [])
+            if stop is None and draft is not None:  # the drafter's columns refer to the tree as grown
+                grown = sel.arrays["orig"][path].tolist() if "orig" in sel.arrays else path
+                kept[i] = (grown, new, int(sel.arrays["fed"][path].sum()))
+            elif stop is None and r.drafter is not None:
+                r.drafter.commit(path, new)
+            if stop is None:
+                r.root = new[-1]
+                if r.own_tail:
+                    r.tail.commit(path, new)
+            after = self._adapt(r, int((sel.arrays["stop"][path] != _TAIL_CODE).sum())
+                                if r.tree.tail_nodes else len(path), r.tree.depth, sel.arrays)
+            r.col.lap("commit")
+            forwards = 1 + (self.recompute and stop is None)  # the paper's mode re-runs the committed tokens
+            rec = r.col.iteration(r.tree, sel, target.count[i], new, (at["before"][i], after), forwards)
+            rec.batch = {"iteration": at["iteration"], "padded_width": at["padded_width"],
+                         "active": [x.index for x in rows], "nodes": r.tree.n}
+            recs[r.index] = rec
+            if stop == "eos":
+                r.col.stopped_by = "eos"
+            stops.append(stop)
+        if self.recompute:  # the paper's mode: drop the tree's entries, re-run the committed tokens
+            target.commit([[] for _ in rows])
+            self._chain(rows, rerun, target, clock)
+        else:
+            target.commit(target_cols)
+        if draft is not None:
+            draft.commit(kept)
+        return recs, stops
 
     def _draft(self, rows: list[_Row], draft: BatchModelDraft | None, clock: pl.ForwardClock) -> int:
         """Grow every row's tree; returns the draft forwards this iteration ran."""
