@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from dynatree_core import generate, iterate
 from dynatree_core.engine.batch import BatchRun
 from dynatree_core.pairs.pair import ModelPair
+from dynatree_core.policy.batch_budget import BatchBudget, BatchCost
 from dynatree_core.policy.config import DynaTreeConfig, HistoryConfig, LinearConfig
 from dynatree_core.policy.lookup import PromptLookup
 from dynatree_core.records.trace import Trace
@@ -266,3 +267,112 @@ def test_with_seeds_keeps_every_other_setting():
     cfg = SamplingConfig(temperature=0.7, top_p=0.9, seed=1, verify="rejection")
     got = with_seeds(cfg, [4, 5])
     assert [g.seed for g in got] == [4, 5] and all(dataclasses.replace(g, seed=1) == cfg for g in got)
+
+
+# --- the batch's shared node budget ------------------------------------------------------------
+def _cost(slope: float, rows: tuple[int, ...] = (1, 4)) -> "BatchCost":
+    """c(B, w) = 0.05 + slope·B·w seconds, d(B) = 5 ms: a steep slope makes AR the cheaper choice."""
+    return BatchCost(rows, tuple(tuple(0.05 + slope * b * w for w in range(1, 40)) for b in rows),
+                     tuple(0.005 for _ in rows))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(arch=st.sampled_from(ARCHS), noise=st.sampled_from((0.0, 0.02, 0.1)), mc=method_configs, rows=batch_prompts,
+       slope=st.sampled_from((0.0, 1e-4, 2e-3, 0.05)), n=st.integers(1, 14))
+def test_every_row_is_exact_under_the_shared_budget(arch, noise, mc, rows, slope, n):
+    method, config = mc
+    res = generate(cached_pair(arch, "sdpa", noise), [list(p) for p in rows], method, config, max_new_tokens=n,
+                   ignore_eos=True, budget=BatchBudget(_cost(slope)))
+    assert [r.tokens for r in res] == _greedy_rows(arch, "sdpa", rows, [n] * len(rows))
+
+
+def test_the_budget_picks_the_width_of_the_best_rate_and_ar_when_verifying_costs_too_much():
+    flat = BatchBudget(_cost(0.0))  # more nodes cost nothing: every node pays
+    got = flat.choose([[0.9, 0.5, 0.1], [0.8]], levels=2)
+    assert (got.width, got.keep) == (4, [3, 1])
+    steep = BatchBudget(_cost(0.5))  # a token costs ten AR steps' fixed part: no node pays
+    got = steep.choose([[0.9, 0.5, 0.1], [0.8]], levels=2)
+    assert (got.width, got.keep, got.predicted) == (1, [0, 0], 0.0)
+    assert not steep.drafts(2)  # it sits the next iteration out...
+    assert steep.drafts(2)  # ...and probes again
+    steep.choose([[0.9]], levels=1)
+    assert [steep.drafts(1) for _ in range(3)] == [False, False, True]  # the back-off doubled
+    # in between, the width trades the nodes' p(u) against c(B, w): the 0.1 node is not worth its slot
+    mid = BatchBudget(_cost(0.002))
+    assert mid.choose([[0.9, 0.5, 0.1], [0.8]], levels=0).width == 3
+
+
+def test_measured_rates_decide_whether_to_draft():
+    b = BatchBudget(_cost(0.0))
+    b.observe_time(3, True, 9, 1.0)  # drafting: 9 tok/s
+    assert not b.drafts(3)  # AR at B = 3 is not measured yet: one AR step measures it
+    b.observe_time(3, False, 3, 0.2)  # AR: 15 tok/s
+    assert not b.drafts(3)
+    b.observe_time(3, False, 3, 0.2)
+    b.skip = 0
+    assert b.rate(3, False) > b.rate(3, True) and not b.drafts(3)
+    b.skip = 0
+    b.observe_time(3, True, 30, 1.0)  # drafting is now 19.5 tok/s over its two iterations
+    assert b.drafts(3)
+
+
+class _Scripted(BatchBudget):
+    """A budget that drafts on a script (True/False per iteration) and keeps every node."""
+
+    def __init__(self, script):
+        super().__init__(_cost(0.0))
+        self.script = list(script)
+
+    def drafts(self, rows):
+        return self.script.pop(0) if self.script else True
+
+    def choose(self, probs, levels):
+        from dynatree_core.policy.batch_budget import BatchChoice
+        return BatchChoice(max(len(p) for p in probs) + 1, [len(p) for p in probs], 1.0, 1.0, 0.0)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_draft_that_sat_out_catches_up_exactly(arch):
+    """Iterations the budget sits out run no draft forward; the next level 0 feeds every token
+    committed meanwhile. With a draft identical to the target every drafted chain is then accepted
+    whole: a draft that lost a token would propose something else and see it rejected."""
+    pair = cached_pair(arch, "sdpa", 0.0)
+    cfg = LinearConfig(k=3)
+    script = [True, False, False, True, False, True, True, False, False, False, True]
+    rows = [[5, 9, 2, 33], [1, 2], [40, 41, 42, 43, 44, 45]]
+    d = _Forwards(pair.draft)
+    try:
+        run = iterate(pair, rows, "linear", cfg, max_new_tokens=30, ignore_eos=True, budget=_Scripted(script))
+        its = list(run)
+    finally:
+        d.handle.remove()
+    drafted = [i for i in its if next(iter(i.records.values())).batch["budget"]["drafted"]]
+    assert len(drafted) < len(its) and d.calls == sum(i.draft_forwards for i in drafted)
+    assert all(i.draft_forwards == 0 for i in its if i not in drafted)
+    for i in drafted:
+        for rec in i.records.values():
+            assert len(rec.accepted_path) == max(rec.tree.depths)  # the whole chain, as deep as it was drafted
+    assert [r.tokens for r in run.finish()] == _greedy_rows(arch, "sdpa", [tuple(r) for r in rows], [30] * 3)
+
+
+def test_a_draft_that_forgets_what_it_sat_out_is_caught(monkeypatch):
+    """The wrong catch-up (the tokens committed while the draft sat out are dropped) still decodes
+    exactly (the target verifies) but its chains are rejected: the check above fails on it."""
+    from dynatree_core.drafters.batch_model import BatchModelDraft
+
+    commit = BatchModelDraft.commit
+
+    def forgetful(self, kept):
+        for b, slot in enumerate(self.slot):
+            if slot is None and b in kept:
+                kept[b] = (kept[b][0], [], kept[b][2])
+        commit(self, kept)
+
+    monkeypatch.setattr(BatchModelDraft, "commit", forgetful)
+    pair = cached_pair("llama", "sdpa", 0.0)
+    run = iterate(pair, [[5, 9, 2, 33], [1, 2]], "linear", LinearConfig(k=3), max_new_tokens=30, ignore_eos=True,
+                  budget=_Scripted([True, False, False, True, True, True]))
+    its = list(run)
+    whole = [len(rec.accepted_path) == max(rec.tree.depths) for i in its for rec in i.records.values()
+             if rec.batch["budget"]["drafted"]]
+    assert not all(whole)

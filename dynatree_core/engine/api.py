@@ -67,7 +67,7 @@ def generate(pair: ModelPair, prompt: Prompt | Sequence[Prompt], method: str = "
              *, temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
              seed: int | Sequence[int] | None = None, verify: str | None = None, draft_noise: str | None = None,
              sampling: SamplingConfig | None = None, runtime: str = "auto", buckets: tuple[int, ...] | None = None,
-             static_len: int | None = None) -> GenerationResult | list[GenerationResult]:
+             static_len: int | None = None, budget: Any = None) -> GenerationResult | list[GenerationResult]:
     """Decode ``max_new_tokens`` tokens with ``method``: exactly the target's greedy output, or under
     sampling exactly its distribution (``docs/engine.md``, :mod:`dynatree_core.policy.sampling`).
 
@@ -75,21 +75,20 @@ def generate(pair: ModelPair, prompt: Prompt | Sequence[Prompt], method: str = "
         pair: the target/draft :class:`ModelPair`.
         prompt: text (needs ``pair.tokenizer``) or token ids ([L] or [1, L]); or a list of them, decoded
             together (:mod:`~dynatree_core.engine.batch`), where ``max_new_tokens``, ``seed`` and
-            ``history`` take one value for all rows or one per row.
+            ``history`` take one value for all rows or one per row, and ``budget=True`` (or a
+            :class:`~dynatree_core.policy.batch_budget.BatchBudget`) shares one node budget across the rows.
         method: ``"ar"``, ``"linear"``, ``"fixed_tree"``, ``"dynatree"``, ``"eagle2"`` or ``"sequoia"``.
         config: the method's config (ARConfig, LinearConfig, FixedTreeConfig, DynaTreeConfig, ...);
             defaults to the paper's settings.
         max_new_tokens: exact cap on new tokens (never overshot).
-        trace: record every iteration (``result.trace``); ``"replay"``: a recording made for replay
-            (:mod:`~dynatree_core.engine.replay_recording`): each iteration drafts and verifies every
-            node a knob setting inside the offline page's ranges can grow, and commits DynaTree's own
-            path (same tokens), so :func:`dynatree_viz.explorer_page` can regrow any setting.
+        trace: record every iteration (``result.trace``); ``"replay"``: a recording that drafts every node
+            the offline page's knob ranges can grow and commits DynaTree's own path
+            (:mod:`~dynatree_core.engine.replay_recording`, :func:`dynatree_viz.explorer_page`).
         eos_token_id: stop after this token (default: the model's / tokenizer's EOS).
         ignore_eos: never stop early (benchmarks).
         history: a previous run's ``history_state`` to continue DynaTree's adaptation from.
-        allow_long_context: decode past the models' stated context window (rotary models such
-            as Pythia compute any position; the paper's Pythia runs, L_max + T = 2300-2500 >
-            2048, need this). Exactness is unaffected; quality past the window is the model's.
+        allow_long_context: decode past the models' stated context window (rotary models compute any
+            position; the paper's Pythia runs need it). Exactness is unaffected; quality is the model's.
         temperature: 0 (default) decodes greedily, bit for bit as before; T > 0 samples from the
             target's distribution warped by temperature, then ``top_k`` (0: off), then ``top_p``
             (1: off), as Hugging Face's ``generate(do_sample=True)`` orders them.
@@ -112,12 +111,14 @@ def generate(pair: ModelPair, prompt: Prompt | Sequence[Prompt], method: str = "
     Returns:
         :class:`GenerationResult` with ``tokens``, ``text``, ``metrics``, ``trace`` (a list: one per prompt).
     """
-    settings = dict(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, verify=verify,
-                    draft_noise=draft_noise)
-    common = dict(sampling=sampling, settings=settings, eos_token_id=eos_token_id, ignore_eos=ignore_eos,
+    given = dict(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, verify=verify, draft_noise=draft_noise)
+    common = dict(sampling=sampling, settings=given, eos_token_id=eos_token_id, ignore_eos=ignore_eos,
                   history=history, allow_long_context=allow_long_context, prepare=prepare_config, runtime=runtime)
     if is_batch(prompt):
-        return _generate_batch(pair, prompt, method, config, max_new_tokens, trace, buckets, static_len, **common)
+        return _generate_batch(pair, prompt, method, config, max_new_tokens, trace, buckets, static_len,
+                               budget=budget, **common)
+    if budget is not None:
+        raise ValueError("budget= shares a node budget across a batch's rows: pass a list of prompts")
     return _generate_one(pair, prompt, method, config, max_new_tokens, trace, buckets, static_len, **common)
 
 

@@ -19,6 +19,7 @@ a single prompt runs :class:`~dynatree_core.engine.loop.DecodingRun`.
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
@@ -28,11 +29,13 @@ import torch
 from dynatree_core.drafters import DraftContext, Drafter, LookupDrafter
 from dynatree_core.drafters.batch_model import BatchModelDraft
 from dynatree_core.drafters.factory import make_drafter
+from dynatree_core.engine.batch_calibrate import batch_cost
 from dynatree_core.engine.collector import RunCollector, new_trace
 from dynatree_core.engine.loop import (_TAIL_CODE, _check_run, _check_window, _eos_set, cut_committed,
                                        encode_prompt, rule_for, tail_lookup)
 from dynatree_core.pairs.pair import ModelPair
 from dynatree_core.policy.config import DecoderConfig, DynaTreeConfig, resolve_config
+from dynatree_core.policy.batch_budget import BatchBudget, BatchChoice, BatchCost
 from dynatree_core.policy.history import HistoryAdapter, HistoryState, check_history
 from dynatree_core.policy.sampling import GREEDY, SamplingConfig
 from dynatree_core.records.result import GenerationResult
@@ -120,7 +123,8 @@ class BatchRun:
                  history: HistoryState | Sequence[HistoryState | None] | None = None,
                  allow_long_context: bool = False, record_top_k: int | None = None,
                  prepare: Callable[..., DecoderConfig] | None = None,
-                 sampling: SamplingConfig | Sequence[SamplingConfig] | None = None, runtime: str = "auto"):
+                 sampling: SamplingConfig | Sequence[SamplingConfig] | None = None, runtime: str = "auto",
+                 budget: BatchBudget | BatchCost | bool | None = None):
         prompts = check_prompts(prompts)
         rows = len(prompts)
         news = _per_row("max_new_tokens", max_new_tokens, rows, lambda v: False)
@@ -159,6 +163,8 @@ class BatchRun:
         #: forwards run for the whole batch (each serves every active row)
         self.target_forwards = 0
         self.draft_forwards = 0
+        #: the batch's shared node budget (None: every row grows its own tree, as at batch 1)
+        self.budget = self._budget(budget, rows)
         self._steps = self._run()
 
     def __iter__(self) -> Iterator[BatchIteration]:
@@ -194,7 +200,10 @@ class BatchRun:
         while rows:
             # 1. draft: every row's tree; one draft forward per level for the rows that draft there
             before = [self._history(r) for r in rows]
-            forwards = self._draft(rows, draft, clock)
+            t0 = time.perf_counter()
+            drafting = self.budget is None or self.budget.drafts(len(rows))  # the budget may choose an AR step
+            forwards = self._draft(rows, draft, clock, drafting)
+            choice = self._budget_cut(rows, forwards) if self.budget is not None and drafting else None
             for r in rows:
                 r.col.lap("draft")
             # 2. verify (ONE target forward for every row) and 3. select, per row
@@ -203,8 +212,15 @@ class BatchRun:
             for r in rows:
                 r.col.lap("verify")
             # 4. commit: cut at EOS / the budget; keep each row's root + path where it was written
+            budget = None if self.budget is None else dict(drafted=drafting, **({} if choice is None else dict(
+                width=choice.width, rate=choice.rate, ar_rate=choice.ar_rate, predicted=choice.predicted)))
             recs, stops = self._commit(rows, sels, start, target, draft, clock,
-                                       dict(before=before, iteration=it, padded_width=width))
+                                       dict(before=before, iteration=it, padded_width=width, budget=budget))
+            if choice is not None:  # what the kept nodes' p(u) predicted against what was accepted
+                self.budget.observe(choice.predicted, sum(len(sel.path) for sel in sels))
+            if self.budget is not None:  # the iteration's measured rate, every overhead included
+                self.budget.observe_time(len(rows), drafting, sum(len(rec.committed) for rec in recs.values()),
+                                         time.perf_counter() - t0)
             yield BatchIteration(it, recs, width, forwards)
             it += 1
             live = [i for i, s in enumerate(stops) if s is None]
@@ -245,6 +261,8 @@ class BatchRun:
             rec = r.col.iteration(r.tree, sel, target.count[i], new, (at["before"][i], after), forwards)
             rec.batch = {"iteration": at["iteration"], "padded_width": at["padded_width"],
                          "active": [x.index for x in rows], "nodes": r.tree.n}
+            if at["budget"] is not None:
+                rec.batch["budget"] = at["budget"]
             recs[r.index] = rec
             if stop == "eos":
                 r.col.stopped_by = "eos"
@@ -258,14 +276,29 @@ class BatchRun:
             draft.commit(kept)
         return recs, stops
 
-    def _draft(self, rows: list[_Row], draft: BatchModelDraft | None, clock: pl.ForwardClock) -> int:
-        """Grow every row's tree; returns the draft forwards this iteration ran."""
+    def _budget_cut(self, rows: list[_Row], levels: int) -> BatchChoice:
+        """The shared budget's width W*: each row keeps its W* - 1 most probable nodes (reads each
+        row's path probabilities: one host read per row)."""
+        assert self.budget is not None
+        probs = [r.tree.cum_logps[1:r.tree.n].exp().tolist() for r in rows]
+        choice = self.budget.choose(probs, levels)
+        for r, keep in zip(rows, choice.keep):
+            if keep < r.tree.n - 1:
+                r.tree.cut_to(keep)
+        return choice
+
+    def _draft(self, rows: list[_Row], draft: BatchModelDraft | None, clock: pl.ForwardClock,
+               drafting: bool = True) -> int:
+        """Grow every row's tree (``drafting`` False: the root alone, no draft forward); returns the
+        draft forwards this iteration ran."""
         asks: dict[int, tuple[Any, torch.Tensor, int]] = {}
         for i, r in enumerate(rows):
             rule = rule_for(r.adapter, self.config, r.remaining)
             r.tree = DeviceTree(r.root, rule, self._top_k(), self.pair.device,
                                 position=len(r.prompt) + len(r.out) - 1, early_exit=r.sampling.rule != "rejection")
-            if r.drafter is None:
+            if r.drafter is None or not drafting:
+                if r.drafter is not None:
+                    r.tree.sit_out()
                 continue
             steps = r.tree.growth(r.drafter, r.col.syncs)
             try:
@@ -292,7 +325,7 @@ class BatchRun:
                     pass
             asks = nxt
         for r in rows:
-            if r.tail is not None:
+            if r.tail is not None and drafting:
                 r.tree.add_tail(r.tail.committed_on(r.tree.device), r.tail.source, r.col.syncs, r.remaining - 1)
         self.draft_forwards += forwards
         return forwards
@@ -326,6 +359,20 @@ class BatchRun:
         return width, sels, start
 
     # --- the phases' details -------------------------------------------------------------------
+    def _budget(self, budget: BatchBudget | BatchCost | bool | None, rows: int) -> BatchBudget | None:
+        """The run's shared budget: True measures c(B, w) and d(B) (cached per pair and device)."""
+        if budget is None or budget is False or not self.config.drafts:
+            return None
+        if isinstance(budget, BatchBudget):
+            return budget
+        if isinstance(budget, BatchCost):
+            return BatchBudget(budget)
+        if budget is not True:
+            raise TypeError(f"budget must be True, a BatchCost, a BatchBudget or None, got {type(budget).__name__}")
+        rule = self.config.growth_rule()
+        widest = 1 + rule.n_max + (rule.tail_n_max if rule.lookup_tail else 0)
+        return BatchBudget(batch_cost(self.pair, rows, widest))
+
     def _row(self, b: int) -> _Row:
         sampling = self.samplings[b]
         label = None if sampling.greedy else sampling.label()

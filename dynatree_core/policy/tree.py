@@ -18,7 +18,7 @@ import numpy as np
 
 #: why a node did not grow children (``"expanded"`` if it did)
 STOP_REASONS: tuple[str, ...] = ("expanded", "tau", "rho_stop", "depth_gate", "d_max", "n_max",
-                                 "static", "top_k", "cost", "rerank", "lookup_tail")
+                                 "static", "top_k", "cost", "rerank", "lookup_tail", "batch")
 #: stop reason of a prompt-lookup tail node (:attr:`GrowthRule.lookup_tail`): proposed by lookup
 #: below a drafted leaf, never fed to the draft
 LOOKUP_TAIL = "lookup_tail"

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import torch
 
-from dynatree_core.runtime.device_tables import CODE, PRUNED_RERANK
+from dynatree_core.runtime.device_tables import CODE, PRUNED_BATCH, PRUNED_RERANK
 
 
 class Rerank:
     """EAGLE-2's final step (:meth:`_rerank`), run by :meth:`DeviceTree.grow` when the rule asks."""
 
-    def _rerank(self, keep: int) -> None:
+    def _rerank(self, keep: int, reason: str = "rerank") -> None:
         """EAGLE-2's final step on the device (:func:`~dynatree_core.policy.growth.rerank_tree`): keep the
-        ``keep`` most probable drafted nodes, compacting every array; ``orig`` maps back."""
+        ``keep`` most probable drafted nodes, compacting every array; ``orig`` maps back to the tree
+        as grown. ``reason="batch"``: the same cut made by a batch's shared node budget."""
         n, dev = self.n, self.device
         keep = min(keep, n - 1)
         key = self.cum_logps[1:n]
@@ -41,12 +42,13 @@ class Rerank:
         spare = self.capacity * width
         hit = torch.zeros(spare + 1, dtype=torch.bool, device=dev)
         hit.index_fill_(0, torch.where(dropped, parents.clamp(min=0) * width + rank, spare), True)
-        self.cand_status.masked_fill_(hit[:spare].view(self.capacity, width), PRUNED_RERANK)
+        self.cand_status.masked_fill_(hit[:spare].view(self.capacity, width),
+                                      PRUNED_BATCH if reason == "batch" else PRUNED_RERANK)
         has_child = torch.zeros(self.capacity + 1, dtype=torch.bool, device=dev)
         kept_child = kept_mask & (self._ar[:n] > 0)
         has_child.index_fill_(0, torch.where(kept_child, parents.clamp(min=0), self.capacity), True)
         lost = (self.stop[:n] == 0) & self.fed[:n] & ~has_child[:n] & kept_mask
-        self.stop[:n] = self.stop[:n] + lost * CODE["rerank"]
+        self.stop[:n] = self.stop[:n] + lost * CODE[reason]
         m = keep + 1
         ints = self._ints[:, keep_ids]
         ints[1] = torch.where(ints[1] >= 0, new_id[ints[1].clamp(min=0)], ints[1])
@@ -56,7 +58,7 @@ class Rerank:
                     *([self.confidence] if self.confidence is not None else [])):
             buf[:m] = buf[keep_ids]
         self.ancestors[:m, :m] = self.ancestors[keep_ids][:, keep_ids]
-        self.orig = keep_ids
+        self.orig = keep_ids if self.orig is None else self.orig[keep_ids]  # a second cut composes
         self.n = m
         if live is not None:
             self._n_dev = torch.clamp(self._n_dev, max=m)

@@ -19,8 +19,9 @@ from dynatree_core.runtime.host_syncs import to_device
 #: stop reasons by code, as stored on the device (code 0 = "expanded")
 CODE = {r: i for i, r in enumerate(STOP_REASONS)}
 #: draft candidate status per (expanded node, rank), for rebuilding the trace's pruned list
-BEYOND_B, KEPT, PRUNED_TAU, PRUNED_NMAX, PRUNED_COST, PRUNED_RERANK = 0, 1, 2, 3, 4, 5
-PRUNE_REASON = {PRUNED_TAU: "tau", PRUNED_NMAX: "n_max", PRUNED_COST: "cost", PRUNED_RERANK: "rerank"}
+BEYOND_B, KEPT, PRUNED_TAU, PRUNED_NMAX, PRUNED_COST, PRUNED_RERANK, PRUNED_BATCH = 0, 1, 2, 3, 4, 5, 6
+PRUNE_REASON = {PRUNED_TAU: "tau", PRUNED_NMAX: "n_max", PRUNED_COST: "cost", PRUNED_RERANK: "rerank",
+                PRUNED_BATCH: "batch"}
 
 
 # Small constant tensors the growth reads every level, made once per device (under inference mode

@@ -195,6 +195,18 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
         except StopIteration as done:
             return done.value
 
+    def cut_to(self, keep: int) -> "DeviceTree":
+        """Keep the ``keep`` most probable drafted nodes (a batch's shared budget: their ancestors are
+        more probable, so they stay a tree), compacting every array as EAGLE-2's rerank does."""
+        self._rerank(keep, "batch")
+        return self
+
+    def sit_out(self) -> "DeviceTree":
+        """No draft this iteration (a batch's shared budget chose an AR step): the root alone, its
+        stop reason "batch"."""
+        self.stop[:1].fill_(CODE["batch"])
+        return self
+
     def growth(self, drafter: Proposer, syncs: HostSyncs) -> Generator[tuple[torch.Tensor, int], Proposed,
                                                                           "DeviceTree"]:
         """:meth:`grow` as steps: it yields ``(ids, level)`` where it needs the draft's proposal for a

@@ -12,7 +12,8 @@ import math
 import numpy as np
 
 from dynatree_core.policy.tree import STOP_REASONS, DraftTree, PrunedCandidate
-from dynatree_core.runtime.device_tables import PRUNE_REASON, PRUNED_COST, PRUNED_NMAX, PRUNED_RERANK, PRUNED_TAU
+from dynatree_core.runtime.device_tables import (PRUNE_REASON, PRUNED_BATCH, PRUNED_COST, PRUNED_NMAX, PRUNED_RERANK,
+                                                 PRUNED_TAU)
 
 
 def unpack(a: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -55,7 +56,7 @@ def _confidences(a: dict[str, np.ndarray], fed: np.ndarray, top_l: list[list[flo
 def _pruned(tree: DraftTree, status: np.ndarray, fed: np.ndarray) -> list[PrunedCandidate]:
     """The pruned candidates in :func:`~dynatree_core.policy.growth.grow_tree`'s order: per level the τ-pruned
     (by parent and rank), then the budget's and the cost's cuts (most probable first); the
-    EAGLE-2 rerank's drops last (by parent and rank)."""
+    EAGLE-2 rerank's and the batch budget's drops last (by parent and rank)."""
     out: list[PrunedCandidate] = []
     reranked: list[PrunedCandidate] = []
     fed_ids = np.flatnonzero(fed).tolist()
@@ -66,7 +67,7 @@ def _pruned(tree: DraftTree, status: np.ndarray, fed: np.ndarray) -> list[Pruned
                 if s in PRUNE_REASON:
                     lp = tree.topk_logps[i][r]
                     cand = PrunedCandidate(i, tree.topk_tokens[i][r], lp, tree.cum_logps[i] + lp, r, PRUNE_REASON[s])
-                    (out if s == PRUNED_TAU else reranked if s == PRUNED_RERANK else cuts[s]).append(cand)
+                    (out if s == PRUNED_TAU else reranked if s in (PRUNED_RERANK, PRUNED_BATCH) else cuts[s]).append(cand)
         for s in (PRUNED_NMAX, PRUNED_COST):
             out.extend(sorted(cuts[s], key=lambda c: (-c.cum_logp, c.parent, c.rank)))
     return out + sorted(reranked, key=lambda c: (c.parent, c.rank))

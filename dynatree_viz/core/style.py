@@ -29,6 +29,7 @@ STOP_SYMBOLS: dict[str, str] = {
     "cost": "bowtie",
     "rerank": "hourglass",
     "lookup_tail": "triangle-right",
+    "batch": "square-x",
     "unrecorded": "circle-open-dot",
 }
 
@@ -44,6 +45,7 @@ STOP_DESCRIPTIONS: dict[str, str] = {
     "cost": "cost-aware: a child could not raise expected tokens/s",
     "rerank": "EAGLE-2: children dropped by the final top-N rerank",
     "lookup_tail": "prompt-lookup tail: copied below a drafted leaf, no draft forward",
+    "batch": "batch budget: children dropped to fit the batch's shared verify width",
     "unrecorded": "replay: draft never ran here",
 }
 

@@ -1,0 +1,184 @@
+"""A node budget shared by a batch: how wide the batch's verify is, and whether it drafts at all.
+
+Speculation and batching spend the same spare compute: a verify forward over B rows padded to W
+tokens costs c(B, W) (:class:`BatchCost`, measured), and it grows with B·W, while AR's cost per
+token falls with B. So per batch iteration :class:`BatchBudget` picks the padded width
+
+    W* = argmax_W  (B + s · Σ_b Σ_{u ∈ top_{W-1}(b)} p(u)) / (c(B, W) + L · d(B))
+
+where row b keeps its W - 1 most probable nodes (p(u): the draft's path probability; the most
+probable nodes of a tree include every ancestor of each, so the kept set is a tree), s scales p(u)
+to the acceptance measured so far in the run, L is the draft levels that ran and d(B) the cost of
+one. W* = 1 is AR.
+
+Whether an iteration drafts at all is decided by what the run measured: the committed tokens per
+second of its drafting iterations and of its AR steps at the same B (every overhead included, which
+c and d leave out). When AR steps are faster the batch sits out (an AR step for every row, no draft
+forward) and probes speculation again after 1, 2, 4, ... iterations (:data:`MAX_SKIP` at most);
+before both are measured, the model's rate against AR's B / c(B, 1) decides. Torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+#: the most AR iterations between two probes of speculation
+MAX_SKIP = 16
+
+
+@dataclass(frozen=True)
+class BatchCost:
+    """c(B, w) and d(B), measured on one device for one pair (:mod:`dynatree_core.engine.batch_calibrate`).
+
+    ``rows[i]`` is a measured batch size B_i; ``verify_s[i][w - 1]`` the seconds of one target
+    forward over B_i rows of w tokens each (after a prefix); ``draft_s[i]`` one draft level over
+    B_i rows. Batch sizes between the measured ones interpolate linearly; widths past the measured
+    ones extrapolate from the last two."""
+
+    rows: tuple[int, ...]
+    verify_s: tuple[tuple[float, ...], ...]
+    draft_s: tuple[float, ...]
+    meta: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.rows or list(self.rows) != sorted(set(self.rows)) or self.rows[0] < 1:
+            raise ValueError(f"rows must be increasing batch sizes >= 1, got {list(self.rows)}")
+        if len(self.verify_s) != len(self.rows) or len(self.draft_s) != len(self.rows):
+            raise ValueError("verify_s and draft_s need one entry per measured batch size")
+        for curve in self.verify_s:
+            if not curve or any(not math.isfinite(x) or x <= 0 for x in curve):
+                raise ValueError(f"verify_s must hold positive seconds per width, got {list(curve)[:8]}")
+        if any(not math.isfinite(x) or x < 0 for x in self.draft_s):
+            raise ValueError(f"draft_s must be seconds >= 0, got {list(self.draft_s)}")
+
+    def verify(self, rows: int, width: int) -> float:
+        """c(B, w): one target forward over ``rows`` rows padded to ``width`` tokens."""
+        return self._by_rows(rows, lambda i: _at(self.verify_s[i], width))
+
+    def draft(self, rows: int) -> float:
+        """d(B): one draft level over ``rows`` rows."""
+        return self._by_rows(rows, lambda i: self.draft_s[i])
+
+    def _by_rows(self, rows: int, value: Any) -> float:
+        rs = self.rows
+        if rows <= rs[0]:
+            return value(0)
+        for i in range(1, len(rs)):
+            if rows <= rs[i]:
+                f = (rows - rs[i - 1]) / (rs[i] - rs[i - 1])
+                return (1 - f) * value(i - 1) + f * value(i)
+        if len(rs) == 1:
+            return value(0) * rows / rs[0]
+        slope = (value(len(rs) - 1) - value(len(rs) - 2)) / (rs[-1] - rs[-2])
+        return value(len(rs) - 1) + slope * (rows - rs[-1])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": list(self.rows), "verify_s": [list(v) for v in self.verify_s],
+                "draft_s": list(self.draft_s), "meta": dict(self.meta)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "BatchCost":
+        return cls(tuple(d["rows"]), tuple(tuple(v) for v in d["verify_s"]), tuple(d["draft_s"]),
+                   dict(d.get("meta", {})))
+
+
+def _at(curve: Sequence[float], width: int) -> float:
+    if width <= len(curve):
+        return curve[max(width, 1) - 1]
+    if len(curve) == 1:
+        return curve[0] * width
+    return curve[-1] + (curve[-1] - curve[-2]) * (width - len(curve))
+
+
+@dataclass
+class BatchChoice:
+    """One iteration's choice: the padded width W (1: AR), each row's kept node count and the
+    expected committed tokens per second of W and of AR."""
+
+    width: int
+    keep: list[int]
+    rate: float
+    ar_rate: float
+    predicted: float  # Σ of the kept nodes' scaled p(u): the accepted tokens expected
+
+
+@dataclass
+class BatchBudget:
+    """The batch's shared node budget (see the module docstring); state carried across iterations."""
+
+    cost: BatchCost
+    #: s: measured accepted tokens over predicted Σ p(u), a running ratio (1: take p(u) at its word)
+    scale: float = 1.0
+    #: AR iterations to run before the next probe, and the next skip's length
+    skip: int = 0
+    backoff: int = 1
+    #: measured (committed tokens, seconds) by (B, drafted), summed over the run's iterations: a
+    #: single iteration's rate swings with its acceptance, the sums settle
+    spent: dict[tuple[int, bool], tuple[int, float]] = field(default_factory=dict)
+    _predicted: float = 0.0
+    _accepted: float = 0.0
+
+    def drafts(self, rows: int) -> bool:
+        """Whether this iteration of ``rows`` rows drafts (False: an AR step for every row, no draft
+        forward): the faster of the two as measured at this B, AR probed first, speculation probed
+        again after each back-off."""
+        if self.skip > 0:
+            self.skip -= 1
+            return False
+        ar, spec = self.rate(rows, False), self.rate(rows, True)
+        if ar is not None and spec is not None and ar > spec:
+            self._sit_out()
+            return False
+        return True
+
+    def observe_time(self, rows: int, drafted: bool, committed: int, seconds: float) -> None:
+        """One iteration's committed tokens and wall seconds (every overhead included)."""
+        if seconds <= 0:
+            return
+        tokens, total = self.spent.get((rows, drafted), (0, 0.0))
+        self.spent[(rows, drafted)] = (tokens + committed, total + seconds)
+        if drafted and (rows, False) not in self.spent:
+            self.skip = max(self.skip, 1)  # measure one AR step at this B: the other side of the comparison
+
+    def rate(self, rows: int, drafted: bool) -> float | None:
+        """Measured committed tokens per second at ``rows`` rows, drafting or not (None: not yet)."""
+        got = self.spent.get((rows, drafted))
+        return got[0] / got[1] if got is not None else None
+
+    def _sit_out(self) -> None:
+        self.skip, self.backoff = self.backoff - 1, min(2 * self.backoff, MAX_SKIP)
+
+    def choose(self, probs: Sequence[Sequence[float]], levels: int) -> BatchChoice:
+        """W* for rows whose drafted nodes have path probabilities ``probs[b]`` (any order) after
+        ``levels`` draft levels (their cost is spent whichever W wins: it prices every W alike);
+        sets the skip before the next probe when no W >= 2 beats AR with those levels paid."""
+        rows = len(probs)
+        ranked = [sorted(p, reverse=True) for p in probs]
+        widest = max((len(p) for p in ranked), default=0) + 1
+        spent = levels * self.cost.draft(rows)
+        ar = rows / self.cost.verify(rows, 1)
+        best = BatchChoice(1, [0] * rows, rows / (self.cost.verify(rows, 1) + spent), ar, 0.0)
+        speculating = 0.0
+        for w in range(2, widest + 1):
+            keep = [min(len(p), w - 1) for p in ranked]
+            gain = self.scale * sum(sum(p[:k]) for p, k in zip(ranked, keep))
+            rate = (rows + gain) / (self.cost.verify(rows, w) + spent)
+            speculating = max(speculating, rate)
+            if rate > best.rate:
+                best = BatchChoice(w, keep, rate, ar, gain)
+        measured = self.rate(rows, True), self.rate(rows, False)
+        if None in measured and speculating <= ar:  # by the model AR wins with the levels paid: sit out
+            self._sit_out()
+            self.skip += 1
+        elif None not in measured and measured[0] >= measured[1]:
+            self.backoff = 1
+        return best
+
+    def observe(self, predicted: float, accepted: int) -> None:
+        """What the kept nodes' p(u) predicted and what was accepted: s follows their ratio."""
+        self._predicted += predicted
+        self._accepted += accepted
+        if self._predicted > 0:
+            self.scale = min(4.0, max(0.05, self._accepted / self._predicted))
