@@ -16,7 +16,7 @@ from dynatree_core.cli.args import CLIError
 from dynatree_core.cli.resolve import (build_specs, check_model_args, device_name, dynatree_overrides,
                                        generate_sampling, load_pair, protocol_numbers, resolve_preset, runtime_points,
                                        sampled_points)
-from dynatree_core.cli.run import execute_experiment, make_experiment
+from dynatree_core.cli.run import EXACTNESS_FAILED, execute_experiment, make_experiment
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from dynatree_core.bench.results import write_text_atomic
@@ -70,6 +70,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.batch_size:
+        return cmd_batch_bench(args)
     datasets = parse_datasets(args.dataset)
     names = parse_methods(args.methods)
     specs = build_specs(args, names, device_name(args))
@@ -79,6 +81,48 @@ def cmd_bench(args: argparse.Namespace) -> int:
     tables = [1, 2, 3] + ([4] if any(s.label in ABLATION_LABELS for s in specs) else []) + [6] + (
         [7] if any(not p.sampling.greedy for p in points) else [])
     return execute_experiment(args, exp, f"bench-{'+'.join(datasets)}", tables)
+
+
+def cmd_batch_bench(args: argparse.Namespace) -> int:
+    """``bench --batch-size``: the batch benchmark (:mod:`dynatree_core.bench.batch`), greedy, eager."""
+    from datetime import datetime, timezone
+    from dynatree_core.bench import batch
+    from dynatree_core.bench.data import corpus_tokenize, load_corpus, select_prompts
+    from dynatree_core.bench.results import write_json_atomic
+
+    datasets = parse_datasets(args.dataset)
+    specs = build_specs(args, parse_methods(args.methods), device_name(args))
+    points = batch.batch_points(specs, args.batch_size, args.batch_budget)
+    if args.repeats < 1:
+        raise CLIError(f"--repeats must be >= 1, got {args.repeats}")
+    n, _, t, l_max = protocol_numbers(args, datasets)
+    n = max(n, max(args.batch_size))
+    check_model_args(args, any(p.spec.method != "ar" for p in points))
+    pair = load_pair(args)
+    prompts = {}
+    for ds in datasets:
+        corpus = load_corpus(ds, args.data_dir, args.data_source, form=args.prompt_form)
+        chosen, _ = select_prompts(corpus, corpus_tokenize(corpus, pair.tokenizer), n, l_max[ds], seed=args.seed)
+        prompts[ds] = [list(p.token_ids) for p in chosen]
+    result = batch.run_batch_bench(pair, prompts, points, t, args.repeats, progress=not args.no_progress)
+    doc = {"schema_version": batch.BATCH_SCHEMA_VERSION, "kind": "batch_bench",
+           "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+           "config": {"datasets": datasets, "batch_sizes": args.batch_size, "budget": args.batch_budget,
+                      "max_new_tokens": t, "max_prompt_len": l_max, "num_prompts": n, "seed": args.seed,
+                      "repeats": args.repeats, "methods": [s.to_dict() for s in specs],
+                      "target": pair.target_name, "draft": pair.draft_name, "device": str(pair.device),
+                      "command_line": args.command_line},
+           **result}
+    out = Path(args.out)
+    path = out if out.suffix == ".json" else out / f"batch-{'+'.join(datasets)}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, doc, overwrite=args.overwrite)
+    print(batch.to_markdown(doc["summary"]))
+    print(f"\nresult: {path}", file=sys.stderr)
+    if not doc["checks"]["every_row_matches_batched_ar"]:
+        print("EXACTNESS: a row differs from batched AR's tokens (see the rows' matches_batched_ar)", file=sys.stderr)
+        return EXACTNESS_FAILED
+    return 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

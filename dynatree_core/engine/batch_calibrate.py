@@ -38,12 +38,13 @@ def batch_sizes(rows: int) -> list[int]:
 def _forward_s(model: torch.nn.Module, rows: int, width: int, repeats: int, device: torch.device) -> float:
     cache = RowsCache(model, rows, device)
     gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(3, 1000, (rows, PREFIX), generator=gen).to(device)
+    vocab = min(1000, int(model.config.vocab_size))
+    ids = torch.randint(0, vocab, (rows, PREFIX), generator=gen).to(device)
     tril = torch.ones((PREFIX, PREFIX), dtype=torch.bool, device=device).tril()
     cache.forward(ids, torch.arange(PREFIX, device=device)[None].expand(rows, PREFIX).contiguous(),
                   tril.expand(rows, PREFIX, PREFIX).contiguous())
     cache.commit([torch.arange(PREFIX, device=device)] * rows)
-    new = torch.randint(3, 1000, (rows, width), generator=gen).to(device)
+    new = torch.randint(0, vocab, (rows, width), generator=gen).to(device)
     pos = (PREFIX + torch.arange(width, device=device))[None].expand(rows, width).contiguous()
     mask = torch.ones((width, width), dtype=torch.bool, device=device).tril().expand(rows, width, width).contiguous()
     times = []

@@ -1,0 +1,186 @@
+"""The batch benchmark (``dynatree bench --batch-size 1,2,4``): where speculation stops paying.
+
+Per dataset, batch size B and method, the first B selected prompts are decoded together
+(:class:`~dynatree_core.engine.batch.BatchRun`), EOS ignored, T tokens each; every method with a
+draft runs with and without the batch's shared node budget (label ``+budget``). Runs are
+interleaved (every method at one B, then the next B; then the whole round again) and repeated, after
+one untimed warm-up per (B, method). A row records total and per-row tok/s, p50/p90 time to finish,
+L̄ per row (committed tokens per iteration), padding efficiency (Σ n_b / (B_active · W)), target tokens per committed token and the
+ratio to batched AR in the same round; every row's tokens are checked against batched AR's, and
+batched AR's against batch-1 AR (batched kernels need not be batch-invariant: the difference is
+reported, not hidden). The result is JSON with a schema version and the config.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from dynatree_core.bench.methods import MethodSpec
+
+#: the batch result's format
+BATCH_SCHEMA_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class BatchPoint:
+    """One cell: ``spec`` at batch size ``rows``, with or without the shared budget."""
+
+    spec: MethodSpec
+    rows: int
+    budget: bool = False
+
+    @property
+    def label(self) -> str:
+        return self.spec.label + ("+budget" if self.budget else "")
+
+
+def batch_points(specs: Sequence[MethodSpec], sizes: Sequence[int], budget: str = "both") -> list[BatchPoint]:
+    """AR first at every B (the reference), then each method without and/or with the budget."""
+    if not sizes or any(b < 1 for b in sizes):
+        raise ValueError(f"--batch-size takes batch sizes >= 1, got {list(sizes)}")
+    if budget not in ("off", "on", "both"):
+        raise ValueError(f"--batch-budget must be off, on or both, got {budget!r}")
+    ar = [s for s in specs if s.method == "ar"] or [MethodSpec("ar", "ar", _ar_config())]
+    rest = [s for s in specs if s.method != "ar"]
+    flags = {"off": (False,), "on": (True,), "both": (False, True)}[budget]
+    return [BatchPoint(s, b) for b in sizes for s in ar[:1]] + [
+        BatchPoint(s, b, f) for b in sizes for s in rest for f in flags]
+
+
+def _ar_config() -> Any:
+    from dynatree_core.policy.config import ARConfig
+
+    return ARConfig()
+
+
+def run_batch_point(pair: Any, point: BatchPoint, prompts: Sequence[Sequence[int]], max_new_tokens: int
+                    ) -> dict[str, Any]:
+    """One timed batched decode of ``point``; its measurements (and the rows' tokens)."""
+    from dynatree_core.engine.batch import BatchRun
+    from dynatree_core.engine.calibrate import prepare_config
+
+    run = BatchRun(pair, [list(p) for p in prompts[:point.rows]], point.spec.method, point.spec.config,
+                   max_new_tokens=max_new_tokens, ignore_eos=True, prepare=prepare_config,
+                   budget=True if point.budget else None)
+    t0 = time.perf_counter()
+    its = list(run)
+    results = run.finish()
+    wall = time.perf_counter() - t0
+    return measure(point, its, results, wall, max_new_tokens)
+
+
+def measure(point: BatchPoint, its: Sequence[Any], results: Sequence[Any], wall: float, t: int) -> dict[str, Any]:
+    """A row's numbers from the batch iterations and the per-row results."""
+    finish = sorted(r.metrics.wall_time_s for r in results)
+    nodes = sum(rec.batch["nodes"] for i in its for rec in i.records.values())
+    slots = sum(i.padded_width * len(i.records) for i in its)
+    committed = sum(len(rec.committed) for i in its for rec in i.records.values())
+    sat = sum(1 for i in its if any(rec.batch.get("budget", {}).get("drafted") is False for rec in i.records.values()))
+    return {"label": point.label, "method": point.spec.method, "batch_size": point.rows, "budget": point.budget,
+            "tokens_per_s": point.rows * t / wall, "row_tokens_per_s": statistics.mean(t / f for f in finish),
+            "finish_p50_s": _quantile(finish, 0.5), "finish_p90_s": _quantile(finish, 0.9), "wall_s": wall,
+            "mean_accepted_per_row": statistics.mean(r.metrics.new_tokens / max(1, r.metrics.iterations)
+                                                     for r in results),
+            "padding_efficiency": nodes / slots if slots else None,
+            "target_tokens_per_committed": slots / committed if committed else None,
+            "iterations": len(its), "draft_forwards": sum(i.draft_forwards for i in its),
+            "sat_out": sat, "tokens": [list(r.tokens) for r in results]}
+
+
+def _quantile(xs: Sequence[float], q: float) -> float:
+    """The q-quantile of sorted ``xs`` (linear between neighbours)."""
+    pos = q * (len(xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def run_batch_bench(pair: Any, prompts: dict[str, list[list[int]]], points: Sequence[BatchPoint], max_new_tokens: int,
+                    repeats: int = 2, progress: bool = True) -> dict[str, Any]:
+    """Every point on every dataset, interleaved and repeated (see the module docstring)."""
+    from dynatree_core.engine.api import generate
+
+    for ds, ps in prompts.items():
+        need = max(p.rows for p in points)
+        if len(ps) < need:
+            raise ValueError(f"{ds}: batch size {need} needs {need} prompts, got {len(ps)} (raise --num-prompts)")
+    bar = _bar(progress, len(prompts) * len(points) * (repeats + 1))
+    rows: list[dict[str, Any]] = []
+    batch1 = {}
+    for ds, ps in prompts.items():
+        sizes = sorted({p.rows for p in points})
+        batch1[ds] = [generate(pair, p, "ar", max_new_tokens=max_new_tokens, ignore_eos=True).tokens
+                      for p in ps[:max(sizes)]]
+        for p in points:  # untimed warm-up: allocator, kernels, the budget's calibration
+            run_batch_point(pair, p, ps, min(8, max_new_tokens))
+            _tick(bar, f"{ds} warm-up {p.label} B={p.rows}")
+        for rep in range(repeats):
+            for b in sizes:
+                ar = None
+                for p in (p for p in points if p.rows == b):
+                    row = run_batch_point(pair, p, ps, max_new_tokens)
+                    ar = row if p.spec.method == "ar" else ar
+                    row.update(dataset=ds, repeat=rep, speedup_vs_batched_ar=row["tokens_per_s"] / ar["tokens_per_s"],
+                               matches_batched_ar=row["tokens"] == ar["tokens"])
+                    if p.spec.method == "ar":
+                        row["rows_differing_from_batch1_ar"] = [i for i, t in enumerate(row["tokens"])
+                                                                if t != batch1[ds][i]]
+                    rows.append(row)
+                    _tick(bar, f"{ds} rep {rep} {p.label} B={b}")
+    if bar is not None:
+        bar.close()
+    return {"rows": [{k: v for k, v in r.items() if k != "tokens"} for r in rows], "summary": summarize(rows),
+            "checks": {"every_row_matches_batched_ar": all(r["matches_batched_ar"] for r in rows)}}
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (dataset, B, label): the mean and spread (min, max) of tok/s and of the ratio to batched AR."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["dataset"], r["batch_size"], r["label"]), []).append(r)
+    out = []
+    for (ds, b, label), rs in groups.items():
+        ratio = [r["speedup_vs_batched_ar"] for r in rs]
+        out.append({"dataset": ds, "batch_size": b, "label": label, "runs": len(rs),
+                    "tokens_per_s": statistics.mean(r["tokens_per_s"] for r in rs),
+                    "speedup_vs_batched_ar": statistics.mean(ratio), "speedup_min": min(ratio),
+                    "speedup_max": max(ratio),
+                    "padding_efficiency": _mean(r["padding_efficiency"] for r in rs),
+                    "mean_accepted_per_row": statistics.mean(r["mean_accepted_per_row"] for r in rs),
+                    "finish_p90_s": statistics.mean(r["finish_p90_s"] for r in rs)})
+    return out
+
+
+def _mean(xs: Any) -> float | None:
+    got = [x for x in xs if x is not None]
+    return statistics.mean(got) if got else None
+
+
+def to_markdown(summary: Sequence[dict[str, Any]]) -> str:
+    """The summary as a table: one line per (dataset, B, method)."""
+    head = ("| dataset | B | method | tok/s | × batched AR (min–max) | padding eff. | L̄ per row | p90 finish s |\n"
+            "|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    for s in sorted(summary, key=lambda s: (s["dataset"], s["batch_size"], s["label"])):
+        pad = "—" if s["padding_efficiency"] is None else f"{s['padding_efficiency']:.2f}"
+        lines.append(f"| {s['dataset']} | {s['batch_size']} | {s['label']} | {s['tokens_per_s']:.1f} | "
+                     f"{s['speedup_vs_batched_ar']:.2f} ({s['speedup_min']:.2f}–{s['speedup_max']:.2f}) | {pad} | "
+                     f"{s['mean_accepted_per_row']:.2f} | {s['finish_p90_s']:.2f} |")
+    return "\n".join(lines)
+
+
+def _bar(progress: bool, total: int) -> Any:
+    if not progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="run", dynamic_ncols=True)
+
+
+def _tick(bar: Any, what: str) -> None:
+    if bar is not None:
+        bar.set_description(what)
+        bar.update(1)

@@ -1,0 +1,58 @@
+"""The batch benchmark (``dynatree bench --batch-size``) on the tiny test pair: its JSON, its checks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dynatree_core.bench.batch import BATCH_SCHEMA_VERSION, BatchPoint, batch_points, measure, summarize
+from dynatree_core.bench.methods import method_specs
+from dynatree_core.cli import main
+
+from helpers.bench import bench_args
+
+
+def test_batch_bench_writes_json_with_every_row_checked_against_batched_ar(data_dir, tmp_path, capsys):
+    out = tmp_path / "batch.json"
+    argv = bench_args(data_dir, out, "--batch-size", "1,3", "--repeats", "1", methods="ar,dynatree")
+    argv[argv.index("--num-prompts") + 1] = "3"
+    assert main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert doc["schema_version"] == BATCH_SCHEMA_VERSION and doc["config"]["batch_sizes"] == [1, 3]
+    labels = {(r["dataset"], r["batch_size"], r["label"]) for r in doc["rows"]}
+    assert labels == {(ds, b, lab) for ds in ("wikitext2", "pg19") for b in (1, 3)
+                      for lab in ("ar", "dynatree", "dynatree+budget")}
+    assert doc["checks"]["every_row_matches_batched_ar"] and all(r["matches_batched_ar"] for r in doc["rows"])
+    for r in doc["rows"]:
+        assert r["speedup_vs_batched_ar"] > 0 and 0 < r["padding_efficiency"] <= 1
+        assert r["finish_p50_s"] <= r["finish_p90_s"] <= r["wall_s"] + 1e-6
+        if r["label"] == "ar":  # AR verifies one token per row: nothing padded, one target token per token
+            assert r["padding_efficiency"] == 1 and r["target_tokens_per_committed"] == 1
+            assert r["rows_differing_from_batch1_ar"] == []  # tiny fp32 models are batch-invariant here
+    assert "× batched AR" in capsys.readouterr().out
+
+
+def test_batch_points_put_ar_first_and_pair_each_drafting_method_with_its_budget():
+    specs = method_specs(["ar", "linear", "dynatree"])
+    pts = batch_points(specs, [2, 4])
+    assert [(p.label, p.rows) for p in pts[:2]] == [("ar", 2), ("ar", 4)]
+    assert {p.label for p in pts} == {"ar", "linear", "linear+budget", "dynatree", "dynatree+budget"}
+    assert [p.label for p in batch_points(specs, [2], "off")] == ["ar", "linear", "dynatree"]
+    with pytest.raises(ValueError, match="batch sizes >= 1"):
+        batch_points(specs, [0])
+    with pytest.raises(ValueError, match="--batch-budget"):
+        batch_points(specs, [2], "sometimes")
+
+
+def test_the_summary_spreads_each_cell_over_its_rounds():
+    rows = [{"dataset": "d", "batch_size": 2, "label": "dynatree", "speedup_vs_batched_ar": s, "tokens_per_s": 10 * s,
+             "padding_efficiency": 0.5, "mean_accepted_per_row": 2.0, "finish_p90_s": 1.0} for s in (0.9, 1.3)]
+    (cell,) = summarize(rows)
+    assert cell["runs"] == 2 and cell["speedup_min"] == 0.9 and cell["speedup_max"] == 1.3
+    assert cell["speedup_vs_batched_ar"] == pytest.approx(1.1)
+
+
+def test_bad_batch_sizes_exit_2(data_dir, tmp_path, capsys):
+    assert main(bench_args(data_dir, tmp_path / "x.json", "--batch-size", "0,2")) == 2
+    assert "batch sizes >= 1" in capsys.readouterr().err
