@@ -5,8 +5,8 @@ Per dataset, batch size B and method, the first B selected prompts are decoded t
 draft runs with and without the batch's shared node budget (label ``+budget``). Runs are
 interleaved (every method at one B, then the next B; then the whole round again) and repeated, after
 one untimed warm-up per (B, method). A row records total and per-row tok/s, p50/p90 time to finish,
-L̄ per row (committed tokens per iteration), padding efficiency (Σ n_b / (B_active · W)), target tokens per committed token and the
-ratio to batched AR in the same round; every row's tokens are checked against batched AR's, and
+L̄ per row (committed tokens per iteration), padding efficiency (Σ n_b / (B_active · W)), target
+tokens per committed token and the ratio to batched AR in the same round; every row's tokens are checked against batched AR's, and
 batched AR's against batch-1 AR (batched kernels need not be batch-invariant: the difference is
 reported, not hidden). The result is JSON with a schema version and the config.
 """
