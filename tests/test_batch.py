@@ -22,6 +22,7 @@ from dynatree_core.engine.batch import BatchRun
 from dynatree_core.pairs.pair import ModelPair
 from dynatree_core.policy.batch_budget import BatchBudget, BatchCost
 from dynatree_core.policy.config import DynaTreeConfig, HistoryConfig, LinearConfig
+from dynatree_core.drafters import LookupMix
 from dynatree_core.policy.lookup import PromptLookup
 from dynatree_core.records.trace import Trace
 from dynatree_core.runtime.batch_cache import RowsCache
@@ -193,7 +194,7 @@ def test_each_row_adapts_its_own_history():
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_prompt_lookup_rows_and_a_lookup_tail_are_exact(arch):
+def test_prompt_lookup_rows_lookup_mixed_into_the_draft_and_a_lookup_tail_are_exact(arch):
     rows = [[5, 9, 2, 5, 9, 2, 5], [7, 8, 7, 8, 7], [3]]
     news = [14, 9, 12]
     lookup = ModelPair(target=cached_target(arch, "sdpa"), draft=PromptLookup(max_ngram=3),
@@ -201,6 +202,15 @@ def test_prompt_lookup_rows_and_a_lookup_tail_are_exact(arch):
     ref = _greedy_rows(arch, "sdpa", [tuple(r) for r in rows], news)
     assert [r.tokens for r in generate(lookup, rows, "linear", LinearConfig(k=4), max_new_tokens=news,
                                        ignore_eos=True)] == ref
+    mixed = cached_pair(arch, "sdpa", DIFFERING_NOISE[arch])
+    mixed = ModelPair(target=mixed.target, draft=mixed.draft, lookup=LookupMix(), target_name=f"tiny-{arch}",
+                      draft_name="noisy+lookup")
+    for method in ("linear", "dynatree", "eagle2"):
+        assert [r.tokens for r in generate(mixed, rows, method, max_new_tokens=news, ignore_eos=True)] == ref
+    sampled = dict(max_new_tokens=news, ignore_eos=True, temperature=0.8, seed=[1, 2, 3])
+    assert [r.tokens for r in generate(mixed, rows, "dynatree", **sampled)] == [
+        generate(mixed, p, "dynatree", **sampled | {"seed": s, "max_new_tokens": n}).tokens
+        for p, s, n in zip(rows, [1, 2, 3], news)]
     tail = DynaTreeConfig(lookup_tail=3)
     res = generate(cached_pair(arch, "sdpa", DIFFERING_NOISE[arch]), rows, "dynatree", tail, max_new_tokens=news,
                    ignore_eos=True)

@@ -24,31 +24,49 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class RowDrafter(Drafter):
-    """Row b's side of a batched model draft: its proposals from its slice of each level's logits
-    (:meth:`answer`), under its own context (top-k, sampler, chain view). Its forwards run batched,
-    so :meth:`propose` is never called."""
+    """Row b's side of a batched model draft, under its own context (top-k, sampler, chain view).
+
+    The batch runs the level's forward for every row and hands each row its logits (:meth:`give`);
+    :meth:`propose` then answers from them, so a drafter wrapping this one (prompt lookup mixed in,
+    :class:`~dynatree_core.drafters.mix.MixDrafter`) works unchanged. :meth:`commit` stages the row's
+    iteration; :meth:`BatchModelDraft.commit_staged` commits every row at once."""
 
     kind = "model"
 
     def __init__(self, batch: "BatchModelDraft"):
         super().__init__()
         self.batch = batch
+        self._given: torch.Tensor | None = None
 
     def start(self, prompt: Sequence[int], ctx: DraftContext, target_hidden: torch.Tensor | None = None) -> None:
         self.ctx = ctx
 
+    def give(self, logits: torch.Tensor) -> None:
+        """This row's rows of the level's logits, from the batch's forward."""
+        self._given = logits
+
+    def _take(self) -> torch.Tensor:
+        if self._given is None:
+            raise RuntimeError("a batched row's draft levels are answered by the batch's one forward per level "
+                               "(BatchModelDraft.level, then give), not one row at a time")
+        logits, self._given = self._given, None
+        self.forwards += 1
+        return logits
+
     def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> Proposal:
-        raise RuntimeError("a batched row's draft levels are answered by the batch's one forward per level "
-                           "(BatchModelDraft.level), not one row at a time")
+        return self.answer(tree, ids, level, self._take())
+
+    def level_scores(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> tuple[torch.Tensor, None]:
+        logits = self._take()
+        return (logits[-1:] if level == 0 else logits), None
 
     def commit(self, path: list[int], committed: list[int], target_hidden: torch.Tensor | None = None,
                fed: int = 0) -> None:
-        raise RuntimeError("a batched row commits through BatchModelDraft.commit (every row at once)")
+        self.batch.staged[self] = (path, committed, fed)
 
     def answer(self, tree: "DeviceTree", ids: torch.Tensor, level: int, logits: torch.Tensor) -> Proposal:
         """The row's proposal for level ``level`` from its rows of the level's logits (level 0: one
         row per pending committed token, the root last)."""
-        self.forwards += 1
         if level == 0:
             logits = logits[-1:] if self.ctx.sampler is not None else logits[self._chain_rows():]
         if self.ctx.sampler is not None:
@@ -71,6 +89,8 @@ class BatchModelDraft:
         #: draft forwards run (each serves every row that drafts at that level)
         self.forwards = 0
         self.rows = [RowDrafter(self) for _ in prompts]
+        #: each row's iteration as its drafter committed it (path as grown, committed tokens, fed)
+        self.staged: dict[RowDrafter, tuple[list[int], list[int], int]] = {}
 
     def settings(self) -> dict[str, Any]:
         cfg = getattr(self.model, "config", None)
@@ -162,6 +182,12 @@ class BatchModelDraft:
             self.pending[b] = list(committed[fed:])
             self.slot[b] = None
         self.cache.commit(cols)
+
+    def commit_staged(self) -> None:
+        """Commit what every row's drafter staged this iteration (rows that staged nothing keep
+        their state)."""
+        staged, self.staged = self.staged, {}
+        self.commit({self.rows.index(d): kept for d, kept in staged.items()})
 
     def keep_rows(self, rows: Sequence[int]) -> None:
         """Drop every row not in ``rows`` (finished rows leave the batch)."""

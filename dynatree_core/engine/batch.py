@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from dynatree_core.drafters import DraftContext, Drafter, LookupDrafter
+from dynatree_core.drafters import DraftContext, Drafter, LookupDrafter, MixDrafter
 from dynatree_core.drafters.batch_model import BatchModelDraft
 from dynatree_core.drafters.factory import make_drafter
 from dynatree_core.engine.batch_calibrate import batch_cost
@@ -46,8 +46,9 @@ from dynatree_core.runtime.device_tree import DeviceTree, Selection
 from dynatree_core.runtime.fast_path import resolve_runtime
 from dynatree_core.runtime.sampling import draft_candidates, make_samplers
 
-#: the drafters a batch runs: one batched draft model, or prompt lookup per row (no forward)
-BATCH_DRAFTERS = ("model", "lookup")
+#: the drafters a batch runs: one batched draft model (prompt lookup mixed in or not), or prompt
+#: lookup per row (no forward)
+BATCH_DRAFTERS = ("model", "lookup", "model+lookup")
 
 
 @dataclass
@@ -191,7 +192,8 @@ class BatchRun:
             return
         clock = self.clock
         target = RowsCache(self.pair.target, len(rows), self.pair.device)
-        draft = BatchModelDraft(self.pair.draft, [r.prompt for r in rows]) if self.kind == "model" else None
+        draft = BatchModelDraft(self.pair.draft, [r.prompt for r in rows]) if self.kind != "lookup" and \
+            self.config.drafts else None
         self._prefill(rows, target, clock)
         self._start_drafters(rows, draft)
         for r in rows:
@@ -238,18 +240,16 @@ class BatchRun:
                 ) -> tuple[dict[int, IterationRecord], list[str | None]]:
         """Every row's commit (its tokens, drafter, lookup tail, history and record), then the caches
         for all rows at once; returns the records and each row's stop (None: it goes on)."""
-        recs, stops, kept, target_cols, rerun = {}, [], {}, [], []
+        recs, stops, target_cols, rerun = {}, [], [], []
         for i, (r, sel) in enumerate(zip(rows, sels)):
             path = sel.path
             new, stop = cut_committed(sel.arrays["tokens"][path].tolist() + [sel.bonus], r.remaining, self.eos)
             r.out.extend(new)
             target_cols.append(torch.tensor([start] + [start + u for u in path], device=self.pair.device))
             rerun.append([r.root] + new[:-1] if stop is None else [])
-            if stop is None and draft is not None:  # the drafter's columns refer to the tree as grown
+            if stop is None and r.drafter is not None:  # the drafter's columns refer to the tree as grown
                 grown = sel.arrays["orig"][path].tolist() if "orig" in sel.arrays else path
-                kept[i] = (grown, new, int(sel.arrays["fed"][path].sum()))
-            elif stop is None and r.drafter is not None:
-                r.drafter.commit(path, new)
+                r.drafter.commit(grown, new, None, fed=int(sel.arrays["fed"][path].sum()))
             if stop is None:
                 r.root = new[-1]
                 if r.own_tail:
@@ -273,7 +273,7 @@ class BatchRun:
         else:
             target.commit(target_cols)
         if draft is not None:
-            draft.commit(kept)
+            draft.commit_staged()
         return recs, stops
 
     def _budget_cut(self, rows: list[_Row], levels: int) -> BatchChoice:
@@ -310,12 +310,13 @@ class BatchRun:
         while asks:
             level = next(iter(asks.values()))[2]
             assert all(a[2] == level for a in asks.values()), "the rows' trees grow level by level together"
-            if draft is not None:
+            if draft is not None:  # ONE forward for the level of every row that drafts there
                 logits = draft.level({i: (rows[i].tree, a[1]) for i, a in asks.items()}, level, clock)
                 forwards += 1
-                props = {i: rows[i].drafter.answer(rows[i].tree, a[1], level, logits[i]) for i, a in asks.items()}
-            else:  # prompt lookup: no forward, each row reads its own committed tokens
-                props = {i: rows[i].drafter.propose(rows[i].tree, a[1], level) for i, a in asks.items()}
+                for i, got in logits.items():
+                    draft.rows[i].give(got)
+            # each row's proposal: from its logits (prompt lookup mixed in), or lookup alone (no forward)
+            props = {i: rows[i].drafter.propose(rows[i].tree, a[1], level) for i, a in asks.items()}
             nxt = {}
             for i, (steps, ids, _) in asks.items():
                 try:
@@ -395,7 +396,8 @@ class BatchRun:
         for i, r in enumerate(rows):
             if not self.config.drafts:
                 continue
-            r.drafter = draft.rows[i] if draft is not None else LookupDrafter(self.pair.draft)
+            r.drafter = LookupDrafter(self.pair.draft) if draft is None else (
+                draft.rows[i] if self.pair.lookup is None else MixDrafter(draft.rows[i], self.pair.lookup))
             keep = self.tracing or bool(self.record_top_k)
             ctx = DraftContext(self._top_k(), r.col.clock, r.draft_sampler, keep_chain=keep)
             r.drafter.start(r.prompt, ctx)
