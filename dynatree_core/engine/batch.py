@@ -31,8 +31,8 @@ from dynatree_core.drafters.batch_model import BatchModelDraft
 from dynatree_core.drafters.factory import make_drafter
 from dynatree_core.engine.batch_calibrate import batch_cost
 from dynatree_core.engine.collector import RunCollector, new_trace
-from dynatree_core.engine.loop import (_TAIL_CODE, _check_run, _check_window, _eos_set, cut_committed,
-                                       encode_prompt, rule_for, tail_lookup)
+from dynatree_core.engine.loop import (_TAIL_CODE, _check_run, _check_window, _eos_set, adapt, cut_committed,
+                                       draft_top_k, encode_prompt, rule_for, tail_lookup)
 from dynatree_core.pairs.pair import ModelPair
 from dynatree_core.policy.config import DecoderConfig, DynaTreeConfig, resolve_config
 from dynatree_core.policy.batch_budget import BatchBudget, BatchChoice, BatchCost
@@ -254,8 +254,8 @@ class BatchRun:
                 r.root = new[-1]
                 if r.own_tail:
                     r.tail.commit(path, new)
-            after = self._adapt(r, int((sel.arrays["stop"][path] != _TAIL_CODE).sum())
-                                if r.tree.tail_nodes else len(path), r.tree.depth, sel.arrays)
+            after = adapt(r.adapter, self.config, int((sel.arrays["stop"][path] != _TAIL_CODE).sum())
+                          if r.tree.tail_nodes else len(path), r.tree.depth, sel.arrays)
             r.col.lap("commit")
             forwards = 1 + (self.recompute and stop is None)  # the paper's mode re-runs the committed tokens
             rec = r.col.iteration(r.tree, sel, target.count[i], new, (at["before"][i], after), forwards)
@@ -436,30 +436,11 @@ class BatchRun:
         return True
 
     def _top_k(self) -> int:
-        """Draft candidates per expanded node (as :meth:`DecodingRun._draft_top_k`)."""
-        if not self.config.drafts:
-            return 1
-        breadth = self.config.growth_rule().max_breadth
-        if self.sampling.rule == "rejection":
-            top_k = breadth
-        else:
-            top_k = max(self.config.trace_top_k if self.tracing else breadth, self.record_top_k or 0)
-        if getattr(self.config, "cost_aware", False):
-            top_k = max(top_k, self.config.trace_top_k)
-        return max(1, top_k)
+        """Draft candidates per expanded node (as at batch 1)."""
+        return draft_top_k(self.config, self.sampling, self.tracing, self.record_top_k)
 
     def _history(self, r: _Row) -> dict | None:
         return r.adapter.state.to_dict() if r.adapter is not None else None
-
-    def _adapt(self, r: _Row, accepted: int, depth: int, arrays: dict[str, np.ndarray]) -> dict | None:
-        if r.adapter is None:
-            return None
-        drafted = arrays["stop"][1:] != _TAIL_CODE
-        mass = None
-        if self.config.cost_aware and depth > 0:
-            mass = np.bincount(arrays["depths"][1:][drafted], weights=np.exp(arrays["cum_logps"][1:][drafted]),
-                               minlength=depth + 1)[1:depth + 1].tolist()
-        return r.adapter.update(accepted / depth if depth > 0 else None, accepted, mass).to_dict()
 
     def _finish(self, r: _Row) -> None:
         forwards = r.drafter.forwards if r.drafter is not None else 0

@@ -306,18 +306,7 @@ class DecodingRun:
 
     # --- the phases' details -------------------------------------------------------------------
     def _draft_top_k(self) -> int:
-        """Draft candidates per expanded node: what the growth rule reads, what the trace records
-        (config.trace_top_k >= the rule's breadth) and what the benchmark's oracle reads."""
-        if not self.config.drafts:
-            return 1
-        breadth = self.config.growth_rule().max_breadth
-        if self.sampling.rule == "rejection":  # the candidates are draws: as many as the rule grows, whoever reads
-            top_k = breadth
-        else:  # the benchmark's oracle reads record_top_k candidates (greedy, or ranked under match)
-            top_k = max(self.config.trace_top_k if self.tracing else breadth, self.record_top_k or 0)
-        if getattr(self.config, "cost_aware", False):  # the final fill draws from the candidates past B(u)
-            top_k = max(top_k, self.config.trace_top_k)
-        return max(1, top_k)
+        return draft_top_k(self.config, self.sampling, self.tracing, self.record_top_k)
 
     def _draft_forwards(self, drafter: Drafter | None) -> object | None:
         """The draft model's level forwards on the target's runtime (None: it drafts eagerly)."""
@@ -375,13 +364,33 @@ class DecodingRun:
         return self.adapter.state.to_dict() if self.adapter is not None else None
 
     def _adapt(self, accepted: int, depth: int, arrays: dict[str, np.ndarray]) -> dict | None:
-        """Feed this round's acceptance a_r = accepted / depth to the history adapter (DynaTree);
-        a cost-aware config also gets Σ p(u) per depth, the evidence for its calibration."""
-        if self.adapter is None:
-            return None
-        drafted = arrays["stop"][1:] != _TAIL_CODE  # a lookup tail is not the draft's doing
-        mass = None
-        if self.config.cost_aware and depth > 0:
-            mass = np.bincount(arrays["depths"][1:][drafted], weights=np.exp(arrays["cum_logps"][1:][drafted]),
-                               minlength=depth + 1)[1:depth + 1].tolist()
-        return self.adapter.update(accepted / depth if depth > 0 else None, accepted, mass).to_dict()
+        return adapt(self.adapter, self.config, accepted, depth, arrays)
+
+
+def draft_top_k(config: DecoderConfig, sampling: SamplingConfig, tracing: bool, record_top_k: int | None) -> int:
+    """Draft candidates per expanded node: what the growth rule reads, what the trace records
+    (config.trace_top_k >= the rule's breadth) and what the benchmark's oracle reads."""
+    if not config.drafts:
+        return 1
+    breadth = config.growth_rule().max_breadth
+    if sampling.rule == "rejection":  # the candidates are draws: as many as the rule grows, whoever reads
+        top_k = breadth
+    else:  # the benchmark's oracle reads record_top_k candidates (greedy, or ranked under match)
+        top_k = max(config.trace_top_k if tracing else breadth, record_top_k or 0)
+    if getattr(config, "cost_aware", False):  # the final fill draws from the candidates past B(u)
+        top_k = max(top_k, config.trace_top_k)
+    return max(1, top_k)
+
+
+def adapt(adapter: HistoryAdapter | None, config: DecoderConfig, accepted: int, depth: int,
+          arrays: dict[str, np.ndarray]) -> dict | None:
+    """Feed a round's acceptance a_r = accepted / depth to the history adapter (DynaTree); a
+    cost-aware config also gets Σ p(u) per depth, the evidence for its calibration."""
+    if adapter is None:
+        return None
+    drafted = arrays["stop"][1:] != _TAIL_CODE  # a lookup tail is not the draft's doing
+    mass = None
+    if getattr(config, "cost_aware", False) and depth > 0:
+        mass = np.bincount(arrays["depths"][1:][drafted], weights=np.exp(arrays["cum_logps"][1:][drafted]),
+                           minlength=depth + 1)[1:depth + 1].tolist()
+    return adapter.update(accepted / depth if depth > 0 else None, accepted, mass).to_dict()

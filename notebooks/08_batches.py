@@ -1,0 +1,201 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.7
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 08 · Several prompts at once
+#
+# **What you will learn**
+#
+# * how several prompts decode **together**: every row grows its own tree, and the rows share ONE
+#   target forward per iteration and ONE draft forward per tree level, each row padded to the widest;
+# * that every row is still exactly its own decode (checked against one prompt at a time);
+# * what one **batch iteration** looks like: the rows' trees side by side, what each row verified (n_b),
+#   what the padding cost (W − n_b) and what each accepted (ℓ_b);
+# * **where speculation stops paying** on this machine: batching and speculation spend the same spare
+#   compute, so DynaTree's gain over AR shrinks as the batch grows;
+# * what the **shared node budget** does about it: it sizes the batch's verify from the measured cost
+#   c(B, W), and sits speculation out when AR steps are measured faster.
+
+# %% tags=["parameters"]
+# Parameters (papermill -p PAIR tiny-llama runs the notebook on a tiny random pair in seconds: for development)
+PAIR = "default"
+
+# %%
+import time
+
+import plotly.graph_objects as go
+from IPython.display import Markdown, display
+
+import dynatree_viz as dv
+from dynatree_core import DynaTreeConfig, generate, iterate
+
+# %% [markdown]
+# A batch drafts with the independent draft model (one forward per level for all rows) or prompt lookup;
+# the feature draft the default pair uses alone does not batch yet (it reads the target's hidden states
+# row by row), so this notebook loads the default pair with its **independent 2-layer draft** (notebook 01
+# says what the target and the drafts are).
+
+# %% tags=["nbval-ignore-output"]
+pair = dv.setup_notebook(PAIR, **({"draft": "model"} if PAIR == "default" else {}))
+
+# %% [markdown]
+# ## 1 · Four prompts, one loop
+#
+# `generate(pair, [prompt, ...])` takes a list of prompts and returns one result per prompt. Each row
+# keeps its own rule (its history, its tokens left); the models run once per step for all rows.
+
+# %%
+prompts = ["The capital of France is", "Photosynthesis is the process by which green plants",
+           "Write a short poem about the sea:", "def fibonacci(n):"]
+T = [16, 28, 22, 24]   # tokens per row: rows finish at different iterations and leave the batch
+config = DynaTreeConfig.cpu()
+run = iterate(pair, prompts, "dynatree", config, max_new_tokens=T, trace=True, ignore_eos=True)
+batch_iterations = list(run)
+rows = run.finish()
+alone = [generate(pair, p, "dynatree", config, max_new_tokens=t, ignore_eos=True) for p, t in zip(prompts, T)]
+ar = [generate(pair, p, "ar", max_new_tokens=t, ignore_eos=True) for p, t in zip(prompts, T)]
+print("every row equals its prompt decoded alone:", [r.tokens for r in rows] == [a.tokens for a in alone])
+print("and AR's tokens (greedy, exact):", [r.tokens for r in rows] == [a.tokens for a in ar])
+one_at_a_time = sum(a.metrics.iterations for a in alone)
+print("target forwards: one per batch iteration plus the prefill:", run.target_forwards == len(batch_iterations) + 1)
+print("fewer target forwards than one prompt at a time:", run.target_forwards < one_at_a_time + len(prompts))
+
+# %% tags=["nbval-ignore-output"]
+for p, r in zip(prompts, rows):
+    print(f"{p!r} →{r.text!r}  ({r.metrics.iterations} iterations)")
+display(Markdown(
+    f"The batch ran **{len(batch_iterations)}** iterations: {run.target_forwards} target forwards in all (the "
+    f"prefill included) and {run.draft_forwards} draft forwards, where the four prompts one at a time take "
+    f"{one_at_a_time} iterations and as many verify forwards. A row that finished left the batch: its last "
+    f"iteration was {max(len(r.trace) for r in rows) - min(len(r.trace) for r in rows)} iterations before the "
+    "slowest row's."))
+
+# %% [markdown]
+# ## 2 · One batch iteration
+#
+# Every active row's tree is verified in the same target forward. Its tokens go in as one row of a
+# rectangle W wide: the root and the row's n_b − 1 drafted nodes, then W − n_b padding slots that see
+# only themselves (computed, and thrown away). Each row's positions are its own (the row's committed
+# length plus the node's depth), never its column in the rectangle. The figure picks the iteration
+# whose padding costs the most slots, where rows differ most.
+
+# %%
+traces = [r.trace for r in rows]
+summary = dv.batch_summary(traces)
+wasted = [s["W"] * len(s["active"]) - s["sum_n_b"] for s in summary]
+shown = max(range(len(summary)), key=lambda i: (wasted[i], -i))
+s = summary[shown]
+print("every row is padded to the widest row's n_b:", all(x["W"] == max(x["n_b"].values()) for x in summary))
+print("this iteration pads some row:", wasted[shown] > 0)
+
+# %% tags=["nbval-ignore-output"]
+dv.batch_figure(traces, shown)
+
+# %% tags=["nbval-ignore-output"]
+widest = max(s["n_b"], key=s["n_b"].get)
+display(Markdown(
+    f"In batch iteration {shown} the widest tree is row {widest}'s (n = {s['n_b'][widest]}), so every row is "
+    f"verified {s['W']} wide: {s['sum_n_b']} of the {s['W'] * len(s['active'])} slots hold real nodes "
+    f"(padding efficiency {s['efficiency']:.0%}). The rows accepted "
+    + ", ".join(f"ℓ = {s['ell_b'][b]} (row {b})" for b in s["active"]) + "."))
+
+# %% [markdown]
+# Step through every batch iteration (the PNG shows the one named above):
+
+# %% tags=["nbval-ignore-output"]
+dv.batch_stepper(traces, start=shown)
+
+# %% [markdown]
+# ## 3 · Where speculation stops paying
+#
+# On a GPU a forward over many tokens costs about what one token costs, so a batch and a tree both ride
+# for free. On this CPU the verify's cost grows with the tokens it holds, B rows times W each, while AR's
+# cost per token *falls* as B grows (one forward serves B rows). Speculation and batching spend the same
+# spare compute. Below, the same prompts decode as batches of B = 1, 2 and 4, with AR, DynaTree, and
+# DynaTree under the batch's shared node budget (`budget=True`), all in one run.
+
+# %% tags=["nbval-ignore-output"]
+sizes, methods = [1, 2, 4], [("AR", "ar", None), ("DynaTree", "dynatree", None), ("DynaTree + budget", "dynatree", True)]
+tokens = 24
+speed = {name: [] for name, _, _ in methods}
+same, ar_tokens = True, {}
+for b in sizes:
+    generate(pair, prompts[:b], "dynatree", config, max_new_tokens=4, ignore_eos=True, budget=True)  # warm, calibrate
+    ref = None
+    for name, method, budget in methods:
+        t0 = time.perf_counter()
+        got = generate(pair, prompts[:b], method, config if method != "ar" else None, max_new_tokens=tokens,
+                       ignore_eos=True, budget=budget)
+        speed[name].append(b * tokens / (time.perf_counter() - t0))
+        ref = ref or [r.tokens for r in got]
+        same = same and [r.tokens for r in got] == ref
+    ar_tokens[b] = ref
+ratio = {name: [v / a for v, a in zip(speed[name], speed["AR"])] for name in speed}
+fig = go.Figure([go.Scatter(x=sizes, y=ratio[name], name=name, mode="lines+markers") for name in speed])
+fig.add_hline(y=1.0, line_dash="dot", annotation_text="batched AR")
+fig.update_layout(title="Speed over batched AR of the same B (one run)", xaxis_title="batch size B",
+                  yaxis_title="× batched AR", xaxis=dict(tickvals=sizes), height=380)
+fig
+
+# %%
+print("every method's rows are the same tokens at every B:", same)
+
+# %% tags=["nbval-ignore-output"]
+dt, bu = ratio["DynaTree"], ratio["DynaTree + budget"]
+display(Markdown(
+    f"At B = 1 DynaTree is **{dt[0]:.2f}×** AR. At B = {sizes[-1]} it is **{dt[-1]:.2f}×** batched AR: AR went from "
+    f"{speed['AR'][0]:.1f} to {speed['AR'][-1]:.1f} tokens/s by batching alone, and the trees "
+    f"{'no longer pay for their verify and draft levels' if dt[-1] < 1 else 'still pay, by less'}. With the "
+    f"shared budget DynaTree is {', '.join(f'{x:.2f}×' for x in bu)} batched AR at B = "
+    f"{', '.join(map(str, sizes))}. One run on a shared machine: a few percent either way is noise "
+    "(docs/bench/2026-12-06-batch repeats it)."))
+
+# %% [markdown]
+# ## 4 · What the shared budget chose
+#
+# After the rows' trees grow, the budget keeps each row's most probable nodes up to a common width W*,
+# the W that maximises (B + s·Σ kept p(u)) / (c(B, W) + the draft levels' cost), with c(B, W) measured on
+# this machine and s the acceptance measured so far. Whether an iteration drafts at all follows what the
+# run measured: when its AR steps commit more tokens per second than its drafting iterations, the batch
+# sits out (no draft forward at all) and probes again after 1, 2, 4, … iterations. A draft that sat out
+# catches up exactly: its next level 0 reads every token committed meanwhile.
+
+# %%
+b = sizes[-1]
+budget_run = iterate(pair, prompts[:b], "dynatree", config, max_new_tokens=tokens, ignore_eos=True,
+                     budget=True, trace=True)
+steps = list(budget_run)
+budget_rows = budget_run.finish()
+choices = [next(iter(i.records.values())).batch["budget"] for i in steps]
+drafted = [c["drafted"] for c in choices]
+print("the budget's rows are AR's tokens:", [r.tokens for r in budget_rows] == ar_tokens[b])
+print("no draft forward in an iteration that sat out:",
+      all(i.draft_forwards == 0 for i, d in zip(steps, drafted) if not d))
+
+# %% tags=["nbval-ignore-output"]
+widths = [c["width"] for c in choices if c["drafted"]]
+display(Markdown(
+    f"At B = {b} the budget drafted in {sum(drafted)} of {len(steps)} iterations and sat out the other "
+    f"{len(steps) - sum(drafted)}; where it drafted it verified W* = {', '.join(map(str, widths)) or 'none'}. "
+    "Where AR steps are faster, DynaTree under the budget is AR plus a probe now and then."))
+
+# %% [markdown]
+# ## What to try next
+#
+# * `dynatree bench --batch-size 1,2,4,8 --drafter model --dataset prompts,wikitext2` measures the curve
+#   with repeats, every row checked against batched AR (docs/engine.md, "Several prompts at once").
+# * Give the rows different seeds under sampling: `generate(pair, prompts, "dynatree", temperature=0.7,
+#   seed=[0, 1, 2, 3])`: each row is seeded AR with its own seed.
+# * Save a batch's traces (`r.trace.to_json(...)`) and draw them later with `dv.batch_figure`: no model needed.
