@@ -386,3 +386,15 @@ def test_a_draft_that_forgets_what_it_sat_out_is_caught(monkeypatch):
     whole = [len(rec.accepted_path) == max(rec.tree.depths) for i in its for rec in i.records.values()
              if rec.batch["budget"]["drafted"]]
     assert not all(whole)
+
+
+def test_the_budget_learns_what_an_iteration_costs_besides_its_forwards():
+    """o(B) is the drafting iterations' wall time less the modelled c(B, W) + L·d(B); a larger o(B)
+    makes wider trees pay (their fixed cost is shared by more tokens)."""
+    b = BatchBudget(_cost(0.004))
+    probs = [[0.9, 0.6, 0.3, 0.1], [0.8, 0.2]]
+    before = b.choose(probs, levels=2).width
+    modelled = b.cost.verify(2, before) + 2 * b.cost.draft(2)
+    b.observe_time(2, True, 5, modelled + 0.5)
+    assert b.overhead[2] == pytest.approx(0.5)
+    assert b.choose(probs, levels=2).width > before

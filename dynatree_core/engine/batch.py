@@ -223,7 +223,7 @@ class BatchRun:
             if self.budget is not None:  # the iteration's measured rate, every overhead included
                 self.budget.observe_time(len(rows), drafting, sum(len(rec.committed) for rec in recs.values()),
                                          time.perf_counter() - t0)
-            yield BatchIteration(it, recs, width, forwards)
+            yield BatchIteration(it, recs, width, forwards, 1 + int(self.recompute and any(s is None for s in stops)))
             it += 1
             live = [i for i, s in enumerate(stops) if s is None]
             for i, s in enumerate(stops):

@@ -4,12 +4,13 @@ Speculation and batching spend the same spare compute: a verify forward over B r
 tokens costs c(B, W) (:class:`BatchCost`, measured), and it grows with B·W, while AR's cost per
 token falls with B. So per batch iteration :class:`BatchBudget` picks the padded width
 
-    W* = argmax_W  (B + s · Σ_b Σ_{u ∈ top_{W-1}(b)} p(u)) / (c(B, W) + L · d(B))
+    W* = argmax_W  (B + s · Σ_b Σ_{u ∈ top_{W-1}(b)} p(u)) / (c(B, W) + L · d(B) + o(B))
 
 where row b keeps its W - 1 most probable nodes (p(u): the draft's path probability; the most
 probable nodes of a tree include every ancestor of each, so the kept set is a tree), s scales p(u)
 to the acceptance measured so far in the run, L is the draft levels that ran and d(B) the cost of
-one. W* = 1 is AR.
+one, and o(B) what an iteration costs besides its forwards (selection, bookkeeping, per row), measured in
+the run as the drafting iterations' wall time less the model's c + L·d. W* = 1 is AR.
 
 Whether an iteration drafts at all is decided by what the run measured: the committed tokens per
 second of its drafting iterations and of its AR steps at the same B (every overhead included, which
@@ -117,6 +118,9 @@ class BatchBudget:
     #: measured (committed tokens, seconds) by (B, drafted), summed over the run's iterations: a
     #: single iteration's rate swings with its acceptance, the sums settle
     spent: dict[tuple[int, bool], tuple[int, float]] = field(default_factory=dict)
+    #: o(B): seconds an iteration of B rows costs besides c(B, W) and its levels (a running mean)
+    overhead: dict[int, float] = field(default_factory=dict)
+    _last: tuple[int, float] | None = None  # the last choice's rows and modelled seconds
     _predicted: float = 0.0
     _accepted: float = 0.0
 
@@ -137,6 +141,11 @@ class BatchBudget:
         """One iteration's committed tokens and wall seconds (every overhead included)."""
         if seconds <= 0:
             return
+        if drafted and self._last is not None and self._last[0] == rows:  # o(B): the rest of the iteration
+            rest = max(0.0, seconds - self._last[1])
+            old = self.overhead.get(rows)
+            self.overhead[rows] = rest if old is None else 0.8 * old + 0.2 * rest
+        self._last = None
         tokens, total = self.spent.get((rows, drafted), (0, 0.0))
         self.spent[(rows, drafted)] = (tokens + committed, total + seconds)
         if drafted and (rows, False) not in self.spent:
@@ -157,8 +166,8 @@ class BatchBudget:
         rows = len(probs)
         ranked = [sorted(p, reverse=True) for p in probs]
         widest = max((len(p) for p in ranked), default=0) + 1
-        spent = levels * self.cost.draft(rows)
-        ar = rows / self.cost.verify(rows, 1)
+        spent = levels * self.cost.draft(rows) + self.overhead.get(rows, 0.0)
+        ar = rows / (self.cost.verify(rows, 1) + self.overhead.get(rows, 0.0))
         best = BatchChoice(1, [0] * rows, rows / (self.cost.verify(rows, 1) + spent), ar, 0.0)
         speculating = 0.0
         for w in range(2, widest + 1):
@@ -168,6 +177,7 @@ class BatchBudget:
             speculating = max(speculating, rate)
             if rate > best.rate:
                 best = BatchChoice(w, keep, rate, ar, gain)
+        self._last = (rows, self.cost.verify(rows, best.width) + levels * self.cost.draft(rows))
         measured = self.rate(rows, True), self.rate(rows, False)
         if None in measured and speculating <= ar:  # by the model AR wins with the levels paid: sit out
             self._sit_out()
