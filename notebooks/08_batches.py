@@ -124,29 +124,44 @@ dv.batch_stepper(traces, start=shown)
 # for free. On this CPU the verify's cost grows with the tokens it holds, B rows times W each, while AR's
 # cost per token *falls* as B grows (one forward serves B rows). Speculation and batching spend the same
 # spare compute. Below, the same prompts decode as batches of B = 1, 2 and 4, with AR, DynaTree, and
-# DynaTree under the batch's shared node budget (`budget=True`), all in one run.
+# DynaTree under the batch's shared node budget (`budget=True`), all in one run: two interleaved rounds,
+# each cell's faster one kept.
 
 # %% tags=["nbval-ignore-output"]
-sizes, methods = [1, 2, 4], [("AR", "ar", None), ("DynaTree", "dynatree", None), ("DynaTree + budget", "dynatree", True)]
-tokens = 24
-speed = {name: [] for name, _, _ in methods}
+sizes = [1, 2, 4]
+methods = [("AR", "ar", None), ("DynaTree", "dynatree", None), ("DynaTree + budget", "dynatree", True)]
+tokens = 32
+order = [1, 2, 0, 3]  # the passage first: B = 1 decodes it alone
+batch_prompts = [prompts[i] for i in order]
+speed = {name: [0.0] * len(sizes) for name, _, _ in methods}
 same, ar_tokens = True, {}
-for b in sizes:
-    generate(pair, prompts[:b], "dynatree", config, max_new_tokens=4, ignore_eos=True, budget=True)  # warm, calibrate
-    ref = None
-    for name, method, budget in methods:
-        t0 = time.perf_counter()
-        got = generate(pair, prompts[:b], method, config if method != "ar" else None, max_new_tokens=tokens,
-                       ignore_eos=True, budget=budget)
-        speed[name].append(b * tokens / (time.perf_counter() - t0))
-        ref = ref or [r.tokens for r in got]
-        same = same and [r.tokens for r in got] == ref
-    ar_tokens[b] = ref
+for b in sizes:  # untimed: warm the kernels, measure c(B, W) for the budget (cached)
+    generate(pair, batch_prompts[:b], "dynatree", config, max_new_tokens=4, ignore_eos=True, budget=True)
+for rounds in range(2):  # interleaved rounds; each cell keeps its best (a burst of load elsewhere only slows)
+    for j, b in enumerate(sizes):
+        ref = None
+        for name, method, budget in methods:
+            t0 = time.perf_counter()
+            got = generate(pair, batch_prompts[:b], method, config if method != "ar" else None,
+                           max_new_tokens=tokens, ignore_eos=True, budget=budget)
+            speed[name][j] = max(speed[name][j], b * tokens / (time.perf_counter() - t0))
+            ref = ref or [r.tokens for r in got]
+            same = same and [r.tokens for r in got] == ref
+        ar_tokens[b] = ref
 ratio = {name: [v / a for v, a in zip(speed[name], speed["AR"])] for name in speed}
-fig = go.Figure([go.Scatter(x=sizes, y=ratio[name], name=name, mode="lines+markers") for name in speed])
-fig.add_hline(y=1.0, line_dash="dot", annotation_text="batched AR")
-fig.update_layout(title="Speed over batched AR of the same B (one run)", xaxis_title="batch size B",
-                  yaxis_title="× batched AR", xaxis=dict(tickvals=sizes), height=380)
+shown_ratios = [v for name in speed if name != "AR" for v in ratio[name]]
+above = [a >= b for a, b in zip(ratio["DynaTree"], ratio["DynaTree + budget"])]  # the higher one's label on top
+fig = go.Figure([go.Scatter(x=sizes, y=ratio[name], name=name, mode="lines+markers+text",
+                            text=[f"{v:.2f}×" for v in ratio[name]],
+                            textposition=["top center" if up == first else "bottom center" for up in above])
+                 for name, first in (("DynaTree", True), ("DynaTree + budget", False))])
+# AR is the 1.0 line every ratio is taken against; room above and below for the labels
+fig.add_trace(go.Scatter(x=sizes, y=[1.0] * len(sizes), name="batched AR (same B, same run)", mode="lines",
+                         line=dict(dash="dot", color="black")))
+fig.update_layout(template="plotly_white", title="DynaTree's speed over batched AR as the batch grows",
+                  xaxis_title="batch size B (prompts decoded together)", yaxis_title="tokens/s ÷ batched AR's",
+                  xaxis=dict(tickvals=sizes, type="log"), height=380,
+                  yaxis=dict(range=[min(shown_ratios + [1.0]) - 0.15, max(shown_ratios + [1.0]) + 0.15]))
 fig
 
 # %%
@@ -155,12 +170,16 @@ print("every method's rows are the same tokens at every B:", same)
 # %% tags=["nbval-ignore-output"]
 dt, bu = ratio["DynaTree"], ratio["DynaTree + budget"]
 display(Markdown(
-    f"At B = 1 DynaTree is **{dt[0]:.2f}×** AR. At B = {sizes[-1]} it is **{dt[-1]:.2f}×** batched AR: AR went from "
+    f"At B = 1 DynaTree is **{dt[0]:.2f}×** AR. At B = {sizes[-1]} it is **{dt[-1]:.2f}×** batched AR: AR went "
+    f"from "
     f"{speed['AR'][0]:.1f} to {speed['AR'][-1]:.1f} tokens/s by batching alone, and the trees "
     f"{'no longer pay for their verify and draft levels' if dt[-1] < 1 else 'still pay, by less'}. With the "
     f"shared budget DynaTree is {', '.join(f'{x:.2f}×' for x in bu)} batched AR at B = "
-    f"{', '.join(map(str, sizes))}. One run on a shared machine: a few percent either way is noise "
-    "(docs/bench/2026-12-06-batch repeats it)."))
+    f"{', '.join(map(str, sizes))}"
+    + (". In a run this short the budget still pays for what it learns (each run starts afresh: a first drafting "
+       "iteration, then an AR step to measure the other side, then probes)" if min(bu) < 1 else "")
+    + ". One run on a shared machine: a few percent either way is noise (docs/bench/2026-12-06-batch repeats "
+    "it with 64 tokens per row, B up to 16)."))
 
 # %% [markdown]
 # ## 4 · What the shared budget chose
@@ -174,7 +193,7 @@ display(Markdown(
 
 # %%
 b = sizes[-1]
-budget_run = iterate(pair, prompts[:b], "dynatree", config, max_new_tokens=tokens, ignore_eos=True,
+budget_run = iterate(pair, batch_prompts[:b], "dynatree", config, max_new_tokens=tokens, ignore_eos=True,
                      budget=True, trace=True)
 steps = list(budget_run)
 budget_rows = budget_run.finish()

@@ -33,7 +33,7 @@ def _tags(cell):
 
 
 def test_every_source_has_its_executed_notebook_and_nothing_else():
-    assert len(NAMES) == 7
+    assert len(NAMES) == 8
     assert sorted(p.name for p in NB_DIR.glob("*.ipynb")) == NAMES
 
 

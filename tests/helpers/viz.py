@@ -145,7 +145,7 @@ def _shapes(fig: go.Figure):
     discs (x, y, r), segments (x0, y0, x1, y1, half width)."""
     boxes, discs, segs = [], [], []
     for t in fig.data:
-        if not t.x or t.x[0] is None:
+        if t.type != "scatter" or not t.x or t.x[0] is None:  # a batch figure's strip (bars) holds no tree
             continue
         fx, fy = _to_px(fig, t.xaxis or "x", t.yaxis or "y")
         mode, n = t.mode or "", len(t.x)
