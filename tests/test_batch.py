@@ -231,6 +231,7 @@ def test_bad_batches_are_refused_before_any_model_work():
             (([[1, 2], [3]],), "eager", dict(runtime="static")),
             (([[1, 2], [3]],), "plain traces", dict(trace="replay")),
             (([[1, 2], [3]],), "static shapes", dict(buckets=(8,))),
+            (([[1, 2], [3]],), "budget must be", dict(budget="yes")),
         ]
         for args, words, *kw in cases:
             with pytest.raises((ValueError, TypeError), match=words):

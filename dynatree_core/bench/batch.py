@@ -6,9 +6,9 @@ draft runs with and without the batch's shared node budget (label ``+budget``). 
 interleaved (every method at one B, then the next B; then the whole round again) and repeated, after
 one untimed warm-up per (B, method). A row records total and per-row tok/s, p50/p90 time to finish,
 L̄ per row (committed tokens per iteration), padding efficiency (Σ n_b / (B_active · W)), target
-tokens per committed token and the ratio to batched AR in the same round; every row's tokens are checked against batched AR's, and
-batched AR's against batch-1 AR (batched kernels need not be batch-invariant: the difference is
-reported, not hidden). The result is JSON with a schema version and the config.
+tokens per committed token and the ratio to batched AR in the same round; every row's tokens are
+checked against batched AR's, and batched AR's against batch-1 AR (batched kernels need not be
+batch-invariant: the difference is reported, not hidden). The result is JSON with a schema version and the config.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from dynatree_core.bench.methods import MethodSpec
+from dynatree_core.policy.config import ARConfig
 
 #: the batch result's format
 BATCH_SCHEMA_VERSION = "1"
@@ -43,17 +44,11 @@ def batch_points(specs: Sequence[MethodSpec], sizes: Sequence[int], budget: str 
         raise ValueError(f"--batch-size takes batch sizes >= 1, got {list(sizes)}")
     if budget not in ("off", "on", "both"):
         raise ValueError(f"--batch-budget must be off, on or both, got {budget!r}")
-    ar = [s for s in specs if s.method == "ar"] or [MethodSpec("ar", "ar", _ar_config())]
+    ar = [s for s in specs if s.method == "ar"] or [MethodSpec("ar", "ar", ARConfig())]
     rest = [s for s in specs if s.method != "ar"]
     flags = {"off": (False,), "on": (True,), "both": (False, True)}[budget]
     return [BatchPoint(s, b) for b in sizes for s in ar[:1]] + [
         BatchPoint(s, b, f) for b in sizes for s in rest for f in flags]
-
-
-def _ar_config() -> Any:
-    from dynatree_core.policy.config import ARConfig
-
-    return ARConfig()
 
 
 def run_batch_point(pair: Any, point: BatchPoint, prompts: Sequence[Sequence[int]], max_new_tokens: int

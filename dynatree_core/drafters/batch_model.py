@@ -54,7 +54,14 @@ class RowDrafter(Drafter):
         return logits
 
     def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> Proposal:
-        return self.answer(tree, ids, level, self._take())
+        """The row's proposal from its rows of the level's logits (level 0: one row per pending
+        committed token, the root last)."""
+        logits = self._take()
+        if level == 0:
+            logits = logits[-1:] if self.ctx.sampler is not None else logits[self._chain_rows():]
+        if self.ctx.sampler is not None:
+            return self._sampled(tree, ids, level, logits)
+        return self._greedy(self._topk(logits), level)
 
     def level_scores(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> tuple[torch.Tensor, None]:
         logits = self._take()
@@ -63,15 +70,6 @@ class RowDrafter(Drafter):
     def commit(self, path: list[int], committed: list[int], target_hidden: torch.Tensor | None = None,
                fed: int = 0) -> None:
         self.batch.staged[self] = (path, committed, fed)
-
-    def answer(self, tree: "DeviceTree", ids: torch.Tensor, level: int, logits: torch.Tensor) -> Proposal:
-        """The row's proposal for level ``level`` from its rows of the level's logits (level 0: one
-        row per pending committed token, the root last)."""
-        if level == 0:
-            logits = logits[-1:] if self.ctx.sampler is not None else logits[self._chain_rows():]
-        if self.ctx.sampler is not None:
-            return self._sampled(tree, ids, level, logits)
-        return self._greedy(self._topk(logits), level)
 
     def settings(self) -> dict[str, Any]:
         return {**super().settings(), **self.batch.settings()}
@@ -106,16 +104,7 @@ class BatchModelDraft:
                ) -> dict[int, torch.Tensor]:
         """Level 0: each asking row feeds its pending committed tokens, the root last, as a causal chain."""
         c, dev = self.cache, self.device
-        q = max(len(self.pending[b]) for b in asks)
-        ids, pos, allowed = self._padding(q)
-        tril = torch.ones((q, q), dtype=torch.bool, device=dev).tril()
-        for b in asks:
-            m = len(self.pending[b])
-            ids[b, :m] = to_device(self.pending[b], dev)
-            pos[b, :m] = torch.arange(c.count[b], c.count[b] + m, device=dev)
-            allowed[b, :m, :m] = tril[:m, :m]
-        start = c.width
-        logits, _ = c.forward(ids, pos, allowed, clock=clock)
+        logits, start = c.chain([self.pending[b] if b in asks else [] for b in range(c.rows)], clock)
         self.forwards += 1
         out = {}
         for b, (tree, _) in asks.items():
@@ -138,7 +127,7 @@ class BatchModelDraft:
         position of the root (the row's count - 1) plus its depth."""
         c, dev = self.cache, self.device
         q = max(int(ids.shape[0]) for _, ids in asks.values())
-        ids_in, pos, allowed = self._padding(q)
+        ids_in, pos, allowed = c.padding(q)
         seen = torch.zeros((c.rows, q, c.width), dtype=torch.bool, device=dev)
         for b, (tree, ids) in asks.items():
             n, slot = int(ids.shape[0]), self.slot[b]
@@ -159,14 +148,6 @@ class BatchModelDraft:
             self.slot[b][ids] = start + torch.arange(n, device=dev)
             out[b] = logits[b, :n]
         return out
-
-    def _padding(self, q: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Inputs of a forward of q queries per row, all padding: token 0 at position 0 seeing only
-        itself (its entry is never committed)."""
-        rows, dev = self.cache.rows, self.device
-        eye = torch.eye(q, dtype=torch.bool, device=dev).expand(rows, q, q).clone()
-        zeros = torch.zeros((rows, q), dtype=torch.long, device=dev)
-        return zeros, zeros.clone(), eye
 
     def commit(self, kept: dict[int, tuple[list[int], list[int], int]]) -> None:
         """Every row's iteration at once (row -> (path as grown, committed tokens, fed)): keep the

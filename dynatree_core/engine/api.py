@@ -53,8 +53,6 @@ def _row_samplings(rows: int, sampling: SamplingConfig | None, seed: int | Seque
     if isinstance(seed, (list, tuple)):
         if len(seed) != rows:
             raise ValueError(f"seed is a list of {len(seed)} entries; pass one per prompt ({rows}) or one seed")
-        if not seed:
-            raise ValueError("seed must not be an empty list")
         base = sampling_config(sampling, seed=seed[0], **settings)  # the checks (a seed needs temperature > 0)
         return with_seeds(base, seed)
     return [sampling_config(sampling, seed=seed, **settings)] * rows

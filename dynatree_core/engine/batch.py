@@ -28,7 +28,6 @@ import torch
 
 from dynatree_core.drafters import DraftContext, Drafter, LookupDrafter, MixDrafter
 from dynatree_core.drafters.batch_model import BatchModelDraft
-from dynatree_core.drafters.factory import make_drafter
 from dynatree_core.engine.batch_calibrate import batch_cost
 from dynatree_core.engine.collector import RunCollector, new_trace
 from dynatree_core.engine.loop import (_TAIL_CODE, _check_run, _check_window, _eos_set, adapt, cut_committed,
@@ -88,9 +87,9 @@ class _Row:
         return self.max_new_tokens - len(self.out)
 
 
-def _per_row(name: str, value: Any, rows: int, scalar: Callable[[Any], bool]) -> list:
+def _per_row(name: str, value: Any, rows: int) -> list:
     """``value`` for every row: one value for all, or a list with one entry per row."""
-    if isinstance(value, (list, tuple)) and not scalar(value):
+    if isinstance(value, (list, tuple)):
         if len(value) != rows:
             raise ValueError(f"{name} is a list of {len(value)} entries; pass one per prompt ({rows}) or one value")
         return list(value)
@@ -128,11 +127,13 @@ class BatchRun:
                  budget: BatchBudget | BatchCost | bool | None = None):
         prompts = check_prompts(prompts)
         rows = len(prompts)
-        news = _per_row("max_new_tokens", max_new_tokens, rows, lambda v: False)
-        histories = _per_row("history", history, rows, lambda v: False)
-        samplings = _per_row("sampling", sampling if sampling is not None else GREEDY, rows, lambda v: False)
+        news = _per_row("max_new_tokens", max_new_tokens, rows)
+        histories = _per_row("history", history, rows)
+        samplings = _per_row("sampling", sampling if sampling is not None else GREEDY, rows)
         if trace not in (True, False):
             raise ValueError(f"a batch records plain traces (trace=True or False), got trace={trace!r}")
+        if budget is not None and not isinstance(budget, (bool, BatchBudget, BatchCost)):
+            raise TypeError(f"budget must be True, a BatchCost, a BatchBudget or None, got {type(budget).__name__}")
         config = resolve_config(method, config)
         for s, n, h in zip(samplings, news, histories):
             _check_run(pair, config, n, s)
@@ -144,7 +145,7 @@ class BatchRun:
         if self.runtime != "eager":
             raise ValueError(f"a batch runs on the eager runtime for now (runtime='eager' or 'auto' on a CPU), "
                              f"got runtime={runtime!r} -> {self.runtime!r}")
-        kind = make_drafter(pair.draft, pair.lookup).kind if config.drafts else None
+        kind = pair.drafter_kind if config.drafts else None
         if kind is not None and kind not in BATCH_DRAFTERS:
             raise ValueError(f"a batch drafts with {BATCH_DRAFTERS}; this pair's drafter is {kind!r}")
         self.pair, self.sampling, self.tracing, self.record_top_k = pair, samplings[0], bool(trace), record_top_k
@@ -269,7 +270,7 @@ class BatchRun:
             stops.append(stop)
         if self.recompute:  # the paper's mode: drop the tree's entries, re-run the committed tokens
             target.commit([[] for _ in rows])
-            self._chain(rows, rerun, target, clock)
+            self._chain(rerun, target, clock)
         else:
             target.commit(target_cols)
         if draft is not None:
@@ -335,11 +336,8 @@ class BatchRun:
                 ) -> tuple[int, list[Selection], int]:
         """ONE target forward over every row's [root] + tree, padded to the widest (W); each row's
         selection as at batch 1. Returns W, the selections and the column the roots landed in."""
-        dev = self.pair.device
         width = max(r.tree.n for r in rows)
-        ids = torch.zeros((len(rows), width), dtype=torch.long, device=dev)
-        pos = torch.zeros_like(ids)
-        allowed = torch.eye(width, dtype=torch.bool, device=dev).expand(len(rows), width, width).clone()
+        ids, pos, allowed = target.padding(width)
         for i, r in enumerate(rows):
             n = r.tree.n
             ids[i, :n] = r.tree.tokens[:n]
@@ -368,8 +366,6 @@ class BatchRun:
             return budget
         if isinstance(budget, BatchCost):
             return BatchBudget(budget)
-        if budget is not True:
-            raise TypeError(f"budget must be True, a BatchCost, a BatchBudget or None, got {type(budget).__name__}")
         rule = self.config.growth_rule()
         widest = 1 + rule.n_max + (rule.tail_n_max if rule.lookup_tail else 0)
         return BatchBudget(batch_cost(self.pair, rows, widest))
@@ -408,30 +404,17 @@ class BatchRun:
 
     def _prefill(self, rows: list[_Row], target: RowsCache, clock: pl.ForwardClock) -> None:
         """ONE target forward over every row's prompt but its last token (the first root), padded."""
-        if self._chain(rows, [r.prompt[:-1] for r in rows], target, clock):
+        if self._chain([r.prompt[:-1] for r in rows], target, clock):
             for r in rows:
                 r.col.target_forwards += 1
 
-    def _chain(self, rows: list[_Row], tokens: list[list[int]], target: RowsCache, clock: pl.ForwardClock) -> bool:
+    def _chain(self, tokens: list[list[int]], target: RowsCache, clock: pl.ForwardClock) -> bool:
         """ONE target forward of each row's committed ``tokens`` as a causal chain after its live
         entries (padded to the longest), all kept; whether there was anything to run."""
-        q = max(len(t) for t in tokens)
-        if q == 0:
+        if not any(tokens):
             return False
-        dev = self.pair.device
-        ids = torch.zeros((len(rows), q), dtype=torch.long, device=dev)
-        pos = torch.zeros_like(ids)
-        allowed = torch.eye(q, dtype=torch.bool, device=dev).expand(len(rows), q, q).clone()
-        tril = torch.ones((q, q), dtype=torch.bool, device=dev).tril()
-        for i, t in enumerate(tokens):
-            m = len(t)
-            if m:
-                ids[i, :m] = torch.tensor(t, device=dev)
-                pos[i, :m] = torch.arange(target.count[i], target.count[i] + m, device=dev)
-                allowed[i, :m, :m] = tril[:m, :m]
-        start = target.width
-        target.forward(ids, pos, allowed, clock=clock)
-        target.commit([torch.arange(start, start + len(t), device=dev) for t in tokens])
+        _, start = target.chain(tokens, clock)
+        target.commit([torch.arange(start, start + len(t), device=self.pair.device) for t in tokens])
         self.target_forwards += 1
         return True
 

@@ -82,6 +82,31 @@ class RowsCache:
         self.live = torch.cat([self.live, torch.zeros((b, q), dtype=torch.bool, device=self.device)], dim=1)
         return pl.on_device(logits, self.device), states
 
+    def padding(self, q: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Inputs of a forward of q queries per row, all padding: token 0 at position 0 seeing only
+        itself (its entry is never committed); callers fill each row's real queries in."""
+        eye = torch.eye(q, dtype=torch.bool, device=self.device).expand(self.rows, q, q).clone()
+        zeros = torch.zeros((self.rows, q), dtype=torch.long, device=self.device)
+        return zeros, zeros.clone(), eye
+
+    def chain(self, tokens: Sequence[Sequence[int]], clock: pl.ForwardClock | None = None
+              ) -> tuple[torch.Tensor, int]:
+        """ONE forward of each row's ``tokens`` as a causal chain after its live entries, at its
+        logical positions (shorter rows padded). Returns the logits [B, q, V] and the column the
+        chains start at (row b's token j at ``start + j``); nothing is committed."""
+        q = max(len(t) for t in tokens)
+        ids, pos, allowed = self.padding(q)
+        tril = torch.ones((q, q), dtype=torch.bool, device=self.device).tril()
+        for b, t in enumerate(tokens):
+            m = len(t)
+            if m:
+                ids[b, :m] = to_device(list(t), self.device)
+                pos[b, :m] = torch.arange(self.count[b], self.count[b] + m, device=self.device)
+                allowed[b, :m, :m] = tril[:m, :m]
+        start = self.width
+        logits, _ = self.forward(ids, pos, allowed, clock=clock)
+        return logits, start
+
     def commit(self, columns: Sequence[torch.Tensor | Sequence[int]], tidy: bool = True) -> None:
         """Row b keeps the entries at ``columns[b]`` (written by a forward: they become live where
         they are); the rest of what the forwards wrote stays dead. ``tidy``: crop and maybe compact
