@@ -131,10 +131,10 @@ def test_rows_positions_taken_from_the_padded_columns_fail(monkeypatch):
     news = [10, 10, 10]
     forward = RowsCache.forward
 
-    def desync(self, ids, positions, allowed, seen=None, clock=None, hidden=False):
+    def desync(self, ids, positions, allowed, seen=None, clock=None, hidden=False, feats=None):
         q = ids.shape[1]
         padded = torch.arange(self.width, self.width + q)[None].expand_as(positions)
-        return forward(self, ids, padded, allowed, seen, clock, hidden)
+        return forward(self, ids, padded, allowed, seen, clock, hidden, feats)
 
     pair = cached_pair(arch, "sdpa", DIFFERING_NOISE[arch])
     good = [r.tokens for r in generate(pair, rows, "dynatree", max_new_tokens=news, ignore_eos=True)]
@@ -376,7 +376,7 @@ def test_a_draft_that_forgets_what_it_sat_out_is_caught(monkeypatch):
     def forgetful(self, kept):
         for b, slot in enumerate(self.slot):
             if slot is None and b in kept:
-                kept[b] = (kept[b][0], [], kept[b][2])
+                kept[b] = (kept[b][0], [], *kept[b][2:])
         commit(self, kept)
 
     monkeypatch.setattr(BatchModelDraft, "commit", forgetful)

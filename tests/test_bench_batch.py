@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from dynatree_core.bench.batch import BATCH_SCHEMA_VERSION, BatchPoint, batch_points, measure, summarize
+from dynatree_core.bench.batch import (BATCH_SCHEMA_VERSION, BatchPoint, batch_points, measure, run_batch_point,
+                                       summarize)
 from dynatree_core.bench.methods import method_specs
 from dynatree_core.cli import main
 
@@ -22,7 +23,8 @@ def test_batch_bench_writes_json_with_every_row_checked_against_batched_ar(data_
     assert doc["schema_version"] == BATCH_SCHEMA_VERSION and doc["config"]["batch_sizes"] == [1, 3]
     labels = {(r["dataset"], r["batch_size"], r["label"]) for r in doc["rows"]}
     assert labels == {(ds, b, lab) for ds in ("wikitext2", "pg19") for b in (1, 3)
-                      for lab in ("ar", "dynatree", "dynatree+budget")}
+                      for lab in ("ar", "dynatree", "dynatree+budget")} | {
+        (ds, 1, "dynatree@loop") for ds in ("wikitext2", "pg19")}  # B = 1 through the batch-1 loop as well
     assert doc["checks"]["every_row_matches_batched_ar"] and all(r["matches_batched_ar"] for r in doc["rows"])
     for r in doc["rows"]:
         assert r["speedup_vs_batched_ar"] > 0 and 0 < r["padding_efficiency"] <= 1
@@ -39,6 +41,8 @@ def test_batch_points_put_ar_first_and_pair_each_drafting_method_with_its_budget
     assert [(p.label, p.rows) for p in pts[:2]] == [("ar", 2), ("ar", 4)]
     assert {p.label for p in pts} == {"ar", "linear", "linear+budget", "dynatree", "dynatree+budget"}
     assert [p.label for p in batch_points(specs, [2], "off")] == ["ar", "linear", "dynatree"]
+    assert [p.label for p in batch_points(specs, [1], "off")] == ["ar", "linear", "dynatree", "linear@loop",
+                                                                   "dynatree@loop"]
     with pytest.raises(ValueError, match="batch sizes >= 1"):
         batch_points(specs, [0])
     with pytest.raises(ValueError, match="--batch-budget"):
@@ -56,3 +60,22 @@ def test_the_summary_spreads_each_cell_over_its_rounds():
 def test_bad_batch_sizes_exit_2(data_dir, tmp_path, capsys):
     assert main(bench_args(data_dir, tmp_path / "x.json", "--batch-size", "0,2")) == 2
     assert "batch sizes >= 1" in capsys.readouterr().err
+
+
+def test_a_points_budget_keeps_what_it_measured_from_one_run_to_the_next():
+    from helpers import cached_pair
+
+    from dynatree_core.policy.batch_budget import BatchBudget, BatchCost
+
+    pair = cached_pair("llama", "sdpa", 0.05)
+    (spec,) = [s for s in method_specs(["dynatree"])]
+    point = BatchPoint(spec, 2, budget=True)
+    cost = BatchCost((1, 2), tuple(tuple(0.01 * w for w in range(1, 40)) for _ in (1, 2)), (0.001, 0.001))
+    budgets = {point: BatchBudget(cost)}
+    prompts = [[5, 9, 2, 33], [1, 2, 3]]
+    run_batch_point(pair, point, prompts, 6, budgets)
+    first = {k: v[0] for k, v in budgets[point].spent.items()}
+    kept = budgets[point]
+    run_batch_point(pair, point, prompts, 6, budgets)
+    assert budgets[point] is kept
+    assert sum(v[0] for v in kept.spent.values()) > sum(first.values())  # the sums went on growing

@@ -1,14 +1,17 @@
 """The batch benchmark (``dynatree bench --batch-size 1,2,4``): where speculation stops paying.
 
 Per dataset, batch size B and method, the first B selected prompts are decoded together
-(:class:`~dynatree_core.engine.batch.BatchRun`), EOS ignored, T tokens each; every method with a
-draft runs with and without the batch's shared node budget (label ``+budget``). Runs are
-interleaved (every method at one B, then the next B; then the whole round again) and repeated, after
-one untimed warm-up per (B, method). A row records total and per-row tok/s, p50/p90 time to finish,
-L̄ per row (committed tokens per iteration), padding efficiency (Σ n_b / (B_active · W)), target
-tokens per committed token and the ratio to batched AR in the same round; every row's tokens are
-checked against batched AR's, and batched AR's against batch-1 AR (batched kernels need not be
-batch-invariant: the difference is reported, not hidden). The result is JSON with a schema version and the config.
+(:class:`~dynatree_core.engine.batch.BatchRun`), EOS ignored, T tokens each; every method with a draft runs
+with and without the batch's shared node budget (label ``+budget``). Runs are interleaved (every method at one
+B, then the next B; then the whole round again) and repeated, after one untimed warm-up per (B, method); a
+point's shared budget keeps what it measured from one run to the next (the warm-up's included), as a batch
+that keeps decoding would. A row records total and per-row tok/s, p50/p90 time to finish, L̄ per row
+(committed tokens per iteration), padding efficiency (Σ n_b / (B_active · W)), target tokens per committed
+token and the ratio to batched AR in the same round; every row's tokens are checked against batched AR's, and
+batched AR's against batch-1 AR (batched kernels need not be batch-invariant: the difference is reported, not
+hidden). At B = 1 every method also runs through the batch-1 loop
+(:class:`~dynatree_core.engine.loop.DecodingRun`, label ``@loop``) in the same round: what keeping two loops
+is worth. The result is JSON with a schema version and the config.
 """
 
 from __future__ import annotations
@@ -33,9 +36,12 @@ class BatchPoint:
     rows: int
     budget: bool = False
 
+    #: run through the batch-1 loop (DecodingRun) instead of the batch (B = 1 only)
+    loop: bool = False
+
     @property
     def label(self) -> str:
-        return self.spec.label + ("+budget" if self.budget else "")
+        return self.spec.label + ("+budget" if self.budget else "") + ("@loop" if self.loop else "")
 
 
 def batch_points(specs: Sequence[MethodSpec], sizes: Sequence[int], budget: str = "both") -> list[BatchPoint]:
@@ -47,24 +53,51 @@ def batch_points(specs: Sequence[MethodSpec], sizes: Sequence[int], budget: str 
     ar = [s for s in specs if s.method == "ar"] or [MethodSpec("ar", "ar", ARConfig())]
     rest = [s for s in specs if s.method != "ar"]
     flags = {"off": (False,), "on": (True,), "both": (False, True)}[budget]
+    loops = [BatchPoint(s, 1, loop=True) for s in rest] if 1 in sizes else []
     return [BatchPoint(s, b) for b in sizes for s in ar[:1]] + [
-        BatchPoint(s, b, f) for b in sizes for s in rest for f in flags]
+        BatchPoint(s, b, f) for b in sizes for s in rest for f in flags] + loops
 
 
-def run_batch_point(pair: Any, point: BatchPoint, prompts: Sequence[Sequence[int]], max_new_tokens: int
-                    ) -> dict[str, Any]:
-    """One timed batched decode of ``point``; its measurements (and the rows' tokens)."""
+def run_batch_point(pair: Any, point: BatchPoint, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                    budgets: dict[Any, Any] | None = None) -> dict[str, Any]:
+    """One timed batched decode of ``point``; its measurements (and the rows' tokens). ``budgets``:
+    the shared budget of each point, kept from one run of it to the next (what a server that keeps
+    decoding would know: its measured rates carry over; a new point starts afresh)."""
     from dynatree_core.engine.batch import BatchRun
     from dynatree_core.engine.calibrate import prepare_config
 
+    if point.loop:
+        return _run_loop_point(pair, point, prompts[0], max_new_tokens)
+    kept = None if budgets is None or not point.budget else budgets.get(point)
     run = BatchRun(pair, [list(p) for p in prompts[:point.rows]], point.spec.method, point.spec.config,
                    max_new_tokens=max_new_tokens, ignore_eos=True, prepare=prepare_config,
-                   budget=True if point.budget else None)
+                   budget=(kept or True) if point.budget else None)
+    if budgets is not None and run.budget is not None:
+        budgets[point] = run.budget
     t0 = time.perf_counter()
     its = list(run)
     results = run.finish()
     wall = time.perf_counter() - t0
     return measure(point, its, results, wall, max_new_tokens)
+
+
+def _run_loop_point(pair: Any, point: BatchPoint, prompt: Sequence[int], max_new_tokens: int) -> dict[str, Any]:
+    """B = 1 through the batch-1 loop (:class:`~dynatree_core.engine.loop.DecodingRun`), eager as the batch."""
+    from dynatree_core.engine.calibrate import prepare_config
+    from dynatree_core.engine.loop import DecodingRun
+
+    run = DecodingRun(pair, list(prompt), point.spec.method, point.spec.config, max_new_tokens=max_new_tokens,
+                      ignore_eos=True, prepare=prepare_config, runtime="eager")
+    t0 = time.perf_counter()
+    result = run.finish()
+    wall = time.perf_counter() - t0
+    m = result.metrics
+    return {"label": point.label, "method": point.spec.method, "batch_size": 1, "budget": False, "loop": True,
+            "tokens_per_s": max_new_tokens / wall, "row_tokens_per_s": max_new_tokens / wall,
+            "finish_p50_s": wall, "finish_p90_s": wall, "wall_s": wall,
+            "mean_accepted_per_row": m.new_tokens / max(1, m.iterations), "padding_efficiency": 1.0,
+            "target_tokens_per_committed": None, "iterations": m.iterations, "draft_forwards": m.draft_forwards,
+            "sat_out": 0, "tokens": [list(result.tokens)]}
 
 
 def measure(point: BatchPoint, its: Sequence[Any], results: Sequence[Any], wall: float, t: int) -> dict[str, Any]:
@@ -109,14 +142,15 @@ def run_batch_bench(pair: Any, prompts: dict[str, list[list[int]]], points: Sequ
         sizes = sorted({p.rows for p in points})
         batch1[ds] = [generate(pair, p, "ar", max_new_tokens=max_new_tokens, ignore_eos=True).tokens
                       for p in ps[:max(sizes)]]
-        for p in points:  # untimed warm-up: allocator, kernels, the budget's calibration
-            run_batch_point(pair, p, ps, min(8, max_new_tokens))
+        budgets: dict[BatchPoint, Any] = {}  # per point on this dataset: the budget's measurements carry over
+        for p in points:  # untimed warm-up: allocator, kernels, the budget's calibration and first rates
+            run_batch_point(pair, p, ps, min(8, max_new_tokens), budgets)
             _tick(bar, f"{ds} warm-up {p.label} B={p.rows}")
         for rep in range(repeats):
             for b in sizes:
                 ar = None
                 for p in (p for p in points if p.rows == b):
-                    row = run_batch_point(pair, p, ps, max_new_tokens)
+                    row = run_batch_point(pair, p, ps, max_new_tokens, budgets)
                     ar = row if p.spec.method == "ar" else ar
                     row.update(dataset=ds, repeat=rep, speedup_vs_batched_ar=row["tokens_per_s"] / ar["tokens_per_s"],
                                matches_batched_ar=row["tokens"] == ar["tokens"])

@@ -72,14 +72,8 @@ class FeatureDrafter(Drafter):
         """The target layers whose hidden states the draft reads besides the final one (``()``: none)."""
         return self.model.config.target_layers
 
-    @torch.no_grad()
     def _target_feats(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The target's hidden states ``[n, feature_width]`` -> the draft's input features ``[n, H]``."""
-        width = self.model.config.feature_width
-        if hidden.shape[-1] != width:
-            raise ValueError(f"this feature draft reads the target's states after layers {list(self.target_layers)} "
-                             f"and its final state ({width} wide); got {hidden.shape[-1]}-wide states")
-        return self.model.reduce(hidden.to(self.device, self.dtype))
+        return target_feats(self.model, hidden, self.device, self.dtype)
 
     def fork(self, ctx: DraftContext | None = None) -> "FeatureDrafter":
         new = super().fork(ctx)
@@ -229,6 +223,17 @@ class FeatureDrafter(Drafter):
 
     def settings(self) -> dict[str, Any]:
         return {**super().settings(), **self.model.settings()}
+
+
+@torch.no_grad()
+def target_feats(model: FeatureDraftModel, hidden: torch.Tensor, device: torch.device, dtype: torch.dtype
+                 ) -> torch.Tensor:
+    """The target's hidden states ``[n, feature_width]`` -> the draft's input features ``[n, H]``."""
+    width = model.config.feature_width
+    if hidden.shape[-1] != width:
+        raise ValueError(f"this feature draft reads the target's states after layers {list(model.config.target_layers)}"
+                         f" and its final state ({width} wide); got {hidden.shape[-1]}-wide states")
+    return model.reduce(hidden.to(device, dtype))
 
 
 @region

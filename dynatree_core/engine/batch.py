@@ -5,7 +5,9 @@ sampler, its tokens left), and runs the models for all rows at once:
 
 * **draft**: each row's :meth:`~dynatree_core.runtime.device_tree.DeviceTree.growth` yields the
   level it needs; every row that drafts at level l is answered by ONE draft forward
-  (:class:`~dynatree_core.drafters.batch_model.BatchModelDraft`), rows done growing feed padding;
+  (:class:`~dynatree_core.drafters.batch_model.BatchModelDraft`, or the feature draft's
+  :class:`~dynatree_core.drafters.batch_feature.BatchFeatureDraft` reading the target's hidden states
+  from the same verify), rows done growing feed padding;
 * **verify**: every active row's ``[root] + tree`` padded to the widest, W, in ONE target forward,
   each row under its own 4D mask at its own logical positions (:class:`~dynatree_core.runtime.batch_cache.RowsCache`);
 * **select / commit**: per row, exactly as at batch 1; a row's kept entries become live where they
@@ -27,6 +29,7 @@ import numpy as np
 import torch
 
 from dynatree_core.drafters import DraftContext, Drafter, LookupDrafter, MixDrafter
+from dynatree_core.drafters.batch_feature import BatchFeatureDraft
 from dynatree_core.drafters.batch_model import BatchModelDraft
 from dynatree_core.engine.batch_calibrate import batch_cost
 from dynatree_core.engine.collector import RunCollector, new_trace
@@ -43,11 +46,12 @@ from dynatree_core.runtime import plumbing as pl
 from dynatree_core.runtime.batch_cache import RowsCache
 from dynatree_core.runtime.device_tree import DeviceTree, Selection
 from dynatree_core.runtime.fast_path import resolve_runtime
+from dynatree_core.runtime.host_syncs import to_device
 from dynatree_core.runtime.sampling import draft_candidates, make_samplers
 
-#: the drafters a batch runs: one batched draft model (prompt lookup mixed in or not), or prompt
-#: lookup per row (no forward)
-BATCH_DRAFTERS = ("model", "lookup", "model+lookup")
+#: the drafters a batch runs: one batched draft model or feature draft (prompt lookup mixed in or
+#: not), or prompt lookup per row (no forward)
+BATCH_DRAFTERS = ("model", "feature", "lookup", "model+lookup", "feature+lookup")
 
 
 @dataclass
@@ -193,9 +197,8 @@ class BatchRun:
             return
         clock = self.clock
         target = RowsCache(self.pair.target, len(rows), self.pair.device)
-        draft = BatchModelDraft(self.pair.draft, [r.prompt for r in rows]) if self.kind != "lookup" and \
-            self.config.drafts else None
-        self._prefill(rows, target, clock)
+        hidden = self._prefill(rows, target, clock)
+        draft = self._batch_draft(rows, hidden)
         self._start_drafters(rows, draft)
         for r in rows:
             r.col.lap("prefill")
@@ -210,7 +213,7 @@ class BatchRun:
             for r in rows:
                 r.col.lap("draft")
             # 2. verify (ONE target forward for every row) and 3. select, per row
-            width, sels, start = self._verify(rows, target, clock)
+            width, sels, start, states = self._verify(rows, target, clock)
             self.target_forwards += 1
             for r in rows:
                 r.col.lap("verify")
@@ -218,7 +221,8 @@ class BatchRun:
             budget = None if self.budget is None else dict(drafted=drafting, **({} if choice is None else dict(
                 width=choice.width, rate=choice.rate, ar_rate=choice.ar_rate, predicted=choice.predicted)))
             recs, stops = self._commit(rows, sels, start, target, draft, clock,
-                                       dict(before=before, iteration=it, padded_width=width, budget=budget))
+                                       dict(before=before, iteration=it, padded_width=width, budget=budget,
+                                            states=states))
             if choice is not None:  # what the kept nodes' p(u) predicted against what was accepted
                 self.budget.observe(choice.predicted, sum(len(sel.path) for sel in sels))
             if self.budget is not None:  # the iteration's measured rate, every overhead included
@@ -250,7 +254,9 @@ class BatchRun:
             rerun.append([r.root] + new[:-1] if stop is None else [])
             if stop is None and r.drafter is not None:  # the drafter's columns refer to the tree as grown
                 grown = sel.arrays["orig"][path].tolist() if "orig" in sel.arrays else path
-                r.drafter.commit(grown, new, None, fed=int(sel.arrays["fed"][path].sum()))
+                states = at["states"]  # a feature draft reads the target's states of the root and the path
+                hidden = None if states is None else states[i, to_device([0] + path, self.pair.device)]
+                r.drafter.commit(grown, new, hidden, fed=int(sel.arrays["fed"][path].sum()))
             if stop is None:
                 r.root = new[-1]
                 if r.own_tail:
@@ -270,7 +276,7 @@ class BatchRun:
             stops.append(stop)
         if self.recompute:  # the paper's mode: drop the tree's entries, re-run the committed tokens
             target.commit([[] for _ in rows])
-            self._chain(rerun, target, clock)
+            self._chain(rerun, target, clock)  # (a feature draft read the verify's states, as at batch 1)
         else:
             target.commit(target_cols)
         if draft is not None:
@@ -333,18 +339,19 @@ class BatchRun:
         return forwards
 
     def _verify(self, rows: list[_Row], target: RowsCache, clock: pl.ForwardClock
-                ) -> tuple[int, list[Selection], int]:
+                ) -> tuple[int, list[Selection], int, torch.Tensor | None]:
         """ONE target forward over every row's [root] + tree, padded to the widest (W); each row's
-        selection as at batch 1. Returns W, the selections and the column the roots landed in."""
+        selection as at batch 1. Returns W, the selections, the column the roots landed in and, for
+        a feature draft, the target's final hidden states [B, W, H]."""
         width = max(r.tree.n for r in rows)
         ids, pos, allowed = target.padding(width)
         for i, r in enumerate(rows):
             n = r.tree.n
             ids[i, :n] = r.tree.tokens[:n]
-            pos[i, :n] = target.count[i] + r.tree.position_offsets()
+            pos[i, :n] = target.next_position(i) + r.tree.position_offsets()
             allowed[i, :n, :n] = r.tree.tree_mask()
         start = target.width
-        logits, _ = target.forward(ids, pos, allowed, clock=clock)
+        logits, states = target.forward(ids, pos, allowed, clock=clock, hidden=self.needs_hidden)
         sels = []
         for i, r in enumerate(rows):
             tree, n = r.tree, r.tree.n
@@ -355,7 +362,7 @@ class BatchRun:
                 choice = r.chooser.choose(v.logits, tree.depths[:n], tree.deepest(), v.prefix_len, draft)
             chosen = v.argmax if choice is None else choice.tokens
             sels.append(tree.select(chosen, r.col.syncs, r.col.verify_extras(tree, v, choice)))
-        return width, sels, start
+        return width, sels, start, states
 
     # --- the phases' details -------------------------------------------------------------------
     def _budget(self, budget: BatchBudget | BatchCost | bool | None, rows: int) -> BatchBudget | None:
@@ -402,21 +409,42 @@ class BatchRun:
                 if r.own_tail:  # a lookup of the row's own: it follows the committed tokens
                     r.tail.start(r.prompt, ctx)
 
-    def _prefill(self, rows: list[_Row], target: RowsCache, clock: pl.ForwardClock) -> None:
-        """ONE target forward over every row's prompt but its last token (the first root), padded."""
-        if self._chain([r.prompt[:-1] for r in rows], target, clock):
+    @property
+    def needs_hidden(self) -> bool:
+        """Whether the target's forwards hand the draft their final hidden states (a feature draft)."""
+        return self.kind in ("feature", "feature+lookup")
+
+    def _batch_draft(self, rows: list[_Row], hidden: list[torch.Tensor | None]) -> BatchModelDraft | None:
+        """The batch's draft model (None: prompt lookup alone, or no drafting)."""
+        if self.kind in (None, "lookup"):
+            return None
+        prompts = [r.prompt for r in rows]
+        if self.needs_hidden:
+            return BatchFeatureDraft(self.pair.draft, prompts, hidden)
+        return BatchModelDraft(self.pair.draft, prompts)
+
+    def _prefill(self, rows: list[_Row], target: RowsCache, clock: pl.ForwardClock) -> list[torch.Tensor | None]:
+        """ONE target forward over every row's prompt but its last token (the first root), padded;
+        returns each row's final hidden states of those tokens when a feature draft reads them."""
+        states = self._chain([r.prompt[:-1] for r in rows], target, clock, self.needs_hidden)
+        if states is not False:
             for r in rows:
                 r.col.target_forwards += 1
+        if not isinstance(states, torch.Tensor):
+            return [None] * len(rows)
+        return [states[i, :len(r.prompt) - 1] if len(r.prompt) > 1 else None for i, r in enumerate(rows)]
 
-    def _chain(self, tokens: list[list[int]], target: RowsCache, clock: pl.ForwardClock) -> bool:
+    def _chain(self, tokens: list[list[int]], target: RowsCache, clock: pl.ForwardClock, hidden: bool = False
+               ) -> torch.Tensor | bool | None:
         """ONE target forward of each row's committed ``tokens`` as a causal chain after its live
-        entries (padded to the longest), all kept; whether there was anything to run."""
+        entries (padded to the longest), all kept. Returns False when there was nothing to run, else
+        the final hidden states with ``hidden`` (None without)."""
         if not any(tokens):
             return False
-        _, start = target.chain(tokens, clock)
+        _, start, states = target.chain(tokens, clock, hidden=hidden)
         target.commit([torch.arange(start, start + len(t), device=self.pair.device) for t in tokens])
         self.target_forwards += 1
-        return True
+        return states
 
     def _top_k(self) -> int:
         """Draft candidates per expanded node (as at batch 1)."""

@@ -2,9 +2,10 @@
 
 c(B, w): one target forward over B rows of w tokens each after a prefix, on the rectangular cache a
 batch runs on (:class:`~dynatree_core.runtime.batch_cache.RowsCache`); d(B): one draft forward over
-B rows of two tokens (a tree level). Timed at B = 1, 2, 4, ... up to the batch's size and the size
-itself (between them the budget interpolates), widths 1 .. the widest tree; the median of
-``repeats``. Cached on disk per pair and device like the batch-1 calibrations.
+B rows of two tokens (a tree level; a feature draft reads zero features beside them). Timed at
+B = 1, 2, 4, ... up to the batch's size and the size itself (between them the budget interpolates),
+widths 1 .. the widest tree; the median of ``repeats``. Cached on disk per pair and device like the
+batch-1 calibrations.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 
 import torch
 
+from dynatree_core.drafters.batch_feature import FeatureKV
+from dynatree_core.drafters.feature_draft import FeatureDraftModel
 from dynatree_core.engine.calibrate import _cache_path, _read, _write, pair_key
 from dynatree_core.policy.batch_budget import BatchCost
 from dynatree_core.runtime import plumbing as pl
@@ -36,11 +39,18 @@ def batch_sizes(rows: int) -> list[int]:
 
 @torch.inference_mode()
 def _forward_s(model: torch.nn.Module, rows: int, width: int, repeats: int, device: torch.device) -> float:
-    cache = RowsCache(model, rows, device)
+    # a feature draft runs over its own store and reads a feature beside each token (zeros cost the same)
+    feature = isinstance(model, FeatureDraftModel)
+    cache = RowsCache(model, rows, device, kv=FeatureKV(model) if feature else None)
     gen = torch.Generator().manual_seed(0)
     vocab = min(1000, int(model.config.vocab_size))
+    hidden = int(model.config.hidden_size)
+
+    def feats(n: int) -> torch.Tensor | None:
+        return torch.zeros((rows, n, hidden), dtype=cache.dtype, device=device) if feature else None
+
     prefix = torch.randint(0, vocab, (rows, PREFIX), generator=gen).tolist()
-    _, start = cache.chain(prefix)
+    _, start, _ = cache.chain(prefix, feats=None if not feature else list(feats(PREFIX)))
     cache.commit([torch.arange(start, start + PREFIX, device=device)] * rows)
     new = torch.randint(0, vocab, (rows, width), generator=gen).to(device)
     pos = (PREFIX + torch.arange(width, device=device))[None].expand(rows, width).contiguous()
@@ -49,7 +59,7 @@ def _forward_s(model: torch.nn.Module, rows: int, width: int, repeats: int, devi
     for _ in range(repeats + 1):  # the first is a warmup
         pl.synchronize(device)
         t0 = time.perf_counter()
-        cache.forward(new, pos, mask)
+        cache.forward(new, pos, mask, feats=feats(width))
         pl.synchronize(device)
         times.append(time.perf_counter() - t0)
         cache.commit([[]] * rows)  # nothing kept: the next forward sees the same prefix

@@ -12,14 +12,21 @@ whose entries are *live* or *dead* per row (:attr:`RowsCache.live`, bool [B, S] 
   past the longest row's live entries pile up, one gather per layer moves every row's live entries
   to the front.
 
-Positions are logical per row: a new token's position is the row's live count before it (plus
-its depth in a tree), never its column. Keys are rotated at their positions when written, so
-attention does not depend on where an entry sits, and a masked entry gets exactly zero weight.
+Positions are logical per row: a new token's position is the row's first position plus its live
+count before it (plus its depth in a tree), never its column. Keys are rotated at their positions
+when written, so attention does not depend on where an entry sits, and a masked entry gets exactly
+zero weight.
+
+What holds the keys and values, and runs the model over them, is the cache's store: :class:`ModelKV`
+(a Hugging Face causal LM over a ``DynamicCache``) by default; the feature draft brings its own
+(:class:`~dynatree_core.drafters.batch_feature.FeatureKV`). A store has ``layers`` (each with
+``keys`` / ``values`` [B, heads, S, head_dim]), ``crop(n)`` and ``run(ids, positions, mask, hidden,
+feats)``.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Protocol, Sequence
 
 import torch
 from transformers import DynamicCache
@@ -32,26 +39,68 @@ from dynatree_core.runtime.host_syncs import to_device
 COMPACT_AFTER = 64
 
 
-class RowsCache:
-    """A batch-B ``DynamicCache`` with a live set and a logical length per row."""
+class KVStore(Protocol):
+    """What a :class:`RowsCache` keeps its keys and values in and runs its model with."""
 
-    def __init__(self, model: torch.nn.Module, rows: int, device: torch.device, compact_after: int | None = None):
+    layers: Any  # per layer: an object with ``keys`` and ``values`` [B, heads, S, head_dim]
+
+    def crop(self, length: int) -> None: ...
+
+    def run(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, hidden: bool,
+            feats: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+
+
+class ModelKV:
+    """A Hugging Face causal LM over a ``DynamicCache``: logits out (and, with ``hidden``, the final
+    hidden states a feature draft reads)."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.cache = DynamicCache()
+
+    @property
+    def layers(self) -> Any:
+        return self.cache.layers
+
+    def crop(self, length: int) -> None:
+        pl.crop(self.cache, length)
+
+    def run(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, hidden: bool,
+            feats: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        inputs = dict(input_ids=ids, attention_mask=mask, position_ids=positions,
+                      **cache_kwargs(self.model, self.cache), use_cache=True)
+        if hidden:
+            return pl.run_with_hidden(self.model, inputs)
+        return self.model(**inputs).logits, None
+
+
+class RowsCache:
+    """A batch-B KV cache with a live set, a logical length and a first position per row."""
+
+    def __init__(self, model: torch.nn.Module, rows: int, device: torch.device, compact_after: int | None = None,
+                 kv: KVStore | None = None, first: Sequence[int] | None = None):
         compact_after = COMPACT_AFTER if compact_after is None else compact_after
         if compact_after < 1:
             raise ValueError(f"compact_after must be >= 1, got {compact_after}")
         self.model, self.device, self.compact_after = model, device, compact_after
         self.dtype = pl.model_dtype(model)
-        self.cache = DynamicCache()
+        self.kv: KVStore = ModelKV(model) if kv is None else kv
         #: bool [B, S]: the entries each row has committed
         self.live = torch.zeros((rows, 0), dtype=torch.bool, device=device)
-        #: per row: committed entries (the logical length; the next token's position)
+        #: per row: committed entries (the logical length)
         self.count: list[int] = [0] * rows
+        #: per row: the position of its first entry (a feature draft's sequence starts at token 1)
+        self.first: list[int] = [0] * rows if first is None else list(first)
         #: gathers so far (one per layer each)
         self.compactions = 0
 
     @property
     def rows(self) -> int:
         return len(self.count)
+
+    def next_position(self, b: int) -> int:
+        """The logical position of row b's next committed token."""
+        return self.first[b] + self.count[b]
 
     @property
     def width(self) -> int:
@@ -60,11 +109,12 @@ class RowsCache:
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor,
                 seen: torch.Tensor | None = None, clock: pl.ForwardClock | None = None,
-                hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                hidden: bool = False, feats: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One forward of ``ids`` [B, q] at ``positions`` [B, q]: row b's query i sees row b's live
         entries, the old columns ``seen[b, i]`` marks (bool [B, q, S]; None: none) and the new
         entries ``allowed[b, i]`` (bool [B, q, q]) marks. Writes q new (not yet live) columns in
-        every row. Returns logits [B, q, V] and, with ``hidden``, the final hidden states."""
+        every row. Returns the store's output [B, q, ·] (logits, or a feature draft's predicted
+        features, read with ``feats`` [B, q, H]) and, with ``hidden``, the final hidden states."""
         b, q = ids.shape
         old = self.live[:, None, :].expand(b, q, self.width)
         if seen is not None:
@@ -72,13 +122,8 @@ class RowsCache:
         vis = torch.cat([old, allowed], dim=2)
         mask = torch.zeros(vis.shape, dtype=self.dtype, device=self.device)
         mask.masked_fill_(~vis, torch.finfo(self.dtype).min)
-        inputs = dict(input_ids=ids, attention_mask=mask[:, None], position_ids=positions,
-                      **cache_kwargs(self.model, self.cache), use_cache=True)
         with pl.timed(clock):
-            if hidden:
-                logits, states = pl.run_with_hidden(self.model, inputs)
-            else:
-                logits, states = self.model(**inputs).logits, None
+            logits, states = self.kv.run(ids, positions, mask[:, None], hidden, feats)
         self.live = torch.cat([self.live, torch.zeros((b, q), dtype=torch.bool, device=self.device)], dim=1)
         return pl.on_device(logits, self.device), states
 
@@ -89,11 +134,12 @@ class RowsCache:
         zeros = torch.zeros((self.rows, q), dtype=torch.long, device=self.device)
         return zeros, zeros.clone(), eye
 
-    def chain(self, tokens: Sequence[Sequence[int]], clock: pl.ForwardClock | None = None
-              ) -> tuple[torch.Tensor, int]:
+    def chain(self, tokens: Sequence[Sequence[int]], clock: pl.ForwardClock | None = None, hidden: bool = False,
+              feats: Sequence[torch.Tensor | None] | None = None) -> tuple[torch.Tensor, int, torch.Tensor | None]:
         """ONE forward of each row's ``tokens`` as a causal chain after its live entries, at its
-        logical positions (shorter rows padded). Returns the logits [B, q, V] and the column the
-        chains start at (row b's token j at ``start + j``); nothing is committed."""
+        logical positions (shorter rows padded; ``feats``: each row's input features, for a feature
+        draft). Returns the output [B, q, ·], the column the chains start at (row b's token j at
+        ``start + j``) and, with ``hidden``, the final hidden states; nothing is committed."""
         q = max(len(t) for t in tokens)
         ids, pos, allowed = self.padding(q)
         tril = torch.ones((q, q), dtype=torch.bool, device=self.device).tril()
@@ -101,11 +147,18 @@ class RowsCache:
             m = len(t)
             if m:
                 ids[b, :m] = to_device(list(t), self.device)
-                pos[b, :m] = torch.arange(self.count[b], self.count[b] + m, device=self.device)
+                pos[b, :m] = torch.arange(self.next_position(b), self.next_position(b) + m, device=self.device)
                 allowed[b, :m, :m] = tril[:m, :m]
+        x = None
+        if feats is not None:  # a feature draft's inputs beside the tokens (padding reads zeros)
+            width = next(f.shape[-1] for f in feats if f is not None)
+            x = torch.zeros((self.rows, q, width), dtype=self.dtype, device=self.device)
+            for b, f in enumerate(feats):
+                if f is not None and len(f):
+                    x[b, :len(f)] = f
         start = self.width
-        logits, _ = self.forward(ids, pos, allowed, clock=clock)
-        return logits, start
+        out, states = self.forward(ids, pos, allowed, clock=clock, hidden=hidden, feats=x)
+        return out, start, states
 
     def commit(self, columns: Sequence[torch.Tensor | Sequence[int]], tidy: bool = True) -> None:
         """Row b keeps the entries at ``columns[b]`` (written by a forward: they become live where
@@ -123,11 +176,12 @@ class RowsCache:
     def keep_rows(self, rows: Sequence[int]) -> None:
         """Drop every row not in ``rows`` (finished rows leave the batch), in that order."""
         idx = to_device(list(rows), self.device)
-        for layer in self.cache.layers:
+        for layer in self.kv.layers:
             layer.keys = layer.keys.index_select(0, idx.to(layer.keys.device))
             layer.values = layer.values.index_select(0, idx.to(layer.values.device))
         self.live = self.live.index_select(0, idx)
         self.count = [self.count[r] for r in rows]
+        self.first = [self.first[r] for r in rows]
         self._tidy()
 
     def _tidy(self) -> None:
@@ -138,7 +192,7 @@ class RowsCache:
             return
         used = int(self.live.any(0).nonzero().max()) + 1 if bool(self.live.any()) else 0
         if used < s:
-            pl.crop(self.cache, used)
+            self.kv.crop(used)
             self.live = self.live[:, :used]
         # what a compaction would reclaim: columns past the longest row's live entries (a shorter
         # row's columns past its own count are padding a rectangle keeps anyway)
@@ -150,7 +204,7 @@ class RowsCache:
         width = max(self.count)
         # a stable sort of "dead" puts each row's live columns first, in their order
         order = torch.sort((~self.live).to(torch.int8), dim=1, stable=True).indices[:, :width]
-        for layer in self.cache.layers:
+        for layer in self.kv.layers:
             k = layer.keys
             idx = order.to(k.device)[:, None, :, None].expand(k.shape[0], k.shape[1], width, k.shape[3])
             layer.keys = k.gather(2, idx)

@@ -37,6 +37,24 @@ def feature_pair(attn: str, head_seed: int, target_seed: int = 0) -> ModelPair:
     return ModelPair(target=target, draft=draft, target_name="tiny-llama", draft_name=f"feature-{head_seed}")
 
 
+@functools.lru_cache(maxsize=None)
+def agreeing_feature_pair(feature_scale: float = 0.02) -> ModelPair:
+    """A feature draft that is the tiny Llama target itself (warm-started as an independent draft with a
+    full sparse head), its feature path nudged by ``feature_scale`` noise so that what it reads
+    matters: paths get accepted, and a tree's scores depend on its features."""
+    from dynatree_core.drafters.draft_model import SparseLMHead
+    from dynatree_core.drafters.feature_draft import feature_draft_from_model_draft
+    from dynatree_core.pairs.tiny_models import noisy_copy
+
+    target = llama_target("sdpa", 0)
+    copy = noisy_copy(target, 0.0)
+    copy.lm_head = SparseLMHead(target.config.hidden_size, torch.arange(VOCAB_SIZE), VOCAB_SIZE,
+                                weight=copy.lm_head.weight.detach())
+    draft = feature_draft_from_model_draft(copy, target)
+    perturb_(draft.fc_feat, 3, feature_scale)
+    return ModelPair(target=target, draft=draft, target_name="tiny-llama", draft_name=f"feature-copy-{feature_scale}")
+
+
 def perturb_(module: torch.nn.Module, seed: int, scale: float, skip: tuple[str, ...] = ()) -> None:
     """Add ``scale`` * N(0, 1) noise in place to every parameter whose name starts with none of ``skip``.
     The noise comes from a CPU generator seeded with ``seed``, so every device gets the same numbers (a CUDA
