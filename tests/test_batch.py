@@ -358,7 +358,8 @@ def test_a_draft_that_sat_out_catches_up_exactly(arch):
     finally:
         d.handle.remove()
     drafted = [i for i in its if next(iter(i.records.values())).batch["budget"]["drafted"]]
-    assert len(drafted) < len(its) and d.calls == sum(i.draft_forwards for i in drafted)
+    # the draft's prompt prefill (before the first iteration), then only the iterations that drafted
+    assert len(drafted) < len(its) and d.calls == run.draft_forwards == 1 + sum(i.draft_forwards for i in drafted)
     assert all(i.draft_forwards == 0 for i in its if i not in drafted)
     for i in drafted:
         for rec in i.records.values():
@@ -399,3 +400,25 @@ def test_the_budget_learns_what_an_iteration_costs_besides_its_forwards():
     b.observe_time(2, True, 5, modelled + 0.5)
     assert b.overhead[2] == pytest.approx(0.5)
     assert b.choose(probs, levels=2).width > before
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_under_the_budget_the_draft_reads_the_prompts_before_the_first_iteration(arch):
+    """With a shared budget the draft's prompt prefill runs once before the first iteration (one forward
+    for every row), so the first drafting iteration's level 0 reads only the root: the rates the budget
+    measures do not charge the prompt to speculation. Every row stays exact."""
+    pair = cached_pair(arch, "sdpa", DIFFERING_NOISE[arch])
+    rows = [list(range(2, 32)), list(range(40, 61)), [5, 9, 2]]  # two prompts longer than the chain view
+    widths: list[int] = []
+    handle = pair.draft.register_forward_hook(lambda m, a, k, o: widths.append(int(k["input_ids"].shape[1])),
+                                              with_kwargs=True)
+    try:
+        run = iterate(pair, rows, "dynatree", max_new_tokens=12, ignore_eos=True, budget=_Scripted([True] * 20))
+        its = list(run)
+        res = run.finish()
+    finally:
+        handle.remove()
+    assert [r.tokens for r in res] == _greedy_rows(arch, "sdpa", [tuple(r) for r in rows], [12] * 3)
+    assert len(widths) == run.draft_forwards == 1 + sum(i.draft_forwards for i in its)
+    assert widths[0] == 30 - 1  # the prefill: every prompt token but the root (the longest row; others padded)
+    assert widths[1] == 1  # the first level 0 reads the root alone

@@ -152,3 +152,18 @@ def test_the_batch_cost_times_a_feature_draft_on_its_own_store():
     cost = measure_batch_cost(feature_pair("sdpa", 1), rows=3, widest=4, repeats=1)
     assert cost.rows == (1, 2, 3) and len(cost.verify_s[0]) == 4
     assert all(d > 0 for d in cost.draft_s)
+
+
+def test_under_the_budget_a_feature_draft_reads_the_prompts_first_and_stays_exact():
+    pair = agreeing_feature_pair()
+    rows = [list(range(2, 32)), [5, 9, 2], list(range(40, 62))]  # longer than the chain view, and not
+    cost = BatchCost((1, 4), tuple(tuple(0.05 + 1e-5 * b * w for w in range(1, 40)) for b in (1, 4)), (1e-4, 1e-4))
+    body = _Calls(pair.draft)
+    try:
+        run = iterate(pair, rows, "dynatree", max_new_tokens=12, ignore_eos=True, budget=BatchBudget(cost))
+        its = list(run)
+        res = run.finish()
+    finally:
+        body.handle.remove()
+    assert [r.tokens for r in res] == [target_greedy("sdpa", 0, tuple(p), 12) for p in rows]
+    assert body.calls == run.draft_forwards == 1 + sum(i.draft_forwards for i in its)

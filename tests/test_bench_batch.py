@@ -28,6 +28,7 @@ def test_batch_bench_writes_json_with_every_row_checked_against_batched_ar(data_
     assert doc["checks"]["every_row_matches_batched_ar"] and all(r["matches_batched_ar"] for r in doc["rows"])
     for r in doc["rows"]:
         assert r["speedup_vs_batched_ar"] > 0 and 0 < r["padding_efficiency"] <= 1
+        assert r["decode_tokens_per_s"] > r["tokens_per_s"] and r["prefill_s"] > 0  # the prompts' prefill left out
         assert r["finish_p50_s"] <= r["finish_p90_s"] <= r["wall_s"] + 1e-6
         if r["label"] == "ar":  # AR verifies one token per row: nothing padded, one target token per token
             assert r["padding_efficiency"] == 1 and r["target_tokens_per_committed"] == 1

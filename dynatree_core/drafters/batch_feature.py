@@ -86,8 +86,12 @@ class BatchFeatureDraft(BatchModelDraft):
     def settings(self) -> dict[str, Any]:
         return self.model.settings()
 
-    def _chain_feats(self, asks: dict[int, Any]) -> list[torch.Tensor | None]:
-        return [self.pending_feats[b] if b in asks else None for b in range(self.cache.rows)]
+    def _chain_feats(self, fed: list[int]) -> list[torch.Tensor | None]:
+        return [self.pending_feats[b][:n] if n else None for b, n in enumerate(fed)]
+
+    def _consumed(self, b: int, n: int) -> None:
+        super()._consumed(b, n)
+        self.pending_feats[b] = self.pending_feats[b][n:]
 
     def _node_feats(self, asks: dict[int, tuple["DeviceTree", torch.Tensor]], q: int) -> torch.Tensor:
         x = torch.zeros((self.cache.rows, q, self.model.config.hidden_size), device=self.device, dtype=self.dtype)
@@ -99,7 +103,6 @@ class BatchFeatureDraft(BatchModelDraft):
         feats = torch.zeros((tree.capacity, out.shape[-1]), device=self.device, dtype=out.dtype)
         feats[0] = out[-1]
         self.feats[b] = feats
-        self.pending_feats[b] = self.pending_feats[b][:0]
 
     def _nodes_fed(self, b: int, ids: torch.Tensor, out: torch.Tensor) -> None:
         self.feats[b][ids] = out  # type: ignore[index]

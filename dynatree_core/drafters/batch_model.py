@@ -125,10 +125,9 @@ class BatchModelDraft:
                ) -> dict[int, torch.Tensor]:
         """Level 0: each asking row feeds its pending committed tokens, the root last, as a causal chain."""
         c, dev = self.cache, self.device
-        out, start, _ = c.chain([self.pending[b] if b in asks else [] for b in range(c.rows)], clock,
-                                feats=self._chain_feats(asks))
-        self.forwards += 1
         fed = [len(self.pending[b]) if b in asks else 0 for b in range(c.rows)]
+        out, start, _ = c.chain([self.pending[b][:n] for b, n in enumerate(fed)], clock, feats=self._chain_feats(fed))
+        self.forwards += 1
         rows = {}
         for b, (tree, _) in asks.items():
             slot = torch.full((tree.capacity,), -1, dtype=torch.long, device=dev)
@@ -136,11 +135,27 @@ class BatchModelDraft:
             self.slot[b] = slot
             rows[b] = out[b, :fed[b]][self.rows[b]._chain_rows():]  # the root's row last (and the chain view's)
             self._root_fed(b, tree, rows[b])
-            self.pending[b] = []
+            self._consumed(b, fed[b])
         # the pending tokens are committed: live at once (the root's position is the row's next - 1)
         c.commit([torch.arange(start, start + m, device=dev) for m in fed],
                  tidy=False)  # this iteration's columns are referred to by index
         return self._scores(rows)
+
+    def prefill(self, clock: pl.ForwardClock | None = None) -> bool:
+        """Feed each row's pending tokens but the ones its next level 0 reads (the root, and the chain
+        view's rows when kept) as ONE causal chain, kept: the prompt's one-time cost, paid before the
+        first iteration as the target's prefill is (a shared budget then measures iterations alike).
+        Whether there was anything to feed."""
+        fed = [max(0, len(p) + self.rows[b]._chain_rows()) for b, p in enumerate(self.pending)]
+        if not any(fed):
+            return False
+        c, dev = self.cache, self.device
+        _, start, _ = c.chain([p[:n] for p, n in zip(self.pending, fed)], clock, feats=self._chain_feats(fed))
+        c.commit([torch.arange(start, start + n, device=dev) for n in fed])
+        for b, n in enumerate(fed):
+            self._consumed(b, n)
+        self.forwards += 1
+        return True
 
     def _nodes(self, asks: dict[int, tuple["DeviceTree", torch.Tensor]], clock: pl.ForwardClock | None
                ) -> dict[int, torch.Tensor]:
@@ -174,9 +189,13 @@ class BatchModelDraft:
         return self._scores(rows)
 
     # --- what a feature draft adds (features in, predicted features kept, the head) -------------
-    def _chain_feats(self, asks: dict[int, Any]) -> list[torch.Tensor | None] | None:
-        """Each row's input features for level 0's chain (None: the draft reads tokens alone)."""
+    def _chain_feats(self, fed: list[int]) -> list[torch.Tensor | None] | None:
+        """The input features of each row's first ``fed[b]`` pending tokens (None: tokens alone)."""
         return None
+
+    def _consumed(self, b: int, n: int) -> None:
+        """Row b's first ``n`` pending tokens were fed."""
+        self.pending[b] = self.pending[b][n:]
 
     def _node_feats(self, asks: dict[int, tuple["DeviceTree", torch.Tensor]], q: int) -> torch.Tensor | None:
         """The input features [B, q, H] of a tree level's nodes (None: tokens alone)."""

@@ -169,6 +169,8 @@ class BatchRun:
         #: forwards run for the whole batch (each serves every active row)
         self.target_forwards = 0
         self.draft_forwards = 0
+        #: seconds the prompts' prefill took (both models), before the first iteration
+        self.prefill_s = 0.0
         #: the batch's shared node budget (None: every row grows its own tree, as at batch 1)
         self.budget = self._budget(budget, rows)
         self._steps = self._run()
@@ -195,13 +197,18 @@ class BatchRun:
         rows = [r for r in rows if r.result is None]
         if not rows:
             return
-        clock = self.clock
+        clock, began = self.clock, time.perf_counter()
         target = RowsCache(self.pair.target, len(rows), self.pair.device)
         hidden = self._prefill(rows, target, clock)
         draft = self._batch_draft(rows, hidden)
         self._start_drafters(rows, draft)
+        if draft is not None and self.budget is not None and draft.prefill(clock):
+            # the draft reads the prompts now, as the target did: the budget's first drafting iteration
+            # then costs what a later one does (at batch 1 the first level 0 reads the prompt)
+            self.draft_forwards += 1
         for r in rows:
             r.col.lap("prefill")
+        self.prefill_s = time.perf_counter() - began
         it = 0
         while rows:
             # 1. draft: every row's tree; one draft forward per level for the rows that draft there
