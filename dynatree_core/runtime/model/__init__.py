@@ -2,5 +2,5 @@
 
 :mod:`.forwards` builds float additive masks and position ids and runs the forwards, :mod:`.compat`
 smooths over transformers versions, and :mod:`.linear_kernels` picks the linear layers' kernels.
-Imports nothing else of the runtime but the host syncs.
+Imports nothing else of the runtime but the host syncs and the choices: the bottom room.
 """
