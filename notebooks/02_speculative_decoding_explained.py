@@ -53,7 +53,8 @@ from dynatree_core import DynaTreeConfig, FixedTreeConfig, LinearConfig, generat
 pair = dv.setup_notebook(PAIR)   # notebook 01's opening says what this pair is
 
 # %% tags=["nbval-ignore-output"]
-from dynatree_core.runtime import plumbing as pl
+from dynatree_core.runtime.model import forwards as pl
+from dynatree_core.runtime.cache.dynamic import cache_length, keep_selected
 
 tok = pair.tokenizer
 prompt = "The quick brown fox jumps over the lazy dog. The quick brown"
@@ -430,9 +431,9 @@ print("accepted nodes:", path5, "->", [session.token_text(tree5.tokens[i]) for i
 # root and the accepted path belong to the text. Two ways back:
 #
 # * **gather** (this library's default): keep the accepted nodes' entries and drop the rest, as the
-#   cell below does by moving them into place (`pl.keep_selected`). No extra forward. It is exact
+#   cell below does by moving them into place (`keep_selected`). No extra forward. It is exact
 #   because each node's keys/values were computed with exactly its real context (the mask) and its
-#   real position (the depth). The engine goes one step further (`dynatree_core.runtime.target_cache`): it
+#   real position (the depth). The engine goes one step further (`dynatree_core.runtime.cache.dynamic`): it
 #   leaves the accepted entries where they are and hides the rejected ones between them in every
 #   later forward's mask, and moves them only once 64 have piled up: moving costs two ops per layer
 #   and tensor, which a launch-bound GPU pays one by one.
@@ -443,15 +444,15 @@ print("accepted nodes:", path5, "->", [session.token_text(tree5.tokens[i]) for i
 with torch.inference_mode():
     verified = copy.deepcopy(base)
     pl.forward(pair.target, tokens5, verified, rec5.attention_mask(), depth_pos)   # verify
-    print("tree entries in the cache after verification:", pl.cache_length(verified) - prefix_len)
+    print("tree entries in the cache after verification:", cache_length(verified) - prefix_len)
     gathered = copy.deepcopy(verified)
-    pl.keep_selected(gathered, prefix_len, [0] + path5)                           # gather
+    keep_selected(gathered, prefix_len, [0] + path5)                              # gather
     rebuilt = copy.deepcopy(base)
     pl.forward(pair.target, torch.tensor([[tree5.tokens[i] for i in [0] + path5]], device=pair.device),
                rebuilt)                                                           # crop + rebuild
 same = all(torch.allclose(a.keys, b.keys, atol=1e-4) and torch.allclose(a.values, b.values, atol=1e-4)
            for a, b in zip(gathered.layers, rebuilt.layers))
-print("same length:", pl.cache_length(gathered) == pl.cache_length(rebuilt), "| same keys/values:", same)
+print("same length:", cache_length(gathered) == cache_length(rebuilt), "| same keys/values:", same)
 
 # %% [markdown]
 # Whole runs in both modes: identical tokens; `recompute` pays one more target forward per iteration

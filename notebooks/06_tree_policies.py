@@ -98,7 +98,7 @@ for name, cm in (("torch", torch_cost), (kernel, cost)):
 # on a CPU is its fp32 matrix products. With torch's default kernels (MKL GEMM on the plain weight)
 # the library picks a different kernel by shape, so c(n) need not grow with n. The pair here runs its
 # linear layers on oneDNN with weights reordered once (`pair.linear_kernel`, the default on a CPU in
-# float32; `dynatree_core/runtime/linear_kernels.py`), which reads each weight once for all rows. The cell
+# float32; `dynatree_core/runtime/model/linear_kernels.py`), which reads each weight once for all rows. The cell
 # above measured the same pair on both kernels; the next one says what those numbers show on this
 # machine.
 

@@ -33,10 +33,10 @@ MODEL_FILES = ("/transformers/", "/torch/nn/modules/", "feature_draft.py", "draf
 
 def classify(frame) -> tuple[str, str | None]:
     """("model", None), ("step", "file.py:function") for an op issued inside a compiled region of the
-    fast path (``runtime/fused.py``: the level's inputs, the head's top-k, lookup and the mixture, the
+    fast path (``runtime/static/regions.py``: the level's inputs, the head's top-k, lookup and the mixture, the
     level step, which the compiled and graphs runtimes run as one compiled graph each) or ("engine",
     "file.py:function") for the Python frame that dispatched an op."""
-    from dynatree_core.runtime.fused import REGIONS
+    from dynatree_core.runtime.static.regions import REGIONS
 
     where = None
     while frame is not None:
@@ -86,7 +86,7 @@ class OpCounter:
 
 class CompiledCalls:
     """While active, counts the calls of compiled code as one dispatch each: a compiled region's
-    (:class:`~dynatree_core.runtime.fused.Region`) and a compiled forward's (``compile_forward``'s
+    (:class:`~dynatree_core.runtime.static.regions.Region`) and a compiled forward's (``compile_forward``'s
     result), with the op counter suspended inside them (what they run is one call from the host)."""
 
     active: "CompiledCalls | None" = None
@@ -119,12 +119,12 @@ class CompiledCalls:
     def install(set_attr=setattr) -> None:
         """Count every compiled region's and compiled forward's call from now on (before any path is
         built); ``set_attr``: how to patch (a test passes ``monkeypatch.setattr``, which undoes it)."""
-        from dynatree_core.runtime import fast_path, fused
+        from dynatree_core.runtime.static import fast_path, regions
 
         compile_forward = fast_path.compile_forward
         set_attr(fast_path, "compile_forward",
                  lambda fn, device="cpu": CompiledCalls.wrap(compile_forward(fn, device), "forward"))
-        set_attr(fused.Region, "__call__", CompiledCalls.wrap(fused.Region.__call__, "region"))
+        set_attr(regions.Region, "__call__", CompiledCalls.wrap(regions.Region.__call__, "region"))
 
 
 def count(pair, prompt, method: str, config, tokens: int, top: int, runtime: str = "eager") -> dict:

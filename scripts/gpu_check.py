@@ -122,7 +122,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.base_methods = [x for x in str(args.base_methods).split(",") if x]
     if any(m not in ("ar", "linear", "fixed_tree") for m in args.base_methods):
         p.error(f"--base-methods {','.join(args.base_methods)!r}: each must be one of ar,linear,fixed_tree")
-    from dynatree_core.runtime.fast_path import RUNTIMES
+    from dynatree_core.runtime.static.fast_path import RUNTIMES
 
     named = [r for r in RUNTIMES if r != "auto"]  # side by side: each runtime by its name
     for opt in ("runtimes", "exact_runtimes"):

@@ -70,7 +70,7 @@ def profile_method(pair: Any, method: str, config: Any, prompt: Any, tokens: int
     from torch.profiler import ProfilerActivity, profile
 
     from dynatree_core import generate
-    from dynatree_core.runtime.plumbing import synchronize
+    from dynatree_core.runtime.model.forwards import synchronize
 
     cuda = pair.device.type == "cuda"
     generate(pair, prompt, method, config, max_new_tokens=tokens, ignore_eos=True)  # warm-up

@@ -10,7 +10,7 @@ from dynatree_core.engine import calibrate
 from dynatree_core.pairs.pair import ModelPair
 from dynatree_core.policy.config import DynaTreeConfig
 from dynatree_core.policy.cost_model import CostModel
-from dynatree_core.runtime.fast_path import bucket
+from dynatree_core.runtime.static.fast_path import bucket
 
 
 @pytest.fixture

@@ -11,7 +11,8 @@ import pytest
 import torch
 from transformers import DynamicCache, GPTNeoXModel, LlamaModel
 
-from dynatree_core.runtime import compat, plumbing as pl
+from dynatree_core.runtime.cache.dynamic import cache_length
+from dynatree_core.runtime.model import compat, forwards as pl
 from dynatree_core.pairs.tiny import tiny_model
 
 
@@ -89,18 +90,18 @@ def test_installed_transformers_models(arch):
 
 @pytest.mark.parametrize("arch", ["llama", "gpt_neox"])
 def test_cache_is_really_used(arch):
-    """Through plumbing, the cache fills and a cached step gives the uncached logits."""
+    """Through the forwards, the cache fills and a cached step gives the uncached logits."""
     model = tiny_model(arch, seed=0)
     ids = torch.tensor([[5, 6, 7, 8, 9]])
     cache = DynamicCache()
     pl.forward(model, ids[:, :4], cache)
-    assert pl.cache_length(cache) == 4
+    assert cache_length(cache) == 4
     step = pl.forward(model, ids[:, 4:], cache)
-    assert pl.cache_length(cache) == 5
+    assert cache_length(cache) == 5
     full = pl.forward(model, ids, DynamicCache())
     torch.testing.assert_close(step[-1], full[-1], rtol=1e-4, atol=1e-5)
     # and the base model takes the same keyword
     cache = DynamicCache()
     with torch.no_grad():
         model.base_model(input_ids=ids, **compat.cache_kwargs(model, cache), use_cache=True)
-    assert pl.cache_length(cache) == 5
+    assert cache_length(cache) == 5

@@ -10,7 +10,7 @@ import torch
 
 from dynatree_core import generate
 from dynatree_core.policy.config import DynaTreeConfig
-from dynatree_core.runtime import compile_cache as cc
+from dynatree_core.runtime.static import compile_cache as cc
 
 from helpers import cached_pair
 

@@ -25,7 +25,7 @@ from dynatree_core import generate
 from dynatree_core.drafters import LookupMix
 from dynatree_core.policy.config import DynaTreeConfig, Eagle2Config, FixedTreeConfig, LinearConfig, SequoiaConfig
 from dynatree_core.policy.cost_model import CostModel
-from dynatree_core.runtime import fast_path, fused
+from dynatree_core.runtime.static import fast_path, regions
 
 from helpers import cached_pair
 from helpers.features import feature_pair
@@ -111,11 +111,11 @@ def test_every_method_on_compiled_in_one_process_never_hits_the_limit_nor_compil
     with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
         _sweep(pairs, references)  # the warm-up: every method, drafter, prompt length and cache size once
         warm = counters["stats"]["unique_graphs"]
-        regions = fused.region_stats().graphs
+        graphs = regions.region_stats().graphs
         _sweep(pairs, references)  # the measured pass
-    assert fused.region_stats().graphs == regions, (fused.region_stats().keys, regions)
+    assert regions.region_stats().graphs == graphs, (regions.region_stats().keys, graphs)
     assert counters["stats"]["unique_graphs"] == warm, "compiled after the warm-up"
-    assert regions > 0
+    assert graphs > 0
     per_code = _graphs_per_code(before)
     del before
     assert max(per_code.values()) <= 1, {k: v for k, v in per_code.items() if v > 1}
@@ -126,17 +126,17 @@ def test_region_signature_separates_what_dynamo_specialises_on():
     """Two calls whose tensors differ in shape, dtype or stride, whose scalars differ in value, or where
     one passes None and the other a tensor, get different keys; anything but plain data is refused."""
     a = torch.zeros(3, 4)
-    base = fused.signature((a, 2, None))
-    assert fused.signature((torch.ones(3, 4), 2, None)) == base  # values do not matter
+    base = regions.signature((a, 2, None))
+    assert regions.signature((torch.ones(3, 4), 2, None)) == base  # values do not matter
     for other in ((torch.zeros(4, 3), 2, None), (a.double(), 2, None), (a.t().contiguous().t(), 2, None),
                   (a, 3, None), (a, 2, torch.zeros(1))):
-        assert fused.signature(other) != base
+        assert regions.signature(other) != base
     with pytest.raises(TypeError, match="compiled region's argument"):
-        fused.signature((object(),))
+        regions.signature((object(),))
 
 
 def test_region_signature_sees_which_arguments_share_storage():
     """Dynamo guards on aliasing between inputs: a frontier that is a view of the tree's arange (the
     root's level) and one that is not trace apart, so their keys differ."""
     ar = torch.arange(8)
-    assert fused.signature((ar[:1], ar)) != fused.signature((ar[:1].clone(), ar))
+    assert regions.signature((ar[:1], ar)) != regions.signature((ar[:1].clone(), ar))

@@ -17,7 +17,7 @@ import torch
 from transformers import DynamicCache  # noqa: E402
 
 from dynatree_core.pairs import default_pair  # noqa: E402
-from dynatree_core.runtime.compat import cache_kwargs  # noqa: E402
+from dynatree_core.runtime.model.compat import cache_kwargs  # noqa: E402
 from dynatree_core.drafters.draft_model import SparseLMHead, build_draft_from_target, load_draft, save_draft  # noqa: E402
 
 HAS_ASSET = (default_pair.DRAFT_ASSET_DIR / "model.safetensors").is_file()

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from dynatree_core.engine import calibrate
-from dynatree_core.runtime import plumbing as pl
+from dynatree_core.runtime.model import forwards as pl
 from dynatree_core.policy.config import DynaTreeConfig
 from dynatree_core.engine.api import generate
 from dynatree_core.drafters.feature_draft import build_feature_draft, save_feature_draft

@@ -1,4 +1,4 @@
-"""The device-side tree (dynatree_core.runtime.device_tree) against the torch-free reference (tree.py).
+"""The device-side tree (dynatree_core.runtime.tree.tree) against the torch-free reference (tree.py).
 
 Both grow trees from the same draft distributions (a deterministic function of the node's token
 path, so the reference's host ``propose`` and the device ``propose`` answer alike); every field of
@@ -23,9 +23,9 @@ from dynatree_core.policy.config import (DynaTreeConfig, Eagle2Config, FixedTree
                                   LinearConfig, SequoiaConfig)
 from dynatree_core.policy.cost_model import CostModel
 from dynatree_core.drafters import Proposal
-from dynatree_core.runtime.device_tree import DeviceTree
+from dynatree_core.runtime.tree.tree import DeviceTree
 from dynatree_core.runtime.host_syncs import HostSyncs, to_device
-from dynatree_core.runtime.host_tree import host_tree
+from dynatree_core.runtime.tree.to_host import host_tree
 from dynatree_core.policy.tree import DraftTree
 from dynatree_core.policy.growth import grow_tree
 
@@ -201,10 +201,10 @@ def test_cuda_reports_no_synchronisation_the_loop_did_not_count(method, config):
 
 
 # --- the device-resident draft phase (the fast path's: no host read until the verification) --------
-from dynatree_core.runtime.device_tree import resident_shape  # noqa: E402
-from dynatree_core.runtime.draft_phase import DraftPhase  # noqa: E402
-from dynatree_core.runtime.level_step import level_step, resident_step  # noqa: E402
-from dynatree_core.runtime.compile_cache import own_code  # noqa: E402
+from dynatree_core.runtime.tree.tree import resident_shape  # noqa: E402
+from dynatree_core.runtime.tree.phase import DraftPhase  # noqa: E402
+from dynatree_core.runtime.tree.level_step import level_step, resident_step  # noqa: E402
+from dynatree_core.runtime.static.compile_cache import own_code  # noqa: E402
 from helpers.device_tree import eagle_rules, rules, shape_rules, uniform_rules  # noqa: E402
 
 #: every policy the resident path runs (the cost-aware rule reads each level's size: eager-style)

@@ -1,4 +1,4 @@
-"""The draft phase (runtime/draft_phase.py): a drafter that lends its levels has each level after the
+"""The draft phase (runtime/tree/phase.py): a drafter that lends its levels has each level after the
 root's run as ONE call (inputs, forward, head, step), which grows the very trees the parts grow, traces
 whole with ``fullgraph=True`` (forward included) and costs the host at most three dispatches a level."""
 
@@ -16,8 +16,8 @@ from dynatree_core.drafters.model_drafter import ModelDrafter
 from dynatree_core.pairs.tiny import tiny_feature_pair, tiny_pair
 from dynatree_core.policy.config import (DynaTreeConfig, Eagle2Config, FixedTreeConfig, LinearConfig,
                                          SequoiaConfig)
-from dynatree_core.runtime.compile_cache import BACKEND_ENV
-from dynatree_core.runtime.device_tree import DeviceTree
+from dynatree_core.runtime.static.compile_cache import BACKEND_ENV
+from dynatree_core.runtime.tree.tree import DeviceTree
 
 from helpers import cached_pair
 from helpers.features import feature_pair

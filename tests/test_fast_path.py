@@ -19,8 +19,8 @@ from dynatree_core import generate, iterate
 from dynatree_core.drafters import LookupMix, PromptLookup
 from dynatree_core.policy.config import DynaTreeConfig, LinearConfig
 from dynatree_core.policy.sampling import SamplingConfig
-from dynatree_core.runtime import fast_path as fp
-from dynatree_core.runtime.static_cache import SlotCache, StaticTargetCache
+from dynatree_core.runtime.static import fast_path as fp
+from dynatree_core.runtime.cache.slots import SlotCache, StaticTargetCache
 
 from helpers import DEVICE, cached_pair, reference_greedy
 from helpers.exactness import ARCHS, ATTNS, EDGE_CONFIGS, method_configs, prompts
@@ -199,7 +199,7 @@ def test_static_target_cache_bookkeeping():
 
 
 def test_the_drafts_device_bookkeeping_commits_in_place_and_compacts_between_trees():
-    from dynatree_core.runtime.static_draft import DeviceSlotBook
+    from dynatree_core.runtime.static.draft_forwards import DeviceSlotBook
 
     book = DeviceSlotBook(SlotCache(layers=1, capacity=16, max_write=16, device=torch.device("cpu")))
     start = book.reserve(3, room=4)  # a level-0 chain of 3 committed tokens

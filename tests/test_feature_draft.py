@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from dynatree_core import generate
 from dynatree_core.policy.config import DynaTreeConfig, GrowthRule
-from dynatree_core.runtime.device_tree import DeviceTree
+from dynatree_core.runtime.tree.tree import DeviceTree
 from dynatree_core.drafters import DraftContext, FeatureDrafter, LookupMix, ModelDrafter, make_drafter
 from dynatree_core.drafters.feature_draft import (FEATURE_CONFIG_FILE, FEATURE_WEIGHTS_FILE, FeatureDraftModel,
                                          build_feature_draft, load_feature_draft, save_feature_draft,

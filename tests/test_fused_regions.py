@@ -1,4 +1,4 @@
-"""The fast path's compiled regions (runtime/fused.py): each traces whole, and running them compiled
+"""The fast path's compiled regions (runtime/static/regions.py): each traces whole, and running them compiled
 grows the very trees the eager path grows.
 
 On the ``compiled`` and ``graphs`` runtimes every piece of a draft level around the draft's forward
@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from dynatree_core import iterate
 from dynatree_core.drafters import LookupMix, PromptLookup
 from dynatree_core.policy.config import DynaTreeConfig, Eagle2Config, LinearConfig, SequoiaConfig
-from dynatree_core.runtime import fused
-from dynatree_core.runtime.compile_cache import own_code
-from dynatree_core.runtime.fast_path import _PATHS
+from dynatree_core.runtime.static import regions
+from dynatree_core.runtime.static.compile_cache import own_code
+from dynatree_core.runtime.static.fast_path import _PATHS
 from dynatree_core.runtime.ngram import (CompactVocab, StaticSeq, compact_ids, lookup_matches, static_matches,
                                          tree_contexts)
 
@@ -52,13 +52,13 @@ def regions_traced(monkeypatch):
         return torch.compile(own_code(fn), fullgraph=True, dynamic=False, backend="eager")
 
     torch._dynamo.reset()
-    for module in ("dynatree_core.runtime.fused", "dynatree_core.runtime.draft_phase",
-                   "dynatree_core.runtime.static_draft", "dynatree_core.drafters.feature_drafter",
+    for module in ("dynatree_core.runtime.static.regions", "dynatree_core.runtime.tree.phase",
+                   "dynatree_core.runtime.static.draft_forwards", "dynatree_core.drafters.feature_drafter",
                    "dynatree_core.drafters.model_drafter", "dynatree_core.drafters.mix",
                    "dynatree_core.runtime.backend"):
         monkeypatch.setattr(f"{module}.compiled", compiled)
-    monkeypatch.setattr("dynatree_core.runtime.draft_phase.COMPILING", ("static",))
-    monkeypatch.setattr("dynatree_core.runtime.draft_phase.Region", whole)
+    monkeypatch.setattr("dynatree_core.runtime.tree.phase.COMPILING", ("static",))
+    monkeypatch.setattr("dynatree_core.runtime.tree.phase.Region", whole)
     with torch._dynamo.config.patch(recompile_limit=4, fail_on_recompile_limit_hit=True):
         yield made
     for paths in _PATHS.values():  # the whole levels compiled here must not serve a later test's static run
@@ -99,9 +99,9 @@ def test_every_region_compiles_whole_and_grows_the_eager_trees(kind, regions_tra
 
 def test_every_marked_region_is_one_the_fast_path_runs():
     """Nothing is marked a region (and so left out of the engine's op count) that no test traces."""
-    names = {code.co_name for code in fused.REGIONS}
+    names = {code.co_name for code in regions.REGIONS}
     assert names == {"level_step", "resident_step", "level_inputs", "chain_inputs", "head_topk", "logits_topk",
-                     "mix_level", "verify_inputs", "one_level"}  # a whole draft level (draft_phase.whole_level)
+                     "mix_level", "verify_inputs", "one_level"}  # a whole draft level (phase.whole_level)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -73,10 +73,19 @@ OLD_MODULES = (
     "oracle", "plumbing", "reliability", "sequoia", "session", "sync_audit", "target_cache", "testing",
     "trace", "tree",
 )
+#: the flat files of ``runtime/`` that moved into its rooms (tree, static, cache, model): no shim either
+OLD_RUNTIME_MODULES = (
+    "batch_cache", "compat", "compile_cache", "device_cost", "device_rerank", "device_tables", "device_tail",
+    "device_tree", "draft_phase", "entry_book", "fast_path", "fused", "host_tree", "level_step", "linear_kernels",
+    "plumbing", "static_cache", "static_draft", "target_cache",
+)
 _OLD = "|".join(OLD_MODULES + ("moved",))  # moved.py: the shim itself
+_OLD_RUNTIME = "|".join(OLD_RUNTIME_MODULES)
 #: ``dynatree_core.<old>`` as a module path (followed by a dot, a space, a quote, a bracket or the end),
-#: or ``dynatree_core/<old>.py`` as a file
-OLD_PATH = re.compile(r"\bdynatree_core(\.(" + _OLD + r")(?=[.\s`'\")\]:,]|$)|/(" + _OLD + r")\.py\b)", re.M)
+#: or ``dynatree_core/<old>.py`` as a file; ``runtime.<old>`` or ``runtime/<old>`` for a runtime file
+#: that moved into a room (with or without ``dynatree_core`` before it)
+OLD_PATH = re.compile(r"\bdynatree_core(\.(" + _OLD + r")(?=[.\s`'\")\]:,]|$)|/(" + _OLD + r")\.py\b)"
+                      r"|\bruntime[./](" + _OLD_RUNTIME + r")\b", re.M)
 #: where names are written down: code, scripts, notebooks (prose included), documents, dated records'
 #: scripts and notes (their JSON outputs and logs are data, left as they were written)
 SCANNED = ("dynatree_core", "dynatree_viz", "tests", "scripts", "notebooks", "docs")
@@ -96,7 +105,7 @@ def test_no_old_module_path_is_importable_or_named_anywhere():
     """No shim: the old paths do not import, and no code, script, notebook or document names one,
     as a module or as a file (``dynatree_core.moved`` included)."""
     assert importlib.util.find_spec("dynatree_core.moved") is None
-    for old in OLD_MODULES:
+    for old in OLD_MODULES + tuple(f"runtime.{m}" for m in OLD_RUNTIME_MODULES):
         with pytest.raises(ModuleNotFoundError):
             importlib.import_module(f"dynatree_core.{old}")
     named = [f"{path}: {m.group(0)}" for path, text in _texts() for m in OLD_PATH.finditer(text)]
@@ -106,10 +115,14 @@ def test_no_old_module_path_is_importable_or_named_anywhere():
 def test_the_old_path_scan_catches_each_form():
     """The scan has teeth: a module path, a file path and the shim's name are each found; new paths are not."""
     for text in ("from dynatree_core.config import X", "see `dynatree_core.tree`.", "dynatree_core/models.py",
-                 "import dynatree_core.moved", "(dynatree_core/calibrate.py)"):
+                 "import dynatree_core.moved", "(dynatree_core/calibrate.py)",
+                 "from dynatree_core.runtime.device_tree import DeviceTree", "dynatree_core/runtime/plumbing.py",
+                 "(`runtime/fused.py`)", "`runtime.target_cache.TargetCache`", "runtime/device_tree*.py"):
         assert OLD_PATH.search(text), text
     for text in ("dynatree_core.policy.config", "dynatree_core/policy/tree.py", "dynatree_core.engine.calibrate",
-                 "dynatree_core.trace_io", "dynatree_core/treeview.py"):
+                 "dynatree_core.trace_io", "dynatree_core/treeview.py", "dynatree_core.runtime.tree.tree.DeviceTree",
+                 "dynatree_core/runtime/static/regions.py", "runtime.model.compat", "dynatree_core.runtime.backend",
+                 "dynatree_core.distill.runtime", 'runtime="compiled"', "runtime/cache/dynamic.py"):
         assert not OLD_PATH.search(text), text
 
 

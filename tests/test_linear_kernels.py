@@ -22,8 +22,8 @@ from dynatree_core.engine import calibrate
 from dynatree_core.policy.config import DynaTreeConfig, LinearConfig
 from dynatree_core.policy.cost_model import CostModel
 from dynatree_core.drafters.draft_model import SparseLMHead
-from dynatree_core.runtime.linear_kernels import (PackedLinear, linear_kernel_of, onednn_unavailable, resolve_linear_kernel,
-                                          set_linear_kernel)
+from dynatree_core.runtime.model.linear_kernels import (PackedLinear, linear_kernel_of, onednn_unavailable,
+                                                        resolve_linear_kernel, set_linear_kernel)
 from dynatree_core.pairs.pair import ModelPair
 from dynatree_core.pairs.tiny import noisy_copy, tiny_feature_pair, tiny_model
 from dynatree_core.records.trace import Trace

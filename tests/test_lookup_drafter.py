@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from dynatree_core import ModelPair, generate, iterate
 from dynatree_core.policy.config import DynaTreeConfig, GrowthRule, LinearConfig
-from dynatree_core.runtime.device_tree import DeviceTree
+from dynatree_core.runtime.tree.tree import DeviceTree
 from dynatree_core.runtime.host_syncs import HostSyncs
-from dynatree_core.runtime.host_tree import host_tree
+from dynatree_core.runtime.tree.to_host import host_tree
 from dynatree_core.runtime.ngram import CompactVocab, lookup_topk
 from dynatree_core.drafters import DraftContext, LookupDrafter, PromptLookup, make_drafter
 

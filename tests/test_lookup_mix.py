@@ -187,7 +187,7 @@ def test_the_chain_view_mixes_the_model_rows_with_the_lookup_as_it_stood():
     ctx = DraftContext(top_k=8, keep_chain=True)
     drafter = make_drafter(pair.draft, pair.lookup)
     from dynatree_core.policy.config import GrowthRule
-    from dynatree_core.runtime.device_tree import DeviceTree
+    from dynatree_core.runtime.tree.tree import DeviceTree
 
     drafter.start(prompt, ctx)
     tree = DeviceTree(prompt[-1], GrowthRule.chain(1), 8, torch.device("cpu"))

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from dynatree_core import generate, iterate
 from dynatree_core.policy.config import (ARConfig, DynaTreeConfig, Eagle2Config, FixedTreeConfig, GrowthRule, LinearConfig,
                                   SequoiaConfig)
-from dynatree_core.runtime.device_tree import DeviceTree
+from dynatree_core.runtime.tree.tree import DeviceTree
 from dynatree_core.runtime.host_syncs import HostSyncs
-from dynatree_core.runtime.host_tree import host_tree
+from dynatree_core.runtime.tree.to_host import host_tree
 from dynatree_core.drafters import DraftContext, LookupDrafter, PromptLookup
 from dynatree_core.runtime.ngram import lookup_spans
 from dynatree_core.policy.tree import LOOKUP_TAIL

@@ -1,4 +1,4 @@
-"""The target's cache across iterations (:mod:`dynatree_core.runtime.target_cache`): rejected tree entries
+"""The target's cache across iterations (:mod:`dynatree_core.runtime.cache.dynamic`): rejected tree entries
 are masked, not moved, and the result is the same as a cache holding only the committed tokens."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import torch
 from transformers import DynamicCache
 
 from dynatree_core import generate
-from dynatree_core.runtime import plumbing as pl
-from dynatree_core.runtime import target_cache
+from dynatree_core.runtime.model import forwards as pl
+from dynatree_core.runtime.cache import dynamic
 from dynatree_core.policy.config import DynaTreeConfig, Eagle2Config, FixedTreeConfig, LinearConfig
 from dynatree_core.runtime.backend import EagerTarget
-from dynatree_core.runtime.target_cache import TargetCache
+from dynatree_core.runtime.cache.dynamic import TargetCache
 
 from helpers import cached_pair, cached_target, grow_device_tree as _grow, reference_greedy
 
@@ -125,7 +125,7 @@ def test_bad_use_is_refused():
 ])
 def test_decoding_is_exact_whenever_the_cache_compacts(monkeypatch, compact_after, arch, method, config):
     """Compacting after every iteration, now and then, or never: the same greedy tokens."""
-    monkeypatch.setattr(target_cache, "COMPACT_AFTER", compact_after)
+    monkeypatch.setattr(dynamic, "COMPACT_AFTER", compact_after)
     pair = cached_pair(arch, "sdpa", 0.1)
     prompt = (5, 9, 2, 33, 7, 12)
     res = generate(pair, list(prompt), method, config, max_new_tokens=40, ignore_eos=True)

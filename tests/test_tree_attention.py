@@ -11,7 +11,8 @@ from transformers import DynamicCache
 
 from dynatree_core.policy.config import FixedTreeConfig
 from dynatree_core.policy.growth import grow_tree
-from dynatree_core.runtime import plumbing as pl
+from dynatree_core.runtime.cache.dynamic import cache_length, keep_selected
+from dynatree_core.runtime.model import forwards as pl
 from dynatree_core.runtime.backend import EagerTarget
 
 from helpers import cached_target, fake_propose as _fake_propose, grow_device_tree as _grow
@@ -80,10 +81,10 @@ def test_keep_selected_equals_a_fresh_cache_of_the_kept_tokens(arch):
     cache = target.cache.cache
     leaf = len(tree) - 1
     path = tree.path_to(leaf)
-    pl.keep_selected(cache, past, [0] + path)
+    keep_selected(cache, past, [0] + path)
     fresh = DynamicCache()
     pl.forward(model, torch.tensor([prefix + [tree.tokens[j] for j in path]], device=model.device), fresh)
-    assert pl.cache_length(cache) == pl.cache_length(fresh)
+    assert cache_length(cache) == cache_length(fresh)
     for a, b in zip(cache.layers, fresh.layers):
         torch.testing.assert_close(a.keys, b.keys, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(a.values, b.values, rtol=1e-4, atol=1e-5)

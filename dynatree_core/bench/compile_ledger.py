@@ -1,12 +1,12 @@
 """What compiling cost a benchmark, counted apart from its timed decodes.
 
 On ``compiled`` and ``graphs`` two kinds of code go through dynamo: the forwards
-(:func:`~dynatree_core.runtime.compile_cache.compile_forward`, built before any clock starts) and the
-fast path's compiled regions (:mod:`dynatree_core.runtime.fused`, compiled on their first call, which
+(:func:`~dynatree_core.runtime.static.compile_cache.compile_forward`, built before any clock starts) and the
+fast path's compiled regions (:mod:`dynatree_core.runtime.static.regions`, compiled on their first call, which
 the benchmark's warm-up makes). :class:`CompileLedger` times every dynamo compile of this process
 through dynamo's compile callbacks and charges it to the forwards when ``compile_forward`` is on the
 stack, to the regions otherwise; :func:`compile_report` puts that beside
-:func:`~dynatree_core.runtime.compile_cache.compile_totals` (the forwards' own seconds, cache hits and
+:func:`~dynatree_core.runtime.static.compile_cache.compile_totals` (the forwards' own seconds, cache hits and
 CUDA graph captures) in the result file.
 """
 
@@ -73,7 +73,7 @@ class CompileLedger:
 
 def _in_compile_forward() -> bool:
     """Whether this compile was started by ``compile_forward`` (its frame is on the stack)."""
-    from dynatree_core.runtime.compile_cache import compile_forward
+    from dynatree_core.runtime.static.compile_cache import compile_forward
 
     code = compile_forward.__code__
     f = sys._getframe(1)
@@ -98,7 +98,7 @@ def ledger() -> CompileLedger:
 
 def compile_mark() -> dict[str, Any]:
     """Where compiling stands now: the ledger's counts and the forwards' own totals."""
-    from dynatree_core.runtime.compile_cache import compile_totals
+    from dynatree_core.runtime.static.compile_cache import compile_totals
 
     return {"ledger": ledger().snapshot(), "totals": compile_totals()}
 

@@ -26,7 +26,7 @@ from dynatree_core.bench.shards import Shard
 #: decode's own prompt, history and T, so it meets the shapes the timed decode will
 WARM_UP_TOKENS = 8
 #: the runtimes whose first calls compile (the forwards are built before the clock; the regions
-#: compile on their first call: runtime/fused.py's COMPILING)
+#: compile on their first call: runtime/static/regions.py's COMPILING)
 COMPILING = ("compiled", "graphs")
 
 

@@ -77,10 +77,10 @@ def check_draft(pair: Any) -> None:
 
 class _ForwardTimer:
     """Counts one module's forwards from hooks and times them with the engine's
-    :class:`~dynatree_core.runtime.plumbing.ForwardClock` (CUDA events on a GPU, no sync)."""
+    :class:`~dynatree_core.runtime.model.forwards.ForwardClock` (CUDA events on a GPU, no sync)."""
 
     def __init__(self, module: Any, device: Any) -> None:
-        from dynatree_core.runtime.plumbing import ForwardClock
+        from dynatree_core.runtime.model.forwards import ForwardClock
 
         self.clock = ForwardClock(device)
         self.calls, self.inputs = 0, []
@@ -229,7 +229,7 @@ def _timed_generate(pair: Any, ids: list[int], config: HFAssistedConfig, max_new
     host, the first target forward's end on the device's clock for TTFT)."""
     import torch
 
-    from dynatree_core.runtime.plumbing import synchronize
+    from dynatree_core.runtime.model.forwards import synchronize
 
     device = pair.device
     pad = getattr(pair.target.generation_config, "pad_token_id", None)

@@ -38,7 +38,7 @@ class RunPoint:
     params: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     #: how the target's tokens are chosen in this cell: greedy (the paper's protocol) or sampled
     sampling: SamplingConfig = GREEDY
-    #: what runs the forwards (:data:`~dynatree_core.runtime.fast_path.RUNTIMES`; the row records the
+    #: what runs the forwards (:data:`~dynatree_core.runtime.static.fast_path.RUNTIMES`; the row records the
     #: resolved one)
     runtime: str = "auto"
     #: record the oracle's evidence (Table 6: the gap to the best tree): the engine keeps the draft's
@@ -183,7 +183,7 @@ def warm_key(point: RunPoint, run: Any) -> tuple[str, str, int | None]:
 def finish_prompt(pair: Any, point: RunPoint, prompt: Prompt, run: Any, max_new_tokens: int | None = None
                   ) -> tuple[Any, dict[str, Any]]:
     """Run a decode made by :func:`start_prompt`: (the engine's result, the row's extra fields)."""
-    from dynatree_core.runtime.compile_cache import compile_totals
+    from dynatree_core.runtime.static.compile_cache import compile_totals
     from dynatree_core.bench.hf_assisted import assistant_settings, generate_hf_assisted
 
     if run is None:  # HF's own loop, measured the same way (greedy: check_assistant)

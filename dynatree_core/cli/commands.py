@@ -43,7 +43,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     sampling = generate_sampling(args)  # bad settings fail here, before the model loads
     import torch
 
-    from dynatree_core.runtime.fast_path import resolve_runtime
+    from dynatree_core.runtime.static.fast_path import resolve_runtime
 
     resolve_runtime(args.runtime, torch.device(device))
     if spec.method == "hf_assisted" and not sampling.greedy:

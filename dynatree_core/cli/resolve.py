@@ -205,7 +205,7 @@ def runtime_points(points: list[RunPoint], args: argparse.Namespace, device: str
     """Every point on every ``--runtime`` (checked against the device before any model loads)."""
     import torch
 
-    from dynatree_core.runtime.fast_path import resolve_runtime
+    from dynatree_core.runtime.static.fast_path import resolve_runtime
 
     runtimes = list(args.runtime)
     if runtimes == ["best"]:  # each method on every candidate runtime; the report keeps its fastest

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from dynatree_core.runtime.compat import cache_kwargs
+from dynatree_core.runtime.model.compat import cache_kwargs
 from dynatree_core.pairs.pair import eos_token_ids
 from dynatree_core.distill.prompts import mentions_held_out_topic, user_turn_prefix
 from dynatree_core.distill.static_decode import STOP_CHECK_EVERY, StaticWriter, nucleus

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from dynatree_core.runtime.compat import cache_kwargs
+from dynatree_core.runtime.model.compat import cache_kwargs
 from dynatree_core.distill.data import find_data_dir
 from dynatree_core.distill.decode import _decode_equal_length, _first_eos_cut, eos_ids
 from dynatree_core.distill.prompts import EVAL_PROMPTS, N_EVAL_PROMPTS_V1, chat_ids, raw_ids

@@ -511,7 +511,7 @@ def agreement_by_depth(model: FeatureDraftModel, target, prompt: list[int], cont
 def feature_step_cost(model: FeatureDraftModel, target, ctx: list[int], steps: int) -> float:
     """Median seconds of one cached decode step (one token through fusion, layer and head, top-k)."""
     from dynatree_core.policy.config import GrowthRule
-    from dynatree_core.runtime.device_tree import DeviceTree
+    from dynatree_core.runtime.tree.tree import DeviceTree
     from dynatree_core.drafters import DraftContext, FeatureDrafter
 
     dev = next(target.parameters()).device

@@ -6,7 +6,7 @@ A batch of B prompts (left-padded to P) and ``max_new`` tokens lives in L = P + 
 :data:`SLOT_STEP` slots: the prompt at slots [0, P) (its pads masked), token i at slot P + i. What a
 step reads and writes is preallocated:
 
-* the KV cache (a :class:`~dynatree_core.runtime.static_cache.SlotCache`, written in place at a slot
+* the KV cache (a :class:`~dynatree_core.runtime.cache.slots.SlotCache`, written in place at a slot
   held in a device tensor);
 * the additive attention mask ``[B, 1, 1, L]`` (a slot is unmasked once written; no ``cat`` per step),
   the positions (each row's prompt length + i) and the step counter i, all on the device;
@@ -36,8 +36,8 @@ from typing import Callable
 
 import torch
 
-from dynatree_core.runtime.compat import cache_kwargs
-from dynatree_core.runtime.static_cache import SlotCache, SlotLayer
+from dynatree_core.runtime.model.compat import cache_kwargs
+from dynatree_core.runtime.cache.slots import SlotCache, SlotLayer
 
 #: the data stage's writers; "auto": graphs on CUDA, the eager static loop elsewhere (on a CPU it runs as fast as
 #: the dynamic loop since it reads only the slots written: docs/bench/2026-11-28-teacher-data)

@@ -18,10 +18,10 @@ import torch
 from dynatree_core.drafters.batch_model import BatchModelDraft
 from dynatree_core.drafters.feature_draft import FeatureDraftModel
 from dynatree_core.drafters.feature_drafter import target_feats
-from dynatree_core.runtime.batch_cache import RowsCache
+from dynatree_core.runtime.cache.rows import RowsCache
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dynatree_core.runtime.device_tree import DeviceTree
+    from dynatree_core.runtime.tree.tree import DeviceTree
 
 
 class _Layer:
@@ -33,7 +33,7 @@ class _Layer:
 
 class FeatureKV:
     """A :class:`~dynatree_core.drafters.feature_draft.FeatureDraftModel` over its per-layer keys and
-    values (a :class:`~dynatree_core.runtime.batch_cache.RowsCache` store): predicted features out."""
+    values (a :class:`~dynatree_core.runtime.cache.rows.RowsCache` store): predicted features out."""
 
     def __init__(self, model: FeatureDraftModel):
         self.model = model

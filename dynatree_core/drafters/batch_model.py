@@ -1,7 +1,7 @@
 """A draft model drafting for several rows at once: ONE draft forward per tree level.
 
 :class:`BatchModelDraft` keeps an independent draft's KV cache for every row in one
-:class:`~dynatree_core.runtime.batch_cache.RowsCache`; each row's :class:`RowDrafter` turns the row's
+:class:`~dynatree_core.runtime.cache.rows.RowsCache`; each row's :class:`RowDrafter` turns the row's
 slice of a level's scores into that row's proposal exactly as :class:`ModelDrafter` does at batch 1
 (greedy top-k with the chain view, or the row's own sampler). The bookkeeping mirrors
 :class:`ModelDrafter`'s per row: ``pending`` committed tokens, each node's cache column (``slot``,
@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 
 from dynatree_core.drafters.protocol import DraftContext, Drafter, Proposal, logits_topk
-from dynatree_core.runtime import plumbing as pl
-from dynatree_core.runtime.batch_cache import RowsCache
+from dynatree_core.runtime.model import forwards as pl
+from dynatree_core.runtime.cache.rows import RowsCache
 from dynatree_core.runtime.host_syncs import to_device
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dynatree_core.runtime.device_tree import DeviceTree
+    from dynatree_core.runtime.tree.tree import DeviceTree
 
 #: a row's iteration as its drafter committed it: (path as grown, committed tokens, fed, the
 #: target's hidden states of the root and the path, or None)

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from dynatree_core.runtime.linear_kernels import WeightPack, linear
+from dynatree_core.runtime.model.linear_kernels import WeightPack, linear
 
 __all__ = [
     "SparseLMHead",

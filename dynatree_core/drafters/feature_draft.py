@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from dynatree_core.drafters.draft_model import SparseLMHead
-from dynatree_core.runtime.fast_path import StaticInputs, StaticSpec
+from dynatree_core.runtime.static.fast_path import StaticInputs, StaticSpec
 
 FEATURE_WEIGHTS_FILE = "model.safetensors"
 FEATURE_CONFIG_FILE = "feature_draft_config.json"

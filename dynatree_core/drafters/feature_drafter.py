@@ -8,15 +8,15 @@ import torch
 
 from dynatree_core.drafters.feature_draft import FeatureDraftModel
 from dynatree_core.drafters.protocol import DraftContext, Drafter, Proposal, level_visibility
-from dynatree_core.runtime import plumbing as pl
-from dynatree_core.runtime.draft_phase import LentLevel
-from dynatree_core.runtime.fused import compiled, region
+from dynatree_core.runtime.model import forwards as pl
+from dynatree_core.runtime.tree.phase import LentLevel
+from dynatree_core.runtime.static.regions import compiled, region
 from dynatree_core.runtime.host_syncs import to_device
-from dynatree_core.runtime.linear_kernels import linear
+from dynatree_core.runtime.model.linear_kernels import linear
 from dynatree_core.runtime.ngram import TopKTensors
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dynatree_core.runtime.device_tree import DeviceTree
+    from dynatree_core.runtime.tree.tree import DeviceTree
 
 
 class FeatureDrafter(Drafter):
@@ -249,8 +249,8 @@ def head_topk(logits: torch.Tensor, vocab_ids: torch.Tensor, k: int, feats: torc
 
 def feature_head_topk(out: torch.Tensor, ids: torch.Tensor, feats: torch.Tensor, k: int, weight: torch.Tensor,
                       vocab_ids: torch.Tensor) -> TopKTensors:
-    """The feature draft's head in a whole draft level (:func:`~dynatree_core.runtime.draft_phase.whole_level`):
+    """The feature draft's head in a whole draft level (:func:`~dynatree_core.runtime.tree.phase.whole_level`):
     each node's predicted feature ``out`` kept for its children, then the head's logits over its ids
-    (``weight`` [H, F]; :func:`~dynatree_core.runtime.linear_kernels.linear` is ``F.linear`` in a
+    (``weight`` [H, F]; :func:`~dynatree_core.runtime.model.linear_kernels.linear` is ``F.linear`` in a
     compiled graph) and their top-k as full-vocabulary ids (:func:`head_topk` on those logits)."""
     return head_topk(linear(out, weight, None, None), vocab_ids, k, feats, ids, out)

@@ -14,7 +14,7 @@ from dynatree_core.runtime.ngram import (CompactVocab, LookupMatches, StaticSeq,
                                          contexts_ending_at, lookup_matches)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dynatree_core.runtime.device_tree import DeviceTree
+    from dynatree_core.runtime.tree.tree import DeviceTree
 
 
 class LookupDrafter(Drafter):

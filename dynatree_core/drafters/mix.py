@@ -12,12 +12,12 @@ from dynatree_core.drafters.lookup import LookupDrafter
 from dynatree_core.drafters.protocol import DraftContext, Drafter, Proposal
 from dynatree_core.policy.lookup import PromptLookup
 from dynatree_core.runtime.host_syncs import to_device
-from dynatree_core.runtime.fused import compiled, region
+from dynatree_core.runtime.static.regions import compiled, region
 from dynatree_core.runtime.ngram import LookupMatches, StaticSeq, TopKTensors, static_matches, tree_contexts
 from dynatree_core.runtime.sampling import dense
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dynatree_core.runtime.device_tree import DeviceTree
+    from dynatree_core.runtime.tree.tree import DeviceTree
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,15 @@ from transformers import DynamicCache
 
 from dynatree_core.drafters.protocol import (DraftContext, Drafter, Proposal, level_visibility, lm_head_topk,
                                              logits_topk)
-from dynatree_core.runtime import plumbing as pl
-from dynatree_core.runtime.fused import compiled
+from dynatree_core.runtime.cache.dynamic import cache_length, crop, keep_selected
+from dynatree_core.runtime.model import forwards as pl
+from dynatree_core.runtime.static.regions import compiled
 from dynatree_core.runtime.host_syncs import to_device
-from dynatree_core.runtime.draft_phase import LentLevel
-from dynatree_core.runtime.static_draft import DraftStaticForwards
+from dynatree_core.runtime.tree.phase import LentLevel
+from dynatree_core.runtime.static.draft_forwards import DraftStaticForwards
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dynatree_core.runtime.device_tree import DeviceTree
+    from dynatree_core.runtime.tree.tree import DeviceTree
 
 
 class ModelDrafter(Drafter):
@@ -88,13 +89,13 @@ class ModelDrafter(Drafter):
             inp = to_device(self.pending, self.device)[None]
             logits = pl.forward(self.model, inp, self.cache, clock=self.ctx.clock)[self._chain_rows():]
             self.forwards += 1
-            self.base = pl.cache_length(self.cache)
+            self.base = cache_length(self.cache)
             self.slot = torch.full((tree.capacity,), -1, dtype=torch.long, device=self.device)
             self.slot[:1].fill_(self.base - 1)
             self.pending = []
             return logits
         assert self.slot is not None, "propose: level 0 (the root) comes first"
-        past = pl.cache_length(self.cache)
+        past = cache_length(self.cache)
         if self._chain_level(ids, level):  # the default causal mask and next position
             logits = pl.forward(self.model, tree.tokens[ids][None], self.cache, clock=self.ctx.clock)
         else:
@@ -132,9 +133,9 @@ class ModelDrafter(Drafter):
             self.slot = None
             return
         if fed:  # a prefix of the path: parents are fed before their children
-            pl.keep_selected(self.cache, self.base, self.slot[to_device(path[:fed], self.device)] - self.base)
+            keep_selected(self.cache, self.base, self.slot[to_device(path[:fed], self.device)] - self.base)
         else:
-            pl.crop(self.cache, self.base)
+            crop(self.cache, self.base)
         self.pending = list(committed[fed:])
         self.slot = None
 

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 import torch
 
-from dynatree_core.runtime import plumbing as pl
-from dynatree_core.runtime.fused import region
+from dynatree_core.runtime.model import forwards as pl
+from dynatree_core.runtime.static.regions import region
 from dynatree_core.runtime.ngram import TopKTensors
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dynatree_core.runtime.device_tree import DeviceTree
-    from dynatree_core.runtime.draft_phase import LentLevel
+    from dynatree_core.runtime.tree.tree import DeviceTree
+    from dynatree_core.runtime.tree.phase import LentLevel
     from dynatree_core.runtime.sampling import DraftSampler
 
 #: the drafter kinds :func:`make_drafter` builds, by the kind of ``ModelPair.draft``
@@ -60,7 +60,7 @@ def logits_topk(logits: torch.Tensor, top_k: int) -> TopKTensors:
 
 
 def lm_head_topk(logits: torch.Tensor, ids: torch.Tensor, feats: torch.Tensor | None, top_k: int) -> TopKTensors:
-    """A causal LM draft's head in a whole draft level (:func:`~dynatree_core.runtime.draft_phase.whole_level`):
+    """A causal LM draft's head in a whole draft level (:func:`~dynatree_core.runtime.tree.phase.whole_level`):
     its forward's outputs are the logits, so the head is their top-k."""
     return logits_topk(logits, top_k)
 
@@ -72,7 +72,7 @@ class DraftContext:
     ``top_k``: candidates per expanded node; ``clock``: times the draft's forwards (engine
     overhead); ``sampler``: under sampling, turns a level's scores into the warped q and its
     candidates (None: greedy top-k); ``fast``: the draft model's fast-path forwards (a
-    :class:`~dynatree_core.runtime.static_draft.DraftStaticForwards`: static cache, captured levels,
+    :class:`~dynatree_core.runtime.static.draft_forwards.DraftStaticForwards`: static cache, captured levels,
     built for :attr:`Drafter.fast_model`; None: eager); ``keep_chain``: report the chain view at level 0
     (:attr:`Proposal.chain`; a trace or the benchmark's oracle reads it); ``seq_capacity`` /
     ``seq_device``: the committed sequence's static room on the fast path (None: eager); ``runtime``: the run's."""
@@ -87,7 +87,8 @@ class DraftContext:
     #: (prompt lookup); None: they grow as tokens are committed
     seq_capacity: int | None = None
     seq_device: str = "cpu"
-    #: the run's runtime: how the fast path's compiled regions run (:func:`~dynatree_core.runtime.fused.compiled`)
+    #: the run's runtime: how the fast path's compiled regions run
+    #: (:func:`~dynatree_core.runtime.static.regions.compiled`)
     runtime: str = "eager"
 
     def __post_init__(self) -> None:
@@ -150,7 +151,7 @@ class Drafter(ABC):
 
     def lend_level(self, tree: "DeviceTree", level: int) -> "LentLevel | None":
         """Level ``level`` (>= 1) of a resident tree as the parts the run's
-        :class:`~dynatree_core.runtime.draft_phase.DraftPhase` runs in one call (its forward counted
+        :class:`~dynatree_core.runtime.tree.phase.DraftPhase` runs in one call (its forward counted
         here), or None (the default): the tree asks :meth:`propose` for it."""
         return None
 

@@ -3,13 +3,13 @@
 :class:`BatchRun` keeps one draft tree per row, grown by the row's own rule (its history, its
 sampler, its tokens left), and runs the models for all rows at once:
 
-* **draft**: each row's :meth:`~dynatree_core.runtime.device_tree.DeviceTree.growth` yields the
+* **draft**: each row's :meth:`~dynatree_core.runtime.tree.tree.DeviceTree.growth` yields the
   level it needs; every row that drafts at level l is answered by ONE draft forward
   (:class:`~dynatree_core.drafters.batch_model.BatchModelDraft`, or the feature draft's
   :class:`~dynatree_core.drafters.batch_feature.BatchFeatureDraft` reading the target's hidden states
   from the same verify), rows done growing feed padding;
 * **verify**: every active row's ``[root] + tree`` padded to the widest, W, in ONE target forward,
-  each row under its own 4D mask at its own logical positions (:class:`~dynatree_core.runtime.batch_cache.RowsCache`);
+  each row under its own 4D mask at its own logical positions (:class:`~dynatree_core.runtime.cache.rows.RowsCache`);
 * **select / commit**: per row, exactly as at batch 1; a row's kept entries become live where they
   were written, the rest are dead in its mask; a finished row leaves the batch.
 
@@ -42,10 +42,10 @@ from dynatree_core.policy.history import HistoryAdapter, HistoryState, check_his
 from dynatree_core.policy.sampling import GREEDY, SamplingConfig
 from dynatree_core.records.result import GenerationResult
 from dynatree_core.records.trace import IterationRecord
-from dynatree_core.runtime import plumbing as pl
-from dynatree_core.runtime.batch_cache import RowsCache
-from dynatree_core.runtime.device_tree import DeviceTree, Selection
-from dynatree_core.runtime.fast_path import resolve_runtime
+from dynatree_core.runtime.model import forwards as pl
+from dynatree_core.runtime.cache.rows import RowsCache
+from dynatree_core.runtime.tree.tree import DeviceTree, Selection
+from dynatree_core.runtime.static.fast_path import resolve_runtime
 from dynatree_core.runtime.host_syncs import to_device
 from dynatree_core.runtime.sampling import draft_candidates, make_samplers
 

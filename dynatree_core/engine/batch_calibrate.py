@@ -1,7 +1,7 @@
 """Measure c(B, w) and d(B) for a batch's shared node budget (:class:`~dynatree_core.policy.batch_budget.BatchCost`).
 
 c(B, w): one target forward over B rows of w tokens each after a prefix, on the rectangular cache a
-batch runs on (:class:`~dynatree_core.runtime.batch_cache.RowsCache`); d(B): one draft forward over
+batch runs on (:class:`~dynatree_core.runtime.cache.rows.RowsCache`); d(B): one draft forward over
 B rows of two tokens (a tree level; a feature draft reads zero features beside them). Timed at
 B = 1, 2, 4, ... up to the batch's size and the size itself (between them the budget interpolates),
 widths 1 .. the widest tree; the median of ``repeats``. Cached on disk per pair and device like the
@@ -21,8 +21,8 @@ from dynatree_core.drafters.batch_feature import FeatureKV
 from dynatree_core.drafters.feature_draft import FeatureDraftModel
 from dynatree_core.engine.calibrate import _cache_path, _read, _write, pair_key
 from dynatree_core.policy.batch_budget import BatchCost
-from dynatree_core.runtime import plumbing as pl
-from dynatree_core.runtime.batch_cache import RowsCache
+from dynatree_core.runtime.model import forwards as pl
+from dynatree_core.runtime.cache.rows import RowsCache
 
 #: the prefix the forwards are timed after (about a benchmark prompt)
 PREFIX = 192

@@ -33,8 +33,9 @@ from typing import Any, Sequence
 import torch
 from transformers import DynamicCache
 
-from dynatree_core.runtime import plumbing as pl
-from dynatree_core.runtime.fast_path import FastPath, bucket, fast_path, resolve_runtime
+from dynatree_core.runtime.cache.dynamic import crop
+from dynatree_core.runtime.model import forwards as pl
+from dynatree_core.runtime.static.fast_path import FastPath, bucket, fast_path, resolve_runtime
 from dynatree_core.policy.config import DecoderConfig, DynaTreeConfig, FixedTreeConfig, SequoiaConfig
 from dynatree_core.policy.cost_model import COST_SCHEMA_VERSION, CostModel
 from dynatree_core.engine.loop import DecodingRun
@@ -194,13 +195,13 @@ def eager_verify_points(pair: Any, sizes: Sequence[int], prefix_len: int = 256, 
 
     def verify(n: int) -> None:
         pl.forward(pair.target, inputs[n], cache)
-        pl.crop(cache, prefix_len)
+        crop(cache, prefix_len)
 
     for n in sizes:  # the first round (a warm-up) also finds the largest size that fits
         try:
             _timed(lambda: verify(n), device)
         except (torch.OutOfMemoryError, RuntimeError) as e:  # the largest trees do not fit: stop there
-            pl.crop(cache, prefix_len)
+            crop(cache, prefix_len)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
             if len(times) < 2:

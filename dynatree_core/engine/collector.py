@@ -18,10 +18,10 @@ import numpy as np
 import torch
 
 from dynatree_core.engine.phase_clock import PhaseClock
-from dynatree_core.runtime import plumbing as pl
-from dynatree_core.runtime.device_tree import DeviceTree, Selection
+from dynatree_core.runtime.model import forwards as pl
+from dynatree_core.runtime.tree.tree import DeviceTree, Selection
 from dynatree_core.runtime.host_syncs import HostSyncs
-from dynatree_core.runtime.host_tree import host_tree
+from dynatree_core.runtime.tree.to_host import host_tree
 from dynatree_core.runtime.sampling import TRACE_TOP, DraftSampler, TargetChoice
 from dynatree_core.records.metrics import Metrics, summarize
 from dynatree_core.records.result import GenerationResult
@@ -82,7 +82,7 @@ class RunCollector:
     device took to run it: a :class:`~dynatree_core.engine.phase_clock.PhaseClock` marks every lap on
     the stream too, and the phase times are the device's (``draft_time_s``, ``verify_time_s``), the
     host's enqueue times apart (``draft_host_s``, ``verify_host_s``); on a CPU both are the host's.
-    Model forwards are timed by a :class:`~dynatree_core.runtime.plumbing.ForwardClock` (CUDA events
+    Model forwards are timed by a :class:`~dynatree_core.runtime.model.forwards.ForwardClock` (CUDA events
     on a GPU). ``compiles`` counts the graphs dynamo compiled between the start and the result."""
 
     def __init__(self, device: torch.device, tokenizer: Any, prompt: Sequence[int], trace: Trace | None,

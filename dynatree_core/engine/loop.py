@@ -35,12 +35,12 @@ from dynatree_core.policy.sampling import GREEDY, SamplingConfig
 from dynatree_core.policy.tree import LOOKUP_TAIL, STOP_REASONS
 from dynatree_core.records.result import GenerationResult
 from dynatree_core.records.trace import IterationRecord, Trace
-from dynatree_core.runtime import plumbing as pl
+from dynatree_core.runtime.model import forwards as pl
 from dynatree_core.runtime.backend import TargetBackend, target_backend
-from dynatree_core.runtime.device_tree import DeviceTree, Selection, resident_shape
-from dynatree_core.runtime.fast_path import resolve_runtime
+from dynatree_core.runtime.tree.tree import DeviceTree, Selection, resident_shape
+from dynatree_core.runtime.static.fast_path import resolve_runtime
 from dynatree_core.runtime.host_syncs import to_device
-from dynatree_core.runtime.draft_phase import DraftPhase
+from dynatree_core.runtime.tree.phase import DraftPhase
 from dynatree_core.runtime.sampling import DraftSampler, TargetSampler, draft_candidates, make_samplers
 
 _TAIL_CODE = STOP_REASONS.index(LOOKUP_TAIL)
@@ -211,7 +211,7 @@ class DecodingRun:
     def _run(self) -> Iterator[IterationRecord]:
         """The algorithm: prefill, then draft -> verify -> select -> commit until done.
 
-        The tree lives on the model's device (:mod:`dynatree_core.runtime.device_tree`): the loop reads
+        The tree lives on the model's device (:mod:`dynatree_core.runtime.tree.tree`): the loop reads
         the device once per draft level and once per verification, nowhere else."""
         drafter = self.drafter
         fast = self._draft_forwards(drafter)  # built (captured, compiled) before the clock starts

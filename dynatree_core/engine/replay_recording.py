@@ -18,8 +18,8 @@ from dynatree_core.policy.config import DecoderConfig, DynaTreeConfig, GrowthRul
 from dynatree_core.policy.knobs import check_in_page_ranges, page_ranges, slider_knobs
 from dynatree_core.policy.replay import ENVELOPE_N_MAX, committed_path, envelope_rule
 from dynatree_core.policy.sampling import SamplingConfig
-from dynatree_core.runtime.device_tree import Selection
-from dynatree_core.runtime.host_tree import host_tree
+from dynatree_core.runtime.tree.tree import Selection
+from dynatree_core.runtime.tree.to_host import host_tree
 
 
 class ReplayRecording:

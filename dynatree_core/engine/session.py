@@ -15,9 +15,9 @@ import torch
 from dynatree_core.drafters import DraftContext
 from dynatree_core.policy.config import GrowthRule
 from dynatree_core.runtime.backend import EagerTarget
-from dynatree_core.runtime.device_tree import DeviceTree
+from dynatree_core.runtime.tree.tree import DeviceTree
 from dynatree_core.runtime.host_syncs import HostSyncs, to_device
-from dynatree_core.runtime.host_tree import host_tree
+from dynatree_core.runtime.tree.to_host import host_tree
 from dynatree_core.drafters import make_drafter
 from dynatree_core.engine.loop import encode_prompt, tail_lookup
 from dynatree_core.pairs.pair import ModelPair

@@ -1,6 +1,6 @@
 """Check the loop's counted host syncs against what CUDA itself reports (GPU only).
 
-The engine counts every device -> host read it makes (:class:`~dynatree_core.runtime.device_tree.HostSyncs`).
+The engine counts every device -> host read it makes (:class:`~dynatree_core.runtime.tree.tree.HostSyncs`).
 A hidden synchronisation - a ``.item()``, a boolean-mask index, a pageable host -> device copy
 inside our code or the model's - would not be counted. PyTorch's sync debug mode warns on every
 synchronising CUDA call; this module runs decoding under it and sets, per iteration, the counted

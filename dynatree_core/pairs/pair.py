@@ -9,7 +9,7 @@ import torch
 
 from dynatree_core.pairs.choices import LOOKUP_DRAFT_NAME
 from dynatree_core.pairs.devices import check_dtype_on_device, resolve_device, resolve_dtype
-from dynatree_core.runtime.plumbing import model_device
+from dynatree_core.runtime.model.forwards import model_device
 
 #: attention implementations whose output with a 4D float additive tree mask is verified
 #: against sequential decoding by the test suite (flash-attention cannot take such masks)
@@ -165,18 +165,18 @@ class ModelPair:
     @property
     def linear_kernel(self) -> str:
         """What the target's linear layers run on: ``"onednn"`` (prepacked, see
-        :mod:`~dynatree_core.runtime.linear_kernels`) or ``"torch"``."""
-        from dynatree_core.runtime.linear_kernels import linear_kernel_of
+        :mod:`~dynatree_core.runtime.model.linear_kernels`) or ``"torch"``."""
+        from dynatree_core.runtime.model.linear_kernels import linear_kernel_of
 
         return linear_kernel_of(self.target)
 
     def use_linear_kernel(self, kernel: str = "auto") -> "ModelPair":
         """Put both models' linear layers on ``kernel`` (one of
-        :data:`~dynatree_core.runtime.linear_kernels.LINEAR_KERNELS`), in place; returns the pair.
+        :data:`~dynatree_core.runtime.model.linear_kernels.LINEAR_KERNELS`), in place; returns the pair.
         ``"auto"`` packs them for oneDNN on a CPU in float32 (a flatter, faster verify cost
         curve) and leaves them to torch elsewhere. Outputs stay exact: every method of the pair
         runs on the same kernels."""
-        from dynatree_core.runtime.linear_kernels import resolve_linear_kernel, set_linear_kernel
+        from dynatree_core.runtime.model.linear_kernels import resolve_linear_kernel, set_linear_kernel
 
         chosen = resolve_linear_kernel(kernel, self.device, self.dtype, is_dispatched(self.target))
         for m in (self.target, self.draft):
@@ -237,10 +237,10 @@ class ModelPair:
         decoding. ``device_map`` replaces ``device``: leave ``device`` at ``"auto"``. With no
         GPU, ``"auto"`` puts the whole target on the CPU.
 
-        ``linear_kernel`` (:data:`~dynatree_core.runtime.linear_kernels.LINEAR_KERNELS`): ``"auto"``
+        ``linear_kernel`` (:data:`~dynatree_core.runtime.model.linear_kernels.LINEAR_KERNELS`): ``"auto"``
         packs both models' linear layers for oneDNN on a CPU in float32 (:meth:`use_linear_kernel`)."""
         from dynatree_core.pairs.loading import check_model_source, load_hf_draft, load_hf_target
-        from dynatree_core.runtime.linear_kernels import resolve_linear_kernel
+        from dynatree_core.runtime.model.linear_kernels import resolve_linear_kernel
 
         if attn_implementation not in SUPPORTED_ATTENTION:
             raise ValueError(f"attn_implementation must be one of {SUPPORTED_ATTENTION}, got {attn_implementation!r}")
@@ -283,7 +283,7 @@ class ModelPair:
         (``draft`` must then name a feature drafter), e.g. a candidate to benchmark; it is checked
         against the target and its tokenizer's fingerprint like the shipped one."""
         from dynatree_core.pairs.choices import PAIR_DRAFTS
-        from dynatree_core.runtime.linear_kernels import resolve_linear_kernel
+        from dynatree_core.runtime.model.linear_kernels import resolve_linear_kernel
         from dynatree_core.pairs.default_pair import DEFAULT_TARGET_NAME, draft_name, load_default_pair, resolve_draft_kind
 
         from dynatree_core.pairs.loading import quiet_loading

@@ -41,7 +41,7 @@ class CostModel:
     target: str = ""
     draft: str = ""
     dtype: str = ""
-    #: the linear kernel the curve was measured on (:mod:`~dynatree_core.runtime.linear_kernels`)
+    #: the linear kernel the curve was measured on (:mod:`~dynatree_core.runtime.model.linear_kernels`)
     linear_kernel: str = ""
     #: the runtime whose target forwards the curve times (eager, or a fast path: static, compiled,
     #: graphs, where a tree is padded to its bucket)

@@ -152,7 +152,7 @@ class CostState:
     ``expected`` E = 1 + Σ v(u) over kept nodes (the 1 is the bonus token), ``draft_s`` the draft
     time of the levels so far, ``n`` the tokens the target will verify (root included); the
     iteration's rate is E / (draft_s + c(n)). The device tree does the same arithmetic in the
-    same order (``device_tree``), so both build identical trees.
+    same order (``runtime.tree``), so both build identical trees.
     """
 
     def __init__(self, rule: GrowthRule):

@@ -4,7 +4,7 @@
 ρ_stop, ρ_deep, τ, N_max) and the fields that give the other published policies (Sequoia's
 static shape, EAGLE-2's expand-top-k and rerank, the cost-aware rule, the prompt-lookup tail).
 :func:`dynatree_core.policy.growth.grow_tree` executes it (the reference) and
-:class:`dynatree_core.runtime.device_tree.DeviceTree` executes the same rule on tensors.
+:class:`dynatree_core.runtime.tree.tree.DeviceTree` executes the same rule on tensors.
 """
 
 from __future__ import annotations

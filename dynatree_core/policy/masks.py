@@ -1,6 +1,6 @@
 """Boolean visibility masks (torch-free): which cached and new tokens each new token may attend to.
 
-:mod:`dynatree_core.runtime.plumbing` turns them into the float additive masks models take; traces use
+:mod:`dynatree_core.runtime.model.forwards` turns them into the float additive masks models take; traces use
 them to rebuild a verification mask without torch (so viewers can draw it).
 """
 

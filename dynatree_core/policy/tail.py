@@ -1,6 +1,6 @@
 """The prompt-lookup tail, torch-free: copied spans below a drafted tree's most probable leaves
 (:attr:`~dynatree_core.policy.growth_rule.GrowthRule.lookup_tail`; the reference of
-:class:`~dynatree_core.runtime.device_tail.TailGrowth`).
+:class:`~dynatree_core.runtime.tree.tail.TailGrowth`).
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ class Metrics:
     forward_time_s: float = 0.0
     #: engine overhead per iteration (ms): (wall time - time inside model forwards) / iterations
     engine_overhead_ms: float | None = None
-    #: device -> host synchronisations in the decode loop (see :mod:`dynatree_core.runtime.device_tree`)
+    #: device -> host synchronisations in the decode loop (see :mod:`dynatree_core.runtime.tree.tree`)
     host_syncs: int = 0
     host_syncs_per_iteration: float | None = None
     #: max over iterations of host syncs - (draft levels + 1), a lookup tail's read counted as a

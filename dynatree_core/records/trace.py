@@ -51,7 +51,7 @@ class IterationRecord:
     timings: dict[str, float] = field(default_factory=dict)
     draft_forwards: int = 0
     target_forwards: int = 0
-    #: device -> host synchronisations this round (at most draft levels + 1, see ``device_tree``)
+    #: device -> host synchronisations this round (at most draft levels + 1, see ``runtime.tree``)
     host_syncs: int = 0
     #: the draft's top-k ``[tokens, log-probs]`` after each committed token the draft read before
     #: this round's root (the last round's accepted leaves it never expanded): with the trees'
@@ -156,7 +156,7 @@ class Trace:
     #: temperature, top_p, top_k, seed, verify); None: greedy decoding
     sampling: dict[str, Any] | None = None
     #: what ran the target's forwards when not eager (``"static"``, ``"compiled"``, ``"graphs"``;
-    #: :mod:`dynatree_core.runtime.fast_path`); None: eager
+    #: :mod:`dynatree_core.runtime.static.fast_path`); None: eager
     runtime: str | None = None
     #: a recording made for replay (``generate(..., trace="replay")``): ``ranges`` (each knob's
     #: page range the recording covers), ``d_max_cap`` (each iteration's D_max cap: the tokens still

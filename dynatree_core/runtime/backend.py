@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 import torch
 
-from dynatree_core.runtime import plumbing as pl
-from dynatree_core.runtime.fused import compiled, region
+from dynatree_core.runtime.model import forwards as pl
+from dynatree_core.runtime.static.regions import compiled, region
 from dynatree_core.runtime.host_syncs import to_device
-from dynatree_core.runtime.fast_path import FastPath, StaticInputs, bucket, check_owner, fast_path, forward_fn
-from dynatree_core.runtime.static_cache import StaticTargetCache
-from dynatree_core.runtime.static_draft import DraftStaticForwards, draft_fast_path
-from dynatree_core.runtime.target_cache import TargetCache
+from dynatree_core.runtime.static.fast_path import FastPath, StaticInputs, bucket, check_owner, fast_path, forward_fn
+from dynatree_core.runtime.cache.slots import StaticTargetCache
+from dynatree_core.runtime.static.draft_forwards import DraftStaticForwards, draft_fast_path
+from dynatree_core.runtime.cache.dynamic import TargetCache
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dynatree_core.runtime.device_tree import DeviceTree
+    from dynatree_core.runtime.tree.tree import DeviceTree
 
 
 class TargetBackend(Protocol):
@@ -218,7 +218,7 @@ def verify_inputs(x: StaticInputs, tokens: torch.Tensor, depths: torch.Tensor, a
 def target_backend(model: torch.nn.Module, runtime: str, length: int, max_tree: int, hidden: bool,
                    buckets: tuple[int, ...] | None = None, static_len: int | None = None) -> TargetBackend:
     """The target's forwards for a resolved ``runtime`` (see
-    :func:`~dynatree_core.runtime.fast_path.resolve_runtime`): eager, or the fast path kept for the
+    :func:`~dynatree_core.runtime.static.fast_path.resolve_runtime`): eager, or the fast path kept for the
     target that holds ``length`` tokens plus a tree of ``max_tree`` nodes, every bucket's forward
     built (captured, compiled) now, before the run is timed; ``hidden``: with the final hidden
     states (a feature draft reads them)."""

@@ -4,7 +4,7 @@ Every device -> host read goes through :meth:`HostSyncs.fetch`, which packs its 
 buffer and counts the transfer (on a CPU, where there is nothing to transfer, it reads the arrays
 where they are); host -> device copies go through :func:`to_device`, which never waits for the
 device (pinned memory, ``non_blocking``). The engine reports the count per iteration (at most one
-per draft level plus one per verification, see :mod:`dynatree_core.runtime.device_tree`), and
+per draft level plus one per verification, see :mod:`dynatree_core.runtime.tree.tree`), and
 ``tests/test_device_tree.py``'s sync lint checks that nothing else reads the device.
 """
 

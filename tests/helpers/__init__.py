@@ -18,9 +18,9 @@ from dynatree_core.drafters import Proposal
 from dynatree_core.pairs.tiny import noisy_copy, tiny_model
 from dynatree_core.pairs.pair import ModelPair
 from dynatree_core.policy.tree import DraftTree
-from dynatree_core.runtime.device_tree import DeviceTree
+from dynatree_core.runtime.tree.tree import DeviceTree
 from dynatree_core.runtime.host_syncs import HostSyncs
-from dynatree_core.runtime.host_tree import host_tree
+from dynatree_core.runtime.tree.to_host import host_tree
 
 #: where the tiny models and reference tensors live (``DYNATREE_TEST_DEVICE``, default cpu)
 DEVICE = torch.device(os.environ.get("DYNATREE_TEST_DEVICE", "cpu") or "cpu")
@@ -34,7 +34,7 @@ def _cpu_target(arch: str, attn: str) -> torch.nn.Module:
 @functools.lru_cache(maxsize=None)
 def cached_target(arch: str, attn: str, kernel: str = "torch") -> torch.nn.Module:
     """The tiny target; ``kernel="onednn"``: a copy with its linear layers packed for oneDNN
-    (:mod:`dynatree_core.runtime.linear_kernels`), a model of its own to decode exactly like."""
+    (:mod:`dynatree_core.runtime.model.linear_kernels`), a model of its own to decode exactly like."""
     model = _cpu_target(arch, attn)
     if kernel != "torch":
         model = set_kernel(copy.deepcopy(model), kernel)
@@ -42,7 +42,7 @@ def cached_target(arch: str, attn: str, kernel: str = "torch") -> torch.nn.Modul
 
 
 def set_kernel(model: torch.nn.Module, kernel: str) -> torch.nn.Module:
-    from dynatree_core.runtime.linear_kernels import set_linear_kernel
+    from dynatree_core.runtime.model.linear_kernels import set_linear_kernel
 
     set_linear_kernel(model, kernel)
     return model

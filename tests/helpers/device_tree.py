@@ -7,7 +7,7 @@ import torch
 from hypothesis import strategies as st
 from dynatree_core.policy.config import GrowthRule
 from dynatree_core.drafters import Proposal
-from dynatree_core.runtime.device_tree import DeviceTree
+from dynatree_core.runtime.tree.tree import DeviceTree
 from dynatree_core.policy.tree import DraftTree
 
 

@@ -17,7 +17,7 @@ def measure_bandwidth(device: Any, mib: int = 512) -> float | None:
     """Bytes per second of one device-to-device copy of ``mib`` MiB (read + write counted)."""
     import torch
 
-    from dynatree_core.runtime import plumbing as pl
+    from dynatree_core.runtime.model import forwards as pl
 
     if torch.device(device).type != "cuda":
         return None

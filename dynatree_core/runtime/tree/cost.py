@@ -1,6 +1,6 @@
 """Cost-aware growth on the device: the levels and the final fill priced by the verify-cost curve.
 
-A mixin of :class:`~dynatree_core.runtime.device_tree.DeviceTree` (it reads the tree's buffers):
+A mixin of :class:`~dynatree_core.runtime.tree.tree.DeviceTree` (it reads the tree's buffers):
 the device twin of :class:`~dynatree_core.policy.growth.CostState`, with the same additions in the
 same order, so both trees agree to the bit (``tests/test_device_tree.py``).
 """
@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from dynatree_core.runtime.device_tables import BEYOND_B, CODE, KEPT, PRUNED_COST, PRUNED_TAU
+from dynatree_core.runtime.tree.codes import BEYOND_B, CODE, KEPT, PRUNED_COST, PRUNED_TAU
 from dynatree_core.runtime.host_syncs import to_device
 
 

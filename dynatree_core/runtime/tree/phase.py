@@ -5,7 +5,7 @@ A draft level on a launch-bound GPU costs the calls the host makes, not the FLOP
 is a host -> device copy, three compiled regions and a replayed forward with eager ops between them; run
 whole, it is one function of static buffers and device scalars (:func:`whole_level`), which
 ``compiled`` and ``graphs`` compile with ``fullgraph=True`` (one graph per bucket and shape, each in a
-code object of its own: :class:`~dynatree_core.runtime.fused.Region`) and ``static`` runs as written,
+code object of its own: :class:`~dynatree_core.runtime.static.regions.Region`) and ``static`` runs as written,
 op for op (what the CPU's tests and ``scripts/count_ops.py`` read). :class:`DraftPhase` is made once
 per run; the whole-level graphs are kept with the draft's fast path, so a later run of the same shapes
 compiles nothing.
@@ -22,12 +22,12 @@ from typing import Callable
 
 import torch
 
-from dynatree_core.runtime import plumbing as pl
-from dynatree_core.runtime.compile_cache import compile_backend, compile_scope
-from dynatree_core.runtime.fused import COMPILING, Region, compiled, region
-from dynatree_core.runtime.level_step import Level, StepRule, TreeBuffers, resident_step
+from dynatree_core.runtime.model import forwards as pl
+from dynatree_core.runtime.static.compile_cache import compile_backend, compile_scope
+from dynatree_core.runtime.static.regions import COMPILING, Region, compiled, region
+from dynatree_core.runtime.tree.level_step import Level, StepRule, TreeBuffers, resident_step
 from dynatree_core.runtime.ngram import TopKTensors
-from dynatree_core.runtime.static_draft import DraftStaticForwards, level_inputs
+from dynatree_core.runtime.static.draft_forwards import DraftStaticForwards, level_inputs
 
 
 @dataclass
@@ -120,9 +120,9 @@ class DraftPhase:
 def whole_level(forward: Callable[[], tuple[torch.Tensor, torch.Tensor | None]], head: Callable[..., TopKTensors]
                 ) -> Callable[..., tuple[Level, torch.Tensor, torch.Tensor]]:
     """One draft level as one function over a bucket's static buffers: its inputs
-    (:func:`~dynatree_core.runtime.static_draft.level_inputs`), the draft's ``forward`` over them
+    (:func:`~dynatree_core.runtime.static.draft_forwards.level_inputs`), the draft's ``forward`` over them
     (its KV entries written at the level's slots), ``head`` on the q real rows, and
-    :func:`~dynatree_core.runtime.level_step.resident_step`. No host read and no shape that depends
+    :func:`~dynatree_core.runtime.tree.level_step.resident_step`. No host read and no shape that depends
     on data: it traces with ``fullgraph=True``."""
 
     def one_level(x, tokens, depths, parents, ancestors, alive, slot, ids, feats, after, ar, slots, head_args, k,

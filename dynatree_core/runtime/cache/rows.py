@@ -31,8 +31,9 @@ from typing import Any, Protocol, Sequence
 import torch
 from transformers import DynamicCache
 
-from dynatree_core.runtime import plumbing as pl
-from dynatree_core.runtime.compat import cache_kwargs
+from dynatree_core.runtime.cache.dynamic import crop as crop_cache
+from dynatree_core.runtime.model import forwards as pl
+from dynatree_core.runtime.model.compat import cache_kwargs
 from dynatree_core.runtime.host_syncs import to_device
 
 #: dead entries in one row that trigger a compaction (a gather per layer, every row at once)
@@ -63,7 +64,7 @@ class ModelKV:
         return self.cache.layers
 
     def crop(self, length: int) -> None:
-        pl.crop(self.cache, length)
+        crop_cache(self.cache, length)
 
     def run(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, hidden: bool,
             feats: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:

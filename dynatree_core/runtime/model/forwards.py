@@ -1,5 +1,5 @@
 """Model plumbing: attention masks, position ids and forwards (no tree policy here); the KV-cache
-surgery of :mod:`dynatree_core.runtime.target_cache` is re-exported.
+surgery (``cache_length``, ``crop``, ``keep_selected``) is :mod:`dynatree_core.runtime.cache.dynamic`'s.
 
 Everything the engine feeds a model goes through these helpers:
 
@@ -22,11 +22,9 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from dynatree_core.runtime.compat import cache_kwargs
+from dynatree_core.runtime.model.compat import cache_kwargs
 from dynatree_core.runtime.host_syncs import to_device
-from dynatree_core.policy.masks import causal_visibility, with_prefix  # noqa: F401 (part of the plumbing API)
-# the per-layer cache surgery lives with the target cache that builds on it (part of the plumbing API)
-from dynatree_core.runtime.target_cache import cache_length, crop, keep_selected  # noqa: F401
+from dynatree_core.policy.masks import causal_visibility, with_prefix  # noqa: F401 (part of this module's API)
 
 
 def additive_mask(allowed: np.ndarray | torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -192,7 +190,7 @@ def run_with_hidden(model: torch.nn.Module, inputs: dict, logits: bool = True
 
 @dataclass
 class DeviceVerified:
-    """One verification forward over ``[root] + tree`` of a :class:`~dynatree_core.runtime.device_tree.DeviceTree`
+    """One verification forward over ``[root] + tree`` of a :class:`~dynatree_core.runtime.tree.tree.DeviceTree`
     (a target backend's ``verify``), still on the device: nothing here has been read back to the host."""
 
     logits: torch.Tensor  # [n, vocab]
@@ -219,7 +217,7 @@ def prefill(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache
 def _inputs(model: torch.nn.Module, input_ids: torch.Tensor, cache: DynamicCache,
             allowed: Index | None, position_ids: Index | None) -> dict:
     q = input_ids.shape[1]
-    past = cache_length(cache)
+    past = cache.get_seq_length()
     device = input_ids.device
     if allowed is None:
         allowed = causal_allowed(q, past, device)

@@ -7,8 +7,8 @@ the forward: the forward itself has static shapes and addresses, what graph capt
 ``torch.compile`` need) and attends over all ``capacity`` slots under the caller's mask.
 
 :class:`StaticTargetCache` keeps the target's committed entries in such a cache with the
-bookkeeping the eager :class:`~dynatree_core.runtime.target_cache.TargetCache` uses
-(:class:`~dynatree_core.runtime.entry_book.EntryBook`): a verified tree writes its
+bookkeeping the eager :class:`~dynatree_core.runtime.cache.dynamic.TargetCache` uses
+(:class:`~dynatree_core.runtime.cache.entry_book.EntryBook`): a verified tree writes its
 nodes at the next free slots; the root and the accepted path are committed where they are, the
 rejected entries between them stay dead (masked), the rejected suffix is simply written over by the
 next forward, and once the free room runs out the live entries are gathered to the front in place
@@ -25,7 +25,7 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from dynatree_core.runtime.host_syncs import to_device
-from dynatree_core.runtime.entry_book import EntryBook
+from dynatree_core.runtime.cache.entry_book import EntryBook
 
 
 class SlotLayer(CacheLayerMixin):
@@ -108,7 +108,7 @@ class SlotCache(Cache):
 
 class StaticTargetCache:
     """The target's committed entries in a :class:`SlotCache`: the interface of
-    :class:`~dynatree_core.runtime.target_cache.TargetCache` (``committed``, ``physical``,
+    :class:`~dynatree_core.runtime.cache.dynamic.TargetCache` (``committed``, ``physical``,
     ``commit_written``, ``keep``, ``drop_written``, ``compact``) over static buffers.
 
     ``physical`` is the first free slot: every slot below it is committed or dead, and a forward

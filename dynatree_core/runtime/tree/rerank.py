@@ -1,6 +1,6 @@
 """EAGLE-2's rerank on the device: keep the most probable drafted nodes, compacting every array.
 
-A mixin of :class:`~dynatree_core.runtime.device_tree.DeviceTree`; the torch-free reference is
+A mixin of :class:`~dynatree_core.runtime.tree.tree.DeviceTree`; the torch-free reference is
 :func:`~dynatree_core.policy.growth.rerank_tree`.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from dynatree_core.runtime.device_tables import CODE, PRUNED_BATCH, PRUNED_RERANK
+from dynatree_core.runtime.tree.codes import CODE, PRUNED_BATCH, PRUNED_RERANK
 
 
 class Rerank:

@@ -4,8 +4,8 @@ A verify forward writes one entry per tree node; only the root and the accepted 
 committed. The rejected entries between accepted ones stay where they are (*dead*: every later
 forward's mask hides them), those after the last accepted one are freed. :class:`EntryBook` keeps
 one flag per resolved physical entry on the host; the eager
-:class:`~dynatree_core.runtime.target_cache.TargetCache` and the fast path's
-:class:`~dynatree_core.runtime.static_cache.StaticTargetCache` differ only in storage.
+:class:`~dynatree_core.runtime.cache.dynamic.TargetCache` and the fast path's
+:class:`~dynatree_core.runtime.cache.slots.StaticTargetCache` differ only in storage.
 """
 
 from __future__ import annotations

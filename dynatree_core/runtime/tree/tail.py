@@ -1,6 +1,6 @@
 """The prompt-lookup tail on the device: copied spans below the drafted tree's most probable leaves.
 
-A mixin of :class:`~dynatree_core.runtime.device_tree.DeviceTree`; the torch-free reference is
+A mixin of :class:`~dynatree_core.runtime.tree.tree.DeviceTree`; the torch-free reference is
 :func:`~dynatree_core.policy.tail.add_tail`. The spans come from :func:`~dynatree_core.runtime.ngram.lookup_spans`
 over the committed tokens, which the caller passes on the device (the lookup drafter keeps them).
 """
@@ -16,7 +16,7 @@ import torch
 
 from dynatree_core.policy.lookup import PromptLookup
 from dynatree_core.policy.tree import LOOKUP_TAIL, TAIL_MIN_NGRAM
-from dynatree_core.runtime.device_tables import CODE
+from dynatree_core.runtime.tree.codes import CODE
 from dynatree_core.runtime.host_syncs import HostSyncs, to_device
 from dynatree_core.runtime.ngram import lookup_spans
 

@@ -27,8 +27,8 @@ from typing import Callable
 import torch
 
 from dynatree_core.policy.growth_rule import GrowthRule
-from dynatree_core.runtime.device_tables import CODE, breadth_table
-from dynatree_core.runtime.fused import region
+from dynatree_core.runtime.tree.codes import CODE, breadth_table
+from dynatree_core.runtime.static.regions import region
 from dynatree_core.runtime.host_syncs import to_device
 
 #: the rule's numbers a level reads, in the order of :meth:`StepRule.values` (one host -> device
@@ -90,7 +90,7 @@ class StepRule:
 @dataclass
 class TreeBuffers:
     """The device tree's node arrays, as the level step writes them (views of
-    :class:`~dynatree_core.runtime.device_tree.DeviceTree`'s buffers; row ``scratch`` is the spare slot)."""
+    :class:`~dynatree_core.runtime.tree.tree.DeviceTree`'s buffers; row ``scratch`` is the spare slot)."""
 
     ints: torch.Tensor  # [4, cap + 1]: tokens, parents, depths, branching
     floats: torch.Tensor  # [2, cap + 1] float64: logps, cum_logps
@@ -131,7 +131,7 @@ def resident_step(t: "TreeBuffers", r: "StepRule", ids: torch.Tensor, valid: tor
                   ) -> tuple["Level", torch.Tensor, torch.Tensor]:
     """:func:`level_step` on a device-resident tree, with its counters kept on the device in the same
     region: ``calls`` (levels that expanded a node) and ``overflow`` (a next frontier wider than
-    ``width``: never, by :func:`~dynatree_core.runtime.device_tree.resident_shape`'s bound; checked)."""
+    ``width``: never, by :func:`~dynatree_core.runtime.tree.tree.resident_shape`'s bound; checked)."""
     lv = level_step(t, r, ids, valid, top_ids, top_lps, conf, depth, n, budget, width)
     return lv, calls + valid.any().long(), overflow | (lv.expand > width)
 

@@ -12,8 +12,8 @@ import math
 import numpy as np
 
 from dynatree_core.policy.tree import STOP_REASONS, DraftTree, PrunedCandidate
-from dynatree_core.runtime.device_tables import (PRUNE_REASON, PRUNED_BATCH, PRUNED_COST, PRUNED_NMAX, PRUNED_RERANK,
-                                                 PRUNED_TAU)
+from dynatree_core.runtime.tree.codes import (PRUNE_REASON, PRUNED_BATCH, PRUNED_COST, PRUNED_NMAX, PRUNED_RERANK,
+                                              PRUNED_TAU)
 
 
 def unpack(a: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

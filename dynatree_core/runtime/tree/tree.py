@@ -6,8 +6,8 @@ with the breadth, depth gate, τ pruning, N_max budget and tie-breaking of the t
 node), one batched ``propose`` per level (:class:`Proposer`), and waits for the device only where a
 size depends on data: one host sync per level (none when :attr:`GrowthRule.static_counts`) and one
 per verification (:meth:`DeviceTree.select`, the tree fetched with the target's choices). The
-cost-aware fill, EAGLE-2's rerank and the lookup tail are mixins (``device_cost``, ``device_rerank``,
-``device_tail``).
+cost-aware fill, EAGLE-2's rerank and the lookup tail are mixins (``cost``, ``rerank``,
+``tail``).
 """
 
 
@@ -22,16 +22,16 @@ import torch
 
 from dynatree_core.policy.growth_rule import GrowthRule
 from dynatree_core.policy.growth import CostState
-from dynatree_core.runtime.device_cost import CostAwareGrowth
-from dynatree_core.runtime.device_rerank import Rerank
-from dynatree_core.runtime.device_tables import CODE, arange_on, stop_tables, true_on
-from dynatree_core.runtime.device_tail import TailGrowth
+from dynatree_core.runtime.tree.cost import CostAwareGrowth
+from dynatree_core.runtime.tree.rerank import Rerank
+from dynatree_core.runtime.tree.codes import CODE, arange_on, stop_tables, true_on
+from dynatree_core.runtime.tree.tail import TailGrowth
 from dynatree_core.runtime.host_syncs import HostSyncs, Peek, read_counts, to_device
-from dynatree_core.runtime.host_tree import unpack
-from dynatree_core.runtime.level_step import CostHooks, Level, StepRule, TreeBuffers, level_step, resident_step
+from dynatree_core.runtime.tree.to_host import unpack
+from dynatree_core.runtime.tree.level_step import CostHooks, Level, StepRule, TreeBuffers, level_step, resident_step
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dynatree_core.runtime.draft_phase import DraftPhase, LentLevel
+    from dynatree_core.runtime.tree.phase import DraftPhase, LentLevel
 
 
 def resident_shape(rule: GrowthRule, top_k: int) -> tuple[int, int, int]:

@@ -3,7 +3,7 @@
 A draft level on a launch-bound GPU costs the ops it issues from Python, not its FLOPs. So each
 piece of a level around the draft's forward is written as one function of static buffers and
 device scalars (no host read, no data-dependent shape, no Python branch on a tensor): the
-forward's inputs (``static_draft.level_inputs``), the head's top-k, prompt lookup with the
+forward's inputs (``draft_forwards.level_inputs``), the head's top-k, prompt lookup with the
 mixture, and the growth rule's step (``level_step``). :func:`region` marks such a function;
 :func:`compiled` gives it as a runtime runs it: compiled whole (``torch.compile(fullgraph=True)``:
 a few fused kernels) on ``compiled`` and ``graphs``, as written elsewhere (``static`` runs the very
@@ -13,7 +13,7 @@ One graph per code object. Dynamo keeps at most ``recompile_limit`` (8) graphs p
 under ``fullgraph=True``, the next one is a hard error; a region's graph depends on its arguments'
 shapes and on the policy's static fields, which differ between methods, buckets and cache sizes. So
 :class:`Region` keys every call by its arguments' :func:`signature` and gives each key a code object
-of its own (:func:`~dynatree_core.runtime.compile_cache.own_code`): any number of methods, buckets
+of its own (:func:`~dynatree_core.runtime.static.compile_cache.own_code`): any number of methods, buckets
 and capacities in one process, each compiled once, none evicting another.
 """
 
@@ -27,7 +27,7 @@ from typing import Any, Callable, ContextManager, Hashable, TypeVar
 
 import torch
 
-from dynatree_core.runtime.compile_cache import compile_backend, own_code
+from dynatree_core.runtime.static.compile_cache import compile_backend, own_code
 
 F = TypeVar("F", bound=Callable)
 

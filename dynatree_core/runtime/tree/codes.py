@@ -3,7 +3,7 @@
 Stop reasons are stored on the device as codes (their index in
 :data:`~dynatree_core.policy.tree.STOP_REASONS`; 0 = "expanded") and every draft candidate of an
 expanded node carries a status (kept, beyond B(u), or pruned and why), from which the trace's list
-of pruned candidates is rebuilt on the host (:mod:`dynatree_core.runtime.host_tree`). The tables are
+of pruned candidates is rebuilt on the host (:mod:`dynatree_core.runtime.tree.to_host`). The tables are
 made once per device and cached.
 """
 
@@ -42,8 +42,8 @@ def true_on(device: torch.device) -> torch.Tensor:
 @functools.lru_cache(maxsize=64)
 def breadth_table(device: torch.device, b_min: int, b_mid: int, b_max: int, k: int) -> torch.Tensor:
     """B(u) by the confidence's bucket (c < τ_ℓ, τ_ℓ <= c < τ_h, c >= τ_h): b_max, b_mid, b_min (at most k).
-    The thresholds themselves travel with the run's parameters (:class:`~dynatree_core.runtime.level_step.StepRule`):
-    the history adapter moves τ_h every iteration."""
+    The thresholds themselves travel with the run's parameters
+    (:class:`~dynatree_core.runtime.tree.level_step.StepRule`): the history adapter moves τ_h every iteration."""
     with torch.inference_mode(False):
         return to_device([min(b, k) for b in (b_max, b_mid, b_min)], device)
 

@@ -2,7 +2,7 @@
 
 On a GPU host where every op costs its launch, a target forward of a small model costs the ~2,000
 ops it dispatches, not the FLOPs (docs/gpu.md). The fast path removes that overhead the way
-serving engines do: the target's KV cache is a :class:`~dynatree_core.runtime.static_cache.SlotCache`
+serving engines do: the target's KV cache is a :class:`~dynatree_core.runtime.cache.slots.SlotCache`
 (preallocated, written in place at explicit slots), every verify forward is padded to the next
 *bucket* size with masked dummy nodes, so its shapes and addresses are static, and each (bucket,
 hidden or not) forward is captured once and replayed:
@@ -12,7 +12,7 @@ hidden or not) forward is captured once and replayed:
 * ``runtime="compiled"``: ``torch.compile`` per bucket (inductor, static shapes; CPU or GPU);
 * ``runtime="static"``: the same caches, buckets and padding run eagerly (what the CPU tests
   check the other two against; the graphs runtime's bookkeeping without a GPU);
-* ``runtime="eager"``: the dynamic caches of :mod:`dynatree_core.runtime.target_cache`, no padding
+* ``runtime="eager"``: the dynamic caches of :mod:`dynatree_core.runtime.cache.dynamic`, no padding
   (:class:`~dynatree_core.runtime.backend.EagerTarget`; :class:`~dynatree_core.runtime.backend.StaticTarget`
   runs the decode loop's forwards on a :class:`FastPath`).
 
@@ -33,10 +33,10 @@ from typing import Any, Callable
 
 import torch
 
-from dynatree_core.runtime import plumbing as pl
-from dynatree_core.runtime.compat import cache_kwargs
-from dynatree_core.runtime.compile_cache import compile_forward
-from dynatree_core.runtime.static_cache import SlotCache, StaticTargetCache
+from dynatree_core.runtime.model import forwards as pl
+from dynatree_core.runtime.model.compat import cache_kwargs
+from dynatree_core.runtime.static.compile_cache import compile_forward
+from dynatree_core.runtime.cache.slots import SlotCache, StaticTargetCache
 
 #: the runtimes a decode can run on ("auto": graphs on CUDA, eager elsewhere)
 RUNTIMES: tuple[str, ...] = ("auto", "eager", "static", "compiled", "graphs")
@@ -112,7 +112,7 @@ class FastPath:
     #: the run that holds the path now: its static cache serves one decode at a time
     owner: object = None
     #: a draft's whole-level functions by (head, bucket, runtime, compiled or not), kept with its
-    #: buffers (:class:`~dynatree_core.runtime.draft_phase.DraftPhase`: compiled once per process and shape)
+    #: buffers (:class:`~dynatree_core.runtime.tree.phase.DraftPhase`: compiled once per process and shape)
     levels: dict[tuple[str, int, str, bool], Callable] = field(default_factory=dict)
     _pool: Any = None
 

@@ -12,7 +12,7 @@ target, ~1.7 ms on the launch-bound H100 host of docs/gpu/2026-11-27-h100. Inste
   compacts the cache (amortised over many iterations).
 
 The per-layer cache surgery both use (:func:`cache_length`, :func:`crop`, :func:`keep_selected`)
-is here too; :mod:`dynatree_core.runtime.plumbing` re-exports it.
+is here too; :mod:`dynatree_core.runtime.model.forwards` re-exports it.
 
 Positions are *logical*: a new token's position is the number of committed entries before it
 (:attr:`TargetCache.committed`), never its physical index. Keys were rotated at their logical
@@ -28,7 +28,7 @@ from typing import Sequence
 import torch
 from transformers import DynamicCache
 
-from dynatree_core.runtime.entry_book import EntryBook
+from dynatree_core.runtime.cache.entry_book import EntryBook
 from dynatree_core.runtime.host_syncs import to_device
 
 #: dead entries that trigger a compaction (a gather per layer). On a GPU the dead entries' extra

@@ -2,12 +2,12 @@
 
 The draft writes a causal chain at level 0 (the committed tokens it has not read, the root last)
 and one tree level per forward after that. On the fast path its cache is a
-:class:`~dynatree_core.runtime.static_cache.SlotCache` and which slots hold committed entries is a
+:class:`~dynatree_core.runtime.cache.slots.SlotCache` and which slots hold committed entries is a
 bool vector *on the device* (:class:`DeviceSlotBook`): the accepted nodes' entries are committed
 where they were written (one ``index_fill_``, no host read, no gather), rejected ones stay dead
 and masked, and once the free room runs out the live entries are gathered to the front (rare;
 one host read then). Each level's forward is padded to its bucket and replayed like the target's
-(:class:`~dynatree_core.runtime.fast_path.FastPath`); its mask lets a node see the committed
+(:class:`~dynatree_core.runtime.static.fast_path.FastPath`); its mask lets a node see the committed
 entries, its fed ancestors and itself (a dummy row sees only itself).
 """
 
@@ -18,12 +18,12 @@ from typing import Sequence
 
 import torch
 
-from dynatree_core.runtime import plumbing as pl
-from dynatree_core.runtime.fast_path import (FastPath, StaticInputs, bucket, buckets_for, check_owner, keep_or_make,
-                                             static_inputs)
-from dynatree_core.runtime.fused import compiled, region
+from dynatree_core.runtime.model import forwards as pl
+from dynatree_core.runtime.static.fast_path import (FastPath, StaticInputs, bucket, buckets_for, check_owner,
+                                                    keep_or_make, static_inputs)
+from dynatree_core.runtime.static.regions import compiled, region
 from dynatree_core.runtime.host_syncs import to_device
-from dynatree_core.runtime.static_cache import SlotCache
+from dynatree_core.runtime.cache.slots import SlotCache
 
 
 class DeviceSlotBook:
