@@ -42,13 +42,13 @@ import dynatree_viz as dv
 from dynatree_core import DynaTreeConfig, generate, iterate
 
 # %% [markdown]
-# A batch drafts with the independent draft model (one forward per level for all rows) or prompt lookup;
-# the feature draft the default pair uses alone does not batch yet (it reads the target's hidden states
-# row by row), so this notebook loads the default pair with its **independent 2-layer draft** (notebook 01
-# says what the target and the drafts are).
+# A batch drafts with the pair's draft for every row at once: here the default pair's **feature draft**
+# with prompt lookup mixed in (notebook 01 says what the target and the drafts are). Each draft level runs
+# as one forward for all rows, and the draft reads the target's hidden states from the batch's own
+# forwards, row by row.
 
 # %% tags=["nbval-ignore-output"]
-pair = dv.setup_notebook(PAIR, **({"draft": "model"} if PAIR == "default" else {}))
+pair = dv.setup_notebook(PAIR)
 
 # %% [markdown]
 # ## 1 · Four prompts, one loop
@@ -134,16 +134,18 @@ tokens = 32
 order = [1, 2, 0, 3]  # the passage first: B = 1 decodes it alone
 batch_prompts = [prompts[i] for i in order]
 speed = {name: [0.0] * len(sizes) for name, _, _ in methods}
-same, ar_tokens = True, {}
-for b in sizes:  # untimed: warm the kernels, measure c(B, W) for the budget (cached)
-    generate(pair, batch_prompts[:b], "dynatree", config, max_new_tokens=4, ignore_eos=True, budget=True)
+same, ar_tokens, budgets = True, {}, {}
+for b in sizes:  # untimed: warm the kernels, measure c(B, W) (cached) and each B's budget's first rates
+    warm = iterate(pair, batch_prompts[:b], "dynatree", config, max_new_tokens=8, ignore_eos=True, budget=True)
+    warm.finish()
+    budgets[b] = warm.budget  # passed on from run to run: it keeps what it measured
 for rounds in range(2):  # interleaved rounds; each cell keeps its best (a burst of load elsewhere only slows)
     for j, b in enumerate(sizes):
         ref = None
         for name, method, budget in methods:
             t0 = time.perf_counter()
             got = generate(pair, batch_prompts[:b], method, config if method != "ar" else None,
-                           max_new_tokens=tokens, ignore_eos=True, budget=budget)
+                           max_new_tokens=tokens, ignore_eos=True, budget=budgets[b] if budget else None)
             speed[name][j] = max(speed[name][j], b * tokens / (time.perf_counter() - t0))
             ref = ref or [r.tokens for r in got]
             same = same and [r.tokens for r in got] == ref
@@ -175,11 +177,11 @@ display(Markdown(
     f"{speed['AR'][0]:.1f} to {speed['AR'][-1]:.1f} tokens/s by batching alone, and the trees "
     f"{'no longer pay for their verify and draft levels' if dt[-1] < 1 else 'still pay, by less'}. With the "
     f"shared budget DynaTree is {', '.join(f'{x:.2f}×' for x in bu)} batched AR at B = "
-    f"{', '.join(map(str, sizes))}"
-    + (". In a run this short the budget still pays for what it learns (each run starts afresh: a first drafting "
-       "iteration, then an AR step to measure the other side, then probes)" if min(bu) < 1 else "")
-    + ". One run on a shared machine: a few percent either way is noise (docs/bench/2026-12-06-batch repeats "
-    "it with 64 tokens per row, B up to 16)."))
+    f"{', '.join(map(str, sizes))}. Each B's budget keeps what it measured from the warm-up on (one run's "
+    "`run.budget` passed to the next), so where AR steps are faster it sits speculation out and only probes it "
+    "now and then" + (", and each probe where speculation loses costs a slow iteration" if min(bu) < 1 else "")
+    + ". One run on a shared machine: a few percent either way is noise (docs/bench/2026-12-07-batch-feature "
+    "repeats it with 64 tokens per row, B up to 16)."))
 
 # %% [markdown]
 # ## 4 · What the shared budget chose
@@ -213,7 +215,7 @@ display(Markdown(
 # %% [markdown]
 # ## What to try next
 #
-# * `dynatree bench --batch-size 1,2,4,8 --drafter model --dataset prompts,wikitext2` measures the curve
+# * `dynatree bench --batch-size 1,2,4,8 --dataset prompts,wikitext2` measures the curve
 #   with repeats, every row checked against batched AR (docs/engine.md, "Several prompts at once").
 # * Give the rows different seeds under sampling: `generate(pair, prompts, "dynatree", temperature=0.7,
 #   seed=[0, 1, 2, 3])`: each row is seeded AR with its own seed.

@@ -313,18 +313,49 @@ def test_the_budget_picks_the_width_of_the_best_rate_and_ar_when_verifying_costs
     assert mid.choose([[0.9, 0.5, 0.1], [0.8]], levels=0).width == 3
 
 
-def test_measured_rates_decide_whether_to_draft():
+def _decisions(b: BatchBudget, rows: int, n: int, rates: dict[bool, float]) -> list[bool]:
+    """n iterations of a budget at ``rows`` rows where drafting / AR iterations commit at ``rates``
+    tokens per second (each iteration commits ``rows`` tokens): whether each one drafted."""
+    out = []
+    for _ in range(n):
+        d = b.drafts(rows)
+        out.append(d)
+        b.observe_time(rows, d, rows, rows / rates[d])
+    return out
+
+
+def test_measured_rates_decide_whether_to_draft_after_enough_of_each():
+    from dynatree_core.policy.batch_budget import MIN_SAMPLES
+
+    # drafting slower than AR: explore (a drafting iteration, then an AR step) until each side has its
+    # samples, then sit out and probe once after 1, 2, 4, ... iterations
+    slow = _decisions(BatchBudget(_cost(0.0)), 3, 2 * MIN_SAMPLES + 16, {True: 9.0, False: 15.0})
+    assert slow[:2 * MIN_SAMPLES] == [True, False] * MIN_SAMPLES
+    probes = [i for i, d in enumerate(slow) if d and i >= 2 * MIN_SAMPLES]
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert probes and gaps == sorted(gaps) and gaps[0] >= 2  # the back-off grows between probes
+    # drafting faster: after the exploration it always drafts
+    fast = _decisions(BatchBudget(_cost(0.0)), 3, 2 * MIN_SAMPLES + 8, {True: 20.0, False: 15.0})
+    assert all(fast[2 * MIN_SAMPLES:])
+
+
+def test_a_probe_that_finds_speculation_faster_brings_it_back():
+    """Rates change (another part of a text, other rows): after the back-off a probe measures
+    speculation again, and once its sums beat AR's the batch drafts again. A budget that compares
+    the same stale sums at every back-off's end never probes, and never comes back."""
     b = BatchBudget(_cost(0.0))
-    b.observe_time(3, True, 9, 1.0)  # drafting: 9 tok/s
-    assert not b.drafts(3)  # AR at B = 3 is not measured yet: one AR step measures it
-    b.observe_time(3, False, 3, 0.2)  # AR: 15 tok/s
-    assert not b.drafts(3)
-    b.observe_time(3, False, 3, 0.2)
-    b.skip = 0
-    assert b.rate(3, False) > b.rate(3, True) and not b.drafts(3)
-    b.skip = 0
-    b.observe_time(3, True, 30, 1.0)  # drafting is now 19.5 tok/s over its two iterations
-    assert b.drafts(3)
+    _decisions(b, 2, 16, {True: 5.0, False: 15.0})
+    later = _decisions(b, 2, 60, {True: 60.0, False: 15.0})
+    assert later[-10:] == [True] * 10
+
+    class Stale(BatchBudget):  # the wrong variant: a back-off's end re-reads the same sums
+        def drafts(self, rows):
+            self._probe = False
+            return super().drafts(rows)
+
+    stale = Stale(_cost(0.0))
+    _decisions(stale, 2, 16, {True: 5.0, False: 15.0})
+    assert not any(_decisions(stale, 2, 60, {True: 60.0, False: 15.0}))
 
 
 class _Scripted(BatchBudget):
@@ -422,3 +453,15 @@ def test_under_the_budget_the_draft_reads_the_prompts_before_the_first_iteration
     assert len(widths) == run.draft_forwards == 1 + sum(i.draft_forwards for i in its)
     assert widths[0] == 30 - 1  # the prefill: every prompt token but the root (the longest row; others padded)
     assert widths[1] == 1  # the first level 0 reads the root alone
+
+
+def test_one_unlucky_iteration_moves_s_but_does_not_zero_it():
+    from dynatree_core.policy.batch_budget import SCALE_PRIOR
+
+    b = BatchBudget(_cost(0.0))
+    b.observe(predicted=3.0, accepted=0)  # the first drafted tree: nothing accepted
+    assert b.scale == pytest.approx(SCALE_PRIOR / (3.0 + SCALE_PRIOR)) and 0.05 < b.scale < 1
+    assert b.choose([[0.9, 0.8]], levels=1).width == 3  # free nodes still pay
+    for _ in range(20):
+        b.observe(predicted=2.0, accepted=3)  # the draft's p(u) underrates it: s follows the evidence
+    assert b.scale > 1.3

@@ -14,9 +14,12 @@ the run as the drafting iterations' wall time less the model's c + L·d. W* = 1 
 
 Whether an iteration drafts at all is decided by what the run measured: the committed tokens per
 second of its drafting iterations and of its AR steps at the same B (every overhead included, which
-c and d leave out). When AR steps are faster the batch sits out (an AR step for every row, no draft
-forward) and probes speculation again after 1, 2, 4, ... iterations (:data:`MAX_SKIP` at most);
-before both are measured, the model's rate against AR's B / c(B, 1) decides. Torch-free.
+c and d leave out), once each side has :data:`MIN_SAMPLES` iterations (until then a drafting
+iteration is followed by an AR step: one iteration's rate swings with its acceptance). When AR steps
+are faster the batch sits out (an AR step for every row, no draft forward) and probes speculation
+with one drafting iteration after 1, 2, 4, ... iterations (:data:`MAX_SKIP` at most; a probe faster
+than AR's rate starts the back-off over); before both are measured, the model's rate against AR's
+B / c(B, 1) decides. Torch-free.
 """
 
 from __future__ import annotations
@@ -28,6 +31,14 @@ from typing import Any, Mapping, Sequence
 #: the most AR iterations between two probes of speculation (a probe at a B where speculation loses
 #: costs about one AR step: every 64 iterations, about 1.5%)
 MAX_SKIP = 64
+#: iterations each side (drafting, AR) needs at a B before their measured rates decide
+MIN_SAMPLES = 4
+#: the weight a side's earlier iterations keep at each new one: the sums forget slowly (acceptance
+#: changes with the text and the rows), about the last ten iterations of each side
+FORGET = 0.9
+#: s's prior, in predicted tokens at s = 1: one unlucky iteration (nothing accepted) moves s, it
+#: does not zero it (a zero s makes no width pay, and the budget would verify the root alone)
+SCALE_PRIOR = 4.0
 
 
 @dataclass(frozen=True)
@@ -111,17 +122,20 @@ class BatchBudget:
     """The batch's shared node budget (see the module docstring); state carried across iterations."""
 
     cost: BatchCost
-    #: s: measured accepted tokens over predicted Σ p(u), a running ratio (1: take p(u) at its word)
+    #: s: measured accepted tokens over predicted Σ p(u), a running ratio from a prior of 1 (take p(u)
+    #: at its word) worth :data:`SCALE_PRIOR` predicted tokens
     scale: float = 1.0
     #: AR iterations to run before the next probe, and the next skip's length
     skip: int = 0
     backoff: int = 1
-    #: measured (committed tokens, seconds) by (B, drafted), summed over the run's iterations: a
-    #: single iteration's rate swings with its acceptance, the sums settle
-    spent: dict[tuple[int, bool], tuple[int, float]] = field(default_factory=dict)
+    #: measured (committed tokens, seconds, iterations) by (B, drafted), summed over the iterations
+    #: (the older ones weighted down by :data:`FORGET`): one iteration's rate swings with its
+    #: acceptance, the sums settle
+    spent: dict[tuple[int, bool], tuple[float, float, int]] = field(default_factory=dict)
     #: o(B): seconds an iteration of B rows costs besides c(B, W) and its levels (a running mean)
     overhead: dict[int, float] = field(default_factory=dict)
     _last: tuple[int, float] | None = None  # the last choice's rows and modelled seconds
+    _probe: bool = False  # the back-off is over: the next iteration drafts, to measure speculation again
     _predicted: float = 0.0
     _accepted: float = 0.0
 
@@ -132,7 +146,10 @@ class BatchBudget:
         if self.skip > 0:
             self.skip -= 1
             return False
-        ar, spec = self.rate(rows, False), self.rate(rows, True)
+        if self._probe:
+            self._probe = False
+            return True
+        ar, spec = self.rate(rows, False, MIN_SAMPLES), self.rate(rows, True, MIN_SAMPLES)
         if ar is not None and spec is not None and ar > spec:
             self._sit_out()
             return False
@@ -147,18 +164,23 @@ class BatchBudget:
             old = self.overhead.get(rows)
             self.overhead[rows] = rest if old is None else 0.8 * old + 0.2 * rest
         self._last = None
-        tokens, total = self.spent.get((rows, drafted), (0, 0.0))
-        self.spent[(rows, drafted)] = (tokens + committed, total + seconds)
-        if drafted and (rows, False) not in self.spent:
-            self.skip = max(self.skip, 1)  # measure one AR step at this B: the other side of the comparison
+        tokens, total, count = self.spent.get((rows, drafted), (0, 0.0, 0))
+        self.spent[(rows, drafted)] = (FORGET * tokens + committed, FORGET * total + seconds, count + 1)
+        ar = self.rate(rows, False, MIN_SAMPLES)
+        if drafted and ar is not None and committed / seconds > ar:
+            self.backoff = 1  # this drafting iteration beat AR: probe again soon, the sums may be stale
+        if drafted and self.spent.get((rows, False), (0, 0.0, 0))[2] < MIN_SAMPLES:
+            self.skip = max(self.skip, 1)  # measure an AR step at this B: the other side of the comparison
 
-    def rate(self, rows: int, drafted: bool) -> float | None:
-        """Measured committed tokens per second at ``rows`` rows, drafting or not (None: not yet)."""
+    def rate(self, rows: int, drafted: bool, least: int = 1) -> float | None:
+        """Measured committed tokens per second at ``rows`` rows, drafting or not (None: fewer than
+        ``least`` iterations measured)."""
         got = self.spent.get((rows, drafted))
-        return got[0] / got[1] if got is not None else None
+        return got[0] / got[1] if got is not None and got[2] >= least else None
 
     def _sit_out(self) -> None:
-        self.skip, self.backoff = self.backoff - 1, min(2 * self.backoff, MAX_SKIP)
+        """Sit this iteration out and ``backoff`` - 1 more, then probe; the next back-off doubles."""
+        self.skip, self.backoff, self._probe = self.backoff - 1, min(2 * self.backoff, MAX_SKIP), True
 
     def choose(self, probs: Sequence[Sequence[float]], levels: int) -> BatchChoice:
         """W* for rows whose drafted nodes have path probabilities ``probs[b]`` (any order) after
@@ -179,7 +201,7 @@ class BatchBudget:
             if rate > best.rate:
                 best = BatchChoice(w, keep, rate, ar, gain)
         self._last = (rows, self.cost.verify(rows, best.width) + levels * self.cost.draft(rows))
-        measured = self.rate(rows, True), self.rate(rows, False)
+        measured = self.rate(rows, True, MIN_SAMPLES), self.rate(rows, False, MIN_SAMPLES)
         if None in measured and speculating <= ar:  # by the model AR wins with the levels paid: sit out
             self._sit_out()
             self.skip += 1
@@ -191,5 +213,4 @@ class BatchBudget:
         """What the kept nodes' p(u) predicted and what was accepted: s follows their ratio."""
         self._predicted += predicted
         self._accepted += accepted
-        if self._predicted > 0:
-            self.scale = min(4.0, max(0.05, self._accepted / self._predicted))
+        self.scale = min(4.0, max(0.05, (self._accepted + SCALE_PRIOR) / (self._predicted + SCALE_PRIOR)))

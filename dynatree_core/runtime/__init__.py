@@ -5,8 +5,8 @@ sampling's device side, n-gram matching, linear kernels, compilation, and the ho
 Four rooms: :mod:`~dynatree_core.runtime.tree` (the device tree), :mod:`~dynatree_core.runtime.static`
 (the fast path's static shapes and compiled regions), :mod:`~dynatree_core.runtime.cache` (the KV
 caches) and :mod:`~dynatree_core.runtime.model` (masks, positions, forwards, linear kernels); each
-imports only the ones before it (model < cache < static < tree). The backend, the host syncs,
-n-gram matching, sampling and the torch-free choices stay here.
+imports only the ones below it (model < cache < static < tree < backend: the runtime-rooms
+contract). The backend, the host syncs, n-gram matching, sampling and the torch-free choices stay here.
 
 Imports :mod:`dynatree_core.policy` (the rule a device tree executes) and torch/transformers; never
 a drafter, a pair or the engine (drafters implement :class:`~dynatree_core.runtime.tree.tree.Proposer`
