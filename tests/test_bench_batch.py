@@ -52,10 +52,12 @@ def test_batch_points_put_ar_first_and_pair_each_drafting_method_with_its_budget
 
 def test_the_summary_spreads_each_cell_over_its_rounds():
     rows = [{"dataset": "d", "batch_size": 2, "label": "dynatree", "speedup_vs_batched_ar": s, "tokens_per_s": 10 * s,
-             "padding_efficiency": 0.5, "mean_accepted_per_row": 2.0, "finish_p90_s": 1.0} for s in (0.9, 1.3)]
+             "decode_speedup_vs_batched_ar": s + 0.05, "padding_efficiency": 0.5, "mean_accepted_per_row": 2.0,
+             "finish_p90_s": 1.0} for s in (0.9, 1.3)]
     (cell,) = summarize(rows)
     assert cell["runs"] == 2 and cell["speedup_min"] == 0.9 and cell["speedup_max"] == 1.3
     assert cell["speedup_vs_batched_ar"] == pytest.approx(1.1)
+    assert (cell["decode_speedup_min"], cell["decode_speedup_max"]) == pytest.approx((0.95, 1.35))
 
 
 def test_bad_batch_sizes_exit_2(data_dir, tmp_path, capsys):

@@ -180,7 +180,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for (ds, b, label), rs in groups.items():
         ratio = [r["speedup_vs_batched_ar"] for r in rs]
-        decode = [r.get("decode_speedup_vs_batched_ar", r["speedup_vs_batched_ar"]) for r in rs]
+        decode = [r["decode_speedup_vs_batched_ar"] for r in rs]
         out.append({"dataset": ds, "batch_size": b, "label": label, "runs": len(rs),
                     "tokens_per_s": statistics.mean(r["tokens_per_s"] for r in rs),
                     "speedup_vs_batched_ar": statistics.mean(ratio), "speedup_min": min(ratio),

@@ -94,10 +94,10 @@ class BatchFeatureDraft(BatchModelDraft):
         self.pending_feats[b] = self.pending_feats[b][n:]
 
     def _node_feats(self, asks: dict[int, tuple["DeviceTree", torch.Tensor]], q: int) -> torch.Tensor:
-        x = torch.zeros((self.cache.rows, q, self.model.config.hidden_size), device=self.device, dtype=self.dtype)
+        parents: list[torch.Tensor | None] = [None] * self.cache.rows
         for b, (tree, ids) in asks.items():
-            x[b, :ids.shape[0]] = self.feats[b][tree.parents[ids]]  # type: ignore[index]
-        return x
+            parents[b] = self.feats[b][tree.parents[ids]]  # type: ignore[index]
+        return self.cache.features(parents, q)
 
     def _root_fed(self, b: int, tree: "DeviceTree", out: torch.Tensor) -> None:
         feats = torch.zeros((tree.capacity, out.shape[-1]), device=self.device, dtype=out.dtype)

@@ -433,21 +433,23 @@ class BatchRun:
     def _prefill(self, rows: list[_Row], target: RowsCache, clock: pl.ForwardClock) -> list[torch.Tensor | None]:
         """ONE target forward over every row's prompt but its last token (the first root), padded;
         returns each row's final hidden states of those tokens when a feature draft reads them."""
-        states = self._chain([r.prompt[:-1] for r in rows], target, clock, self.needs_hidden)
-        if states is not False:
-            for r in rows:
-                r.col.target_forwards += 1
-        if not isinstance(states, torch.Tensor):
+        tokens = [r.prompt[:-1] for r in rows]
+        if not any(tokens):
             return [None] * len(rows)
-        return [states[i, :len(r.prompt) - 1] if len(r.prompt) > 1 else None for i, r in enumerate(rows)]
+        states = self._chain(tokens, target, clock, self.needs_hidden)
+        for r in rows:
+            r.col.target_forwards += 1
+        if states is None:
+            return [None] * len(rows)
+        return [states[i, :len(t)] if t else None for i, t in enumerate(tokens)]
 
     def _chain(self, tokens: list[list[int]], target: RowsCache, clock: pl.ForwardClock, hidden: bool = False
-               ) -> torch.Tensor | bool | None:
+               ) -> torch.Tensor | None:
         """ONE target forward of each row's committed ``tokens`` as a causal chain after its live
-        entries (padded to the longest), all kept. Returns False when there was nothing to run, else
-        the final hidden states with ``hidden`` (None without)."""
+        entries (padded to the longest), all kept; the final hidden states with ``hidden``. Nothing
+        runs when no row has a token."""
         if not any(tokens):
-            return False
+            return None
         _, start, states = target.chain(tokens, clock, hidden=hidden)
         target.commit([torch.arange(start, start + len(t), device=self.pair.device) for t in tokens])
         self.target_forwards += 1

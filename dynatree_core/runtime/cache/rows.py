@@ -150,16 +150,20 @@ class RowsCache:
                 ids[b, :m] = to_device(list(t), self.device)
                 pos[b, :m] = torch.arange(self.next_position(b), self.next_position(b) + m, device=self.device)
                 allowed[b, :m, :m] = tril[:m, :m]
-        x = None
-        if feats is not None:  # a feature draft's inputs beside the tokens (padding reads zeros)
-            width = next(f.shape[-1] for f in feats if f is not None)
-            x = torch.zeros((self.rows, q, width), dtype=self.dtype, device=self.device)
-            for b, f in enumerate(feats):
-                if f is not None and len(f):
-                    x[b, :len(f)] = f
+        x = None if feats is None else self.features(feats, q)
         start = self.width
         out, states = self.forward(ids, pos, allowed, clock=clock, hidden=hidden, feats=x)
         return out, start, states
+
+    def features(self, feats: Sequence[torch.Tensor | None], q: int) -> torch.Tensor:
+        """Each row's input features (``feats[b]`` [n_b, H], or None) padded to q queries: the
+        [B, q, H] a feature draft reads beside the tokens (padding reads zeros)."""
+        width = next(f.shape[-1] for f in feats if f is not None)
+        x = torch.zeros((self.rows, q, width), dtype=self.dtype, device=self.device)
+        for b, f in enumerate(feats):
+            if f is not None and len(f):
+                x[b, :len(f)] = f
+        return x
 
     def commit(self, columns: Sequence[torch.Tensor | Sequence[int]], tidy: bool = True) -> None:
         """Row b keeps the entries at ``columns[b]`` (written by a forward: they become live where
