@@ -30,36 +30,54 @@ CONFIGS = [("dynatree", DynaTreeConfig.gpu()), ("dynatree", DynaTreeConfig.cpu()
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "count_ops.py"
 
 
-def _records(pair, method, config, runtime="static"):
-    return list(iterate(pair, PROMPT, method, config, max_new_tokens=24, ignore_eos=True, runtime=runtime,
-                        trace=True))
+def _run(pair, method, config, trace, grown):
+    """Each verified tree (tokens, parents, the path) and each iteration's committed tokens and draft
+    forwards of one run (``grown`` collects the trees: :func:`_recording`)."""
+    grown.clear()
+    recs = list(iterate(pair, PROMPT, method, config, max_new_tokens=24, ignore_eos=True, runtime="static",
+                        trace=trace))
+    return [(r.committed, r.draft_forwards) for r in recs], list(grown)
 
 
-def _view(records):
-    return [(r.committed, r.tree.tokens, r.tree.parents, r.draft_forwards) for r in records]
+def _recording(monkeypatch) -> list:
+    grown: list = []
+    select = DeviceTree.select
+
+    def recording(self, *args, **kwargs):
+        sel = select(self, *args, **kwargs)
+        grown.append((sel.arrays["tokens"].tolist(), sel.arrays["parents"].tolist(), sel.path))
+        return sel
+
+    monkeypatch.setattr(DeviceTree, "select", recording)
+    return grown
 
 
+@pytest.mark.parametrize("trace", [False, True])
 @pytest.mark.parametrize("kind", ["model", "feature"])
-def test_a_lent_level_grows_the_tree_the_parts_grow(kind, monkeypatch):
+def test_a_lent_level_grows_the_tree_the_parts_grow(kind, trace, monkeypatch):
     """Whole levels (what every greedy model or feature drafter on a fast path lends) against the same
     run proposed part by part (the drafter lending nothing): the same trees node for node, the same
-    tokens, the same draft forwards, for every policy."""
+    tokens, the same draft forwards, for every policy. Untraced, level 0 (the chain and the root) is
+    lent too; traced, it is proposed (a trace keeps the chain's view) and the later levels are lent."""
     pair = cached_pair("llama", "sdpa", 0.05) if kind == "model" else feature_pair("sdpa", 1, 0)
     lent: list[int] = []
     drafter = ModelDrafter if kind == "model" else FeatureDrafter
     lend = drafter.lend_level
+    grown = _recording(monkeypatch)
 
     def counting(self, tree, level):
         out = lend(self, tree, level)
-        lent.append(out is not None)
+        if out is not None:
+            lent.append(level)
         return out
 
     for method, config in CONFIGS:
         monkeypatch.setattr(drafter, "lend_level", counting)
-        whole = _view(_records(pair, method, config))
-        assert any(lent), method  # levels were lent (the check is not vacuous)
+        whole = _run(pair, method, config, trace, grown)
+        assert (0 in lent) is not trace, (method, lent)  # level 0 lent exactly when no chain view is kept
+        assert any(level > 0 for level in lent), (method, lent)  # the check is not vacuous
         monkeypatch.setattr(drafter, "lend_level", lambda self, tree, level: None)
-        parts = _view(_records(pair, method, config))
+        parts = _run(pair, method, config, trace, grown)
         assert whole == parts, method
         lent.clear()
 
@@ -81,6 +99,12 @@ def _count_ops():
     return mod
 
 
+#: what a tree costs the host besides its levels after the root's, at most: its setup (the step rule's copy, the
+#: count and budget scalars, the frontier's views) and level 0 (the chain's staged copy, one call, the early
+#: exit's flag; a feature draft's chain features two more). Level 0 run as parts costs 25 (model) or 37 (feature)
+TREE_AND_ROOT = 20
+
+
 @pytest.mark.parametrize("kind", ["model", "feature"])
 def test_a_compiled_level_is_at_most_three_host_dispatches(kind, monkeypatch):
     """On ``compiled`` (dynamo's eager backend: the same graphs and calls, no code generation) each level
@@ -88,7 +112,8 @@ def test_a_compiled_level_is_at_most_three_host_dispatches(kind, monkeypatch):
     level (one compiled call) and the early exit's flag (one copy). Measured as the slope of a tree's
     growth dispatches over the levels it ran, between iterations that ran different numbers of levels:
     what a level adds, whatever the root's level and the tree's setup cost. The whole level also traced
-    fullgraph, the forward inside it."""
+    fullgraph, the forward inside it. A tree that ran level 0 alone (its setup and the root's level, the
+    chain included) costs at most :data:`TREE_AND_ROOT`."""
     monkeypatch.setenv(BACKEND_ENV, "eager")
     mod = _count_ops()
     mod.CompiledCalls.install(monkeypatch.setattr)
@@ -116,14 +141,20 @@ def test_a_compiled_level_is_at_most_three_host_dispatches(kind, monkeypatch):
     # a tree that ran no forward at all (its root's level was lent nothing to do) is no level's price
     cost = {levels: min(d) for levels, d in seen.items() if levels >= 1}
     ls = sorted(cost)
-    assert len(ls) >= 2, seen
+    assert len(ls) >= 2 and ls[0] == 1, seen
     slopes = [(cost[b] - cost[a]) / (b - a) for a, b in zip(ls, ls[1:])]
     assert max(slopes) <= 3, (slopes, cost)
+    assert cost[1] <= TREE_AND_ROOT, cost
 
 
-def test_the_dispatch_count_fails_a_level_run_as_parts(monkeypatch):
+@pytest.mark.parametrize("parts", ["every level", "level 0"])
+def test_the_dispatch_count_fails_a_level_run_as_parts(parts, monkeypatch):
     """The same measure on a drafter that lends nothing (its level as parts: a copy, three compiled
-    regions, a forward and the eager ops between them) finds more than 3 a level: the test above can fail."""
-    monkeypatch.setattr(ModelDrafter, "lend_level", lambda self, tree, level: None)
-    with pytest.raises(AssertionError):
+    regions, a forward and the eager ops between them) finds more than 3 a level, and on one that lends
+    every level but the root's finds the tree and its root's level over :data:`TREE_AND_ROOT`: the test
+    above can fail."""
+    lend = ModelDrafter.lend_level
+    monkeypatch.setattr(ModelDrafter, "lend_level", lambda self, tree, level: (
+        None if parts == "every level" or level == 0 else lend(self, tree, level)))
+    with pytest.raises(AssertionError, match=r"^\(\[" if parts == "every level" else "^{"):
         test_a_compiled_level_is_at_most_three_host_dispatches("model", monkeypatch)

@@ -52,6 +52,7 @@ class FeatureDrafter(Drafter):
         self.slot: torch.Tensor | None = None  # per node: cache index it was fed at (-1: not fed)
         self.base = 0
         self.feats: torch.Tensor | None = None  # per node: the feature its draft step predicted [cap, H]
+        self._bufs: tuple[torch.Tensor, torch.Tensor] | None = None  # what a lent level 0 fills (_tree_buffers)
         if len(prompt) > 1:
             if target_hidden is None or target_hidden.shape[0] != len(prompt) - 1:
                 raise ValueError("FeatureDrafter.start needs the target's hidden states of prompt[:-1] "
@@ -80,6 +81,7 @@ class FeatureDrafter(Drafter):
         new.pending = list(self.pending)
         new.slot = None if self.slot is None else self.slot.clone()
         new.feats = None if self.feats is None else self.feats.clone()
+        new._bufs = None  # its own buffers, were it to lend a level 0
         return new
 
     def cache_length(self) -> int:
@@ -124,13 +126,36 @@ class FeatureDrafter(Drafter):
 
     def lend_level(self, tree: "DeviceTree", level: int) -> LentLevel | None:
         """On the fast path, greedy: the level's static forward, the features kept for the children and
-        the head's top-k, run whole by the draft phase (sampling: :meth:`propose`)."""
-        if self.fast is None or self.ctx.sampler is not None or level == 0 or self.slot is None:
+        the head's top-k, run whole by the draft phase (sampling: :meth:`propose`). Level 0 lends its
+        chain (the pending tokens with their features) when a bucket holds it and no chain view is
+        asked for (a trace's: :meth:`propose`)."""
+        if self.fast is None or self.ctx.sampler is not None:
+            return None
+        booked = None
+        if level == 0:
+            if self.ctx.keep_chain or not self.fast.bucketed(len(self.pending)):
+                return None
+            booked = self.fast.book_chain(self.pending, self.pending_feats, self.pos0)
+            self.base = booked.start + booked.q  # the tree writes after the chain (as _root_fed)
+            self.slot, self.feats = self._tree_buffers(tree.capacity)  # the whole chain fills them
+            self.root_pos = self.pos0 + booked.q - 1
+            self.pending, self.pending_feats = [], self.pending_feats[:0]
+        elif self.slot is None:
             return None
         self.forwards += 1
         head = self.model.head
         return LentLevel(self.fast, self.slot, self.root_pos, self.feats, feature_head_topk,
-                         (head.weight, head.vocab_ids), min(self.ctx.top_k, head.num_head_ids), self.ctx.clock)
+                         (head.weight, head.vocab_ids), min(self.ctx.top_k, head.num_head_ids), self.ctx.clock,
+                         booked)
+
+    def _tree_buffers(self, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The run's buffers of a tree's slots and predicted features by node (kept: a lent level 0
+        writes them on the device; the features start at zero, so a padding row never reads garbage)."""
+        if self._bufs is None or self._bufs[0].shape[0] != capacity:
+            self._bufs = (torch.full((capacity,), -1, dtype=torch.long, device=self.device),
+                          torch.zeros((capacity, self.model.config.hidden_size), device=self.device,
+                                      dtype=self.dtype))
+        return self._bufs
 
     def level_scores(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> tuple[torch.Tensor, torch.Tensor]:
         out = self._forward_level(tree, ids, level)

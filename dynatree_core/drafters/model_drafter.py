@@ -45,6 +45,7 @@ class ModelDrafter(Drafter):
         self.pending: list[int] = list(prompt)  # committed tokens the draft has not consumed
         self.slot: torch.Tensor | None = None  # per node: cache index it was fed at (-1: not fed)
         self.base = 0  # cache length once the root is fed (root at base - 1)
+        self._slots: torch.Tensor | None = None  # the buffer a lent level 0 fills (_tree_slots)
 
     def prefill(self) -> None:
         if len(self.pending) > 1:
@@ -57,6 +58,7 @@ class ModelDrafter(Drafter):
         new.cache = copy.deepcopy(self.cache)
         new.pending = list(self.pending)
         new.slot = None if self.slot is None else self.slot.clone()
+        new._slots = None  # its own buffer, were it to lend a level 0
         return new
 
     def propose(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> Proposal:
@@ -69,11 +71,30 @@ class ModelDrafter(Drafter):
 
     def lend_level(self, tree: "DeviceTree", level: int) -> LentLevel | None:
         """On the fast path, greedy: the level's static forward and the logits' top-k, run whole by
-        the draft phase (under sampling the candidates are draws: :meth:`propose`)."""
-        if self.fast is None or self.ctx.sampler is not None or level == 0 or self.slot is None:
+        the draft phase (under sampling the candidates are draws: :meth:`propose`). Level 0 lends its
+        chain when a bucket holds it and no chain view is asked for (a trace's: :meth:`propose`)."""
+        if self.fast is None or self.ctx.sampler is not None:
             return None
+        if level == 0:
+            if self.ctx.keep_chain or not self.fast.bucketed(len(self.pending)):
+                return None
+            booked = self.fast.book_chain(self.pending)
+            self.slot = self._tree_slots(tree.capacity)  # the whole chain fills it
+            self.base = booked.committed + booked.q  # committed once the chain has run
+            self.pending = []
+        elif self.slot is None:
+            return None
+        else:
+            booked = None
         self.forwards += 1
-        return LentLevel(self.fast, self.slot, self.base - 1, None, lm_head_topk, (), self.ctx.top_k, self.ctx.clock)
+        return LentLevel(self.fast, self.slot, self.base - 1, None, lm_head_topk, (), self.ctx.top_k, self.ctx.clock,
+                         booked)
+
+    def _tree_slots(self, capacity: int) -> torch.Tensor:
+        """The run's buffer of a tree's slots by node (kept: a lent level 0 writes it on the device)."""
+        if self._slots is None or self._slots.shape[0] != capacity:
+            self._slots = torch.full((capacity,), -1, dtype=torch.long, device=self.device)
+        return self._slots
 
     def level_scores(self, tree: "DeviceTree", ids: torch.Tensor, level: int) -> tuple[torch.Tensor, None]:
         logits = self._forward_level(tree, ids, level)

@@ -150,9 +150,10 @@ class Drafter(ABC):
         ``path`` the draft consumed this iteration (the expanded ones)."""
 
     def lend_level(self, tree: "DeviceTree", level: int) -> "LentLevel | None":
-        """Level ``level`` (>= 1) of a resident tree as the parts the run's
+        """Level ``level`` of a resident tree as the parts the run's
         :class:`~dynatree_core.runtime.tree.phase.DraftPhase` runs in one call (its forward counted
-        here), or None (the default): the tree asks :meth:`propose` for it."""
+        here; level 0 with its chain booked in the draft's cache), or None (the default): the tree
+        asks :meth:`propose` for it. A drafter that lends a level has committed to it: the phase runs it."""
         return None
 
     def prefill(self) -> None:

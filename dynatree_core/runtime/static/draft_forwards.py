@@ -88,6 +88,31 @@ class DeviceSlotBook:
 
 
 @dataclass
+class ChainBooking:
+    """Level 0's chain as booked in a draft's static cache (:meth:`DraftStaticForwards.book_chain`): its
+    committed ``tokens`` (q; a feature draft's input ``feats`` [q, F]), padded to bucket ``b`` (run
+    eagerly when no bucket holds it: ``bucketed`` False) and written from slot ``start``, the first at
+    position ``first``, after ``committed`` committed entries."""
+
+    tokens: list[int]
+    feats: torch.Tensor | None
+    b: int
+    start: int
+    first: int
+    committed: int
+    bucketed: bool
+
+    @property
+    def q(self) -> int:
+        return len(self.tokens)
+
+    def staged(self) -> list[int]:
+        """:func:`chain_inputs`' ``staged``: the tokens padded to the bucket, then [first slot, first
+        position, committed count, q] (one host -> device copy)."""
+        return self.tokens + [0] * (self.b - self.q) + [self.start, self.first, self.committed, self.q]
+
+
+@dataclass
 class DraftStaticForwards:
     """A draft model's level forwards on a :class:`FastPath` whose cache is a :class:`DeviceSlotBook`."""
 
@@ -108,6 +133,38 @@ class DraftStaticForwards:
         check_owner(self.path, self)
         return self.path.cache
 
+    def bucketed(self, q: int) -> bool:
+        """Whether a bucket holds a level-0 chain of ``q`` tokens (else it runs eagerly)."""
+        return self._bucket(q) in self.path.buckets
+
+    def book_chain(self, tokens: Sequence[int], feats: torch.Tensor | None = None,
+                   first_pos: int | None = None) -> "ChainBooking":
+        """Book level 0's chain of ``tokens`` (host arithmetic; a compaction reads once, rarely): its
+        bucket, its first slot (with room after it for the whole tree, so that no later level of the
+        tree compacts) and its first position (default: the committed count). ``feats``: a feature
+        draft's input features [q, F]. :meth:`end_chain` closes it once its forward has run."""
+        q, book = len(tokens), self.book
+        b = self._bucket(q)
+        bucketed = b in self.path.buckets
+        committed = book.committed
+        start = book.reserve(b, room=self.tree_room, write=not bucketed)
+        return ChainBooking(list(tokens), feats, b, start, committed if first_pos is None else first_pos, committed,
+                            bucketed)
+
+    def stage_feats(self, x: StaticInputs, c: "ChainBooking") -> None:
+        """A feature draft's chain features into the bucket's buffers (their count varies: eager ops, so
+        that one compiled graph serves every chain of the bucket)."""
+        if c.feats is not None:
+            x.feats[0, :c.q].copy_(c.feats)
+            x.feats[0, c.q:].zero_()
+
+    def end_chain(self, c: "ChainBooking") -> None:
+        """After the chain's forward: it is committed (a compiled region has marked a bucketed chain's
+        slots already) and the padding's slots are free again."""
+        self.book.commit_chain(c.start, c.q, on_device=not c.bucketed)
+        self.book.physical = c.start + c.q
+        self.after_chain_host = (c.start + c.q, c.first + c.q - 1, c.committed + c.q)
+
     @torch.inference_mode()
     def chain(self, tokens: Sequence[int], clock: pl.ForwardClock | None, feats: torch.Tensor | None = None,
               first_pos: int | None = None) -> tuple[torch.Tensor, int]:
@@ -117,35 +174,27 @@ class DraftStaticForwards:
         ``first_pos``: the first token's position (default: the committed count). Padded to a bucket
         when one holds it (the inputs written by one compiled region, :func:`chain_inputs`), else run
         eagerly (a first level that reads the whole prompt)."""
-        q, book = len(tokens), self.book
-        committed, b = book.committed, self._bucket(q)
-        first = committed if first_pos is None else first_pos
-        bucketed = b in self.path.buckets
-        start = book.reserve(b, room=self.tree_room, write=not bucketed)
+        c = self.book_chain(tokens, feats, first_pos)
+        q, b, start, book = c.q, c.b, c.start, self.book
         dev = book.alive.device
-        if bucketed:
+        if c.bucketed:
             x = self.path.entry(b, False).inputs
-            # the padded tokens and the scalars in one host -> device copy
-            staged = to_device(list(tokens) + [0] * (b - q) + [start, first, committed, q], dev)
-            if feats is not None:
-                x.feats[0, :q].copy_(feats)
-                x.feats[0, q:].zero_()
-            compiled(chain_inputs, self.path.runtime, dev)(x, book.alive, self.path.cache.cache.slots, staged,
-                                                          self.path.cache.cache._ar, self.after_chain)
+            self.stage_feats(x, c)
+            compiled(chain_inputs, self.path.runtime, dev)(x, book.alive, self.path.cache.cache.slots,
+                                                          to_device(c.staged(), dev), self.path.cache.cache._ar,
+                                                          self.after_chain)
         else:
-            self.after_chain.copy_(to_device([start + q, first + q - 1, committed + q], dev))
+            self.after_chain.copy_(to_device([start + q, c.first + q - 1, c.committed + q], dev))
             x = self._inputs(b, q, start)
-            x.ids[0, :q].copy_(to_device(tokens, dev))
+            x.ids[0, :q].copy_(to_device(c.tokens, dev))
             if feats is not None:
                 x.feats[0, :q].copy_(feats)
-            torch.add(self.path.cache.cache._ar[:q], first, out=x.pos[0, :q])
+            torch.add(self.path.cache.cache._ar[:q], c.first, out=x.pos[0, :q])
             rows = x.mask[0, 0, :q]
             rows.masked_fill_(book.alive[None, :], 0.0)
             rows[:, start:start + q].masked_fill_(pl.causal_allowed(q, 0, dev), 0.0)
         logits = self._run(b, q, x, clock)
-        book.commit_chain(start, q, on_device=not bucketed)
-        book.physical = start + q  # the padding's slots are free again
-        self.after_chain_host = (start + q, first + q - 1, committed + q)
+        self.end_chain(c)
         return logits, start
 
     @torch.inference_mode()

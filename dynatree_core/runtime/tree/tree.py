@@ -213,44 +213,72 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
         level's nodes and takes that proposal back (``send``); it returns the tree. A batched run
         drives one of these per row and answers a level of every row with ONE draft forward
         (:mod:`dynatree_core.engine.batch`); :meth:`grow` answers each with ``drafter.propose``.
-        ``drafter`` is asked only whether it lends a level (the resident path)."""
-        rule = self.rule
+        The levels run on one of two paths: :meth:`_resident_levels` (a fixed frontier, no read) or
+        :meth:`_eager_levels` (the frontier compacted to its size, one read a level)."""
         if not self._root_expands():
             self.stop[:1].fill_(self._root_code())
             return self
+        rule = self.rule
         step = StepRule.of(rule, self.device)  # the run's numbers: one host -> device copy
         t = self._buffers()
-        ids, valid = self._ar[:1], self._true[:1]
+        frontier = self._ar[:1], self._true[:1]
         n = torch.ones((), dtype=torch.long, device=self.device)
         budget = torch.full((), rule.n_max, dtype=torch.long, device=self.device)
-        cost = CostHooks(self.cost_keep, self.cost_reasons) if rule.cost_aware else None
-        host_budget, got = rule.n_max, {}
-        for level in range(self.levels if self.resident else rule.n_max):
+        if self.resident:
+            n = yield from self._resident_levels(drafter, t, step, frontier, n, budget)
+            return self._finish(n, rule.n_max, {})
+        n, host_budget, got = yield from self._eager_levels(t, step, frontier, n, budget, syncs)
+        return self._finish(n, host_budget, got)
+
+    def _resident_levels(self, drafter: Proposer, t: TreeBuffers, step: StepRule,
+                         frontier: tuple[torch.Tensor, torch.Tensor], n: torch.Tensor, budget: torch.Tensor
+                         ) -> Generator[tuple[torch.Tensor, int], Proposed, torch.Tensor]:
+        """The device-resident levels: :attr:`levels` of them over a frontier of :attr:`width`, no
+        host read (the depth a device scalar: one compiled graph for every level). A level the
+        drafter lends runs as ONE call of the run's :class:`DraftPhase` (inputs, forward, head,
+        step); the others are proposed and stepped. Stops early only where the device has already
+        posted an empty frontier (:meth:`_empty_next`). Returns the node count (on the device)."""
+        ids, valid = frontier
+        step_fn = self.phase.step if self.phase is not None else resident_step
+        for level in range(self.levels):
             self.depth = level  # the level's nodes' depth: where a sampled child's noise is keyed
             lent = drafter.lend_level(self, level) if self.phase is not None else None
             if lent is not None:  # the whole level in one call: inputs, forward, head, step
                 self.k_used = min(lent.k, self.top_k)
                 lv, self._calls, self._overflow = self.phase.level(
                     lent, self, t, step, ids, valid, level, n, budget, self.width, self._calls, self._overflow)
-                ids, valid, n, budget = lv.ids, lv.valid, lv.n, lv.budget
-                if self._empty_next(lv):
-                    break
-                continue
+            else:
+                prop = yield ids, level
+                if level == 0:
+                    self.chain = prop.chain
+                tokens, logps, conf = self._candidates(prop, ids, valid)
+                lv, self._calls, self._overflow = step_fn(t, step, ids, valid, tokens, logps, conf,
+                                                          self.level_tensor(level + 1), n, budget, self.width,
+                                                          self._calls, self._overflow)
+            ids, valid, n, budget = lv.ids, lv.valid, lv.n, lv.budget
+            if self._empty_next(lv):
+                break
+        return n
+
+    def _eager_levels(self, t: TreeBuffers, step: StepRule, frontier: tuple[torch.Tensor, torch.Tensor],
+                      n: torch.Tensor, budget: torch.Tensor, syncs: HostSyncs
+                      ) -> Generator[tuple[torch.Tensor, int], Proposed, tuple[torch.Tensor, int, dict[str, int]]]:
+        """The eager levels: the frontier is the nodes expanded, compacted to their number, which
+        costs one host read a level (none when :attr:`GrowthRule.static_counts` fixes the sizes);
+        the cost-aware rule prices each level here. Returns the node count (on the device), the
+        budget left (on the host) and the last level's counts."""
+        rule = self.rule
+        ids, valid = frontier
+        cost = CostHooks(self.cost_keep, self.cost_reasons) if rule.cost_aware else None
+        host_budget, got = rule.n_max, {}
+        for level in range(rule.n_max):
+            self.depth = level
             prop = yield ids, level
             if level == 0:
                 self.chain = prop.chain
             tokens, logps, conf = self._candidates(prop, ids, valid)
-            k = self.k_used
-            if self.resident:  # the depth is a tensor: one compiled graph for all levels
-                step_fn = self.phase.step if self.phase is not None else resident_step
-                depth = self.phase.depth(level + 1) if self.phase is not None else self.level_tensor(level + 1)
-                lv, self._calls, self._overflow = step_fn(t, step, ids, valid, tokens, logps, conf, depth, n, budget,
-                                                          self.width, self._calls, self._overflow)
-                ids, valid, n, budget = lv.ids, lv.valid, lv.n, lv.budget
-                if self._empty_next(lv):
-                    break
-                continue
-            lv = level_step(t, step, ids, valid, tokens, logps, conf, level + 1, n, budget, ids.shape[0] * k, cost)
+            lv = level_step(t, step, ids, valid, tokens, logps, conf, level + 1, n, budget,
+                            ids.shape[0] * self.k_used, cost)
             self.draft_calls += 1
             got = self._counts(syncs, lv, ids.shape[0], level + 1, host_budget)
             kept, n_expand = got["kept"], got["expand"]
@@ -261,7 +289,7 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
             if not n_expand:
                 break
             ids, valid, n, budget = lv.ids[:n_expand], lv.valid[:n_expand], lv.n, lv.budget
-        return self._finish(n, host_budget, got)
+        return n, host_budget, got
 
     def _candidates(self, prop: Proposed, ids: torch.Tensor, valid: torch.Tensor
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -355,8 +383,11 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
         return (~(v * (self._draft_s + c_n) > self._expected * extra) * CODE["cost"]).to(torch.int8)
 
     def level_tensor(self, level: int) -> torch.Tensor:
-        """``level`` as a device scalar (a view: no op that launches; made once per tree and level),
-        for compiled regions whose shapes must not depend on the level."""
+        """``level`` as a device scalar (a view: no op that launches), for compiled code whose shapes
+        must not depend on the level: the run's :meth:`DraftPhase.depth` (made once per run), else
+        made once per tree and level."""
+        if self.phase is not None:
+            return self.phase.depth(level)
         if level not in self._level_t:
             self._level_t[level] = self._ar[level]
         return self._level_t[level]
