@@ -130,8 +130,12 @@ class ShardWorker:
         if key not in self._warm:
             compiles = key[1] in COMPILING
             t = point.max_new_tokens if compiles else min(WARM_UP_TOKENS, point.max_new_tokens)
-            warm = start_prompt(self.pair, point, prompt, _copy(history), allow_long_context, max_new_tokens=t)
-            finish_prompt(self.pair, point, prompt, warm, max_new_tokens=t)
+            # compiled: also a decode of one token, whose only iteration verifies the root alone (D_max = 0
+            # with one token left), as a decode's last iteration does when its acceptance ends it there: the
+            # verify's smallest bucket at the tree's capacity, which the full warm-up may never meet
+            for tokens in (t, 1) if compiles and t > 1 else (t,):
+                warm = start_prompt(self.pair, point, prompt, _copy(history), allow_long_context, max_new_tokens=tokens)
+                finish_prompt(self.pair, point, prompt, warm, max_new_tokens=tokens)
             self._warm.add(key)
             run = start_prompt(self.pair, point, prompt, _copy(history), allow_long_context)  # the path is its again
         res, extra = finish_prompt(self.pair, point, prompt, run)
