@@ -252,9 +252,9 @@ def test_an_int_list_is_still_one_prompt():
 def test_batch_run_compacts_dead_entries_exactly(arch, monkeypatch):
     """Rejected entries between accepted ones stay dead in their row's mask; with the threshold at 2
     every few iterations compact them (one gather per layer), and every row is still its greedy decode."""
-    from dynatree_core.runtime.cache import rows as rows_cache
+    from dynatree_core.runtime.cache import dynamic
 
-    monkeypatch.setattr(rows_cache, "COMPACT_AFTER", 2)
+    monkeypatch.setattr(dynamic, "COMPACT_AFTER", 2)  # the default threshold of every cache, the rows' included
     pair = cached_pair(arch, "sdpa", DIFFERING_NOISE[arch])
     cfg = DynaTreeConfig(tau=0.0, n_max=24, b_min=2, b_mid=3, b_max=3, rho_stop=0.001)
     rows = [[5, 9, 2], [1, 2, 3, 4, 5, 6, 7, 8], [4]]

@@ -182,7 +182,7 @@ def generate_hf_assisted(pair: Any, prompt: Any, max_new_tokens: int, config: HF
     T tokens, the target's greedy choices (not ``min_new_tokens``, which masks the EOS logit and would
     change the output where EOS is the argmax); otherwise the engine's EOS ids, cut after the first.
     """
-    from dynatree_core.engine.loop import encode_prompt
+    from dynatree_core.engine.run_checks import encode_prompt
     from dynatree_core.records.result import GenerationResult
 
     config = config or HFAssistedConfig()

@@ -13,7 +13,8 @@ views or the CLI, which build on it.
 from __future__ import annotations
 
 from dynatree_core.engine.api import generate, iterate
-from dynatree_core.engine.loop import DecodingRun, encode_prompt, tail_lookup
+from dynatree_core.engine.loop import DecodingRun, tail_lookup
+from dynatree_core.engine.run_checks import encode_prompt
 from dynatree_core.records.result import GenerationResult
 
 __all__ = ["DecodingRun", "GenerationResult", "encode_prompt", "generate", "iterate", "tail_lookup"]

@@ -33,8 +33,8 @@ from dynatree_core.drafters.batch_feature import BatchFeatureDraft
 from dynatree_core.drafters.batch_model import BatchModelDraft
 from dynatree_core.engine.batch_calibrate import batch_cost
 from dynatree_core.engine.collector import RunCollector, new_trace
-from dynatree_core.engine.loop import (_TAIL_CODE, _check_run, _check_window, _eos_set, adapt, cut_committed,
-                                       draft_top_k, encode_prompt, rule_for, tail_lookup)
+from dynatree_core.engine.loop import adapt, cut_committed, draft_top_k, drafted_on_path, rule_for, tail_lookup
+from dynatree_core.engine.run_checks import check_run, check_window, encode_prompt, eos_set
 from dynatree_core.pairs.pair import ModelPair
 from dynatree_core.policy.config import DecoderConfig, DynaTreeConfig, resolve_config
 from dynatree_core.policy.batch_budget import BatchBudget, BatchChoice, BatchCost
@@ -140,7 +140,7 @@ class BatchRun:
             raise TypeError(f"budget must be True, a BatchCost, a BatchBudget or None, got {type(budget).__name__}")
         config = resolve_config(method, config)
         for s, n, h in zip(samplings, news, histories):
-            _check_run(pair, config, n, s)
+            check_run(pair, config, n, s)
             check_history(h, None if s.greedy else s.label())
         if len({(s.greedy, s.rule, s.temperature, s.top_p, s.top_k, s.noise) for s in samplings}) > 1:
             raise ValueError("every row samples under the same settings (temperature, top_p, top_k, verify, "
@@ -157,9 +157,9 @@ class BatchRun:
         self.method = self.config.method
         self.prompts = [encode_prompt(pair, p) for p in prompts]
         for p, n in zip(self.prompts, news):
-            _check_window(pair, config.drafts, len(p), n, allow_long_context)
+            check_window(pair, config.drafts, len(p), n, allow_long_context)
         self.max_new_tokens, self.samplings, self.histories = news, samplings, histories
-        self.eos = _eos_set(pair, eos_token_id, ignore_eos)
+        self.eos = eos_set(pair, eos_token_id, ignore_eos)
         self.kind = kind
         #: the paper's KV mode: crop the tree's entries and re-run the committed tokens (a second forward)
         self.recompute = getattr(self.config, "kv_mode", "gather") == "recompute"
@@ -268,8 +268,7 @@ class BatchRun:
                 r.root = new[-1]
                 if r.own_tail:
                     r.tail.commit(path, new)
-            after = adapt(r.adapter, self.config, int((sel.arrays["stop"][path] != _TAIL_CODE).sum())
-                          if r.tree.tail_nodes else len(path), r.tree.depth, sel.arrays)
+            after = adapt(r.adapter, self.config, drafted_on_path(sel, r.tree), r.tree.depth, sel.arrays)
             r.col.lap("commit")
             forwards = 1 + (self.recompute and stop is None)  # the paper's mode re-runs the committed tokens
             rec = r.col.iteration(r.tree, sel, target.count[i], new, (at["before"][i], after), forwards)

@@ -28,7 +28,8 @@ import torch
 from dynatree_core.drafters import DraftContext, Drafter, LookupDrafter, LookupMix, MixDrafter, make_drafter
 from dynatree_core.engine.collector import RunCollector, new_trace
 from dynatree_core.engine.replay_recording import ReplayRecording
-from dynatree_core.pairs.pair import ModelPair, context_window, eos_token_ids
+from dynatree_core.engine.run_checks import check_run, check_window, encode_prompt, eos_set
+from dynatree_core.pairs.pair import ModelPair
 from dynatree_core.policy.config import DecoderConfig, DynaTreeConfig, GrowthRule, resolve_config
 from dynatree_core.policy.history import HistoryAdapter, HistoryState, check_history
 from dynatree_core.policy.sampling import GREEDY, SamplingConfig
@@ -54,67 +55,6 @@ def tail_lookup(drafter: Drafter) -> tuple[LookupDrafter, bool]:
     if isinstance(drafter, MixDrafter):
         return drafter.lookup, False
     return LookupDrafter(LookupMix().lookup), True
-
-
-def encode_prompt(pair: ModelPair, prompt: str | Sequence[int] | torch.Tensor) -> list[int]:
-    """Prompt text or ids -> a non-empty list of token ids."""
-    if isinstance(prompt, str):
-        if pair.tokenizer is None:
-            raise TypeError("prompt is a string but the ModelPair has no tokenizer; pass token ids")
-        ids = list(pair.tokenizer(prompt)["input_ids"])
-    elif isinstance(prompt, torch.Tensor):
-        if prompt.dim() == 2 and prompt.shape[0] == 1:
-            prompt = prompt[0]
-        if prompt.dim() != 1:
-            raise ValueError(f"prompt tensor must have shape [L] or [1, L], got {tuple(prompt.shape)}")
-        ids = [int(t) for t in prompt.tolist()]
-    elif isinstance(prompt, (list, tuple, np.ndarray)):
-        ids = [int(t) for t in prompt]
-    else:
-        raise TypeError(f"prompt must be a str, a list of token ids or a tensor, got {type(prompt).__name__}")
-    if not ids:
-        raise ValueError("prompt must contain at least one token (got an empty prompt)")
-    vocab = int(pair.target.config.vocab_size)
-    bad = [t for t in ids if not 0 <= t < vocab]
-    if bad:
-        raise ValueError(f"prompt token ids must be in [0, {vocab}), got {bad[:5]}")
-    return ids
-
-
-def _check_run(pair: ModelPair, config: DecoderConfig, max_new_tokens: int, sampling: SamplingConfig) -> None:
-    """The checks that need no model work (bad input fails before any calibration or forward)."""
-    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool):
-        raise TypeError(f"max_new_tokens must be an integer >= 0, got {type(max_new_tokens).__name__}")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    if config.drafts and pair.draft is None:
-        raise ValueError(f"method={config.method!r} needs a draft model; the ModelPair has draft=None")
-    if not isinstance(sampling, SamplingConfig):
-        raise TypeError(f"sampling must be a SamplingConfig, got {type(sampling).__name__}")
-    if sampling.rule == "rejection" and not config.drafts:
-        raise ValueError(f"verify='rejection' checks drafted tokens; method={config.method!r} drafts none (seeded AR "
-                         "sampling draws each token from p by Gumbel-max with its position's noise: use "
-                         "verify='match')")
-
-
-def _check_window(pair: ModelPair, drafts: bool, prompt_len: int, max_new_tokens: int, allow: bool) -> None:
-    """The prompt and the new tokens fit both models' context windows (unless ``allow``)."""
-    for role, m in (("target", pair.target), ("draft", pair.draft if drafts else None)):
-        win = context_window(m) if m is not None else None
-        if win is not None and prompt_len + max_new_tokens > win and not allow:
-            raise ValueError(
-                f"prompt length ({prompt_len}) + max_new_tokens ({max_new_tokens}) = "
-                f"{prompt_len + max_new_tokens} exceeds the {role}'s context window of {win} "
-                f"positions; shorten the prompt, lower max_new_tokens, or pass allow_long_context=True "
-                f"to decode past the trained window anyway")
-
-
-def _eos_set(pair: ModelPair, eos_token_id: int | Sequence[int] | None, ignore_eos: bool) -> set[int]:
-    if ignore_eos:
-        return set()
-    if eos_token_id is None:
-        return set(eos_token_ids(pair.target, pair.tokenizer))
-    return {int(t) for t in ([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)}
 
 
 def rule_for(adapter: HistoryAdapter | None, config: DecoderConfig, remaining: int) -> GrowthRule:
@@ -157,7 +97,7 @@ class DecodingRun:
         #: how the target's token is chosen: greedy, or sampled (verify "match" / "rejection")
         self.sampling = sampling if sampling is not None else GREEDY
         config = resolve_config(method, config)  # from here on the config says what to do, not the name
-        _check_run(pair, config, max_new_tokens, self.sampling)
+        check_run(pair, config, max_new_tokens, self.sampling)
         label = None if self.sampling.greedy else self.sampling.label()
         check_history(history, label)  # before any calibration runs
         #: what runs the target's forwards: "eager" (dynamic caches) or a fast path (static caches,
@@ -170,9 +110,9 @@ class DecodingRun:
         self.config = prepare(config, pair, runtime=self.runtime) if prepare is not None and config.drafts else config
         self.method = self.config.method
         self.prompt = encode_prompt(pair, prompt)
-        _check_window(pair, config.drafts, len(self.prompt), max_new_tokens, allow_long_context)
+        check_window(pair, config.drafts, len(self.prompt), max_new_tokens, allow_long_context)
         self.max_new_tokens = max_new_tokens
-        self.eos = _eos_set(pair, eos_token_id, ignore_eos)
+        self.eos = eos_set(pair, eos_token_id, ignore_eos)
         self.tracing = bool(trace)
         #: trace="replay": draft the page's envelope, commit the own path (:mod:`.replay_recording`)
         self.replay = ReplayRecording(self.config, self.sampling, runtime) if trace == "replay" else None
@@ -259,8 +199,7 @@ class DecodingRun:
                 forwards += self._commit(v, root, sel, new, drafter, tail if own_tail else None, col)
                 root = new[-1]
             # the history reads the draft's acceptance: lookup-tail nodes on the path do not count
-            after = self._adapt(int((sel.arrays["stop"][path] != _TAIL_CODE).sum()) if tree.tail_nodes else len(path),
-                                depth, sel.arrays)
+            after = self._adapt(drafted_on_path(sel, tree), depth, sel.arrays)
             col.lap("commit")
             yield col.iteration(tree, sel, v.prefix_len, new, (before, after), forwards)
             if stop == "eos":
@@ -365,6 +304,13 @@ class DecodingRun:
 
     def _adapt(self, accepted: int, depth: int, arrays: dict[str, np.ndarray]) -> dict | None:
         return adapt(self.adapter, self.config, accepted, depth, arrays)
+
+
+def drafted_on_path(sel: Selection, tree: DeviceTree) -> int:
+    """The accepted nodes the draft proposed (what the history reads): a lookup tail's are not its doing."""
+    if not tree.tail_nodes:
+        return len(sel.path)
+    return int((sel.arrays["stop"][sel.path] != _TAIL_CODE).sum())
 
 
 def draft_top_k(config: DecoderConfig, sampling: SamplingConfig, tracing: bool, record_top_k: int | None) -> int:

@@ -2,8 +2,8 @@
 
 :class:`TreeSession` prefills both models on a prompt once, then :meth:`TreeSession.regrow`
 drafts a tree under any :class:`~dynatree_core.policy.config.GrowthRule` and verifies it with the
-target (the decode loop's eager backend and drafters), each time from copies of the prefilled caches, so moving a slider never re-reads the
-prompt. ``dynatree_viz.explore`` uses it as its live backend.
+target (the decode loop's eager backend and drafters), each time from copies of the prefilled caches,
+so moving a slider never re-reads the prompt. ``dynatree_viz.explore`` uses it as its live backend.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from dynatree_core.runtime.tree.tree import DeviceTree
 from dynatree_core.runtime.host_syncs import HostSyncs, to_device
 from dynatree_core.runtime.tree.to_host import host_tree
 from dynatree_core.drafters import make_drafter
-from dynatree_core.engine.loop import encode_prompt, tail_lookup
+from dynatree_core.engine.loop import tail_lookup
+from dynatree_core.engine.run_checks import encode_prompt
 from dynatree_core.pairs.pair import ModelPair
 from dynatree_core.policy.sampling import GREEDY, SamplingConfig
 from dynatree_core.policy.tree import DraftTree

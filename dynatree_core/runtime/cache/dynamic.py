@@ -37,6 +37,14 @@ from dynatree_core.runtime.host_syncs import to_device
 COMPACT_AFTER = 64
 
 
+def compact_threshold(compact_after: int | None) -> int:
+    """``compact_after`` checked (dead entries that trigger a compaction, >= 1; None: :data:`COMPACT_AFTER`)."""
+    compact_after = COMPACT_AFTER if compact_after is None else compact_after
+    if not isinstance(compact_after, int) or isinstance(compact_after, bool) or compact_after < 1:
+        raise ValueError(f"compact_after must be an integer >= 1, got {compact_after!r}")
+    return compact_after
+
+
 def cache_length(cache: DynamicCache) -> int:
     return cache.get_seq_length()
 
@@ -82,11 +90,8 @@ class TargetCache:
     """
 
     def __init__(self, cache: DynamicCache | None = None, compact_after: int | None = None):
-        compact_after = COMPACT_AFTER if compact_after is None else compact_after
-        if compact_after < 1:
-            raise ValueError(f"compact_after must be >= 1, got {compact_after}")
         self.cache = cache if cache is not None else DynamicCache()
-        self.compact_after = compact_after
+        self.compact_after = compact_threshold(compact_after)
         self.book = EntryBook()
         self._dead_dev: torch.Tensor | None = None  # device copy of ~alive, made once per change
         #: compactions so far (a gather per layer each)

@@ -8,9 +8,9 @@ whose entries are *live* or *dead* per row (:attr:`RowsCache.live`, bool [B, S] 
   entries of their fed ancestors written earlier this iteration) and the new entries its own
   ``allowed`` names; a padded query sees only itself;
 * a kept entry becomes live where it was written: nothing moves (:meth:`RowsCache.commit`);
-* columns dead in every row at the end are cropped (a slice), and once :data:`COMPACT_AFTER` columns
-  past the longest row's live entries pile up, one gather per layer moves every row's live entries
-  to the front.
+* columns dead in every row at the end are cropped (a slice), and once ``compact_after`` columns
+  (:data:`~dynatree_core.runtime.cache.dynamic.COMPACT_AFTER`) past the longest row's live entries pile
+  up, one gather per layer moves every row's live entries to the front.
 
 Positions are logical per row: a new token's position is the row's first position plus its live
 count before it (plus its depth in a tree), never its column. Keys are rotated at their positions
@@ -31,13 +31,11 @@ from typing import Any, Protocol, Sequence
 import torch
 from transformers import DynamicCache
 
+from dynatree_core.runtime.cache.dynamic import compact_threshold
 from dynatree_core.runtime.cache.dynamic import crop as crop_cache
 from dynatree_core.runtime.model import forwards as pl
 from dynatree_core.runtime.model.compat import cache_kwargs
 from dynatree_core.runtime.host_syncs import to_device
-
-#: dead entries in one row that trigger a compaction (a gather per layer, every row at once)
-COMPACT_AFTER = 64
 
 
 class KVStore(Protocol):
@@ -80,10 +78,8 @@ class RowsCache:
 
     def __init__(self, model: torch.nn.Module, rows: int, device: torch.device, compact_after: int | None = None,
                  kv: KVStore | None = None, first: Sequence[int] | None = None):
-        compact_after = COMPACT_AFTER if compact_after is None else compact_after
-        if compact_after < 1:
-            raise ValueError(f"compact_after must be >= 1, got {compact_after}")
-        self.model, self.device, self.compact_after = model, device, compact_after
+        # columns a compaction would reclaim before one runs (a gather per layer, every row at once)
+        self.model, self.device, self.compact_after = model, device, compact_threshold(compact_after)
         self.dtype = pl.model_dtype(model)
         self.kv: KVStore = ModelKV(model) if kv is None else kv
         #: bool [B, S]: the entries each row has committed
