@@ -3,7 +3,9 @@
 # and timed as it runs. pytest exits 5 when it collects no test: `set -e` makes that fail too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m pytest -q tests
+# Two processes (pytest-xdist; DYNATREE_TEST_WORKERS to change): every test runs its torch on one thread
+# (tests/conftest.py), so one process leaves CI's second core idle. Idle workers steal queued tests.
+python -m pytest -q -n "${DYNATREE_TEST_WORKERS:-2}" --dist worksteal tests
 shopt -s nullglob
 notebooks=(notebooks/*.ipynb)
 for nb in "${notebooks[@]}"; do
