@@ -465,3 +465,64 @@ def test_one_unlucky_iteration_moves_s_but_does_not_zero_it():
     for _ in range(20):
         b.observe(predicted=2.0, accepted=3)  # the draft's p(u) underrates it: s follows the evidence
     assert b.scale > 1.3
+
+
+# --- how deep a drafting iteration grows, chosen before its levels run --------------------------
+def _levels_cost(draft_s: float) -> BatchCost:
+    """A flat verify (50 ms at any width) and ``draft_s`` seconds a draft level: only the levels' price
+    and what they bring decide the depth."""
+    return BatchCost((1, 4), tuple(tuple(0.05 for _ in range(1, 40)) for _ in (1, 4)), (draft_s, draft_s))
+
+
+def _measured(b: BatchBudget, accepted: list[int], levels: int = 6) -> BatchBudget:
+    """MIN_SAMPLES drafting iterations of trees two nodes wide at every depth down to ``levels``, row b's
+    path reaching depth accepted[b]."""
+    from dynatree_core.policy.batch_budget import MIN_SAMPLES
+
+    depths = [[d for d in range(1, levels + 1) for _ in range(2)] for _ in accepted]
+    for _ in range(MIN_SAMPLES):
+        b.observe_depths(levels, accepted, depths)
+    return b
+
+
+def test_the_budget_grows_the_levels_that_pay_and_explores_the_rest():
+    """L* trades what a level brings (the measured share of rows whose path reached its depth) against
+    its price: paths that never pass depth 2 make deeper levels a loss when levels cost something, and
+    still no gain when they are free; paths that reach every measured depth leave the rules' D_max. Until
+    MIN_SAMPLES drafting iterations are measured, and on every EXPLORE_DEPTH-th choice, the rows grow as
+    deep as their rules allow."""
+    from dynatree_core.policy.batch_budget import EXPLORE_DEPTH
+
+    fresh = BatchBudget(_levels_cost(0.02))
+    assert fresh.levels(2, 8) == 8  # nothing measured yet: as deep as the rules allow
+    shallow = _measured(BatchBudget(_levels_cost(0.02)), [2, 2])
+    choices = [shallow.levels(2, 8) for _ in range(2 * EXPLORE_DEPTH)]
+    assert sorted(set(choices)) == [2, 8] and choices.count(8) == 2  # capped, but every 8th explores
+    assert _measured(BatchBudget(_levels_cost(0.0)), [2, 2]).levels(2, 8) == 2  # free levels that bring nothing
+    deep = _measured(BatchBudget(_levels_cost(0.002)), [6, 6])
+    assert deep.levels(2, 8) == 8  # every measured level pays: the deepest is the best, deeper unknown
+    assert _measured(BatchBudget(_levels_cost(0.02)), [6, 6]).levels(2, 4) == 4  # never past the rules' D_max
+    # a level's price weighs: at 30 ms a level the third level (half the rows reach it) no longer pays
+    mixed = _measured(BatchBudget(_levels_cost(0.03)), [3, 2])
+    assert mixed.levels(2, 8) == 2 and _measured(BatchBudget(_levels_cost(0.001)), [3, 2]).levels(2, 8) == 3
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_depth_cap_grows_no_deeper_and_every_row_stays_exact(arch):
+    """Under a budget whose levels cost as much as a verify, the batch's trees grow only as deep as the
+    measured acceptance pays for once it is measured: each capped iteration's trees stop at L*, it runs
+    at most L* draft forwards, its record says L*, and every row is its greedy decode."""
+    pair = cached_pair(arch, "sdpa", DIFFERING_NOISE[arch])
+    rows = [[5, 9, 2, 33], [1, 2, 3, 4, 5, 6], [40, 41]]
+    budget = _Scripted([])
+    budget.cost = _levels_cost(0.05)
+    run = iterate(pair, rows, "dynatree", DynaTreeConfig(tau=0.0, b_min=2, b_mid=2, b_max=2, d_max=6, n_max=24),
+                  max_new_tokens=40, ignore_eos=True, budget=budget)
+    its = list(run)
+    capped = [i for i in its if (next(iter(i.records.values())).batch["budget"].get("levels") or 6) < 6]
+    assert capped and len(capped) < len(its)
+    for i in capped:
+        cap = next(iter(i.records.values())).batch["budget"]["levels"]
+        assert i.draft_forwards <= cap
+        assert all(max(rec.tree.depths) <= cap for rec in i.records.values())
+    assert [r.tokens for r in run.finish()] == _greedy_rows(arch, "sdpa", [tuple(r) for r in rows], [40] * 3)

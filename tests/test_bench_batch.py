@@ -48,6 +48,12 @@ def test_batch_points_put_ar_first_and_pair_each_drafting_method_with_its_budget
         batch_points(specs, [0])
     with pytest.raises(ValueError, match="--batch-budget"):
         batch_points(specs, [2], "sometimes")
+    with pytest.raises(ValueError, match="--batch-budget"):
+        batch_points(specs, [2], "on,on")
+    # the budget with and without its depth choice, beside each other in one run
+    pts = batch_points(specs, [2], "on,widths")
+    assert [p.label for p in pts] == ["ar", "linear+budget", "linear+widths", "dynatree+budget", "dynatree+widths"]
+    assert [(p.budget, p.depth) for p in pts[3:]] == [(True, True), (True, False)]
 
 
 def test_the_summary_spreads_each_cell_over_its_rounds():

@@ -2,7 +2,8 @@
 
 Per dataset, batch size B and method, the first B selected prompts are decoded together
 (:class:`~dynatree_core.engine.batch.BatchRun`), EOS ignored, T tokens each; every method with a draft runs
-with and without the batch's shared node budget (label ``+budget``). Runs are interleaved (every method at one
+with and without the batch's shared node budget (label ``+budget``; ``+widths``: the budget choosing the
+verify's widths only, the rows' rules their depth). Runs are interleaved (every method at one
 B, then the next B; then the whole round again) and repeated, after one untimed warm-up per (B, method); a
 point's shared budget keeps what it measured from one run to the next (the warm-up's included), as a batch
 that keeps decoding would. A row records total and per-row tok/s, p50/p90 time to finish, L̄ per row
@@ -31,32 +32,42 @@ BATCH_SCHEMA_VERSION = "1"
 
 @dataclass(frozen=True)
 class BatchPoint:
-    """One cell: ``spec`` at batch size ``rows``, with or without the shared budget."""
+    """One cell: ``spec`` at batch size ``rows``, with or without the shared budget (``depth``: the budget
+    chooses how deep the trees grow, as well as how wide they are verified)."""
 
     spec: MethodSpec
     rows: int
     budget: bool = False
+    depth: bool = True
 
     #: run through the batch-1 loop (DecodingRun) instead of the batch (B = 1 only)
     loop: bool = False
 
     @property
     def label(self) -> str:
-        return self.spec.label + ("+budget" if self.budget else "") + ("@loop" if self.loop else "")
+        budget = ("+budget" if self.depth else "+widths") if self.budget else ""
+        return self.spec.label + budget + ("@loop" if self.loop else "")
+
+
+#: ``--batch-budget``'s values: how each drafting method runs (without the budget, with it, with it choosing
+#: widths only); ``both`` is off,on
+BUDGET_MODES = {"off": (False, True), "on": (True, True), "widths": (True, False)}
 
 
 def batch_points(specs: Sequence[MethodSpec], sizes: Sequence[int], budget: str = "both") -> list[BatchPoint]:
-    """AR first at every B (the reference), then each method without and/or with the budget."""
+    """AR first at every B (the reference), then each method in each budget mode (``budget``: a comma list
+    of :data:`BUDGET_MODES`, or ``both``)."""
     if not sizes or any(b < 1 for b in sizes):
         raise ValueError(f"--batch-size takes batch sizes >= 1, got {list(sizes)}")
-    if budget not in ("off", "on", "both"):
-        raise ValueError(f"--batch-budget must be off, on or both, got {budget!r}")
+    modes = ["off", "on"] if budget == "both" else str(budget).split(",")
+    if not modes or any(m not in BUDGET_MODES for m in modes) or len(set(modes)) < len(modes):
+        raise ValueError(f"--batch-budget takes both or distinct values among {', '.join(BUDGET_MODES)} "
+                         f"(comma-separated), got {budget!r}")
     ar = [s for s in specs if s.method == "ar"] or [MethodSpec("ar", "ar", ARConfig())]
     rest = [s for s in specs if s.method != "ar"]
-    flags = {"off": (False,), "on": (True,), "both": (False, True)}[budget]
     loops = [BatchPoint(s, 1, loop=True) for s in rest] if 1 in sizes else []
     return [BatchPoint(s, b) for b in sizes for s in ar[:1]] + [
-        BatchPoint(s, b, f) for b in sizes for s in rest for f in flags] + loops
+        BatchPoint(s, b, *BUDGET_MODES[m]) for b in sizes for s in rest for m in modes] + loops
 
 
 def run_batch_point(pair: Any, point: BatchPoint, prompts: Sequence[Sequence[int]], max_new_tokens: int,
@@ -64,15 +75,19 @@ def run_batch_point(pair: Any, point: BatchPoint, prompts: Sequence[Sequence[int
     """One timed batched decode of ``point``; its measurements (and the rows' tokens). ``budgets``:
     the shared budget of each point, kept from one run of it to the next (what a server that keeps
     decoding would know: its measured rates carry over; a new point starts afresh)."""
-    from dynatree_core.engine.batch import BatchRun
+    from dynatree_core.engine.batch import BatchRun, shared_budget
     from dynatree_core.engine.calibrate import prepare_config
+    from dynatree_core.policy.config import resolve_config
 
     if point.loop:
         return _run_loop_point(pair, point, prompts[0], max_new_tokens)
     kept = None if budgets is None or not point.budget else budgets.get(point)
+    if point.budget and kept is None:
+        kept = shared_budget(pair, resolve_config(point.spec.method, point.spec.config), point.rows,
+                             choose_depth=point.depth)
     run = BatchRun(pair, [list(p) for p in prompts[:point.rows]], point.spec.method, point.spec.config,
                    max_new_tokens=max_new_tokens, ignore_eos=True, prepare=prepare_config,
-                   budget=(kept or True) if point.budget else None)
+                   budget=kept if point.budget else None)
     if budgets is not None and run.budget is not None:
         budgets[point] = run.budget
     t0 = time.perf_counter()

@@ -79,8 +79,9 @@ def _add_bench(sub: Any) -> None:
     g.add_argument("--batch-size", type=csv_list(int), default=None, metavar="B,...",
                    help="decode B prompts together at each batch size (e.g. 1,2,4,8): the batch benchmark, "
                         "every method against batched AR in the same round")
-    g.add_argument("--batch-budget", choices=("off", "on", "both"), default="both",
-                   help="run each drafting method without and/or with the batch's shared node budget (default both)")
+    g.add_argument("--batch-budget", default="both", metavar="MODE,...",
+                   help="how each drafting method runs: off (no shared budget), on (the budget), widths (the budget "
+                        "choosing widths only, not depths), comma-separated; both = off,on (default)")
     g.add_argument("--repeats", type=int, default=2, help="rounds of the batch benchmark (default 2)")
     b.set_defaults(func=cmd_bench)
 

@@ -215,7 +215,11 @@ class BatchRun:
             before = [self._history(r) for r in rows]
             t0 = time.perf_counter()
             drafting = self.budget is None or self.budget.drafts(len(rows))  # the budget may choose an AR step
-            forwards = self._draft(rows, draft, clock, drafting)
+            # ... and how deep the trees may grow, before their levels run
+            cap = None
+            if self.budget is not None and drafting:
+                cap = self.budget.levels(len(rows), self.config.growth_rule().d_max)
+            forwards = self._draft(rows, draft, clock, drafting, cap)
             choice = self._budget_cut(rows, forwards) if self.budget is not None and drafting else None
             for r in rows:
                 r.col.lap("draft")
@@ -226,15 +230,13 @@ class BatchRun:
                 r.col.lap("verify")
             # 4. commit: cut at EOS / the budget; keep each row's root + path where it was written
             budget = None if self.budget is None else dict(drafted=drafting, **({} if choice is None else dict(
-                width=choice.width, rate=choice.rate, ar_rate=choice.ar_rate, predicted=choice.predicted)))
+                width=choice.width, rate=choice.rate, ar_rate=choice.ar_rate, predicted=choice.predicted,
+                levels=cap)))
             recs, stops = self._commit(rows, sels, start, target, draft, clock,
                                        dict(before=before, iteration=it, padded_width=width, budget=budget,
                                             states=states))
-            if choice is not None:  # what the kept nodes' p(u) predicted against what was accepted
-                self.budget.observe(choice.predicted, sum(len(sel.path) for sel in sels))
-            if self.budget is not None:  # the iteration's measured rate, every overhead included
-                self.budget.observe_time(len(rows), drafting, sum(len(rec.committed) for rec in recs.values()),
-                                         time.perf_counter() - t0)
+            if self.budget is not None:
+                self._budget_observe(drafting, choice, sels, forwards, recs, time.perf_counter() - t0)
             yield BatchIteration(it, recs, width, forwards, 1 + int(self.recompute and any(s is None for s in stops)))
             it += 1
             live = [i for i, s in enumerate(stops) if s is None]
@@ -289,6 +291,19 @@ class BatchRun:
             draft.commit_staged()
         return recs, stops
 
+    def _budget_observe(self, drafting: bool, choice: BatchChoice | None, sels: list[Selection], forwards: int,
+                        recs: dict[int, IterationRecord], seconds: float) -> None:
+        """What the shared budget learns from an iteration: what the kept nodes' p(u) predicted against
+        what was accepted, how deep the accepted paths reached, and the iteration's measured rate (every
+        overhead included)."""
+        assert self.budget is not None
+        if choice is not None:
+            self.budget.observe(choice.predicted, sum(len(sel.path) for sel in sels))
+            depths = [sel.arrays["depths"][1:].tolist() for sel in sels]
+            self.budget.observe_depths(max([forwards] + [max(d, default=0) for d in depths]),
+                                       [len(sel.path) for sel in sels], depths)
+        self.budget.observe_time(len(sels), drafting, sum(len(rec.committed) for rec in recs.values()), seconds)
+
     def _budget_cut(self, rows: list[_Row], levels: int) -> BatchChoice:
         """The shared budget's width W*: each row keeps its W* - 1 most probable nodes (reads each
         row's path probabilities: one host read per row)."""
@@ -301,12 +316,14 @@ class BatchRun:
         return choice
 
     def _draft(self, rows: list[_Row], draft: BatchModelDraft | None, clock: pl.ForwardClock,
-               drafting: bool = True) -> int:
-        """Grow every row's tree (``drafting`` False: the root alone, no draft forward); returns the
-        draft forwards this iteration ran."""
+               drafting: bool = True, cap: int | None = None) -> int:
+        """Grow every row's tree (``drafting`` False: the root alone, no draft forward; ``cap``: at most
+        that many levels, the shared budget's L*); returns the draft forwards this iteration ran."""
         asks: dict[int, tuple[Any, torch.Tensor, int]] = {}
         for i, r in enumerate(rows):
             rule = rule_for(r.adapter, self.config, r.remaining)
+            if cap is not None and cap < rule.d_max:
+                rule = dataclasses.replace(rule, d_max=cap)
             r.tree = DeviceTree(r.root, rule, self._top_k(), self.pair.device,
                                 position=len(r.prompt) + len(r.out) - 1, early_exit=r.sampling.rule != "rejection")
             if r.drafter is None or not drafting:
@@ -379,9 +396,7 @@ class BatchRun:
             return budget
         if isinstance(budget, BatchCost):
             return BatchBudget(budget)
-        rule = self.config.growth_rule()
-        widest = 1 + rule.n_max + (rule.tail_n_max if rule.lookup_tail else 0)
-        return BatchBudget(batch_cost(self.pair, rows, widest))
+        return shared_budget(self.pair, self.config, rows)
 
     def _row(self, b: int) -> _Row:
         sampling = self.samplings[b]
@@ -466,6 +481,15 @@ class BatchRun:
         r.result = r.col.result(r.out, r.adapter.state if r.adapter is not None else None, forwards,
                                 self.config.drafts)
         self.results[r.index] = r.result
+
+
+def shared_budget(pair: ModelPair, config: DecoderConfig, rows: int, choose_depth: bool = True) -> BatchBudget:
+    """A batch's shared node budget for ``config`` at up to ``rows`` rows, priced by c(B, w) and d(B) as
+    measured on ``pair`` (:func:`~dynatree_core.engine.batch_calibrate.batch_cost`: cached per pair and
+    device); ``choose_depth`` False: it picks widths only, the rows' rules their depth."""
+    rule = config.growth_rule()
+    widest = 1 + rule.n_max + (rule.tail_n_max if rule.lookup_tail else 0)
+    return BatchBudget(batch_cost(pair, rows, widest), choose_depth=choose_depth)
 
 
 def with_seeds(sampling: SamplingConfig, seeds: Sequence[int]) -> list[SamplingConfig]:

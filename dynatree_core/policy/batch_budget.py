@@ -19,7 +19,14 @@ iteration is followed by an AR step: one iteration's rate swings with its accept
 are faster the batch sits out (an AR step for every row, no draft forward) and probes speculation
 with one drafting iteration after 1, 2, 4, ... iterations (:data:`MAX_SKIP` at most; a probe faster
 than AR's rate starts the back-off over); before both are measured, the model's rate against AR's
-B / c(B, 1) decides. Torch-free.
+B / c(B, 1) decides.
+
+How deep a drafting iteration grows is chosen before its levels run (they cost d(B) each whatever W
+wins): L* = argmax_L (B + B · Σ_{j ≤ L} a_j) / (c(B, W_L) + L · d(B) + o(B)), where a_j is the measured
+share of rows whose accepted path reached depth j when level j ran, and W_L the padded width of the
+trees verified, counting their nodes down to depth L. Until :data:`MIN_SAMPLES` drafting iterations
+are measured at a B, and on every :data:`EXPLORE_DEPTH`-th, the rows grow as deep as their rules
+allow (the deeper levels' a_j are measured there). Torch-free.
 """
 
 from __future__ import annotations
@@ -39,6 +46,9 @@ FORGET = 0.9
 #: s's prior, in predicted tokens at s = 1: one unlucky iteration (nothing accepted) moves s, it
 #: does not zero it (a zero s makes no width pay, and the budget would verify the root alone)
 SCALE_PRIOR = 4.0
+#: every this many drafting iterations at a B one grows as deep as the rows' rules allow: the levels a
+#: depth cap leaves out are measured again (acceptance moves with the text)
+EXPLORE_DEPTH = 8
 
 
 @dataclass(frozen=True)
@@ -122,6 +132,8 @@ class BatchBudget:
     """The batch's shared node budget (see the module docstring); state carried across iterations."""
 
     cost: BatchCost
+    #: choose the depth before the levels run (:meth:`levels`); False: the rows' rules alone decide it
+    choose_depth: bool = True
     #: s: measured accepted tokens over predicted Σ p(u), a running ratio from a prior of 1 (take p(u)
     #: at its word) worth :data:`SCALE_PRIOR` predicted tokens
     scale: float = 1.0
@@ -138,6 +150,12 @@ class BatchBudget:
     _probe: bool = False  # the back-off is over: the next iteration drafts, to measure speculation again
     _predicted: float = 0.0
     _accepted: float = 0.0
+    #: by B, by depth j: (rows for which level j ran, rows whose accepted path reached depth j, the padded
+    #: widths of the trees verified counting nodes down to depth j, iterations), summed with :data:`FORGET`
+    reach: dict[int, dict[int, tuple[float, float, float, float]]] = field(default_factory=dict)
+    #: drafting iterations whose depths were measured, and depth choices made, by B
+    measured: dict[int, int] = field(default_factory=dict)
+    _chosen: dict[int, int] = field(default_factory=dict)
 
     def drafts(self, rows: int) -> bool:
         """Whether this iteration of ``rows`` rows drafts (False: an AR step for every row, no draft
@@ -171,6 +189,43 @@ class BatchBudget:
             self.backoff = 1  # this drafting iteration beat AR: probe again soon, the sums may be stale
         if drafted and self.spent.get((rows, False), (0, 0.0, 0))[2] < MIN_SAMPLES:
             self.skip = max(self.skip, 1)  # measure an AR step at this B: the other side of the comparison
+
+    def levels(self, rows: int, d_max: int) -> int:
+        """L*: the draft levels a drafting iteration of ``rows`` rows may grow, at most ``d_max`` (the
+        rows' rules may stop sooner); ``d_max`` itself while exploring (see the module docstring) or
+        where the deepest level measured is the best (deeper ones are not known to lose)."""
+        if not self.choose_depth or self._explores(rows) or d_max <= 1:
+            return d_max
+        reach = self.reach[rows]
+        known = sorted(j for j in reach if j <= d_max)
+        best, best_rate, gain = d_max, -1.0, 0.0
+        fixed = self.overhead.get(rows, 0.0)
+        for depth in known:
+            ran, reached, widths, count = reach[depth]
+            gain += rows * reached / ran
+            width = max(1, round(widths / count))
+            rate = (rows + gain) / (self.cost.verify(rows, width) + depth * self.cost.draft(rows) + fixed)
+            if rate > best_rate * (1 + 1e-9):
+                best, best_rate = depth, rate
+        return d_max if not known or best == known[-1] else best
+
+    def _explores(self, rows: int) -> bool:
+        """Whether this drafting iteration grows as deep as the rules allow: too few measured, or its turn."""
+        turn = self._chosen.get(rows, 0)
+        self._chosen[rows] = turn + 1
+        return self.measured.get(rows, 0) < MIN_SAMPLES or turn % EXPLORE_DEPTH == EXPLORE_DEPTH - 1
+
+    def observe_depths(self, levels: int, accepted: Sequence[int], depths: Sequence[Sequence[int]]) -> None:
+        """A drafting iteration's depths: ``levels`` draft levels ran, row b's accepted path reached depth
+        ``accepted[b]`` and its verified nodes (the root's excluded) sit at ``depths[b]``."""
+        rows = len(accepted)
+        reach = self.reach.setdefault(rows, {})
+        for depth in range(1, levels + 1):
+            ran, reached, widths, count = reach.get(depth, (0.0, 0.0, 0.0, 0.0))
+            widest = 1 + max((sum(1 for d in ds if d <= depth) for ds in depths), default=0)
+            reach[depth] = (FORGET * ran + rows, FORGET * reached + sum(1 for a in accepted if a >= depth),
+                            FORGET * widths + widest, FORGET * count + 1)
+        self.measured[rows] = self.measured.get(rows, 0) + 1
 
     def rate(self, rows: int, drafted: bool, least: int = 1) -> float | None:
         """Measured committed tokens per second at ``rows`` rows, drafting or not (None: fewer than
