@@ -4,7 +4,7 @@ grows the very trees the eager path grows.
 On the ``compiled`` and ``graphs`` runtimes every piece of a draft level around the draft's forward
 is one ``torch.compile(fullgraph=True)`` region (the forward's inputs, the head's top-k, prompt lookup
 with the mixture, the growth rule's step), a level a drafter lends is one region with its forward
-inside (``one_level``), and so are the verify forward's inputs. Here the ``static`` runtime is made
+inside (``one_level``; level 0 with its chain: ``chain_level``), and so are the verify forward's inputs. Here the ``static`` runtime is made
 to compile them with dynamo's eager backend (the tracing is the proof that there is no graph break, no host read and no
 data-dependent Python branch; inductor's code generation is the GPU's runtime), inside real decodes.
 """
@@ -48,7 +48,7 @@ def regions_traced(monkeypatch):
         return made[fn.__qualname__]
 
     def whole(fn, backend, scope=None):  # a whole draft level: one code object per bucket, as Region gives
-        made["whole_level"] = fn
+        made[fn.__name__] = fn  # one_level (phase.whole_level) or chain_level (level 0: phase.whole_chain)
         return torch.compile(own_code(fn), fullgraph=True, dynamic=False, backend="eager")
 
     torch._dynamo.reset()
@@ -89,19 +89,21 @@ def test_every_region_compiles_whole_and_grows_the_eager_trees(kind, regions_tra
         assert _trees(fast) == _trees(eager), method
         assert all(r.host_syncs == 1 for r in fast)
         seen |= set(regions_traced)
-    # a lookup mixture proposes level by level (its regions: the inputs, the head's top-k, the mixture, the
-    # step); a drafter alone lends each level after the root's to the draft phase (one whole level)
-    parts = {"level_inputs", "mix_level", "resident_step"} | ({"head_topk"} if kind.startswith("feature") else
-                                                              {"logits_topk"})
-    want = {"chain_inputs", "verify_inputs"} | (parts if kind.endswith("lookup") else {"whole_level", "resident_step"})
-    assert want == seen
+    # a lookup mixture proposes level by level (its regions: the chain's inputs, the inputs, the head's top-k,
+    # the mixture, the step); a drafter alone lends each level to the draft phase (one whole level, level 0's
+    # with the chain; the phase makes its step at the run's start)
+    parts = {"chain_inputs", "level_inputs", "mix_level", "resident_step"} | (
+        {"head_topk"} if kind.startswith("feature") else {"logits_topk"})
+    whole = {"one_level", "chain_level", "resident_step"}
+    assert seen == {"verify_inputs"} | (parts if kind.endswith("lookup") else whole)
 
 
 def test_every_marked_region_is_one_the_fast_path_runs():
     """Nothing is marked a region (and so left out of the engine's op count) that no test traces."""
     names = {code.co_name for code in regions.REGIONS}
     assert names == {"level_step", "resident_step", "level_inputs", "chain_inputs", "head_topk", "logits_topk",
-                     "mix_level", "verify_inputs", "one_level"}  # a whole draft level (phase.whole_level)
+                     "mix_level", "verify_inputs", "one_level",  # a whole draft level (phase.whole_level)
+                     "chain_level"}  # level 0 whole, its chain with it (phase.whole_chain)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
