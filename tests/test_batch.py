@@ -31,6 +31,8 @@ from helpers import cached_pair, cached_target, reference_greedy
 from helpers.exactness import ARCHS, ATTNS, DIFFERING_NOISE, method_configs, prompts
 
 batch_prompts = st.lists(prompts, min_size=1, max_size=5)
+#: the runtimes a batch runs on: the dynamic caches, and static buffers with bucketed verify widths
+RUNTIMES = ("eager", "static")
 
 
 def _greedy_rows(arch, attn, rows, news):
@@ -39,25 +41,26 @@ def _greedy_rows(arch, attn, rows, news):
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(arch=st.sampled_from(ARCHS), attn=st.sampled_from(ATTNS), noise=st.sampled_from((0.0, 0.02, 0.1, 1.0)),
-       mc=method_configs, rows=batch_prompts, data=st.data())
-def test_every_row_equals_the_target_greedy(arch, attn, noise, mc, rows, data):
+       mc=method_configs, rows=batch_prompts, runtime=st.sampled_from(RUNTIMES), data=st.data())
+def test_every_row_equals_the_target_greedy(arch, attn, noise, mc, rows, runtime, data):
     method, config = mc
     news = data.draw(st.lists(st.integers(0, 16), min_size=len(rows), max_size=len(rows)))
     res = generate(cached_pair(arch, attn, noise), [list(p) for p in rows], method, config, max_new_tokens=news,
-                   ignore_eos=True)
+                   ignore_eos=True, runtime=runtime)
     assert [r.tokens for r in res] == _greedy_rows(arch, attn, rows, news)
     assert [r.metrics.new_tokens for r in res] == news
 
 
 @settings(max_examples=25, deadline=None)
 @given(arch=st.sampled_from(ARCHS), mc=method_configs, rows=st.lists(prompts, min_size=2, max_size=4),
-       cut=st.integers(0, 11), data=st.data())
-def test_a_row_stops_at_its_first_eos_even_inside_an_accepted_path(arch, mc, rows, cut, data):
+       cut=st.integers(0, 11), runtime=st.sampled_from(RUNTIMES), data=st.data())
+def test_a_row_stops_at_its_first_eos_even_inside_an_accepted_path(arch, mc, rows, cut, runtime, data):
     method, config = mc
     pair = cached_pair(arch, "sdpa", 0.0)  # an identical draft: the EOS lands inside an accepted path
     which = data.draw(st.integers(0, len(rows) - 1))
     eos = reference_greedy(arch, "sdpa", rows[which], 12)[cut]
-    res = generate(pair, [list(p) for p in rows], method, config, max_new_tokens=12, eos_token_id=eos)
+    res = generate(pair, [list(p) for p in rows], method, config, max_new_tokens=12, eos_token_id=eos,
+                   runtime=runtime)
     for p, r in zip(rows, res):
         ref = reference_greedy(arch, "sdpa", p, 12)
         expected = ref[: ref.index(eos) + 1] if eos in ref else ref
@@ -97,14 +100,15 @@ class _Forwards:
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("rows", [1, 3, 5])
-def test_one_target_forward_per_batch_iteration_and_one_draft_forward_per_level(arch, rows):
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_one_target_forward_per_batch_iteration_and_one_draft_forward_per_level(arch, rows, runtime):
     pair = cached_pair(arch, "sdpa", DIFFERING_NOISE[arch])
     prompts_ = [[5 + b, 9, 2, 33, 7][: 2 + b] for b in range(rows)]
     t, d = _Forwards(pair.target), _Forwards(pair.draft)
     try:
         run = iterate(pair, prompts_, "dynatree", DynaTreeConfig(n_max=12), max_new_tokens=[12 + 3 * b for b in
                                                                                           range(rows)],
-                      ignore_eos=True)
+                      ignore_eos=True, runtime=runtime)
         its = list(run)
         res = run.finish()
     finally:
@@ -120,7 +124,9 @@ def test_one_target_forward_per_batch_iteration_and_one_draft_forward_per_level(
         assert t.calls < 1 + sum(r.metrics.iterations for r in res)
         assert d.calls < sum(r.metrics.draft_forwards for r in res)
     for i in its:
-        assert i.padded_width == max(len(r.tree.tokens) for r in i.records.values())
+        widest = max(len(r.tree.tokens) for r in i.records.values())
+        # static shapes: the widest tree padded to the next bucket (1, 2, 4, 8, 16 for N_max 12)
+        assert i.padded_width == (widest if runtime == "eager" else next(b for b in run.buckets if b >= widest))
 
 
 def test_rows_positions_taken_from_the_padded_columns_fail(monkeypatch):
@@ -228,9 +234,11 @@ def test_bad_batches_are_refused_before_any_model_work():
             (([[1, 2], [3]],), "one per prompt", dict(max_new_tokens=[4, 5, 6])),
             (([[1, 2], [3]],), "one per prompt", dict(temperature=0.7, seed=[1])),
             (([[1, 2], [3]],), "context window", dict(max_new_tokens=[4, 10_000])),
-            (([[1, 2], [3]],), "eager", dict(runtime="static")),
+            (([[1, 2], [3]],), "eager or the static", dict(runtime="compiled")),
             (([[1, 2], [3]],), "plain traces", dict(trace="replay")),
-            (([[1, 2], [3]],), "static shapes", dict(buckets=(8,))),
+            (([[1, 2], [3]],), "pass runtime='static'", dict(buckets=(8,))),
+            (([[1, 2], [3]],), "static_len=8 is too short", dict(runtime="static", static_len=8)),
+            (([[1, 2], [3]],), "add a bucket", dict(runtime="static", buckets=(1, 2, 4))),
             (([[1, 2], [3]],), "budget must be", dict(budget="yes")),
         ]
         for args, words, *kw in cases:
@@ -269,6 +277,75 @@ def test_batch_run_compacts_dead_entries_exactly(arch, monkeypatch):
     res = generate(pair, rows, "dynatree", cfg, max_new_tokens=30, ignore_eos=True)
     assert compactions and min(compactions) >= 2
     assert [r.tokens for r in res] == _greedy_rows(arch, "sdpa", [tuple(r) for r in rows], [30] * 3)
+
+
+def _static_run(arch: str, monkeypatch, static_len: int | None) -> tuple[list[list[int]], list, list]:
+    """A static batch of three rows (30 new tokens each, trees up to 25 nodes: bucket 32) with the
+    threshold compaction off, so only a lack of room compacts; what every forward and gather saw."""
+    from dynatree_core.runtime.cache import dynamic
+    from dynatree_core.runtime.cache.rows_static import SlotKV
+
+    monkeypatch.setattr(dynamic, "COMPACT_AFTER", 10 ** 6)
+    seen, gathers = [], []
+    run, gather = SlotKV.run, SlotKV.gather
+
+    def spy_run(self, ids, positions, mask, hidden, feats=None):
+        out = run(self, ids, positions, mask, hidden, feats)
+        keys = self.layers[0].keys
+        seen.append((self.capacity, keys.shape[2], (ids.shape[0], keys.data_ptr()), ids.shape[1]))
+        return out
+
+    def spy_gather(self, order, width):
+        gathers.append(width)
+        gather(self, order, width)
+
+    monkeypatch.setattr(SlotKV, "run", spy_run)
+    monkeypatch.setattr(SlotKV, "gather", spy_gather)
+    cfg = DynaTreeConfig(tau=0.0, n_max=24, b_min=2, b_mid=3, b_max=3, rho_stop=0.001)
+    res = generate(cached_pair(arch, "sdpa", DIFFERING_NOISE[arch]), STATIC_ROWS, "dynatree", cfg,
+                   max_new_tokens=30, ignore_eos=True, runtime="static", static_len=static_len)
+    return [r.tokens for r in res], seen, gathers
+
+
+#: three prompts of different lengths (the longest row: 8 + 30 tokens)
+STATIC_ROWS = [[5, 9, 2], [1, 2, 3, 4, 5, 6, 7, 8], [4]]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_static_batch_writes_in_place_and_compacts_when_its_columns_run_out(arch, monkeypatch):
+    """The static runtime keeps the target's cache in one set of [B, heads, capacity, dim] buffers:
+    every forward attends over all of them and writes in place (the buffers move only when a
+    finished row leaves). At the least static_len it accepts (the longest row + the widest bucket), the dead
+    columns run out the room and a compaction in place makes it; every row is still its greedy decode."""
+    tokens, seen, gathers = _static_run(arch, monkeypatch, 8 + 30 + 32)
+    assert tokens == _greedy_rows(arch, "sdpa", [tuple(r) for r in STATIC_ROWS], [30] * 3)
+    assert gathers, "the dead columns never ran out the room"
+    assert {(cap, cols) for cap, cols, _, _ in seen} == {(70, 70)}
+    # one allocation per batch size (a finished row leaves: the buffers shrink once): writes in place
+    assert len({ptr for _, _, (_, ptr), _ in seen}) == len({rows for _, _, (rows, _), _ in seen})
+    verify = [q for *_, q in seen[1:]]  # after the prefill: the verify forwards, each a bucket
+    assert set(verify) <= {1, 2, 4, 8, 16, 24, 32} and max(verify) > 1
+
+
+def test_a_static_store_that_lets_queries_see_past_the_rows_columns_is_caught(monkeypatch):
+    """The columns past the rows cache's width hold what earlier forwards wrote and a crop left (a
+    rejected suffix): a variant that leaves them visible decodes other tokens, so the exactness
+    above is what the mask keeps."""
+    from dynatree_core.runtime.cache.rows_static import SlotKV
+    from dynatree_core.runtime.model.compat import cache_kwargs
+
+    def unmasked(self, ids, positions, mask, hidden, feats=None):
+        rows, q = ids.shape
+        full = torch.zeros((rows, 1, q, self.capacity), dtype=mask.dtype)  # every column visible
+        full[..., :mask.shape[-1]] = mask
+        self.cache.write_at(self.width, q)
+        self.width = mask.shape[-1]
+        return self.model(input_ids=ids, attention_mask=full, position_ids=positions, use_cache=True,
+                          **cache_kwargs(self.model, self.cache)).logits, None
+
+    monkeypatch.setattr(SlotKV, "run", unmasked)
+    tokens, *_ = _static_run("llama", monkeypatch, None)
+    assert tokens != _greedy_rows("llama", "sdpa", [tuple(r) for r in STATIC_ROWS], [30] * 3)
 
 
 def test_with_seeds_keeps_every_other_setting():
@@ -311,6 +388,12 @@ def test_the_budget_picks_the_width_of_the_best_rate_and_ar_when_verifying_costs
     # in between, the width trades the nodes' p(u) against c(B, w): the 0.1 node is not worth its slot
     mid = BatchBudget(_cost(0.002))
     assert mid.choose([[0.9, 0.5, 0.1], [0.8]], levels=0).width == 3
+    # on the static runtime a verify is padded to a bucket: W is one, and the rows fill its padding (a width
+    # of 3 would run at 4 anyway, so the 0.1 node takes the slot the padding would)
+    padded = BatchBudget(_cost(0.002), buckets=(1, 2, 4, 8))
+    got = padded.choose([[0.9, 0.5, 0.1], [0.8]], levels=0)
+    assert (got.width, got.keep) == (4, [3, 1])
+    assert BatchBudget(_cost(0.0), buckets=(1, 2, 4, 8)).choose([[0.9] * 5, [0.8]], levels=0).width == 8
 
 
 def _decisions(b: BatchBudget, rows: int, n: int, rates: dict[bool, float]) -> list[bool]:
@@ -328,15 +411,43 @@ def test_measured_rates_decide_whether_to_draft_after_enough_of_each():
     from dynatree_core.policy.batch_budget import MIN_SAMPLES
 
     # drafting slower than AR: explore (a drafting iteration, then an AR step) until each side has its
-    # samples, then sit out and probe once after 1, 2, 4, ... iterations
+    # samples, then sit out and probe again after 1, 2, 4, ... iterations, or after as many as keep the
+    # probes' loss within PROBE_SHARE of the time where that is more
     slow = _decisions(BatchBudget(_cost(0.0)), 3, 2 * MIN_SAMPLES + 16, {True: 9.0, False: 15.0})
     assert slow[:2 * MIN_SAMPLES] == [True, False] * MIN_SAMPLES
     probes = [i for i, d in enumerate(slow) if d and i >= 2 * MIN_SAMPLES]
     gaps = [b - a for a, b in zip(probes, probes[1:])]
-    assert probes and gaps == sorted(gaps) and gaps[0] >= 2  # the back-off grows between probes
+    assert gaps == sorted(gaps)  # the back-off grows between probes
     # drafting faster: after the exploration it always drafts
     fast = _decisions(BatchBudget(_cost(0.0)), 3, 2 * MIN_SAMPLES + 8, {True: 20.0, False: 15.0})
     assert all(fast[2 * MIN_SAMPLES:])
+
+
+def _probe_loss(budget: BatchBudget, rates: dict[bool, float], n: int = 200) -> float:
+    """The share of n iterations' time (after the exploration) the probes lost against AR steps."""
+    from dynatree_core.policy.batch_budget import MIN_SAMPLES
+
+    rows = 3
+    made = _decisions(budget, rows, 2 * MIN_SAMPLES + n, rates)[2 * MIN_SAMPLES:]
+    t = {d: rows / r for d, r in rates.items()}  # an iteration's seconds (each commits `rows` tokens)
+    lost = sum(t[True] * (1 - rates[True] / rates[False]) for d in made if d)
+    return lost / sum(t[d] for d in made)
+
+
+@pytest.mark.parametrize("rates", [{True: 9.0, False: 15.0}, {True: 4.0, False: 15.0}, {True: 14.0, False: 15.0}])
+def test_where_speculation_loses_its_probes_lose_at_most_their_share_of_the_time(rates, monkeypatch):
+    """A probe costs t_d · (1 - r_spec / r_AR) more than the AR steps it replaces, so the wait before the
+    next is at least that over PROBE_SHARE · t_AR (MAX_SKIP at most). Doubling the wait from 1 alone (the
+    variant below) spends far more of a batch's time probing where a probe is dear."""
+    from dynatree_core.policy import batch_budget
+    from dynatree_core.policy.batch_budget import MAX_SKIP, PROBE_SHARE
+
+    t = {d: 3 / r for d, r in rates.items()}
+    floor = t[True] * (1 - rates[True] / rates[False]) / (MAX_SKIP * t[False])  # what MAX_SKIP allows
+    assert _probe_loss(BatchBudget(_cost(0.0)), rates) <= max(PROBE_SHARE, floor) + 0.01
+    if rates[True] < 5:  # where a probe is dear, doubling from 1 loses more than the share
+        monkeypatch.setattr(batch_budget, "PROBE_SHARE", float("inf"))
+        assert _probe_loss(BatchBudget(_cost(0.0)), rates) > PROBE_SHARE + 0.01
 
 
 def test_a_probe_that_finds_speculation_faster_brings_it_back():
@@ -345,7 +456,7 @@ def test_a_probe_that_finds_speculation_faster_brings_it_back():
     the same stale sums at every back-off's end never probes, and never comes back."""
     b = BatchBudget(_cost(0.0))
     _decisions(b, 2, 16, {True: 5.0, False: 15.0})
-    later = _decisions(b, 2, 60, {True: 60.0, False: 15.0})
+    later = _decisions(b, 2, 120, {True: 60.0, False: 15.0})  # a probe within MAX_SKIP iterations
     assert later[-10:] == [True] * 10
 
     class Stale(BatchBudget):  # the wrong variant: a back-off's end re-reads the same sums
@@ -355,7 +466,7 @@ def test_a_probe_that_finds_speculation_faster_brings_it_back():
 
     stale = Stale(_cost(0.0))
     _decisions(stale, 2, 16, {True: 5.0, False: 15.0})
-    assert not any(_decisions(stale, 2, 60, {True: 60.0, False: 15.0}))
+    assert not any(_decisions(stale, 2, 120, {True: 60.0, False: 15.0}))
 
 
 class _Scripted(BatchBudget):

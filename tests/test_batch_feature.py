@@ -32,12 +32,12 @@ TREE_KEYS = ("tokens", "parents", "depths", "branching", "stop_reasons", "topk_t
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(head=st.sampled_from((0, 1, 2)), mc=method_configs, rows=st.lists(prompts, min_size=1, max_size=4),
-       data=st.data())
-def test_every_feature_row_equals_the_target_greedy(head, mc, rows, data):
+       runtime=st.sampled_from(("eager", "static")), data=st.data())
+def test_every_feature_row_equals_the_target_greedy(head, mc, rows, runtime, data):
     method, config = mc
     news = data.draw(st.lists(st.integers(0, 12), min_size=len(rows), max_size=len(rows)))
     res = generate(feature_pair("sdpa", head), [list(p) for p in rows], method, config, max_new_tokens=news,
-                   ignore_eos=True)
+                   ignore_eos=True, runtime=runtime)  # static: the verify's hidden states from bucketed forwards
     assert [r.tokens for r in res] == [target_greedy("sdpa", 0, p, n) for p, n in zip(rows, news)]
 
 
@@ -134,6 +134,8 @@ def test_feature_rows_with_lookup_mixed_in_a_lookup_tail_a_history_and_the_budge
     assert [r.tokens for r in generate(pair, rows, "dynatree", cfg, max_new_tokens=14, ignore_eos=True)] == expected
     assert [r.tokens for r in generate(pair, rows, "dynatree", cfg, max_new_tokens=14, ignore_eos=True,
                                        budget=BatchBudget(cost))] == expected
+    assert [r.tokens for r in generate(pair, rows, "dynatree", cfg, max_new_tokens=14, ignore_eos=True,
+                                       budget=BatchBudget(cost), runtime="static")] == expected
     assert _trees_equal_batch_one(pair, rows, "dynatree", cfg)
 
 

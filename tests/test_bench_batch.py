@@ -56,6 +56,34 @@ def test_batch_points_put_ar_first_and_pair_each_drafting_method_with_its_budget
     assert [(p.budget, p.depth) for p in pts[3:]] == [(True, True), (True, False)]
 
 
+def test_batch_points_run_on_each_runtime_asked_for_and_refuse_the_others():
+    specs = method_specs(["ar", "dynatree"])
+    pts = batch_points(specs, [2], "off", ["eager", "static"])
+    assert [(p.label, p.runtime) for p in pts] == [("ar", "eager"), ("ar@static", "static"), ("dynatree", "eager"),
+                                                   ("dynatree@static", "static")]
+    for bad in (["compiled"], ["static", "static"], []):
+        with pytest.raises(ValueError, match="runtimes eager, static"):
+            batch_points(specs, [2], "off", bad)
+
+
+def test_the_batch_bench_on_the_static_runtime_compares_each_row_with_ar_on_the_same_runtime(data_dir, tmp_path):
+    out = tmp_path / "batch.json"
+    argv = bench_args(data_dir, out, "--batch-size", "2", "--repeats", "1", "--batch-budget", "off",
+                      "--runtime", "eager,static", "--dataset", "wikitext2", methods="ar,dynatree")
+    argv[argv.index("--num-prompts") + 1] = "2"
+    assert main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert doc["config"]["runtimes"] == ["eager", "static"]
+    rows = {r["label"]: r for r in doc["rows"]}
+    assert set(rows) == {"ar", "ar@static", "dynatree", "dynatree@static"}
+    assert doc["checks"]["every_row_matches_batched_ar"]
+    for label, r in rows.items():
+        ar = rows["ar@static" if r["runtime"] == "static" else "ar"]
+        assert r["speedup_vs_batched_ar"] == pytest.approx(r["tokens_per_s"] / ar["tokens_per_s"])
+    # static shapes: the verify is padded to a bucket, so it pads at least as much as the eager run
+    assert rows["dynatree@static"]["padding_efficiency"] <= rows["dynatree"]["padding_efficiency"] + 1e-9
+
+
 def test_the_summary_spreads_each_cell_over_its_rounds():
     rows = [{"dataset": "d", "batch_size": 2, "label": "dynatree", "speedup_vs_batched_ar": s, "tokens_per_s": 10 * s,
              "decode_speedup_vs_batched_ar": s + 0.05, "padding_efficiency": 0.5, "mean_accepted_per_row": 2.0,

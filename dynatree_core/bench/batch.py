@@ -11,7 +11,8 @@ that keeps decoding would. A row records total and per-row tok/s, p50/p90 time t
 token and the ratio to batched AR in the same round (of the whole run, and of the decode alone: the prompts'
 prefill left out); every row's tokens are checked against batched AR's, and
 batched AR's against batch-1 AR (batched kernels need not be batch-invariant: the difference is reported, not
-hidden). At B = 1 every method also runs through the batch-1 loop
+hidden). ``--runtime eager,static`` runs every point on each (label ``@static``; its ratio is to batched AR on
+the same runtime). At B = 1 every method also runs through the batch-1 loop
 (:class:`~dynatree_core.engine.loop.DecodingRun`, label ``@loop``) in the same round: what keeping two loops
 is worth. The result is JSON with a schema version and the config.
 """
@@ -42,11 +43,14 @@ class BatchPoint:
 
     #: run through the batch-1 loop (DecodingRun) instead of the batch (B = 1 only)
     loop: bool = False
+    #: the batch's runtime: eager (dynamic caches) or static (static target buffers, bucketed verifies)
+    runtime: str = "eager"
 
     @property
     def label(self) -> str:
         budget = ("+budget" if self.depth else "+widths") if self.budget else ""
-        return self.spec.label + budget + ("@loop" if self.loop else "")
+        at = "@loop" if self.loop else "" if self.runtime == "eager" else f"@{self.runtime}"
+        return self.spec.label + budget + at
 
 
 #: ``--batch-budget``'s values: how each drafting method runs (without the budget, with it, with it choosing
@@ -54,7 +58,8 @@ class BatchPoint:
 BUDGET_MODES = {"off": (False, True), "on": (True, True), "widths": (True, False)}
 
 
-def batch_points(specs: Sequence[MethodSpec], sizes: Sequence[int], budget: str = "both") -> list[BatchPoint]:
+def batch_points(specs: Sequence[MethodSpec], sizes: Sequence[int], budget: str = "both",
+                 runtimes: Sequence[str] = ("eager",)) -> list[BatchPoint]:
     """AR first at every B (the reference), then each method in each budget mode (``budget``: a comma list
     of :data:`BUDGET_MODES`, or ``both``)."""
     if not sizes or any(b < 1 for b in sizes):
@@ -63,11 +68,18 @@ def batch_points(specs: Sequence[MethodSpec], sizes: Sequence[int], budget: str 
     if not modes or any(m not in BUDGET_MODES for m in modes) or len(set(modes)) < len(modes):
         raise ValueError(f"--batch-budget takes both or distinct values among {', '.join(BUDGET_MODES)} "
                          f"(comma-separated), got {budget!r}")
+    from dynatree_core.engine.batch import BATCH_RUNTIMES
+
+    bad = [r for r in runtimes if r not in BATCH_RUNTIMES]
+    if not runtimes or bad or len(set(runtimes)) < len(runtimes):
+        raise ValueError(f"a batch runs on the runtimes {', '.join(BATCH_RUNTIMES)} (distinct, comma-separated), "
+                         f"got {list(runtimes)}")
     ar = [s for s in specs if s.method == "ar"] or [MethodSpec("ar", "ar", ARConfig())]
     rest = [s for s in specs if s.method != "ar"]
     loops = [BatchPoint(s, 1, loop=True) for s in rest] if 1 in sizes else []
-    return [BatchPoint(s, b) for b in sizes for s in ar[:1]] + [
-        BatchPoint(s, b, *BUDGET_MODES[m]) for b in sizes for s in rest for m in modes] + loops
+    return [BatchPoint(s, b, runtime=r) for b in sizes for r in runtimes for s in ar[:1]] + [
+        BatchPoint(s, b, *BUDGET_MODES[m], runtime=r) for b in sizes for r in runtimes for s in rest
+        for m in modes] + loops
 
 
 def run_batch_point(pair: Any, point: BatchPoint, prompts: Sequence[Sequence[int]], max_new_tokens: int,
@@ -75,7 +87,7 @@ def run_batch_point(pair: Any, point: BatchPoint, prompts: Sequence[Sequence[int
     """One timed batched decode of ``point``; its measurements (and the rows' tokens). ``budgets``:
     the shared budget of each point, kept from one run of it to the next (what a server that keeps
     decoding would know: its measured rates carry over; a new point starts afresh)."""
-    from dynatree_core.engine.batch import BatchRun, shared_budget
+    from dynatree_core.engine.batch import BatchRun, run_buckets, shared_budget
     from dynatree_core.engine.calibrate import prepare_config
     from dynatree_core.policy.config import resolve_config
 
@@ -83,11 +95,12 @@ def run_batch_point(pair: Any, point: BatchPoint, prompts: Sequence[Sequence[int
         return _run_loop_point(pair, point, prompts[0], max_new_tokens)
     kept = None if budgets is None or not point.budget else budgets.get(point)
     if point.budget and kept is None:
-        kept = shared_budget(pair, resolve_config(point.spec.method, point.spec.config), point.rows,
-                             choose_depth=point.depth)
+        config = resolve_config(point.spec.method, point.spec.config)
+        kept = shared_budget(pair, config, point.rows, choose_depth=point.depth,
+                             buckets=run_buckets(config, point.runtime))
     run = BatchRun(pair, [list(p) for p in prompts[:point.rows]], point.spec.method, point.spec.config,
                    max_new_tokens=max_new_tokens, ignore_eos=True, prepare=prepare_config,
-                   budget=kept if point.budget else None)
+                   budget=kept if point.budget else None, runtime=point.runtime)
     if budgets is not None and run.budget is not None:
         budgets[point] = run.budget
     t0 = time.perf_counter()
@@ -110,6 +123,7 @@ def _run_loop_point(pair: Any, point: BatchPoint, prompt: Sequence[int], max_new
     m = result.metrics
     decode = wall - m.prefill_time_s
     return {"label": point.label, "method": point.spec.method, "batch_size": 1, "budget": False, "loop": True,
+            "runtime": "eager",
             "tokens_per_s": max_new_tokens / wall, "row_tokens_per_s": max_new_tokens / wall,
             "decode_tokens_per_s": max_new_tokens / decode, "prefill_s": m.prefill_time_s,
             "finish_p50_s": wall, "finish_p90_s": wall, "wall_s": wall,
@@ -128,7 +142,8 @@ def measure(point: BatchPoint, its: Sequence[Any], results: Sequence[Any], wall:
     committed = sum(len(rec.committed) for i in its for rec in i.records.values())
     sat = sum(1 for i in its if any(rec.batch.get("budget", {}).get("drafted") is False for rec in i.records.values()))
     return {"label": point.label, "method": point.spec.method, "batch_size": point.rows, "budget": point.budget,
-            "tokens_per_s": point.rows * t / wall, "row_tokens_per_s": statistics.mean(t / f for f in finish),
+            "runtime": point.runtime, "tokens_per_s": point.rows * t / wall,
+            "row_tokens_per_s": statistics.mean(t / f for f in finish),
             "decode_tokens_per_s": point.rows * t / (wall - prefill), "prefill_s": prefill,
             "finish_p50_s": _quantile(finish, 0.5), "finish_p90_s": _quantile(finish, 0.9), "wall_s": wall,
             "mean_accepted_per_row": statistics.mean(r.metrics.new_tokens / max(1, r.metrics.iterations)
@@ -169,10 +184,12 @@ def run_batch_bench(pair: Any, prompts: dict[str, list[list[int]]], points: Sequ
             _tick(bar, f"{ds} warm-up {p.label} B={p.rows}")
         for rep in range(repeats):
             for b in sizes:
-                ar = None
+                ars: dict[str, dict[str, Any]] = {}  # batched AR on each runtime (the loop's: eager)
                 for p in (p for p in points if p.rows == b):
                     row = run_batch_point(pair, p, ps, max_new_tokens, budgets)
-                    ar = row if p.spec.method == "ar" else ar
+                    if p.spec.method == "ar":
+                        ars[p.runtime] = row
+                    ar = ars[p.runtime]
                     row.update(dataset=ds, repeat=rep, speedup_vs_batched_ar=row["tokens_per_s"] / ar["tokens_per_s"],
                                decode_speedup_vs_batched_ar=row["decode_tokens_per_s"] / ar["decode_tokens_per_s"],
                                matches_batched_ar=row["tokens"] == ar["tokens"])

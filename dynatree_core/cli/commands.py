@@ -84,7 +84,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_batch_bench(args: argparse.Namespace) -> int:
-    """``bench --batch-size``: the batch benchmark (:mod:`dynatree_core.bench.batch`), greedy, eager."""
+    """``bench --batch-size``: the batch benchmark (:mod:`dynatree_core.bench.batch`), greedy, on ``--runtime``
+    eager (the default) and/or static."""
     from datetime import datetime, timezone
     from dynatree_core.bench import batch
     from dynatree_core.bench.data import corpus_tokenize, load_corpus, select_prompts
@@ -92,7 +93,8 @@ def cmd_batch_bench(args: argparse.Namespace) -> int:
 
     datasets = parse_datasets(args.dataset)
     specs = build_specs(args, parse_methods(args.methods), device_name(args))
-    points = batch.batch_points(specs, args.batch_size, args.batch_budget)
+    runtimes = ["eager" if r == "auto" else r for r in args.runtime]  # a batch's CPU default, as one prompt's
+    points = batch.batch_points(specs, args.batch_size, args.batch_budget, runtimes)
     if args.repeats < 1:
         raise CLIError(f"--repeats must be >= 1, got {args.repeats}")
     n, _, t, l_max = protocol_numbers(args, datasets)
@@ -108,6 +110,7 @@ def cmd_batch_bench(args: argparse.Namespace) -> int:
     doc = {"schema_version": batch.BATCH_SCHEMA_VERSION, "kind": "batch_bench",
            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "config": {"datasets": datasets, "batch_sizes": args.batch_size, "budget": args.batch_budget,
+                      "runtimes": runtimes,
                       "max_new_tokens": t, "max_prompt_len": l_max, "num_prompts": n, "seed": args.seed,
                       "repeats": args.repeats, "methods": [s.to_dict() for s in specs],
                       "target": pair.target_name, "draft": pair.draft_name, "device": str(pair.device),

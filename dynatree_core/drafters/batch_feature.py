@@ -18,7 +18,7 @@ import torch
 from dynatree_core.drafters.batch_model import BatchModelDraft
 from dynatree_core.drafters.feature_draft import FeatureDraftModel
 from dynatree_core.drafters.feature_drafter import target_feats
-from dynatree_core.runtime.cache.rows import RowsCache
+from dynatree_core.runtime.cache.rows import RowsCache, gather_layers, select_layer_rows
 
 if TYPE_CHECKING:  # pragma: no cover
     from dynatree_core.runtime.tree.tree import DeviceTree
@@ -56,6 +56,12 @@ class FeatureKV:
                 layer.keys = torch.cat([layer.keys, k], dim=2)
                 layer.values = torch.cat([layer.values, v], dim=2)
         return out, None
+
+    def gather(self, order: torch.Tensor, width: int) -> None:
+        gather_layers(self.layers, order, width)
+
+    def keep_rows(self, idx: torch.Tensor) -> None:
+        select_layer_rows(self.layers, idx)
 
 
 class BatchFeatureDraft(BatchModelDraft):

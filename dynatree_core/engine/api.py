@@ -105,7 +105,8 @@ def generate(pair: ModelPair, prompt: Prompt | Sequence[Prompt], method: str = "
             trees padded to ``buckets``): ``"graphs"`` (CUDA graphs), ``"compiled"``
             (``torch.compile``), ``"static"`` (the fast path run eagerly); ``"auto"`` (default): graphs
             on CUDA, eager elsewhere. ``static_len``: the static cache's slots (default: the prompt,
-            the new tokens and the largest tree, rounded up).
+            the new tokens and the largest tree, rounded up). Several prompts run on ``"eager"`` or
+            ``"static"`` (the target's cache in static buffers, each verify padded to a bucket).
     Returns:
         :class:`GenerationResult` with ``tokens``, ``text``, ``metrics``, ``trace`` (a list: one per prompt).
     """
@@ -134,7 +135,5 @@ def _generate_batch(pair: ModelPair, prompts: Sequence[Any], method: str, config
                     static_len: int | None, sampling: SamplingConfig | None, settings: dict[str, Any],
                     **common: Any) -> list[GenerationResult]:
     """:func:`generate` for several prompts: one :class:`BatchRun`."""
-    if buckets is not None or static_len is not None:
-        raise ValueError("buckets= and static_len= size the fast path's static shapes; a batch runs eagerly")
-    return BatchRun(pair, prompts, method, config, max_new_tokens, trace,
+    return BatchRun(pair, prompts, method, config, max_new_tokens, trace, buckets=buckets, static_len=static_len,
                     sampling=_row_samplings(len(prompts), sampling, **settings), **common).finish()

@@ -14,8 +14,10 @@ sampler, its tokens left), and runs the models for all rows at once:
   were written, the rest are dead in its mask; a finished row leaves the batch.
 
 Row b's tokens are its prompt's batch-1 tokens: greedy, ``match`` with its seed, and ``rejection``
-with its own random stream (its draws never depend on its neighbours). Runs on the eager runtime;
-a single prompt runs :class:`~dynatree_core.engine.loop.DecodingRun`.
+with its own random stream (its draws never depend on its neighbours). Runs on the eager runtime or
+the static one (the target's cache in static buffers,
+:class:`~dynatree_core.runtime.cache.rows_static.SlotKV`, each verify padded to a bucket); a single
+prompt runs :class:`~dynatree_core.engine.loop.DecodingRun`.
 """
 
 from __future__ import annotations
@@ -45,10 +47,13 @@ from dynatree_core.records.trace import IterationRecord
 from dynatree_core.runtime.model import forwards as pl
 from dynatree_core.runtime.cache.rows import RowsCache
 from dynatree_core.runtime.tree.tree import DeviceTree, Selection
-from dynatree_core.runtime.static.fast_path import resolve_runtime
+from dynatree_core.runtime.cache.rows_static import SlotKV
+from dynatree_core.runtime.static.fast_path import bucket, buckets_for, resolve_runtime, static_capacity
 from dynatree_core.runtime.host_syncs import to_device
 from dynatree_core.runtime.sampling import draft_candidates, make_samplers
 
+#: the runtimes a batch runs on: the dynamic caches, or static buffers with bucketed verify widths
+BATCH_RUNTIMES = ("eager", "static")
 #: the drafters a batch runs: one batched draft model or feature draft (prompt lookup mixed in or
 #: not), or prompt lookup per row (no forward)
 BATCH_DRAFTERS = ("model", "feature", "lookup", "model+lookup", "feature+lookup")
@@ -128,7 +133,8 @@ class BatchRun:
                  allow_long_context: bool = False, record_top_k: int | None = None,
                  prepare: Callable[..., DecoderConfig] | None = None,
                  sampling: SamplingConfig | Sequence[SamplingConfig] | None = None, runtime: str = "auto",
-                 budget: BatchBudget | BatchCost | bool | None = None):
+                 budget: BatchBudget | BatchCost | bool | None = None, buckets: tuple[int, ...] | None = None,
+                 static_len: int | None = None):
         prompts = check_prompts(prompts)
         rows = len(prompts)
         news = _per_row("max_new_tokens", max_new_tokens, rows)
@@ -146,9 +152,11 @@ class BatchRun:
             raise ValueError("every row samples under the same settings (temperature, top_p, top_k, verify, "
                              "draft_noise); only the seed differs per row")
         self.runtime = resolve_runtime(runtime, pair.device)
-        if self.runtime != "eager":
-            raise ValueError(f"a batch runs on the eager runtime for now (runtime='eager' or 'auto' on a CPU), "
-                             f"got runtime={runtime!r} -> {self.runtime!r}")
+        if self.runtime not in BATCH_RUNTIMES:
+            raise ValueError(f"a batch runs on the eager or the static runtime for now (runtime='eager', 'static' or "
+                             f"'auto' on a CPU), got runtime={runtime!r} -> {self.runtime!r}")
+        if self.runtime != "static" and (buckets is not None or static_len is not None):
+            raise ValueError("buckets= and static_len= size the static runtime's shapes: pass runtime='static'")
         kind = pair.drafter_kind if config.drafts else None
         if kind is not None and kind not in BATCH_DRAFTERS:
             raise ValueError(f"a batch drafts with {BATCH_DRAFTERS}; this pair's drafter is {kind!r}")
@@ -159,6 +167,14 @@ class BatchRun:
         for p, n in zip(self.prompts, news):
             check_window(pair, config.drafts, len(p), n, allow_long_context)
         self.max_new_tokens, self.samplings, self.histories = news, samplings, histories
+        #: the static runtime's verify widths (a tree padded to the next) and its cache's columns
+        self.buckets: tuple[int, ...] | None = None
+        self.capacity: int | None = None
+        if self.runtime == "static":
+            self.buckets = run_buckets(self.config, self.runtime, buckets)
+            assert self.buckets is not None
+            self.capacity = static_capacity(max(len(p) + n for p, n in zip(self.prompts, news)), self.buckets[-1],
+                                            static_len)
         self.eos = eos_set(pair, eos_token_id, ignore_eos)
         self.kind = kind
         #: the paper's KV mode: crop the tree's entries and re-run the committed tokens (a second forward)
@@ -198,7 +214,8 @@ class BatchRun:
         if not rows:
             return
         clock, began = self.clock, time.perf_counter()
-        target = RowsCache(self.pair.target, len(rows), self.pair.device)
+        kv = None if self.capacity is None else SlotKV(self.pair.target, self.capacity)
+        target = RowsCache(self.pair.target, len(rows), self.pair.device, kv=kv)
         hidden = self._prefill(rows, target, clock)
         draft = self._batch_draft(rows, hidden)
         self._start_drafters(rows, draft)
@@ -367,6 +384,9 @@ class BatchRun:
         selection as at batch 1. Returns W, the selections, the column the roots landed in and, for
         a feature draft, the target's final hidden states [B, W, H]."""
         width = max(r.tree.n for r in rows)
+        if self.buckets is not None:  # static shapes: the trees padded to the next bucket
+            width = bucket(width, self.buckets)
+        target.room(width)
         ids, pos, allowed = target.padding(width)
         for i, r in enumerate(rows):
             n = r.tree.n
@@ -395,8 +415,8 @@ class BatchRun:
         if isinstance(budget, BatchBudget):
             return budget
         if isinstance(budget, BatchCost):
-            return BatchBudget(budget)
-        return shared_budget(self.pair, self.config, rows)
+            return BatchBudget(budget, buckets=self.buckets)
+        return shared_budget(self.pair, self.config, rows, buckets=self.buckets)
 
     def _row(self, b: int) -> _Row:
         sampling = self.samplings[b]
@@ -483,13 +503,29 @@ class BatchRun:
         self.results[r.index] = r.result
 
 
-def shared_budget(pair: ModelPair, config: DecoderConfig, rows: int, choose_depth: bool = True) -> BatchBudget:
+def shared_budget(pair: ModelPair, config: DecoderConfig, rows: int, choose_depth: bool = True,
+                  buckets: tuple[int, ...] | None = None) -> BatchBudget:
     """A batch's shared node budget for ``config`` at up to ``rows`` rows, priced by c(B, w) and d(B) as
     measured on ``pair`` (:func:`~dynatree_core.engine.batch_calibrate.batch_cost`: cached per pair and
-    device); ``choose_depth`` False: it picks widths only, the rows' rules their depth."""
+    device); ``choose_depth`` False: it picks widths only, the rows' rules their depth; ``buckets``: the
+    widths a static run pads its verifies to (:func:`run_buckets`), which it chooses among."""
+    widest = widest_tree(config)
+    return BatchBudget(batch_cost(pair, rows, widest), choose_depth=choose_depth, buckets=buckets)
+
+
+def widest_tree(config: DecoderConfig) -> int:
+    """The most tokens a verify of ``config``'s trees holds: the root, N_max and the lookup tail."""
+    if not config.drafts:
+        return 1
     rule = config.growth_rule()
-    widest = 1 + rule.n_max + (rule.tail_n_max if rule.lookup_tail else 0)
-    return BatchBudget(batch_cost(pair, rows, widest), choose_depth=choose_depth)
+    return 1 + rule.n_max + (rule.tail_n_max if rule.lookup_tail else 0)
+
+
+def run_buckets(config: DecoderConfig, runtime: str, buckets: tuple[int, ...] | None = None
+                ) -> tuple[int, ...] | None:
+    """The verify widths a batch on ``runtime`` pads to: the fast path's buckets up to ``config``'s
+    widest tree on the static runtime, None (the trees' own widths) on the eager one."""
+    return buckets_for(widest_tree(config), buckets) if runtime == "static" else None
 
 
 def with_seeds(sampling: SamplingConfig, seeds: Sequence[int]) -> list[SamplingConfig]:

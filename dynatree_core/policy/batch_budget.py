@@ -6,6 +6,7 @@ token falls with B. So per batch iteration :class:`BatchBudget` picks the padded
 
     W* = argmax_W  (B + s · Σ_b Σ_{u ∈ top_{W-1}(b)} p(u)) / (c(B, W) + L · d(B) + o(B))
 
+(on the static runtime W ranges over its buckets: the padding costs what a node does, so the rows fill it)
 where row b keeps its W - 1 most probable nodes (p(u): the draft's path probability; the most
 probable nodes of a tree include every ancestor of each, so the kept set is a tree), s scales p(u)
 to the acceptance measured so far in the run, L is the draft levels that ran and d(B) the cost of
@@ -17,8 +18,9 @@ second of its drafting iterations and of its AR steps at the same B (every overh
 c and d leave out), once each side has :data:`MIN_SAMPLES` iterations (until then a drafting
 iteration is followed by an AR step: one iteration's rate swings with its acceptance). When AR steps
 are faster the batch sits out (an AR step for every row, no draft forward) and probes speculation
-with one drafting iteration after 1, 2, 4, ... iterations (:data:`MAX_SKIP` at most; a probe faster
-than AR's rate starts the back-off over); before both are measured, the model's rate against AR's
+with one drafting iteration after 1, 2, 4, ... iterations, or after as many as keep the probes' loss
+within :data:`PROBE_SHARE` of the batch's time where that is more (:data:`MAX_SKIP` at most; a probe
+faster than AR's rate starts the back-off over); before both are measured, the model's rate against AR's
 B / c(B, 1) decides.
 
 How deep a drafting iteration grows is chosen before its levels run (they cost d(B) each whatever W
@@ -38,6 +40,11 @@ from typing import Any, Mapping, Sequence
 #: the most AR iterations between two probes of speculation (a probe at a B where speculation loses
 #: costs about one AR step: every 64 iterations, about 1.5%)
 MAX_SKIP = 64
+#: the share of a batch's time its probes may lose where speculation is measured to lose: a probe loses
+#: t_d · (1 - r_spec / r_AR) against AR steps for the same tokens (t_d: a drafting iteration's seconds),
+#: so the next probe waits at least that over PROBE_SHARE · t_AR iterations (at B = 8 on the CPU a
+#: probe costs about two AR steps more, and doubling from 1 spent six of them in the first 64 iterations)
+PROBE_SHARE = 0.03
 #: iterations each side (drafting, AR) needs at a B before their measured rates decide
 MIN_SAMPLES = 4
 #: the weight a side's earlier iterations keep at each new one: the sums forget slowly (acceptance
@@ -134,6 +141,9 @@ class BatchBudget:
     cost: BatchCost
     #: choose the depth before the levels run (:meth:`levels`); False: the rows' rules alone decide it
     choose_depth: bool = True
+    #: the verify widths the batch's runtime pads to (the static runtime's buckets; None: any width). The
+    #: padding costs as much as real nodes, so W is chosen among them and the rows fill it
+    buckets: tuple[int, ...] | None = None
     #: s: measured accepted tokens over predicted Σ p(u), a running ratio from a prior of 1 (take p(u)
     #: at its word) worth :data:`SCALE_PRIOR` predicted tokens
     scale: float = 1.0
@@ -144,10 +154,13 @@ class BatchBudget:
     #: (the older ones weighted down by :data:`FORGET`): one iteration's rate swings with its
     #: acceptance, the sums settle
     spent: dict[tuple[int, bool], tuple[float, float, int]] = field(default_factory=dict)
+    #: seconds an iteration takes by (B, drafted): a running mean (what a probe costs against an AR step)
+    iteration_s: dict[tuple[int, bool], float] = field(default_factory=dict)
     #: o(B): seconds an iteration of B rows costs besides c(B, W) and its levels (a running mean)
     overhead: dict[int, float] = field(default_factory=dict)
     _last: tuple[int, float] | None = None  # the last choice's rows and modelled seconds
     _probe: bool = False  # the back-off is over: the next iteration drafts, to measure speculation again
+    _won: bool = False  # a drafting iteration beat AR's rate since the last sit-out
     _predicted: float = 0.0
     _accepted: float = 0.0
     #: by B, by depth j: (rows for which level j ran, rows whose accepted path reached depth j, the padded
@@ -169,7 +182,7 @@ class BatchBudget:
             return True
         ar, spec = self.rate(rows, False, MIN_SAMPLES), self.rate(rows, True, MIN_SAMPLES)
         if ar is not None and spec is not None and ar > spec:
-            self._sit_out()
+            self._sit_out(rows)
             return False
         return True
 
@@ -182,11 +195,14 @@ class BatchBudget:
             old = self.overhead.get(rows)
             self.overhead[rows] = rest if old is None else 0.8 * old + 0.2 * rest
         self._last = None
+        old_s = self.iteration_s.get((rows, drafted))
+        self.iteration_s[(rows, drafted)] = seconds if old_s is None else 0.8 * old_s + 0.2 * seconds
         tokens, total, count = self.spent.get((rows, drafted), (0, 0.0, 0))
         self.spent[(rows, drafted)] = (FORGET * tokens + committed, FORGET * total + seconds, count + 1)
         ar = self.rate(rows, False, MIN_SAMPLES)
         if drafted and ar is not None and committed / seconds > ar:
             self.backoff = 1  # this drafting iteration beat AR: probe again soon, the sums may be stale
+            self._won = True  # (so they do not price the next wait either)
         if drafted and self.spent.get((rows, False), (0, 0.0, 0))[2] < MIN_SAMPLES:
             self.skip = max(self.skip, 1)  # measure an AR step at this B: the other side of the comparison
 
@@ -204,7 +220,7 @@ class BatchBudget:
             ran, reached, widths, count = reach[depth]
             gain += rows * reached / ran
             width = max(1, round(widths / count))
-            rate = (rows + gain) / (self.cost.verify(rows, width) + depth * self.cost.draft(rows) + fixed)
+            rate = (rows + gain) / (self.cost.verify(rows, self._padded(width)) + depth * self.cost.draft(rows) + fixed)
             if rate > best_rate * (1 + 1e-9):
                 best, best_rate = depth, rate
         return d_max if not known or best == known[-1] else best
@@ -233,9 +249,23 @@ class BatchBudget:
         got = self.spent.get((rows, drafted))
         return got[0] / got[1] if got is not None and got[2] >= least else None
 
-    def _sit_out(self) -> None:
-        """Sit this iteration out and ``backoff`` - 1 more, then probe; the next back-off doubles."""
-        self.skip, self.backoff, self._probe = self.backoff - 1, min(2 * self.backoff, MAX_SKIP), True
+    def _sit_out(self, rows: int) -> None:
+        """Sit this iteration out and ``backoff`` - 1 more, then probe; the next back-off doubles. Where
+        both sides are measured, the wait is at least what keeps a probe's loss within
+        :data:`PROBE_SHARE` of the time between probes (:meth:`probe_wait`), unless a drafting
+        iteration beat AR since the last sit-out (the sums that price the wait may be stale)."""
+        wait = min(max(self.backoff, 1 if self._won else self.probe_wait(rows)), MAX_SKIP)
+        self.skip, self.backoff, self._probe, self._won = wait - 1, min(2 * self.backoff, MAX_SKIP), True, False
+
+    def probe_wait(self, rows: int) -> int:
+        """The fewest iterations between probes at ``rows`` rows for their loss to stay within
+        :data:`PROBE_SHARE`: t_d · (1 - r_spec / r_AR) / (PROBE_SHARE · t_AR); 1 until both sides are
+        measured or where speculation does not lose."""
+        ar, spec = self.rate(rows, False, MIN_SAMPLES), self.rate(rows, True, MIN_SAMPLES)
+        t_ar, t_d = self.iteration_s.get((rows, False)), self.iteration_s.get((rows, True))
+        if ar is None or spec is None or t_ar is None or t_d is None or spec >= ar or t_ar <= 0:
+            return 1
+        return max(1, math.ceil(t_d * (1 - spec / ar) / (PROBE_SHARE * t_ar)))
 
     def choose(self, probs: Sequence[Sequence[float]], levels: int) -> BatchChoice:
         """W* for rows whose drafted nodes have path probabilities ``probs[b]`` (any order) after
@@ -248,7 +278,7 @@ class BatchBudget:
         ar = rows / (self.cost.verify(rows, 1) + self.overhead.get(rows, 0.0))
         best = BatchChoice(1, [0] * rows, rows / (self.cost.verify(rows, 1) + spent), ar, 0.0)
         speculating = 0.0
-        for w in range(2, widest + 1):
+        for w in self._widths(widest):
             keep = [min(len(p), w - 1) for p in ranked]
             gain = self.scale * sum(sum(p[:k]) for p, k in zip(ranked, keep))
             rate = (rows + gain) / (self.cost.verify(rows, w) + spent)
@@ -258,11 +288,26 @@ class BatchBudget:
         self._last = (rows, self.cost.verify(rows, best.width) + levels * self.cost.draft(rows))
         measured = self.rate(rows, True, MIN_SAMPLES), self.rate(rows, False, MIN_SAMPLES)
         if None in measured and speculating <= ar:  # by the model AR wins with the levels paid: sit out
-            self._sit_out()
+            self._sit_out(rows)
             self.skip += 1
         elif None not in measured and measured[0] >= measured[1]:
             self.backoff = 1
         return best
+
+    def _padded(self, width: int) -> int:
+        """The width a verify of ``width`` tokens runs at: the next bucket (or itself)."""
+        if self.buckets is None:
+            return width
+        return next((b for b in sorted(self.buckets) if b >= width), width)
+
+    def _widths(self, widest: int) -> list[int]:
+        """The candidate W >= 2 for trees of up to ``widest`` tokens (root included): every width, or
+        the buckets up to the first that holds the widest tree (the rows fill a bucket's padding)."""
+        if widest < 2:
+            return []
+        if self.buckets is None:
+            return list(range(2, widest + 1))
+        return sorted({self._padded(w) for w in range(2, widest + 1)})
 
     def observe(self, predicted: float, accepted: int) -> None:
         """What the kept nodes' p(u) predicted and what was accepted: s follows their ratio."""

@@ -19,9 +19,9 @@ zero weight.
 
 What holds the keys and values, and runs the model over them, is the cache's store: :class:`ModelKV`
 (a Hugging Face causal LM over a ``DynamicCache``) by default; the feature draft brings its own
-(:class:`~dynatree_core.drafters.batch_feature.FeatureKV`). A store has ``layers`` (each with
-``keys`` / ``values`` [B, heads, S, head_dim]), ``crop(n)`` and ``run(ids, positions, mask, hidden,
-feats)``.
+(:class:`~dynatree_core.drafters.batch_feature.FeatureKV`), and the static runtime keeps them in
+preallocated buffers (:class:`~dynatree_core.runtime.cache.rows_static.SlotKV`, which has a
+``capacity``: :meth:`RowsCache.room` makes room for a forward before its columns are read).
 """
 
 from __future__ import annotations
@@ -48,6 +48,27 @@ class KVStore(Protocol):
     def run(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, hidden: bool,
             feats: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]: ...
 
+    def gather(self, order: torch.Tensor, width: int) -> None: ...
+
+    def keep_rows(self, idx: torch.Tensor) -> None: ...
+
+
+def gather_layers(layers: Any, order: torch.Tensor, width: int) -> None:
+    """Every layer's row b keeps its columns ``order[b]`` ([B, width]), in that order, as its first
+    ``width`` (new tensors: one gather per key/value tensor)."""
+    for layer in layers:
+        k = layer.keys
+        idx = order.to(k.device)[:, None, :, None].expand(k.shape[0], k.shape[1], width, k.shape[3])
+        layer.keys = k.gather(2, idx)
+        layer.values = layer.values.gather(2, idx)
+
+
+def select_layer_rows(layers: Any, idx: torch.Tensor) -> None:
+    """Every layer keeps rows ``idx`` (in that order)."""
+    for layer in layers:
+        layer.keys = layer.keys.index_select(0, idx.to(layer.keys.device))
+        layer.values = layer.values.index_select(0, idx.to(layer.values.device))
+
 
 class ModelKV:
     """A Hugging Face causal LM over a ``DynamicCache``: logits out (and, with ``hidden``, the final
@@ -71,6 +92,12 @@ class ModelKV:
         if hidden:
             return pl.run_with_hidden(self.model, inputs)
         return self.model(**inputs).logits, None
+
+    def gather(self, order: torch.Tensor, width: int) -> None:
+        gather_layers(self.cache.layers, order, width)
+
+    def keep_rows(self, idx: torch.Tensor) -> None:
+        select_layer_rows(self.cache.layers, idx)
 
 
 class RowsCache:
@@ -113,6 +140,9 @@ class RowsCache:
         every row. Returns the store's output [B, q, ·] (logits, or a feature draft's predicted
         features, read with ``feats`` [B, q, H]) and, with ``hidden``, the final hidden states."""
         b, q = ids.shape
+        if self.width + q > self.capacity:
+            raise RuntimeError(f"a forward of {q} entries after {self.width} columns overflows the static store's "
+                               f"{self.capacity}: call room({q}) before reading the cache's width")
         old = self.live[:, None, :].expand(b, q, self.width)
         if seen is not None:
             old = old | seen
@@ -123,6 +153,21 @@ class RowsCache:
             logits, states = self.kv.run(ids, positions, mask[:, None], hidden, feats)
         self.live = torch.cat([self.live, torch.zeros((b, q), dtype=torch.bool, device=self.device)], dim=1)
         return pl.on_device(logits, self.device), states
+
+    @property
+    def capacity(self) -> int | float:
+        """The columns the store holds at most (a static store's buffers; unbounded otherwise)."""
+        return getattr(self.kv, "capacity", float("inf"))
+
+    def room(self, q: int) -> None:
+        """Make room for a forward of q entries in a static store: compact the dead columns away
+        when they are in the way (call it before reading :attr:`width` for the forward's columns)."""
+        if self.width + q <= self.capacity:
+            return
+        self.compact()
+        if self.width + q > self.capacity:
+            raise ValueError(f"the static cache is full: {max(self.count)} live entries in the longest row + a "
+                             f"forward of {q} exceed its {self.capacity} columns (raise static_len)")
 
     def padding(self, q: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Inputs of a forward of q queries per row, all padding: token 0 at position 0 seeing only
@@ -138,6 +183,7 @@ class RowsCache:
         draft). Returns the output [B, q, ·], the column the chains start at (row b's token j at
         ``start + j``) and, with ``hidden``, the final hidden states; nothing is committed."""
         q = max(len(t) for t in tokens)
+        self.room(q)
         ids, pos, allowed = self.padding(q)
         tril = torch.ones((q, q), dtype=torch.bool, device=self.device).tril()
         for b, t in enumerate(tokens):
@@ -177,9 +223,7 @@ class RowsCache:
     def keep_rows(self, rows: Sequence[int]) -> None:
         """Drop every row not in ``rows`` (finished rows leave the batch), in that order."""
         idx = to_device(list(rows), self.device)
-        for layer in self.kv.layers:
-            layer.keys = layer.keys.index_select(0, idx.to(layer.keys.device))
-            layer.values = layer.values.index_select(0, idx.to(layer.values.device))
+        self.kv.keep_rows(idx)
         self.live = self.live.index_select(0, idx)
         self.count = [self.count[r] for r in rows]
         self.first = [self.first[r] for r in rows]
@@ -205,11 +249,7 @@ class RowsCache:
         width = max(self.count)
         # a stable sort of "dead" puts each row's live columns first, in their order
         order = torch.sort((~self.live).to(torch.int8), dim=1, stable=True).indices[:, :width]
-        for layer in self.kv.layers:
-            k = layer.keys
-            idx = order.to(k.device)[:, None, :, None].expand(k.shape[0], k.shape[1], width, k.shape[3])
-            layer.keys = k.gather(2, idx)
-            layer.values = layer.values.gather(2, idx)
+        self.kv.gather(order, width)
         counts = to_device(self.count, self.device)
         self.live = torch.arange(width, device=self.device)[None, :] < counts[:, None]
         self.compactions += 1

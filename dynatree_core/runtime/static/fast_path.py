@@ -72,6 +72,19 @@ def buckets_for(max_tree: int, buckets: tuple[int, ...] | None = None) -> tuple[
     return tuple(s for s in sizes if s < max_tree) + (next(s for s in sizes if s >= max_tree),)
 
 
+def static_capacity(longest: int, widest: int, static_len: int | None = None) -> int:
+    """The columns a batch's static store holds: the longest row (prompt and new tokens) plus the
+    widest forward, rounded up to :data:`STATIC_LEN_STEP` (nearby lengths share a shape), or
+    ``static_len`` when given (refused when too short)."""
+    need = longest + widest
+    if static_len is not None:
+        if static_len < need:
+            raise ValueError(f"static_len={static_len} is too short: the longest row ({longest} tokens: prompt and "
+                             f"new tokens) plus the widest forward ({widest} entries) need {need} columns")
+        return int(static_len)
+    return STATIC_LEN_STEP * math.ceil(need / STATIC_LEN_STEP)
+
+
 def bucket(n: int, sizes: tuple[int, ...]) -> int:
     for s in sizes:
         if s >= n:
