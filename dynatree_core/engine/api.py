@@ -104,9 +104,8 @@ def generate(pair: ModelPair, prompt: Prompt | Sequence[Prompt], method: str = "
         runtime: what runs the target's forwards: ``"eager"``, or the fast path (static KV cache,
             trees padded to ``buckets``): ``"graphs"`` (CUDA graphs), ``"compiled"``
             (``torch.compile``), ``"static"`` (the fast path run eagerly); ``"auto"`` (default): graphs
-            on CUDA, eager elsewhere. ``static_len``: the static cache's slots (default: the prompt,
-            the new tokens and the largest tree, rounded up). Several prompts run on ``"eager"`` or
-            ``"static"`` (the target's cache in static buffers, each verify padded to a bucket).
+            on CUDA, eager elsewhere (several prompts: ``"eager"`` or ``"static"``). ``static_len``: the
+            static cache's slots (default: the prompt, the new tokens and the largest tree, rounded up).
     Returns:
         :class:`GenerationResult` with ``tokens``, ``text``, ``metrics``, ``trace`` (a list: one per prompt).
     """

@@ -168,13 +168,7 @@ class BatchRun:
             check_window(pair, config.drafts, len(p), n, allow_long_context)
         self.max_new_tokens, self.samplings, self.histories = news, samplings, histories
         #: the static runtime's verify widths (a tree padded to the next) and its cache's columns
-        self.buckets: tuple[int, ...] | None = None
-        self.capacity: int | None = None
-        if self.runtime == "static":
-            self.buckets = run_buckets(self.config, self.runtime, buckets)
-            assert self.buckets is not None
-            self.capacity = static_capacity(max(len(p) + n for p, n in zip(self.prompts, news)), self.buckets[-1],
-                                            static_len)
+        self.buckets, self.capacity = self._static_shapes(buckets, static_len)
         self.eos = eos_set(pair, eos_token_id, ignore_eos)
         self.kind = kind
         #: the paper's KV mode: crop the tree's entries and re-run the committed tokens (a second forward)
@@ -408,6 +402,15 @@ class BatchRun:
         return width, sels, start, states
 
     # --- the phases' details -------------------------------------------------------------------
+    def _static_shapes(self, buckets: tuple[int, ...] | None, static_len: int | None
+                       ) -> tuple[tuple[int, ...] | None, int | None]:
+        """The static runtime's buckets and cache columns (None, None on the eager runtime)."""
+        sizes = run_buckets(self.config, self.runtime, buckets)
+        if sizes is None:
+            return None, None
+        longest = max(len(p) + n for p, n in zip(self.prompts, self.max_new_tokens))
+        return sizes, static_capacity(longest, sizes[-1], static_len)
+
     def _budget(self, budget: BatchBudget | BatchCost | bool | None, rows: int) -> BatchBudget | None:
         """The run's shared budget: True measures c(B, w) and d(B) (cached per pair and device)."""
         if budget is None or budget is False or not self.config.drafts:
