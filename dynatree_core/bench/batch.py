@@ -1,20 +1,20 @@
 """The batch benchmark (``dynatree bench --batch-size 1,2,4``): where speculation stops paying.
 
 Per dataset, batch size B and method, the first B selected prompts are decoded together
-(:class:`~dynatree_core.engine.batch.BatchRun`), EOS ignored, T tokens each; every method with a draft runs
-with and without the batch's shared node budget (label ``+budget``; ``+widths``: the budget choosing the
-verify's widths only, the rows' rules their depth). Runs are interleaved (every method at one
-B, then the next B; then the whole round again) and repeated, after one untimed warm-up per (B, method); a
-point's shared budget keeps what it measured from one run to the next (the warm-up's included), as a batch
-that keeps decoding would. A row records total and per-row tok/s, p50/p90 time to finish, L̄ per row
-(committed tokens per iteration), padding efficiency (Σ n_b / (B_active · W)), target tokens per committed
-token and the ratio to batched AR in the same round (of the whole run, and of the decode alone: the prompts'
-prefill left out); every row's tokens are checked against batched AR's, and
+(:class:`~dynatree_core.engine.batch.BatchRun`), EOS ignored, T tokens each; every method with a draft runs with
+and without the batch's shared node budget (label ``+budget``; ``+widths``: the budget choosing the verify's
+widths only, the rows' rules their depth). Runs are interleaved (every method at one B, then the next B; then
+the whole round again, every other round in reverse order within a B: ``order`` is a run's place) and repeated,
+after one untimed warm-up per (B, method); a point's shared budget keeps what it measured from one run to the
+next (the warm-up's included), as a batch that keeps decoding would. A row records total and per-row tok/s,
+p50/p90 time to finish, L̄ per row (committed tokens per iteration), padding efficiency (Σ n_b / (B_active ·
+W)), target tokens per committed token and the ratio to batched AR in the same round (of the whole run, and of
+the decode alone: the prompts' prefill left out); every row's tokens are checked against batched AR's, and
 batched AR's against batch-1 AR (batched kernels need not be batch-invariant: the difference is reported, not
 hidden). ``--runtime eager,static`` runs every point on each (label ``@static``; its ratio is to batched AR on
 the same runtime). At B = 1 every method also runs through the batch-1 loop
-(:class:`~dynatree_core.engine.loop.DecodingRun`, label ``@loop``) in the same round: what keeping two loops
-is worth. The result is JSON with a schema version and the config.
+(:class:`~dynatree_core.engine.loop.DecodingRun`, label ``@loop``) in the same round: what keeping two loops is
+worth. The result is JSON with a schema version and the config.
 """
 
 from __future__ import annotations
@@ -184,20 +184,25 @@ def run_batch_bench(pair: Any, prompts: dict[str, list[list[int]]], points: Sequ
             _tick(bar, f"{ds} warm-up {p.label} B={p.rows}")
         for rep in range(repeats):
             for b in sizes:
-                ars: dict[str, dict[str, Any]] = {}  # batched AR on each runtime (the loop's: eager)
-                for p in (p for p in points if p.rows == b):
+                # every other round runs the points of a B in reverse: a run's place after another (AR
+                # first, always) must not lean on the ratios
+                here = [p for p in points if p.rows == b]
+                done = []
+                for p in here if rep % 2 == 0 else here[::-1]:
                     row = run_batch_point(pair, p, ps, max_new_tokens, budgets)
-                    if p.spec.method == "ar":
-                        ars[p.runtime] = row
+                    row.update(dataset=ds, repeat=rep, order=len(done))
+                    done.append((p, row))
+                    _tick(bar, f"{ds} rep {rep} {p.label} B={b}")
+                ars = {p.runtime: row for p, row in done if p.spec.method == "ar"}  # batched AR per runtime
+                for p, row in sorted(done, key=lambda d: here.index(d[0])):
                     ar = ars[p.runtime]
-                    row.update(dataset=ds, repeat=rep, speedup_vs_batched_ar=row["tokens_per_s"] / ar["tokens_per_s"],
+                    row.update(speedup_vs_batched_ar=row["tokens_per_s"] / ar["tokens_per_s"],
                                decode_speedup_vs_batched_ar=row["decode_tokens_per_s"] / ar["decode_tokens_per_s"],
                                matches_batched_ar=row["tokens"] == ar["tokens"])
                     if p.spec.method == "ar":
                         row["rows_differing_from_batch1_ar"] = [i for i, t in enumerate(row["tokens"])
                                                                 if t != batch1[ds][i]]
                     rows.append(row)
-                    _tick(bar, f"{ds} rep {rep} {p.label} B={b}")
     if bar is not None:
         bar.close()
     return {"rows": [{k: v for k, v in r.items() if k != "tokens"} for r in rows], "summary": summarize(rows),
