@@ -36,7 +36,7 @@ from dynatree_core.drafters.batch_model import BatchModelDraft
 from dynatree_core.engine.batch_calibrate import batch_cost
 from dynatree_core.engine.collector import RunCollector, new_trace
 from dynatree_core.engine.loop import adapt, cut_committed, draft_top_k, drafted_on_path, rule_for, tail_lookup
-from dynatree_core.engine.run_checks import check_run, check_window, encode_prompt, eos_set
+from dynatree_core.engine.run_checks import check_run, check_window, encode_prompt, eos_set, widest_tree
 from dynatree_core.pairs.pair import ModelPair
 from dynatree_core.policy.config import DecoderConfig, DynaTreeConfig, resolve_config
 from dynatree_core.policy.batch_budget import BatchBudget, BatchChoice, BatchCost
@@ -514,14 +514,6 @@ def shared_budget(pair: ModelPair, config: DecoderConfig, rows: int, choose_dept
     widths a static run pads its verifies to (:func:`run_buckets`), which it chooses among."""
     widest = widest_tree(config)
     return BatchBudget(batch_cost(pair, rows, widest), choose_depth=choose_depth, buckets=buckets)
-
-
-def widest_tree(config: DecoderConfig) -> int:
-    """The most tokens a verify of ``config``'s trees holds: the root, N_max and the lookup tail."""
-    if not config.drafts:
-        return 1
-    rule = config.growth_rule()
-    return 1 + rule.n_max + (rule.tail_n_max if rule.lookup_tail else 0)
 
 
 def run_buckets(config: DecoderConfig, runtime: str, buckets: tuple[int, ...] | None = None

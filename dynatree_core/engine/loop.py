@@ -28,7 +28,7 @@ import torch
 from dynatree_core.drafters import DraftContext, Drafter, LookupDrafter, LookupMix, MixDrafter, make_drafter
 from dynatree_core.engine.collector import RunCollector, new_trace
 from dynatree_core.engine.replay_recording import ReplayRecording
-from dynatree_core.engine.run_checks import check_run, check_window, encode_prompt, eos_set
+from dynatree_core.engine.run_checks import check_run, check_window, encode_prompt, eos_set, widest_tree
 from dynatree_core.pairs.pair import ModelPair
 from dynatree_core.policy.config import DecoderConfig, DynaTreeConfig, GrowthRule, resolve_config
 from dynatree_core.policy.history import HistoryAdapter, HistoryState, check_history
@@ -269,9 +269,7 @@ class DecodingRun:
     def _backend(self, buckets: tuple[int, ...] | None, static_len: int | None) -> TargetBackend:
         """The target's forwards: eager, or the fast path kept for the target (its forwards built
         now, before the run is timed)."""
-        rule = self.config.growth_rule()
-        drafts = self.config.drafts
-        max_tree = 1 + (rule.n_max + (rule.tail_n_max if rule.lookup_tail else 0) if drafts else 0)
+        max_tree = widest_tree(self.config)
         hidden = self.drafter is not None and self.drafter.needs_target_hidden  # a feature drafter reads them
         return target_backend(self.pair.target, self.runtime, len(self.prompt) + self.max_new_tokens, max_tree,
                               hidden, buckets, static_len)

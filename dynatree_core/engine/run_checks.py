@@ -1,8 +1,8 @@
 """What a decoding loop checks before any model work, shared by the batch-1 loop and the batch.
 
 Bad input fails here with the parameter's name and its range (the prompt's ids, ``max_new_tokens``,
-the method's need of a draft, the sampling rule, the context window), and the EOS ids are settled
-once for every row.
+the method's need of a draft, the sampling rule, the context window), the EOS ids are settled
+once for every row, and the widest verify a config's trees need sizes the static shapes.
 """
 
 from __future__ import annotations
@@ -77,3 +77,11 @@ def eos_set(pair: ModelPair, eos_token_id: int | Sequence[int] | None, ignore_eo
     if eos_token_id is None:
         return set(eos_token_ids(pair.target, pair.tokenizer))
     return {int(t) for t in ([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)}
+
+
+def widest_tree(config: DecoderConfig) -> int:
+    """The most tokens a verify of ``config``'s trees holds: the root, N_max and the lookup tail."""
+    if not config.drafts:
+        return 1
+    rule = config.growth_rule()
+    return 1 + rule.n_max + (rule.tail_n_max if rule.lookup_tail else 0)

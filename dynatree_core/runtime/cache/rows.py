@@ -53,13 +53,18 @@ class KVStore(Protocol):
     def keep_rows(self, idx: torch.Tensor) -> None: ...
 
 
+def column_index(order: torch.Tensor, buf: torch.Tensor, width: int) -> torch.Tensor:
+    """``order`` [B, width] (each row's columns) as the index a gather of ``buf`` [B, heads, S, dim] along
+    its columns takes."""
+    return order.to(buf.device)[:, None, :, None].expand(buf.shape[0], buf.shape[1], width, buf.shape[3])
+
+
 def gather_layers(layers: Any, order: torch.Tensor, width: int) -> None:
     """Every layer's row b keeps its columns ``order[b]`` ([B, width]), in that order, as its first
     ``width`` (new tensors: one gather per key/value tensor)."""
     for layer in layers:
-        k = layer.keys
-        idx = order.to(k.device)[:, None, :, None].expand(k.shape[0], k.shape[1], width, k.shape[3])
-        layer.keys = k.gather(2, idx)
+        idx = column_index(order, layer.keys, width)
+        layer.keys = layer.keys.gather(2, idx)
         layer.values = layer.values.gather(2, idx)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from dynatree_core.runtime.cache.rows import column_index, select_layer_rows
 from dynatree_core.runtime.cache.slots import SlotCache
 from dynatree_core.runtime.model import forwards as pl
 from dynatree_core.runtime.model.compat import cache_kwargs
@@ -60,14 +61,12 @@ class SlotKV:
     def gather(self, order: torch.Tensor, width: int) -> None:
         """Row b's columns ``order[b]`` become its first ``width``, in place (the buffers stay put)."""
         for layer in self.layers:
+            idx = column_index(order, layer.keys, width)
             for buf in (layer.keys, layer.values):
-                idx = order.to(buf.device)[:, None, :, None].expand(buf.shape[0], buf.shape[1], width, buf.shape[3])
                 buf[:, :, :width] = buf.gather(2, idx)
         self.width = width
 
     def keep_rows(self, idx: torch.Tensor) -> None:
         """Keep rows ``idx``: the buffers shrink to them (a finished row leaves; B changes, the
         capacity does not)."""
-        for layer in self.layers:
-            layer.keys = layer.keys.index_select(0, idx.to(layer.keys.device))
-            layer.values = layer.values.index_select(0, idx.to(layer.values.device))
+        select_layer_rows(self.layers, idx)
