@@ -62,7 +62,7 @@ def test_batch_points_run_on_each_runtime_asked_for_and_refuse_the_others():
     assert [(p.label, p.runtime) for p in pts] == [("ar", "eager"), ("ar@static", "static"), ("dynatree", "eager"),
                                                    ("dynatree@static", "static")]
     for bad in (["compiled"], ["static", "static"], []):
-        with pytest.raises(ValueError, match="runtimes eager, static"):
+        with pytest.raises(ValueError, match="--runtime: a batch runs on the runtimes eager, static"):
             batch_points(specs, [2], "off", bad)
 
 

@@ -72,8 +72,8 @@ def batch_points(specs: Sequence[MethodSpec], sizes: Sequence[int], budget: str 
 
     bad = [r for r in runtimes if r not in BATCH_RUNTIMES]
     if not runtimes or bad or len(set(runtimes)) < len(runtimes):
-        raise ValueError(f"a batch runs on the runtimes {', '.join(BATCH_RUNTIMES)} (distinct, comma-separated), "
-                         f"got {list(runtimes)}")
+        raise ValueError(f"--runtime: a batch runs on the runtimes {', '.join(BATCH_RUNTIMES)} (distinct, "
+                         f"comma-separated), got {list(runtimes)}")
     ar = [s for s in specs if s.method == "ar"] or [MethodSpec("ar", "ar", ARConfig())]
     rest = [s for s in specs if s.method != "ar"]
     loops = [BatchPoint(s, 1, loop=True) for s in rest] if 1 in sizes else []
