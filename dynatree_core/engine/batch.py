@@ -235,7 +235,9 @@ class BatchRun:
             for r in rows:
                 r.col.lap("draft")
             # 2. verify (ONE target forward for every row) and 3. select, per row
+            t1 = time.perf_counter()
             width, sels, start, states = self._verify(rows, target, clock)
+            phases = (time.perf_counter() - t1, t1 - t0)  # the verify's and the draft phase's seconds
             self.target_forwards += 1
             for r in rows:
                 r.col.lap("verify")
@@ -247,7 +249,7 @@ class BatchRun:
                                        dict(before=before, iteration=it, padded_width=width, budget=budget,
                                             states=states))
             if self.budget is not None:
-                self._budget_observe(drafting, choice, sels, forwards, recs, time.perf_counter() - t0)
+                self._budget_observe(drafting, choice, sels, forwards, recs, time.perf_counter() - t0, width, phases)
             yield BatchIteration(it, recs, width, forwards, 1 + int(self.recompute and any(s is None for s in stops)))
             it += 1
             live = [i for i, s in enumerate(stops) if s is None]
@@ -303,17 +305,20 @@ class BatchRun:
         return recs, stops
 
     def _budget_observe(self, drafting: bool, choice: BatchChoice | None, sels: list[Selection], forwards: int,
-                        recs: dict[int, IterationRecord], seconds: float) -> None:
+                        recs: dict[int, IterationRecord], seconds: float, width: int,
+                        phases: tuple[float, float]) -> None:
         """What the shared budget learns from an iteration: what the kept nodes' p(u) predicted against
-        what was accepted, how deep the accepted paths reached, and the iteration's measured rate (every
-        overhead included)."""
+        what was accepted, how deep the accepted paths reached, what its verify (padded to ``width``) and
+        its levels took (``phases``: seconds), and its measured rate (every overhead included)."""
         assert self.budget is not None
         if choice is not None:
             self.budget.observe(choice.predicted, sum(len(sel.path) for sel in sels))
             depths = [sel.arrays["depths"][1:].tolist() for sel in sels]
             self.budget.observe_depths(max([forwards] + [max(d, default=0) for d in depths]),
                                        [len(sel.path) for sel in sels], depths)
-        self.budget.observe_time(len(sels), drafting, sum(len(rec.committed) for rec in recs.values()), seconds)
+        self.budget.observe_forwards(len(sels), width, forwards, *phases)
+        self.budget.observe_time(len(sels), drafting, sum(len(rec.committed) for rec in recs.values()), seconds,
+                                 sum(phases))
 
     def _budget_cut(self, rows: list[_Row], levels: int) -> BatchChoice:
         """The shared budget's width W*: each row keeps its W* - 1 most probable nodes (reads each

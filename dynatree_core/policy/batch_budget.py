@@ -11,7 +11,10 @@ where row b keeps its W - 1 most probable nodes (p(u): the draft's path probabil
 probable nodes of a tree include every ancestor of each, so the kept set is a tree), s scales p(u)
 to the acceptance measured so far in the run, L is the draft levels that ran and d(B) the cost of
 one, and o(B) what an iteration costs besides its forwards (selection, bookkeeping, per row), measured in
-the run as the drafting iterations' wall time less the model's c + L·d. W* = 1 is AR.
+the run as the drafting iterations' wall time less their verify and levels. c and d are the calibration's
+(:class:`BatchCost`: short random prefixes, two-token levels) times the ratio the run measures at that B
+(its context, trees and catch-ups; the nearest B's until it has its own). W* = 1 is AR, priced by its
+measured steps once one ran.
 
 Whether an iteration drafts at all is decided by what the run measured: the committed tokens per
 second of its drafting iterations and of its AR steps at the same B (every overhead included, which
@@ -114,6 +117,21 @@ class BatchCost:
                    dict(d.get("meta", {})))
 
 
+def _nearest(scales: Mapping[int, float], rows: int) -> float:
+    """The scale measured at ``rows`` rows, or at the nearest B measured (the context is the run's at every B),
+    or 1 before any."""
+    if not scales:
+        return 1.0
+    return scales[min(scales, key=lambda b: (abs(b - rows), b))]
+
+
+def _follow(scales: dict[int, float], rows: int, ratio: float) -> None:
+    """A running mean of measured / calibrated at ``rows`` rows (the first measurement sets it)."""
+    if math.isfinite(ratio) and ratio > 0:
+        old = scales.get(rows)
+        scales[rows] = ratio if old is None else 0.8 * old + 0.2 * ratio
+
+
 def _at(curve: Sequence[float], width: int) -> float:
     if width <= len(curve):
         return curve[max(width, 1) - 1]
@@ -158,6 +176,11 @@ class BatchBudget:
     iteration_s: dict[tuple[int, bool], float] = field(default_factory=dict)
     #: o(B): seconds an iteration of B rows costs besides c(B, W) and its levels (a running mean)
     overhead: dict[int, float] = field(default_factory=dict)
+    #: by B: the run's measured seconds over the calibration's, of a verify (c) and of a draft level (d), running
+    #: means. The calibration timed short random prefixes and two-token levels; a run's context, trees and
+    #: catch-ups cost more (WikiText-2 at B = 8: its AR steps ran 1.6x c(B, 1), its levels 3x d(B))
+    verify_scale: dict[int, float] = field(default_factory=dict)
+    draft_scale: dict[int, float] = field(default_factory=dict)
     _last: tuple[int, float] | None = None  # the last choice's rows and modelled seconds
     _probe: bool = False  # the back-off is over: the next iteration drafts, to measure speculation again
     _won: bool = False  # a drafting iteration beat AR's rate since the last sit-out
@@ -186,12 +209,31 @@ class BatchBudget:
             return False
         return True
 
-    def observe_time(self, rows: int, drafted: bool, committed: int, seconds: float) -> None:
-        """One iteration's committed tokens and wall seconds (every overhead included)."""
+    def verify_cost(self, rows: int, width: int) -> float:
+        """c(B, w) as this run measures it: the calibration's, times the verify scale measured nearest B."""
+        return self.cost.verify(rows, width) * _nearest(self.verify_scale, rows)
+
+    def draft_cost(self, rows: int) -> float:
+        """d(B) as this run measures it: the calibration's, times the level scale measured nearest B."""
+        return self.cost.draft(rows) * _nearest(self.draft_scale, rows)
+
+    def observe_forwards(self, rows: int, width: int, levels: int, verify_s: float, draft_s: float) -> None:
+        """One iteration's measured phases: its verify of ``rows`` rows padded to ``width`` took ``verify_s``
+        seconds, its ``levels`` draft levels (0: it sat out) ``draft_s``; the scales follow their ratio to the
+        calibration's c(B, W) and L·d(B)."""
+        _follow(self.verify_scale, rows, verify_s / self.cost.verify(rows, width))
+        if levels > 0 and self.cost.draft(rows) > 0:
+            _follow(self.draft_scale, rows, draft_s / (levels * self.cost.draft(rows)))
+
+    def observe_time(self, rows: int, drafted: bool, committed: int, seconds: float,
+                     forwards_s: float | None = None) -> None:
+        """One iteration's committed tokens and wall seconds (every overhead included); ``forwards_s``: the
+        seconds of its measured phases (:meth:`observe_forwards`; None: the choice's modelled c + L·d)."""
         if seconds <= 0:
             return
-        if drafted and self._last is not None and self._last[0] == rows:  # o(B): the rest of the iteration
-            rest = max(0.0, seconds - self._last[1])
+        modelled = self._last[1] if self._last is not None and self._last[0] == rows else None
+        if drafted and (forwards_s is not None or modelled is not None):  # o(B): the rest of the iteration
+            rest = max(0.0, seconds - (modelled if forwards_s is None else forwards_s))
             old = self.overhead.get(rows)
             self.overhead[rows] = rest if old is None else 0.8 * old + 0.2 * rest
         self._last = None
@@ -220,7 +262,7 @@ class BatchBudget:
             ran, reached, widths, count = reach[depth]
             gain += rows * reached / ran
             width = max(1, round(widths / count))
-            rate = (rows + gain) / (self.cost.verify(rows, self._padded(width)) + depth * self.cost.draft(rows) + fixed)
+            rate = (rows + gain) / (self.verify_cost(rows, self._padded(width)) + depth * self.draft_cost(rows) + fixed)
             if rate > best_rate * (1 + 1e-9):
                 best, best_rate = depth, rate
         return d_max if not known or best == known[-1] else best
@@ -274,18 +316,18 @@ class BatchBudget:
         rows = len(probs)
         ranked = [sorted(p, reverse=True) for p in probs]
         widest = max((len(p) for p in ranked), default=0) + 1
-        spent = levels * self.cost.draft(rows) + self.overhead.get(rows, 0.0)
-        ar = rows / (self.cost.verify(rows, 1) + self.overhead.get(rows, 0.0))
-        best = BatchChoice(1, [0] * rows, rows / (self.cost.verify(rows, 1) + spent), ar, 0.0)
+        spent = levels * self.draft_cost(rows) + self.overhead.get(rows, 0.0)
+        ar = self._ar_rate(rows)
+        best = BatchChoice(1, [0] * rows, rows / (self.verify_cost(rows, 1) + spent), ar, 0.0)
         speculating = 0.0
         for w in self._widths(widest):
             keep = [min(len(p), w - 1) for p in ranked]
             gain = self.scale * sum(sum(p[:k]) for p, k in zip(ranked, keep))
-            rate = (rows + gain) / (self.cost.verify(rows, w) + spent)
+            rate = (rows + gain) / (self.verify_cost(rows, w) + spent)
             speculating = max(speculating, rate)
             if rate > best.rate:
                 best = BatchChoice(w, keep, rate, ar, gain)
-        self._last = (rows, self.cost.verify(rows, best.width) + levels * self.cost.draft(rows))
+        self._last = (rows, self.verify_cost(rows, best.width) + levels * self.draft_cost(rows))
         measured = self.rate(rows, True, MIN_SAMPLES), self.rate(rows, False, MIN_SAMPLES)
         if None in measured and speculating <= ar:  # by the model AR wins with the levels paid: sit out
             self._sit_out(rows)
@@ -293,6 +335,12 @@ class BatchBudget:
         elif None not in measured and measured[0] >= measured[1]:
             self.backoff = 1
         return best
+
+    def _ar_rate(self, rows: int) -> float:
+        """AR's tokens per second at ``rows`` rows: its steps' measured seconds, or c(B, 1) + o(B) until one ran
+        (o(B) is a drafting iteration's rest; an AR step's, measured, is in its seconds)."""
+        t_ar = self.iteration_s.get((rows, False))
+        return rows / (t_ar if t_ar else self.verify_cost(rows, 1) + self.overhead.get(rows, 0.0))
 
     def _padded(self, width: int) -> int:
         """The width a verify of ``width`` tokens runs at: the next bucket (or itself)."""

@@ -1,0 +1,113 @@
+"""The shared budget prices its forwards at what the run measures (:mod:`dynatree_core.policy.batch_budget`).
+
+c(B, w) and d(B) are calibrated once per pair and device, on short random prefixes and two-token levels. A
+run's context, trees and catch-ups cost more: on WikiText-2 at B = 8 the AR steps' verify ran 1.5-2x c(B, 1)
+and a draft level 5x d(B). A budget that took the calibration at its word filed the difference under o(B),
+an overhead shared by every node, so the wider trees looked cheap and its probes verified eight tokens a row.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from dynatree_core import iterate
+from dynatree_core.policy.batch_budget import BatchBudget, BatchCost
+
+from helpers import cached_pair
+
+#: two rows' drafted nodes, path probabilities p(u)
+PROBS = [[0.9, 0.6, 0.3, 0.1], [0.8, 0.2]]
+
+
+def _cost(slope: float, verify: float = 1.0, draft: float = 1.0) -> BatchCost:
+    """c(B, w) = verify · (0.05 + slope·B·w) seconds and d(B) = draft · 5 ms."""
+    rows = (1, 4)
+    return BatchCost(rows, tuple(tuple(verify * (0.05 + slope * b * w) for w in range(1, 40)) for b in rows),
+                     tuple(draft * 0.005 for _ in rows))
+
+
+def _drafting(b: BatchBudget, true: BatchCost, measured: bool, n: int = 6, rest: float = 0.005) -> BatchBudget:
+    """n drafting iterations of two rows and two levels whose forwards take what ``true`` says, plus ``rest``
+    seconds of bookkeeping; ``measured``: the budget is told the forwards' seconds (as a batch run tells it)."""
+    for _ in range(n):
+        w = b.choose(PROBS, 2).width
+        forwards = true.verify(2, w) + 2 * true.draft(2)
+        if measured:
+            b.observe_forwards(2, w, 2, true.verify(2, w), 2 * true.draft(2))
+        b.observe_time(2, True, 5, forwards + rest, forwards if measured else None)
+    return b
+
+
+@pytest.mark.parametrize("slope", [0.004, 0.008, 0.016])
+def test_measured_forwards_price_the_widths_as_the_true_costs_would(slope):
+    """The forwards cost 2x the calibrated verify and 4x the calibrated level. Told what they took, the budget
+    chooses the width a budget calibrated at the true costs chooses, and o(B) is the bookkeeping alone.
+    The wrong variant (the old one: only the iteration's seconds, the forwards modelled from the calibration)
+    files the difference under o(B) and verifies wider trees."""
+    true = _cost(slope, verify=2.0, draft=4.0)
+    ref = _drafting(BatchBudget(true), true, measured=True)
+    got = _drafting(BatchBudget(_cost(slope)), true, measured=True)
+    assert got.verify_scale[2] == pytest.approx(2.0) and got.draft_scale[2] == pytest.approx(4.0)
+    assert got.overhead[2] == pytest.approx(0.005)
+    assert got.choose(PROBS, 2).width == ref.choose(PROBS, 2).width
+    assert got.verify_cost(2, 3) == pytest.approx(true.verify(2, 3)) and got.draft_cost(2) == pytest.approx(0.02)
+    old = _drafting(BatchBudget(_cost(slope)), true, measured=False)
+    assert old.overhead[2] > 0.05
+    assert old.choose(PROBS, 2).width > ref.choose(PROBS, 2).width
+
+
+def test_a_scale_measured_at_one_batch_size_prices_the_others_until_they_are_measured():
+    """The context that makes the run's forwards dearer is the same at every B: the nearest B measured
+    lends its scale (the smaller on a tie), and a B's own measurement takes over once there is one."""
+    b = BatchBudget(_cost(0.004))
+    assert b.verify_cost(3, 2) == pytest.approx(b.cost.verify(3, 2))  # nothing measured: the calibration
+    b.observe_forwards(2, 1, 0, 1.5 * b.cost.verify(2, 1), 0.0)
+    b.observe_forwards(6, 1, 0, 3.0 * b.cost.verify(6, 1), 0.0)
+    assert b.draft_scale == {}  # an AR step ran no level
+    assert b.verify_cost(1, 4) == pytest.approx(1.5 * b.cost.verify(1, 4))
+    assert b.verify_cost(4, 4) == pytest.approx(1.5 * b.cost.verify(4, 4))  # a tie: the smaller B
+    assert b.verify_cost(8, 4) == pytest.approx(3.0 * b.cost.verify(8, 4))
+    b.observe_forwards(4, 2, 0, 2.0 * b.cost.verify(4, 2), 0.0)
+    assert b.verify_cost(4, 4) == pytest.approx(2.0 * b.cost.verify(4, 4))
+
+
+def test_ar_is_priced_by_its_measured_steps():
+    """Whether a width pays is against AR's measured rate once an AR step ran at that B: before it, against
+    c(B, 1) + o(B)."""
+    b = BatchBudget(_cost(0.004))
+    assert b.choose(PROBS, 2).ar_rate == pytest.approx(2 / b.cost.verify(2, 1))
+    b.observe_time(2, False, 2, 0.25)
+    assert b.choose(PROBS, 2).ar_rate == pytest.approx(2 / 0.25)
+
+
+class _Recording(BatchBudget):
+    """A budget that drafts every other iteration and records what the batch tells it of its phases."""
+
+    def __init__(self, cost: BatchCost):
+        super().__init__(cost)
+        self.calls: list[tuple[int, int, int, float, float]] = []
+        self.turn = 0
+
+    def drafts(self, rows):
+        self.turn += 1
+        return self.turn % 2 == 1
+
+    def observe_forwards(self, rows, width, levels, verify_s, draft_s):
+        self.calls.append((rows, width, levels, verify_s, draft_s))
+        super().observe_forwards(rows, width, levels, verify_s, draft_s)
+
+
+@pytest.mark.parametrize("runtime", ["eager", "static"])
+def test_a_batch_tells_the_budget_each_iteration_s_padded_width_levels_and_seconds(runtime):
+    """Every iteration reports its verify's padded width (a bucket on the static runtime), the draft
+    levels it ran (0 where it sat out) and both phases' seconds; the scales are set from them."""
+    budget = _Recording(_cost(0.001))
+    run = iterate(cached_pair("llama", "sdpa", 0.1), [[5, 9, 2, 33], [1, 2], [40, 41, 42]], "dynatree",
+                  max_new_tokens=10, ignore_eos=True, budget=budget, runtime=runtime)
+    its = list(run)
+    assert [(c[0], c[1], c[2]) for c in budget.calls] == [(len(i.records), i.padded_width, i.draft_forwards)
+                                                           for i in its]
+    assert all(c[3] > 0 and c[4] >= 0 for c in budget.calls)
+    assert any(c[2] == 0 for c in budget.calls) and any(c[2] > 0 for c in budget.calls)
+    assert set(budget.verify_scale) == {len(i.records) for i in its}
+    assert set(budget.draft_scale) == {len(i.records) for i in its if i.draft_forwards}
