@@ -224,7 +224,7 @@ class BatchRun:
         while rows:
             # 1. draft: every row's tree; one draft forward per level for the rows that draft there
             before = [self._history(r) for r in rows]
-            t0 = time.perf_counter()
+            t0, f0 = time.perf_counter(), clock.seconds()
             drafting = self.budget is None or self.budget.drafts(len(rows))  # the budget may choose an AR step
             # ... and how deep the trees may grow, before their levels run
             cap = None
@@ -235,9 +235,9 @@ class BatchRun:
             for r in rows:
                 r.col.lap("draft")
             # 2. verify (ONE target forward for every row) and 3. select, per row
-            t1 = time.perf_counter()
+            f1 = clock.seconds()
             width, sels, start, states = self._verify(rows, target, clock)
-            phases = (time.perf_counter() - t1, t1 - t0)  # the verify's and the draft phase's seconds
+            phases = (clock.seconds() - f1, f1 - f0)  # the seconds in the verify's and the levels' forwards
             self.target_forwards += 1
             for r in rows:
                 r.col.lap("verify")
@@ -309,7 +309,7 @@ class BatchRun:
                         phases: tuple[float, float]) -> None:
         """What the shared budget learns from an iteration: what the kept nodes' p(u) predicted against
         what was accepted, how deep the accepted paths reached, what its verify (padded to ``width``) and
-        its levels took (``phases``: seconds), and its measured rate (every overhead included)."""
+        its levels' forwards took (``phases``: seconds), and its measured rate (every overhead included)."""
         assert self.budget is not None
         if choice is not None:
             self.budget.observe(choice.predicted, sum(len(sel.path) for sel in sels))

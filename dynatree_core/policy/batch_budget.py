@@ -11,7 +11,7 @@ where row b keeps its W - 1 most probable nodes (p(u): the draft's path probabil
 probable nodes of a tree include every ancestor of each, so the kept set is a tree), s scales p(u)
 to the acceptance measured so far in the run, L is the draft levels that ran and d(B) the cost of
 one, and o(B) what an iteration costs besides its forwards (selection, bookkeeping, per row), measured in
-the run as the drafting iterations' wall time less their verify and levels. c and d are the calibration's
+the run as the drafting iterations' wall time less their forwards. c and d are the calibration's
 (:class:`BatchCost`: short random prefixes, two-token levels) times the ratio the run measures at that B
 (its context, trees and catch-ups; the nearest B's until it has its own). W* = 1 is AR, priced by its
 measured steps once one ran.
@@ -176,9 +176,9 @@ class BatchBudget:
     iteration_s: dict[tuple[int, bool], float] = field(default_factory=dict)
     #: o(B): seconds an iteration of B rows costs besides c(B, W) and its levels (a running mean)
     overhead: dict[int, float] = field(default_factory=dict)
-    #: by B: the run's measured seconds over the calibration's, of a verify (c) and of a draft level (d), running
-    #: means. The calibration timed short random prefixes and two-token levels; a run's context, trees and
-    #: catch-ups cost more (WikiText-2 at B = 8: its AR steps ran 1.6x c(B, 1), its levels 3x d(B))
+    #: by B: the run's measured forward seconds over the calibration's, of a verify (c) and of a draft level (d),
+    #: running means. The calibration timed short random prefixes and two-token levels; a run's context, trees and
+    #: catch-ups cost more (WikiText-2 at B = 8: a verify 1.5x c(B, W), a level's forward 2.6x d(B))
     verify_scale: dict[int, float] = field(default_factory=dict)
     draft_scale: dict[int, float] = field(default_factory=dict)
     _last: tuple[int, float] | None = None  # the last choice's rows and modelled seconds
@@ -218,9 +218,9 @@ class BatchBudget:
         return self.cost.draft(rows) * _nearest(self.draft_scale, rows)
 
     def observe_forwards(self, rows: int, width: int, levels: int, verify_s: float, draft_s: float) -> None:
-        """One iteration's measured phases: its verify of ``rows`` rows padded to ``width`` took ``verify_s``
+        """One iteration's measured forwards: its verify of ``rows`` rows padded to ``width`` took ``verify_s``
         seconds, its ``levels`` draft levels (0: it sat out) ``draft_s``; the scales follow their ratio to the
-        calibration's c(B, W) and L·d(B)."""
+        calibration's c(B, W) and L·d(B). The rest of the iteration (trees, selection, commit) is o(B)'s."""
         _follow(self.verify_scale, rows, verify_s / self.cost.verify(rows, width))
         if levels > 0 and self.cost.draft(rows) > 0:
             _follow(self.draft_scale, rows, draft_s / (levels * self.cost.draft(rows)))
@@ -228,7 +228,7 @@ class BatchBudget:
     def observe_time(self, rows: int, drafted: bool, committed: int, seconds: float,
                      forwards_s: float | None = None) -> None:
         """One iteration's committed tokens and wall seconds (every overhead included); ``forwards_s``: the
-        seconds of its measured phases (:meth:`observe_forwards`; None: the choice's modelled c + L·d)."""
+        seconds in its forwards (:meth:`observe_forwards`; None: the choice's modelled c + L·d)."""
         if seconds <= 0:
             return
         modelled = self._last[1] if self._last is not None and self._last[0] == rows else None
