@@ -188,7 +188,8 @@ display(Markdown(
 #
 # After the rows' trees grow, the budget keeps each row's most probable nodes up to a common width W*,
 # the W that maximises (B + s·Σ kept p(u)) / (c(B, W) + the draft levels' cost), with c(B, W) measured on
-# this machine and s the acceptance measured so far. Whether an iteration drafts at all follows what the
+# this machine and scaled to what this run's forwards take (their context is not the calibration's),
+# and s the acceptance measured so far. Whether an iteration drafts at all follows what the
 # run measured: when its AR steps commit more tokens per second than its drafting iterations, the batch
 # sits out (no draft forward at all) and probes again after 1, 2, 4, … iterations. A draft that sat out
 # catches up exactly: its next level 0 reads every token committed meanwhile.

@@ -113,3 +113,24 @@ def test_a_batch_tells_the_budget_each_iteration_s_padded_width_levels_and_secon
     assert any(c[2] == 0 for c in budget.calls) and any(c[2] > 0 for c in budget.calls)
     assert set(budget.verify_scale) == {len(i.records) for i in its}
     assert set(budget.draft_scale) == {len(i.records) for i in its if i.draft_forwards}
+
+
+def test_an_exploring_iteration_does_not_enter_the_drafting_rate():
+    """The first MIN_SAMPLES drafting iterations at a B, and every EXPLORE_DEPTH-th, grow as deep as the rules
+    allow to measure the deep levels: slow by design. Counted in the drafting rate they would make AR look
+    faster and sit speculation out (the bench saw B = 1 on the prompts sit out 60 of 64 iterations after them)."""
+    from dynatree_core.policy.batch_budget import MIN_SAMPLES
+
+    b = BatchBudget(_cost(0.004))
+    for _ in range(MIN_SAMPLES):
+        assert b.levels(1, 8) == 8  # exploring
+        b.observe_depths(8, [1], [[1, 1, 2, 2, 3]])
+        b.observe_time(1, True, 1, 1.0)  # one token in a second: far slower than the AR steps below
+        b.observe_time(1, False, 1, 0.1)
+    assert b.rate(1, True) is None and b.rate(1, False) == pytest.approx(10.0)
+    assert b.levels(1, 8) < 8  # measured: the policy's depth
+    b.observe_time(1, True, 3, 0.2)
+    assert b.rate(1, True) == pytest.approx(15.0)
+    assert b.levels(1, 8) < 8
+    b.observe_time(1, True, 1, 1.0)  # a capped iteration counts, however slow
+    assert b.rate(1, True) < 15.0

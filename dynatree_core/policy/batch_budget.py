@@ -31,7 +31,8 @@ wins): L* = argmax_L (B + B · Σ_{j ≤ L} a_j) / (c(B, W_L) + L · d(B) + o(B)
 share of rows whose accepted path reached depth j when level j ran, and W_L the padded width of the
 trees verified, counting their nodes down to depth L. Until :data:`MIN_SAMPLES` drafting iterations
 are measured at a B, and on every :data:`EXPLORE_DEPTH`-th, the rows grow as deep as their rules
-allow (the deeper levels' a_j are measured there). Torch-free.
+allow (the deeper levels' a_j are measured there); an exploring iteration's rate is not the policy's, so it
+does not enter the drafting rate that decides whether to draft. Torch-free.
 """
 
 from __future__ import annotations
@@ -184,6 +185,7 @@ class BatchBudget:
     _last: tuple[int, float] | None = None  # the last choice's rows and modelled seconds
     _probe: bool = False  # the back-off is over: the next iteration drafts, to measure speculation again
     _won: bool = False  # a drafting iteration beat AR's rate since the last sit-out
+    _exploring: bool = False  # this drafting iteration grows as deep as the rules allow (:meth:`levels`)
     _predicted: float = 0.0
     _accepted: float = 0.0
     #: by B, by depth j: (rows for which level j ran, rows whose accepted path reached depth j, the padded
@@ -237,10 +239,12 @@ class BatchBudget:
             old = self.overhead.get(rows)
             self.overhead[rows] = rest if old is None else 0.8 * old + 0.2 * rest
         self._last = None
-        old_s = self.iteration_s.get((rows, drafted))
-        self.iteration_s[(rows, drafted)] = seconds if old_s is None else 0.8 * old_s + 0.2 * seconds
-        tokens, total, count = self.spent.get((rows, drafted), (0, 0.0, 0))
-        self.spent[(rows, drafted)] = (FORGET * tokens + committed, FORGET * total + seconds, count + 1)
+        explored, self._exploring = drafted and self._exploring, False
+        if not explored:  # an exploring iteration measures the deep levels, it is not the policy's rate
+            old_s = self.iteration_s.get((rows, drafted))
+            self.iteration_s[(rows, drafted)] = seconds if old_s is None else 0.8 * old_s + 0.2 * seconds
+            tokens, total, count = self.spent.get((rows, drafted), (0, 0.0, 0))
+            self.spent[(rows, drafted)] = (FORGET * tokens + committed, FORGET * total + seconds, count + 1)
         ar = self.rate(rows, False, MIN_SAMPLES)
         if drafted and ar is not None and committed / seconds > ar:
             self.backoff = 1  # this drafting iteration beat AR: probe again soon, the sums may be stale
@@ -252,7 +256,8 @@ class BatchBudget:
         """L*: the draft levels a drafting iteration of ``rows`` rows may grow, at most ``d_max`` (the
         rows' rules may stop sooner); ``d_max`` itself while exploring (see the module docstring) or
         where the deepest level measured is the best (deeper ones are not known to lose)."""
-        if not self.choose_depth or self._explores(rows) or d_max <= 1:
+        self._exploring = self.choose_depth and self._explores(rows)
+        if not self.choose_depth or self._exploring or d_max <= 1:
             return d_max
         reach = self.reach[rows]
         known = sorted(j for j in reach if j <= d_max)
