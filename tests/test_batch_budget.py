@@ -134,3 +134,47 @@ def test_an_exploring_iteration_does_not_enter_the_drafting_rate():
     assert b.levels(1, 8) < 8
     b.observe_time(1, True, 1, 1.0)  # a capped iteration counts, however slow
     assert b.rate(1, True) < 15.0
+
+
+def _probes(b: BatchBudget, n: int = 400) -> int:
+    """The drafting iterations of n at three rows where drafting commits 5 tokens/s and AR steps 15 (after
+    the first 2·MIN_SAMPLES, which measure both sides)."""
+    from dynatree_core.policy.batch_budget import MIN_SAMPLES
+
+    rates, made = {True: 5.0, False: 15.0}, []
+    for _ in range(n + 2 * MIN_SAMPLES):
+        d = b.drafts(3)
+        made.append(d)
+        b.observe_time(3, d, 3, 3 / rates[d])
+    return sum(made[2 * MIN_SAMPLES:])
+
+
+def _priced(slope: float) -> BatchBudget:
+    """A budget whose depths are measured at three rows: paths reach depth 1 half the time, depth 2 never."""
+    from dynatree_core.policy.batch_budget import MIN_SAMPLES
+
+    b = BatchBudget(_cost(slope))
+    for _ in range(MIN_SAMPLES):
+        b.observe_depths(2, [1, 0, 1], [[1, 1, 2], [1, 2], [1, 1]])
+    return b
+
+
+def test_a_probe_the_model_prices_as_a_clear_loss_is_put_off_but_not_forever(monkeypatch):
+    """Where the model's best drafting iteration (the measured depths, the forwards' costs) makes well under AR's
+    measured rate, a probe that falls due is put off, at most GATED_PROBES times in a row: fewer probes than
+    the ungated budget (the wrong variant, PROBE_GATE = 0) but never none. Where the model sees a win, nothing
+    is put off."""
+    from dynatree_core.policy import batch_budget
+
+    steep = _priced(0.1)  # c(3, 2) = 0.65 s: the model's best rate is under half AR's 15 tokens/s
+    assert steep._clear_loss(3) is False  # AR not measured yet
+    gated = _probes(steep)
+    assert 0 < gated
+    monkeypatch.setattr(batch_budget, "PROBE_GATE", 0.0)
+    ungated = _probes(_priced(0.1))
+    assert gated < ungated / 2
+    monkeypatch.undo()
+    flat = _priced(0.0)  # the model sees speculation win: its probes are not put off
+    flat_probes = _probes(flat)
+    monkeypatch.setattr(batch_budget, "PROBE_GATE", 0.0)
+    assert flat_probes == _probes(_priced(0.0))

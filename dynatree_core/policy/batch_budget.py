@@ -23,8 +23,9 @@ iteration is followed by an AR step: one iteration's rate swings with its accept
 are faster the batch sits out (an AR step for every row, no draft forward) and probes speculation
 with one drafting iteration after 1, 2, 4, ... iterations, or after as many as keep the probes' loss
 within :data:`PROBE_SHARE` of the batch's time where that is more (:data:`MAX_SKIP` at most; a probe
-faster than AR's rate starts the back-off over); before both are measured, the model's rate against AR's
-B / c(B, 1) decides.
+faster than AR's rate starts the back-off over). A probe that falls due is put off where the model prices the
+best drafting iteration at under :data:`PROBE_GATE` of AR's measured rate, at most :data:`GATED_PROBES` times in
+a row; before both are measured, the model's rate against AR's decides.
 
 How deep a drafting iteration grows is chosen before its levels run (they cost d(B) each whatever W
 wins): L* = argmax_L (B + B · Σ_{j ≤ L} a_j) / (c(B, W_L) + L · d(B) + o(B)), where a_j is the measured
@@ -51,6 +52,12 @@ MAX_SKIP = 64
 PROBE_SHARE = 0.03
 #: iterations each side (drafting, AR) needs at a B before their measured rates decide
 MIN_SAMPLES = 4
+#: a probe that falls due is put off where the model's best drafting rate (:meth:`BatchBudget.levels`'s, from the
+#: depths measured at that B and the run's own forward costs) is below this share of AR's measured rate: a clear
+#: loss (at B = 16 on WikiText-2 one probe cost a run 5-20%) ...
+PROBE_GATE = 0.8
+#: ... at most this many times in a row: acceptance moves with the text, and only a probe measures it
+GATED_PROBES = 3
 #: the weight a side's earlier iterations keep at each new one: the sums forget slowly (acceptance
 #: changes with the text and the rows), about the last ten iterations of each side
 FORGET = 0.9
@@ -186,6 +193,7 @@ class BatchBudget:
     _probe: bool = False  # the back-off is over: the next iteration drafts, to measure speculation again
     _won: bool = False  # a drafting iteration beat AR's rate since the last sit-out
     _exploring: bool = False  # this drafting iteration grows as deep as the rules allow (:meth:`levels`)
+    _gated: int = 0  # probes put off in a row (:data:`PROBE_GATE`)
     _predicted: float = 0.0
     _accepted: float = 0.0
     #: by B, by depth j: (rows for which level j ran, rows whose accepted path reached depth j, the padded
@@ -204,6 +212,11 @@ class BatchBudget:
             return False
         if self._probe:
             self._probe = False
+            if self._gated < GATED_PROBES and self._clear_loss(rows):
+                self._gated += 1
+                self._sit_out(rows)  # put off: the next wait doubles as if the probe had lost
+                return False
+            self._gated = 0
             return True
         ar, spec = self.rate(rows, False, MIN_SAMPLES), self.rate(rows, True, MIN_SAMPLES)
         if ar is not None and spec is not None and ar > spec:
@@ -259,18 +272,31 @@ class BatchBudget:
         self._exploring = self.choose_depth and self._explores(rows)
         if not self.choose_depth or self._exploring or d_max <= 1:
             return d_max
-        reach = self.reach[rows]
-        known = sorted(j for j in reach if j <= d_max)
-        best, best_rate, gain = d_max, -1.0, 0.0
-        fixed = self.overhead.get(rows, 0.0)
-        for depth in known:
+        rates = self._depth_rates(rows, d_max)
+        best, best_rate = d_max, -1.0
+        for depth, rate in rates:
+            if rate > best_rate * (1 + 1e-9):
+                best, best_rate = depth, rate
+        return d_max if not rates or best == rates[-1][0] else best
+
+    def _depth_rates(self, rows: int, d_max: int | None = None) -> list[tuple[int, float]]:
+        """(L, the modelled rate of a drafting iteration of L levels) for each depth measured at ``rows`` rows
+        (at most ``d_max``), shallowest first."""
+        reach = self.reach.get(rows, {})
+        out, gain, fixed = [], 0.0, self.overhead.get(rows, 0.0)
+        for depth in sorted(j for j in reach if d_max is None or j <= d_max):
             ran, reached, widths, count = reach[depth]
             gain += rows * reached / ran
             width = max(1, round(widths / count))
-            rate = (rows + gain) / (self.verify_cost(rows, self._padded(width)) + depth * self.draft_cost(rows) + fixed)
-            if rate > best_rate * (1 + 1e-9):
-                best, best_rate = depth, rate
-        return d_max if not known or best == known[-1] else best
+            cost = self.verify_cost(rows, self._padded(width)) + depth * self.draft_cost(rows) + fixed
+            out.append((depth, (rows + gain) / cost))
+        return out
+
+    def _clear_loss(self, rows: int) -> bool:
+        """Whether the model's best drafting rate at ``rows`` rows is below :data:`PROBE_GATE` of AR's measured
+        one (False until both are known)."""
+        ar, rates = self.rate(rows, False, MIN_SAMPLES), self._depth_rates(rows)
+        return ar is not None and bool(rates) and max(r for _, r in rates) < PROBE_GATE * ar
 
     def _explores(self, rows: int) -> bool:
         """Whether this drafting iteration grows as deep as the rules allow: too few measured, or its turn."""
