@@ -1,9 +1,11 @@
 """The shared budget prices its forwards at what the run measures (:mod:`dynatree_core.policy.batch_budget`).
 
 c(B, w) and d(B) are calibrated once per pair and device, on short random prefixes and two-token levels. A
-run's context, trees and catch-ups cost more: on WikiText-2 at B = 8 a verify ran 1.5x c(B, W) and a draft
-level's forward 2.6x d(B). A budget that took the calibration at its word filed the difference under o(B), an
-overhead shared by every node, so the wider trees looked cheap and its probes verified eight tokens a row.
+run's context, trees and catch-ups cost more: with WikiText-2 prompts of up to 800 tokens at B = 8 a verify
+ran 1.5x c(B, W) and a draft level's forward 2.6x d(B). A budget that took the calibration at its word filed
+the difference under o(B), an overhead shared by every node, so the wider trees looked cheap and its probes
+verified eight tokens a row. Here too: what the budget decides from those prices and its measured rates
+(explorations kept out of the drafting rate, probes put off where the model prices a clear loss).
 """
 
 from __future__ import annotations

@@ -186,7 +186,8 @@ class BatchBudget:
     overhead: dict[int, float] = field(default_factory=dict)
     #: by B: the run's measured forward seconds over the calibration's, of a verify (c) and of a draft level (d),
     #: running means. The calibration timed short random prefixes and two-token levels; a run's context, trees and
-    #: catch-ups cost more (WikiText-2 at B = 8: a verify 1.5x c(B, W), a level's forward 2.6x d(B))
+    #: catch-ups cost more (WikiText-2, prompts up to 800 tokens, B = 8: a verify 1.5x c(B, W), a level's forward
+    #: 2.6x d(B))
     verify_scale: dict[int, float] = field(default_factory=dict)
     draft_scale: dict[int, float] = field(default_factory=dict)
     _last: tuple[int, float] | None = None  # the last choice's rows and modelled seconds
