@@ -180,8 +180,8 @@ display(Markdown(
     f"{', '.join(map(str, sizes))}. Each B's budget keeps what it measured from the warm-up on (one run's "
     "`run.budget` passed to the next), so where AR steps are faster it sits speculation out and only probes it "
     "now and then" + (", and each probe where speculation loses costs a slow iteration" if min(bu) < 1 else "")
-    + ". One run on a shared machine: a few percent either way is noise (docs/bench/2026-12-07-batch-feature "
-    "repeats it with 64 tokens per row, B up to 16)."))
+    + ". One run on a shared machine: a few percent either way is noise (docs/bench/2026-12-07-batch-priced "
+    "repeats it with 64 tokens per row, three rounds, B up to 16)."))
 
 # %% [markdown]
 # ## 4 · What the shared budget chose

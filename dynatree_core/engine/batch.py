@@ -252,15 +252,20 @@ class BatchRun:
                 self._budget_observe(drafting, choice, sels, forwards, recs, time.perf_counter() - t0, width, phases)
             yield BatchIteration(it, recs, width, forwards, 1 + int(self.recompute and any(s is None for s in stops)))
             it += 1
-            live = [i for i, s in enumerate(stops) if s is None]
-            for i, s in enumerate(stops):
-                if s is not None:
-                    self._finish(rows[i])
-            if len(live) < len(rows) and live:
-                target.keep_rows(live)
-                if draft is not None:
-                    draft.keep_rows(live)
-            rows = [rows[i] for i in live]
+            rows = self._leave(rows, stops, target, draft)
+
+    def _leave(self, rows: list[_Row], stops: list[str | None], target: RowsCache, draft: BatchModelDraft | None
+               ) -> list[_Row]:
+        """Finish the rows that stopped this iteration and drop them from the caches; the rows that go on."""
+        live = [i for i, s in enumerate(stops) if s is None]
+        for i, s in enumerate(stops):
+            if s is not None:
+                self._finish(rows[i])
+        if len(live) < len(rows) and live:
+            target.keep_rows(live)
+            if draft is not None:
+                draft.keep_rows(live)
+        return [rows[i] for i in live]
 
     def _commit(self, rows: list[_Row], sels: list[Selection], start: int, target: RowsCache,
                 draft: BatchModelDraft | None, clock: pl.ForwardClock, at: dict[str, Any]
