@@ -533,13 +533,13 @@ def test_a_draft_that_forgets_what_it_sat_out_is_caught(monkeypatch):
 
 
 def test_the_budget_learns_what_an_iteration_costs_besides_its_forwards():
-    """o(B) is the drafting iterations' wall time less the modelled c(B, W) + L·d(B); a larger o(B)
+    """o(B) is the drafting iterations' wall time less the seconds in their forwards; a larger o(B)
     makes wider trees pay (their fixed cost is shared by more tokens)."""
     b = BatchBudget(_cost(0.004))
     probs = [[0.9, 0.6, 0.3, 0.1], [0.8, 0.2]]
     before = b.choose(probs, levels=2).width
-    modelled = b.cost.verify(2, before) + 2 * b.cost.draft(2)
-    b.observe_time(2, True, 5, modelled + 0.5)
+    forwards = b.cost.verify(2, before) + 2 * b.cost.draft(2)
+    b.observe_time(2, True, 5, forwards + 0.5, forwards)
     assert b.overhead[2] == pytest.approx(0.5)
     assert b.choose(probs, levels=2).width > before
 

@@ -30,13 +30,15 @@ def _cost(slope: float, verify: float = 1.0, draft: float = 1.0) -> BatchCost:
 
 def _drafting(b: BatchBudget, true: BatchCost, measured: bool, n: int = 6, rest: float = 0.005) -> BatchBudget:
     """n drafting iterations of two rows and two levels whose forwards take what ``true`` says, plus ``rest``
-    seconds of bookkeeping; ``measured``: the budget is told the forwards' seconds (as a batch run tells it)."""
+    seconds of bookkeeping; ``measured``: the budget is told the forwards' seconds (as a batch run tells it),
+    else it takes them at the calibration's word (the old budget)."""
     for _ in range(n):
         w = b.choose(PROBS, 2).width
         forwards = true.verify(2, w) + 2 * true.draft(2)
         if measured:
             b.observe_forwards(2, w, 2, true.verify(2, w), 2 * true.draft(2))
-        b.observe_time(2, True, 5, forwards + rest, forwards if measured else None)
+        said = forwards if measured else b.cost.verify(2, w) + 2 * b.cost.draft(2)
+        b.observe_time(2, True, 5, forwards + rest, said)
     return b
 
 

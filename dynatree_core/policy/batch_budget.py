@@ -190,7 +190,6 @@ class BatchBudget:
     #: 2.6x d(B))
     verify_scale: dict[int, float] = field(default_factory=dict)
     draft_scale: dict[int, float] = field(default_factory=dict)
-    _last: tuple[int, float] | None = None  # the last choice's rows and modelled seconds
     _probe: bool = False  # the back-off is over: the next iteration drafts, to measure speculation again
     _won: bool = False  # a drafting iteration beat AR's rate since the last sit-out
     _exploring: bool = False  # this drafting iteration grows as deep as the rules allow (:meth:`levels`)
@@ -244,15 +243,13 @@ class BatchBudget:
     def observe_time(self, rows: int, drafted: bool, committed: int, seconds: float,
                      forwards_s: float | None = None) -> None:
         """One iteration's committed tokens and wall seconds (every overhead included); ``forwards_s``: the
-        seconds in its forwards (:meth:`observe_forwards`; None: the choice's modelled c + L·d)."""
+        seconds in its forwards (:meth:`observe_forwards`; None: not measured, o(B) learns nothing)."""
         if seconds <= 0:
             return
-        modelled = self._last[1] if self._last is not None and self._last[0] == rows else None
-        if drafted and (forwards_s is not None or modelled is not None):  # o(B): the rest of the iteration
-            rest = max(0.0, seconds - (modelled if forwards_s is None else forwards_s))
+        if drafted and forwards_s is not None:  # o(B): the rest of the iteration
+            rest = max(0.0, seconds - forwards_s)
             old = self.overhead.get(rows)
             self.overhead[rows] = rest if old is None else 0.8 * old + 0.2 * rest
-        self._last = None
         explored, self._exploring = drafted and self._exploring, False
         if not explored:  # an exploring iteration measures the deep levels, it is not the policy's rate
             old_s = self.iteration_s.get((rows, drafted))
@@ -359,7 +356,6 @@ class BatchBudget:
             speculating = max(speculating, rate)
             if rate > best.rate:
                 best = BatchChoice(w, keep, rate, ar, gain)
-        self._last = (rows, self.verify_cost(rows, best.width) + levels * self.draft_cost(rows))
         measured = self.rate(rows, True, MIN_SAMPLES), self.rate(rows, False, MIN_SAMPLES)
         if None in measured and speculating <= ar:  # by the model AR wins with the levels paid: sit out
             self._sit_out(rows)
