@@ -224,7 +224,7 @@ class BatchRun:
         while rows:
             # 1. draft: every row's tree; one draft forward per level for the rows that draft there
             before = [self._history(r) for r in rows]
-            t0, f0 = time.perf_counter(), clock.seconds()
+            t0, f0 = time.perf_counter(), self._forward_s()
             drafting = self.budget is None or self.budget.drafts(len(rows))  # the budget may choose an AR step
             # ... and how deep the trees may grow, before their levels run
             cap = None
@@ -235,9 +235,9 @@ class BatchRun:
             for r in rows:
                 r.col.lap("draft")
             # 2. verify (ONE target forward for every row) and 3. select, per row
-            f1 = clock.seconds()
+            f1 = self._forward_s()
             width, sels, start, states = self._verify(rows, target, clock)
-            phases = (clock.seconds() - f1, f1 - f0)  # the seconds in the verify's and the levels' forwards
+            phases = (self._forward_s() - f1, f1 - f0)  # the seconds in the verify's and the levels' forwards
             self.target_forwards += 1
             for r in rows:
                 r.col.lap("verify")
@@ -253,6 +253,11 @@ class BatchRun:
             yield BatchIteration(it, recs, width, forwards, 1 + int(self.recompute and any(s is None for s in stops)))
             it += 1
             rows = self._leave(rows, stops, target, draft)
+
+    def _forward_s(self) -> float:
+        """The seconds spent inside forwards so far, for the shared budget's prices; 0 without a budget (on CUDA
+        reading the clock waits for the GPU: a run without a budget must not pay that sync)."""
+        return self.clock.seconds() if self.budget is not None else 0.0
 
     def _leave(self, rows: list[_Row], stops: list[str | None], target: RowsCache, draft: BatchModelDraft | None
                ) -> list[_Row]:
