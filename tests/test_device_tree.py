@@ -25,11 +25,12 @@ from dynatree_core.policy.cost_model import CostModel
 from dynatree_core.drafters import Proposal
 from dynatree_core.runtime.tree.tree import DeviceTree
 from dynatree_core.runtime.host_syncs import HostSyncs, to_device
+from dynatree_core.runtime import backend
 from dynatree_core.runtime.tree.to_host import host_tree
 from dynatree_core.policy.tree import DraftTree
 from dynatree_core.policy.growth import grow_tree
 
-from helpers import cached_pair
+from helpers import assert_one_read_and_the_size, cached_pair
 from helpers.sync_lint import SyncLint
 from helpers.device_tree import FakeDrafter, VOCAB, all_rules, draw_target_choices
 
@@ -303,12 +304,16 @@ def test_the_level_step_compiles_whole_for_every_policy(rule):
                          + [("dynatree", DynaTreeConfig.cpu()), ("dynatree", DynaTreeConfig.gpu())])
 def test_the_fast_path_reads_the_device_once_per_iteration(method, config, monkeypatch):
     """The device-resident draft phase: one counted read per iteration (the selection, which
-    carries the tree's counts), whatever the policy; and nothing uncounted (the lint)."""
+    carries the tree's counts), whatever the policy, where the size read is not worth its price (a GPU's
+    choice where it saves too little); one more where it is (a CPU's: free); and nothing uncounted (the lint)."""
     pair = cached_pair("llama", "sdpa", 0.02)
-    recs = list(iterate(pair, [5, 9, 14, 3, 5, 9, 14], method, config, max_new_tokens=24, ignore_eos=True,
-                        runtime="static"))
+    prompt = [5, 9, 14, 3, 5, 9, 14]
+    assert SyncLint(monkeypatch).steady_calls(pair, prompt, method, config, "static") == []
+    run = iterate(pair, prompt, method, config, max_new_tokens=24, ignore_eos=True, runtime="static")
+    assert_one_read_and_the_size(list(run), run)
+    monkeypatch.setattr(backend, "read_price", lambda device: 1.0)  # untimed, and not free: never made
+    recs = list(iterate(pair, prompt, method, config, max_new_tokens=24, ignore_eos=True, runtime="static"))
     assert recs and all(r.host_syncs == 1 for r in recs)
-    assert SyncLint(monkeypatch).steady_calls(pair, [5, 9, 14, 3, 5, 9, 14], method, config, "static") == []
 
 
 def test_the_cost_aware_rule_on_the_fast_path_still_reads_each_level():

@@ -22,7 +22,7 @@ from dynatree_core.policy.sampling import SamplingConfig
 from dynatree_core.runtime.static import fast_path as fp
 from dynatree_core.runtime.cache.slots import SlotCache, StaticTargetCache
 
-from helpers import DEVICE, cached_pair, reference_greedy
+from helpers import DEVICE, assert_one_read_and_the_size, cached_pair, reference_greedy
 from helpers.exactness import ARCHS, ATTNS, EDGE_CONFIGS, method_configs, prompts
 from helpers.features import feature_pair
 
@@ -61,10 +61,11 @@ def test_every_drafter_on_the_fast_path_is_exact(kind):
         fast_run = iterate(pair, prompt, method, config, max_new_tokens=30, ignore_eos=True, runtime=STATIC)
         eager, fast = list(eager_run), list(fast_run)
         assert [r.committed for r in fast] == [r.committed for r in eager]
-        # the same levels expanded nodes; the resident draft phase reads once per iteration and, its early
-        # exit's flag landing at once on a CPU, runs the same draft forwards
+        # the same levels expanded nodes; the resident draft phase reads once per iteration (and once more
+        # where it reads its real size first) and, its early exit's flag landing at once on a CPU, runs the same
+        # draft forwards
         assert [r.draft_forwards for r in fast] == [r.draft_forwards for r in eager]
-        assert all(r.host_syncs == 1 for r in fast)
+        assert_one_read_and_the_size(fast, fast_run)
         assert fast_run.drafter.forwards == eager_run.drafter.forwards
     if kind != "lookup":  # a model draft's levels run on the fast path too, the feature draft's included
         path = fp._PATHS[pair.draft][f"draft:{STATIC}"]
@@ -178,6 +179,20 @@ def test_buckets_pad_to_the_next_size_and_cover_the_largest_tree():
     assert fp.bucket(9, (1, 4, 16)) == 16
     with pytest.raises(ValueError, match="larger than the largest bucket"):
         fp.bucket(17, (1, 4, 16))
+
+
+def test_a_fast_path_holds_its_largest_forward_padded_to_its_bucket():
+    """A fixed tree of N_max 256 verifies 257 nodes in a forward of 384 (its bucket): the cache holds the
+    prompt, the new tokens and all 384, and a kept path with room for 257 only is not reused (it ran out of
+    slots in the bench before: 129 committed entries + 384 > 512)."""
+    import copy
+
+    model = copy.deepcopy(cached_pair("llama", "sdpa", 0.0).target)
+    small = fp.fast_path(model, "static", 130, 9)
+    assert small.capacity == 256
+    big = fp.fast_path(model, "static", 130, 257)
+    assert big.buckets[-1] == 384 and big.capacity >= 130 + 384 and big is not small
+    assert fp.fast_path(model, "static", 120, 257) is big  # it fits: kept
 
 
 def test_static_target_cache_bookkeeping():

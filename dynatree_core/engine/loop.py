@@ -214,6 +214,9 @@ class DecodingRun:
         longest path whose every node carries the target's token after its parent (greedy: the
         argmax; sampling: the token drawn there from p), plus that token after its last node (the
         bonus)."""
+        size = self.target.size_read if tree.resident else None
+        if size is not None and size.read(tree.n):
+            tree.read_size(col.syncs)  # the verify runs at its nodes' bucket, not its shape's
         v = self.target.verify(tree, need_hidden, col.clock)
         choice = None
         if chooser is not None:
@@ -222,7 +225,10 @@ class DecodingRun:
             draft = draft_candidates(tree, draft_sampler) if self.sampling.rule == "rejection" else None
             choice = chooser.choose(v.logits, tree.depths[:tree.n], deepest, v.prefix_len, draft)
         target = v.argmax if choice is None else choice.tokens
-        return v, tree.select(target, col.syncs, col.verify_extras(tree, v, choice))
+        sel = tree.select(target, col.syncs, col.verify_extras(tree, v, choice))
+        if size is not None:
+            size.observe(tree.n)  # the selection read the real size anyway
+        return v, sel
 
     def _commit(self, v: pl.DeviceVerified, root: int, sel: Selection, new: list[int], drafter: Drafter | None,
                 own_tail: LookupDrafter | None, col: RunCollector) -> int:

@@ -19,9 +19,10 @@ import torch
 from dynatree_core.runtime.model import forwards as pl
 from dynatree_core.runtime.static.regions import compiled, region
 from dynatree_core.runtime.host_syncs import to_device
-from dynatree_core.runtime.static.fast_path import FastPath, StaticInputs, bucket, check_owner, fast_path, forward_fn
+from dynatree_core.runtime.static.fast_path import FastPath, StaticInputs, check_owner, fast_path, forward_fn
 from dynatree_core.runtime.cache.slots import StaticTargetCache
 from dynatree_core.runtime.static.draft_forwards import DraftStaticForwards, draft_fast_path
+from dynatree_core.runtime.static.size_read import SizeRead, read_price
 from dynatree_core.runtime.cache.dynamic import TargetCache
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,6 +37,8 @@ class TargetBackend(Protocol):
     capture_s: float | None
     #: the static cache's length (prompt, new tokens and a tree fit in it); None: eager, no bound
     capacity: int | None
+    #: whether a resident tree reads its real size before its verify (None: eager, every tree's size is known)
+    size_read: SizeRead | None
 
     def prefill(self, ids: torch.Tensor, want_hidden: bool, clock: pl.ForwardClock | None) -> torch.Tensor | None:
         """Commit the causal chain ``ids`` [1, q]; with ``want_hidden`` its final hidden states [q, H]."""
@@ -60,6 +63,7 @@ class EagerTarget:
     runtime = "eager"
     capture_s = None  # nothing is captured or compiled
     capacity = None  # a dynamic cache: no static length
+    size_read = None  # a tree verifies its own nodes: no bucket
 
     def __init__(self, model: torch.nn.Module, cache: TargetCache | None = None):
         self.model = model
@@ -115,10 +119,14 @@ class StaticTarget:
 
     path: FastPath
     runtime: str = ""
+    size_read: SizeRead | None = None
 
     def __post_init__(self) -> None:
         self.path.owner = self  # a later run on the same target takes the path over
         self.runtime = self.path.runtime
+        if self.size_read is None:
+            self.size_read = SizeRead(self.path.buckets, dict(self.path.bucket_s),
+                                      read_price(self.path.cache.cache.slots.device))
 
     @property
     def capacity(self) -> int:
@@ -176,7 +184,7 @@ class StaticTarget:
         """Root + tree in one forward, the tree padded to its bucket with dummy nodes that see only
         themselves: one replayed forward. Its entries stay pending (``keep`` or ``rerun`` resolve them)."""
         n, cache = tree.n, self.cache
-        b = bucket(n, self.path.buckets)
+        b = self.size_read.padded(n)  # the cheapest bucket that holds n (bucket(n) where untimed)
         entry = self.path.entry(b, want_hidden)
         committed = cache.committed
         start = cache.reserve(b, write=False)  # first: it may compact, which moves the committed entries

@@ -78,6 +78,15 @@ def assert_decodes(pair: ModelPair, prompt, method: str, config, n: int, expecte
     assert res.metrics.new_tokens == n  # max_new_tokens is exact
 
 
+def assert_one_read_and_the_size(records, run) -> None:
+    """A fast-path run's resident draft phase reads the device once per iteration (the selection), and once
+    more where the run read a tree's real size before its verify (free on a CPU, so wherever a smaller
+    bucket holds the tree: :class:`~dynatree_core.runtime.static.size_read.SizeRead`)."""
+    size = run.target.size_read
+    assert all(r.host_syncs in (1, 2) for r in records)
+    assert sum(r.host_syncs for r in records) == len(records) + size.reads
+
+
 def fake_propose(tree, ids):
     """Host proposer for grow_tree: deterministic but varied, breadth 3 everywhere, ids from the node id."""
     out = []

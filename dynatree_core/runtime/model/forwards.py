@@ -14,9 +14,10 @@ Everything the engine feeds a model goes through these helpers:
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -138,6 +139,21 @@ def synchronize(device: torch.device) -> None:
     """Wait for queued GPU work so timings are honest (a no-op on CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def device_seconds(fn: Callable[[], object], repeats: int = 3) -> float:
+    """The median seconds ``fn``'s work takes on the current CUDA stream (events: device time, not the
+    host's enqueue), after one warm call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
 
 
 #: a visibility matrix or position ids: a device tensor (the decode loop) or host values

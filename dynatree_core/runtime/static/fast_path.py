@@ -127,6 +127,9 @@ class FastPath:
     #: a draft's whole-level functions by (head, bucket, runtime, compiled or not), kept with its
     #: buffers (:class:`~dynatree_core.runtime.tree.phase.DraftPhase`: compiled once per process and shape)
     levels: dict[tuple[str, int, str, bool], Callable] = field(default_factory=dict)
+    #: c(b) on a GPU: each bucket's forward in device seconds, timed as it is built (what
+    #: :class:`~dynatree_core.runtime.static.size_read.SizeRead` weighs; empty on a CPU, where it is not needed)
+    bucket_s: dict[int, float] = field(default_factory=dict)
     _pool: Any = None
 
     def fits(self, length: int, max_tree: int) -> bool:
@@ -158,10 +161,13 @@ class FastPath:
         written = self.cache.cache.written
         self.cache.cache.write_at(self.capacity - b, b)
         fn()
+        device = self.cache.cache.slots.device
         if self.runtime == "compiled":
-            fn = compile_forward(fn, self.cache.cache.slots.device)  # scoped on-disk cache, freezing on CPU
+            fn = compile_forward(fn, device)  # scoped on-disk cache, freezing on CPU
         elif self.runtime == "graphs":
             fn = self._capture(fn)
+        if device.type == "cuda":  # into the same scratch slots; milliseconds, with the capture's
+            self.bucket_s[b] = min(self.bucket_s.get(b, math.inf), pl.device_seconds(fn))
         self.cache.cache.written = written
         return _Entry(inputs, fn)
 
@@ -246,14 +252,15 @@ def keep_or_make(model: torch.nn.Module, key: str, runtime: str, length: int, ma
                  buckets: tuple[int, ...] | None, static_len: int | None, book: Callable[[SlotCache], Any],
                  room: int | None = None) -> FastPath:
     """The fast path kept for ``model`` under ``key`` if it holds ``length`` tokens plus ``room``
-    (default: a forward of ``max_write`` entries, the largest bucketed one), its bookkeeping reset;
+    (default: the largest forward, ``max_write`` entries padded to their bucket), its bookkeeping reset;
     else a new one with ``book`` over a new :class:`SlotCache` (the static cache length rounded up,
     so nearby lengths share it)."""
-    need = length + (max_write if room is None else room)
+    sizes = buckets_for(max_write, buckets)
+    # a forward writes its whole bucket (dummies included): a 257-node tree takes 384 slots, not 257
+    need = length + (sizes[-1] if room is None else room)
     if static_len is not None and static_len < need:
         raise ValueError(f"static_len={static_len} is too short: the prompt and the new tokens ({length}) plus the "
-                         f"largest forward ({max_write} entries) need {need} slots")
-    sizes = buckets_for(max_write, buckets)
+                         f"largest forward ({max_write} entries, padded to {sizes[-1]}) need {need} slots")
     kept = _PATHS.setdefault(model, {}).get(key)
     if kept is not None and kept.fits(need, max_write) and (static_len is None or kept.capacity == static_len) \
             and kept.buckets[-1] >= sizes[-1]:

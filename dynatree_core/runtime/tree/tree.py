@@ -407,6 +407,12 @@ class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
         """Bool [n, n]: node i may attend to node j (j is i or an ancestor of i)."""
         return self.ancestors[:self.n, :self.n]
 
+    def read_size(self, syncs: HostSyncs) -> None:
+        """A resident tree's real node count (root, drafted nodes and lookup tail: its first slots) read now,
+        one host read, so that its verify runs at the bucket of its nodes rather than of every slot
+        (:class:`~dynatree_core.runtime.static.size_read.SizeRead` decides where that pays)."""
+        self.n = int(syncs.fetch(n=self._n_dev)["n"])
+
     # --- selection -----------------------------------------------------------------------------
     def select(self, argmax: torch.Tensor, syncs: HostSyncs, extra: dict[str, torch.Tensor] | None = None
                ) -> Selection:
