@@ -129,3 +129,29 @@ def test_a_size_read_that_leaves_the_lookup_tail_out_is_caught(monkeypatch):
     fast = list(iterate(pair, PROMPT, "dynatree", config, max_new_tokens=24, ignore_eos=True, runtime="static"))
     assert [t for r in fast for t in r.committed] == [t for r in eager for t in r.committed]
     assert [r.tree.tokens for r in fast] != [r.tree.tokens for r in eager]
+
+
+def test_a_compiled_run_compiles_the_inputs_of_every_bucket_at_its_first_size_read(monkeypatch):
+    """On a compiling runtime a size read makes the verify's inputs take shapes the tree's own bucket never
+    gave them; they compile at the run's first read (in a benchmark: its untimed warm-up), not in whichever
+    later iteration first verifies a tree that small. A cache length of its own (``static_len``) keeps other
+    tests' compiles of the same region apart; dynamo's eager backend keeps it quick."""
+    from dynatree_core.runtime.static import fast_path, regions
+
+    monkeypatch.setenv("DYNATREE_COMPILE_BACKEND", "eager")
+    pair = cached_pair("llama", "sdpa", 0.05)
+    verified = _verified(monkeypatch, pair.target)
+    try:
+        run = iterate(pair, PROMPT, "dynatree", DynaTreeConfig.gpu(), max_new_tokens=24, ignore_eos=True,
+                      runtime="compiled", static_len=320)
+        first = next(run)
+        region = regions._REGIONS[(f"{backend.verify_inputs.__module__}.verify_inputs", "compiled", "cpu", "eager")]
+        compiled_at_first = len(region.graphs)
+        rest = list(run)
+        assert len(region.graphs) == compiled_at_first  # nothing compiled after the first iteration
+        assert len(set(verified[-len(rest):]) - {verified[-len(rest) - 1]}) >= 2  # though the trees took new buckets
+        assert [t for r in [first, *rest] for t in r.committed] == reference_greedy("llama", "sdpa", tuple(PROMPT),
+                                                                                     24)
+    finally:  # forwards compiled through the eager backend must not serve a later test's compiled run
+        for model in (pair.target, pair.draft):
+            fast_path._PATHS.pop(model, None)
