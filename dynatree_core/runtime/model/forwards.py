@@ -141,18 +141,16 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def device_seconds(fn: Callable[[], object], repeats: int = 3) -> float:
-    """The median seconds ``fn``'s work takes on the current CUDA stream (events: device time, not the
-    host's enqueue), after one warm call."""
+def device_seconds(fn: Callable[[], object], device: torch.device, repeats: int = 3) -> float:
+    """The median seconds ``fn``'s work takes on ``device`` (a :class:`ForwardClock` each: CUDA events on
+    a GPU, the device's time rather than the host's enqueue), after one warm call."""
     fn()
     times = []
     for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
+        clock = ForwardClock(device)
+        with clock.measure():
+            fn()
+        times.append(clock.seconds())
     return statistics.median(times)
 
 

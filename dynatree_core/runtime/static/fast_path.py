@@ -167,7 +167,7 @@ class FastPath:
         elif self.runtime == "graphs":
             fn = self._capture(fn)
         if device.type == "cuda":  # into the same scratch slots; milliseconds, with the capture's
-            self.bucket_s[b] = min(self.bucket_s.get(b, math.inf), pl.device_seconds(fn))
+            self.bucket_s[b] = min(self.bucket_s.get(b, math.inf), pl.device_seconds(fn, device))
         self.cache.cache.written = written
         return _Entry(inputs, fn)
 

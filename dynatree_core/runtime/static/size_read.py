@@ -19,6 +19,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
+
 import torch
 
 from dynatree_core.runtime.static.fast_path import bucket
