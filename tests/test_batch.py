@@ -321,8 +321,12 @@ def test_a_static_batch_writes_in_place_and_compacts_when_its_columns_run_out(ar
     assert tokens == _greedy_rows(arch, "sdpa", [tuple(r) for r in STATIC_ROWS], [30] * 3)
     assert gathers, "the dead columns never ran out the room"
     assert {(cap, cols) for cap, cols, _, _ in seen} == {(70, 70)}
-    # one allocation per batch size (a finished row leaves: the buffers shrink once): writes in place
-    assert len({ptr for _, _, (_, ptr), _ in seen}) == len({rows for _, _, (rows, _), _ in seen})
+    # one allocation per batch size (a finished row leaves: the buffers shrink once): writes in place.
+    # Counted per batch size, not as distinct addresses: the allocator may hand a freed buffer's address
+    # to a later, smaller one, and that is still one allocation per size.
+    per_size = {rows: {ptr for _, _, (r, ptr), _ in seen if r == rows} for _, _, (rows, _), _ in seen}
+    assert all(len(ptrs) == 1 for ptrs in per_size.values()), per_size
+    assert len(per_size) > 1, "no row finished before the others: the shrink was never exercised"
     verify = [q for *_, q in seen[1:]]  # after the prefill: the verify forwards, each a bucket
     assert set(verify) <= {1, 2, 4, 8, 16, 24, 32} and max(verify) > 1
 
