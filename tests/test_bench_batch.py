@@ -22,8 +22,9 @@ def test_batch_bench_writes_json_with_every_row_checked_against_batched_ar(data_
     doc = json.loads(out.read_text())
     assert doc["schema_version"] == BATCH_SCHEMA_VERSION and doc["config"]["batch_sizes"] == [1, 3]
     labels = {(r["dataset"], r["batch_size"], r["label"]) for r in doc["rows"]}
+    assert doc["config"]["ar_control"] is True  # AR twice per round: its own spread
     assert labels == {(ds, b, lab) for ds in ("wikitext2", "pg19") for b in (1, 3)
-                      for lab in ("ar", "dynatree", "dynatree+budget")} | {
+                      for lab in ("ar", "dynatree", "dynatree+budget", "ar#2")} | {
         (ds, 1, "dynatree@loop") for ds in ("wikitext2", "pg19")}  # B = 1 through the batch-1 loop as well
     assert doc["checks"]["every_row_matches_batched_ar"] and all(r["matches_batched_ar"] for r in doc["rows"])
     for r in doc["rows"]:
@@ -33,6 +34,8 @@ def test_batch_bench_writes_json_with_every_row_checked_against_batched_ar(data_
         if r["label"] == "ar":  # AR verifies one token per row: nothing padded, one target token per token
             assert r["padding_efficiency"] == 1 and r["target_tokens_per_committed"] == 1
             assert r["rows_differing_from_batch1_ar"] == []  # tiny fp32 models are batch-invariant here
+    # one round: no spread to read a method against
+    assert all(c["vs_ar_control"] is None for c in doc["summary"])
     assert "× batched AR" in capsys.readouterr().out
 
 
@@ -77,16 +80,50 @@ def test_the_batch_bench_on_the_static_runtime_compares_each_row_with_ar_on_the_
     # the second round runs the points in reverse: no method always runs right after AR
     orders = {rep: [r["label"] for r in sorted(doc["rows"], key=lambda r: r["order"]) if r["repeat"] == rep]
               for rep in (0, 1)}
-    assert orders[0] == ["ar", "ar@static", "dynatree", "dynatree@static"] and orders[1] == orders[0][::-1]
+    # AR's control runs last, so the reversed round runs it first: AR's two runs trade places
+    assert orders[0] == ["ar", "ar@static", "dynatree", "dynatree@static", "ar#2", "ar#2@static"]
+    assert orders[1] == orders[0][::-1]
     for rep in (0, 1):
         rows = {r["label"]: r for r in doc["rows"] if r["repeat"] == rep}
         for label, r in rows.items():  # each ratio is to AR on the same runtime in the same round
             ar = rows["ar@static" if r["runtime"] == "static" else "ar"]
             assert r["speedup_vs_batched_ar"] == pytest.approx(r["tokens_per_s"] / ar["tokens_per_s"])
     assert doc["checks"]["every_row_matches_batched_ar"]
+    cells = {c["label"]: c for c in doc["summary"]}
+    for label in ("dynatree", "dynatree@static"):  # two rounds: each read against its own runtime's control
+        got = cells[label]["vs_ar_control"]
+        assert got["verdict"] in ("faster", "slower", "within") and got["low"] <= got["ratio"] <= got["high"]
+    assert cells["ar#2"]["vs_ar_control"] is None and cells["ar"]["vs_ar_control"] is None
     rows = {r["label"]: r for r in doc["rows"] if r["repeat"] == 0}
     # static shapes: the verify is padded to a bucket, so it pads at least as much as the eager run
     assert rows["dynatree@static"]["padding_efficiency"] <= rows["dynatree"]["padding_efficiency"] + 1e-9
+
+
+def test_ar_runs_again_last_at_every_b_as_the_control_where_asked():
+    specs = method_specs(["ar", "dynatree"])
+    pts = batch_points(specs, [2, 4], "on", control=True)
+    assert [(p.label, p.rows) for p in pts] == [("ar", 2), ("ar", 4), ("dynatree+budget", 2), ("dynatree+budget", 4),
+                                                ("ar#2", 2), ("ar#2", 4)]
+    assert all(p.spec.method == "ar" and not p.budget for p in pts if p.control)
+    assert not any(p.control for p in batch_points(specs, [2], "on"))
+
+
+def test_the_summary_reads_each_method_against_ar_s_control_on_its_runtime():
+    def row(label, ratio, rep, runtime="eager", control=False):
+        return {"dataset": "d", "batch_size": 2, "label": label, "method": label.split("#")[0].split("@")[0],
+                "runtime": runtime, "control": control, "speedup_vs_batched_ar": ratio, "tokens_per_s": ratio,
+                "decode_speedup_vs_batched_ar": ratio, "padding_efficiency": 1.0, "mean_accepted_per_row": 1.0,
+                "finish_p90_s": 1.0, "repeat": rep}
+
+    rows = [row("ar", 1.0, i) for i in range(3)] + [row("ar#2", c, i, control=True)
+                                                   for i, c in enumerate((0.99, 1.01, 1.0))]
+    rows += [row("dynatree", m, i) for i, m in enumerate((0.90, 0.91, 0.89))]
+    rows += [row("dynatree@static", m, i, "static") for i, m in enumerate((0.90, 0.91, 0.89))]
+    cells = {c["label"]: c for c in summarize(rows)}
+    assert cells["dynatree"]["vs_ar_control"]["verdict"] == "slower"
+    assert cells["dynatree"]["decode_vs_ar_control"]["verdict"] == "slower"
+    assert cells["dynatree@static"]["vs_ar_control"] is None  # no control on the static runtime in this run
+    assert cells["ar"]["vs_ar_control"] is None
 
 
 def test_the_summary_spreads_each_cell_over_its_rounds():

@@ -11,8 +11,10 @@ p50/p90 time to finish, L̄ per row (committed tokens per iteration), padding ef
 W)), target tokens per committed token and the ratio to batched AR in the same round (of the whole run, and of
 the decode alone: the prompts' prefill left out); every row's tokens are checked against batched AR's, and
 batched AR's against batch-1 AR (batched kernels need not be batch-invariant: the difference is reported, not
-hidden). ``--runtime eager,static`` runs every point on each (label ``@static``; its ratio is to batched AR on
-the same runtime). At B = 1 every method also runs through the batch-1 loop
+hidden). Batched AR also runs a second time in each round (``ar#2``, the A/A control; ``--no-ar-control`` leaves
+it out): each method's ratios are read against the control's, a 95% interval on the method's speed relative to AR
+(:mod:`dynatree_core.bench.spread`). ``--runtime eager,static`` runs every point on each (label ``@static``;
+its ratio is to batched AR on the same runtime). At B = 1 every method also runs through the batch-1 loop
 (:class:`~dynatree_core.engine.loop.DecodingRun`, label ``@loop``) in the same round: what keeping two loops is
 worth. The result is JSON with a schema version and the config.
 """
@@ -45,12 +47,14 @@ class BatchPoint:
     loop: bool = False
     #: the batch's runtime: eager (dynamic caches) or static (static target buffers, bucketed verifies)
     runtime: str = "eager"
+    #: batched AR's second run in each round, the A/A control (label ``ar#2``, :mod:`dynatree_core.bench.spread`)
+    control: bool = False
 
     @property
     def label(self) -> str:
         budget = ("+budget" if self.depth else "+widths") if self.budget else ""
         at = "@loop" if self.loop else "" if self.runtime == "eager" else f"@{self.runtime}"
-        return self.spec.label + budget + at
+        return self.spec.label + ("#2" if self.control else "") + budget + at
 
 
 #: ``--batch-budget``'s values: how each drafting method runs (without the budget, with it, with it choosing
@@ -59,9 +63,10 @@ BUDGET_MODES = {"off": (False, True), "on": (True, True), "widths": (True, False
 
 
 def batch_points(specs: Sequence[MethodSpec], sizes: Sequence[int], budget: str = "both",
-                 runtimes: Sequence[str] = ("eager",)) -> list[BatchPoint]:
+                 runtimes: Sequence[str] = ("eager",), control: bool = False) -> list[BatchPoint]:
     """AR first at every B (the reference), then each method in each budget mode (``budget``: a comma list
-    of :data:`BUDGET_MODES`, or ``both``)."""
+    of :data:`BUDGET_MODES`, or ``both``); ``control``: AR again last at every B, the A/A control (a round
+    run in reverse puts it first: AR's two runs trade places)."""
     if not sizes or any(b < 1 for b in sizes):
         raise ValueError(f"--batch-size takes batch sizes >= 1, got {list(sizes)}")
     modes = ["off", "on"] if budget == "both" else str(budget).split(",")
@@ -77,9 +82,10 @@ def batch_points(specs: Sequence[MethodSpec], sizes: Sequence[int], budget: str 
     ar = [s for s in specs if s.method == "ar"] or [MethodSpec("ar", "ar", ARConfig())]
     rest = [s for s in specs if s.method != "ar"]
     loops = [BatchPoint(s, 1, loop=True) for s in rest] if 1 in sizes else []
+    controls = [BatchPoint(ar[0], b, runtime=r, control=True) for b in sizes for r in runtimes] if control else []
     return [BatchPoint(s, b, runtime=r) for b in sizes for r in runtimes for s in ar[:1]] + [
         BatchPoint(s, b, *BUDGET_MODES[m], runtime=r) for b in sizes for r in runtimes for s in rest
-        for m in modes] + loops
+        for m in modes] + controls + loops
 
 
 def run_batch_point(pair: Any, point: BatchPoint, prompts: Sequence[Sequence[int]], max_new_tokens: int,
@@ -142,7 +148,7 @@ def measure(point: BatchPoint, its: Sequence[Any], results: Sequence[Any], wall:
     committed = sum(len(rec.committed) for i in its for rec in i.records.values())
     sat = sum(1 for i in its if any(rec.batch.get("budget", {}).get("drafted") is False for rec in i.records.values()))
     return {"label": point.label, "method": point.spec.method, "batch_size": point.rows, "budget": point.budget,
-            "runtime": point.runtime, "tokens_per_s": point.rows * t / wall,
+            "runtime": point.runtime, "control": point.control, "tokens_per_s": point.rows * t / wall,
             "row_tokens_per_s": statistics.mean(t / f for f in finish),
             "decode_tokens_per_s": point.rows * t / (wall - prefill), "prefill_s": prefill,
             "finish_p50_s": _quantile(finish, 0.5), "finish_p90_s": _quantile(finish, 0.9), "wall_s": wall,
@@ -193,7 +199,8 @@ def run_batch_bench(pair: Any, prompts: dict[str, list[list[int]]], points: Sequ
                     row.update(dataset=ds, repeat=rep, order=len(done))
                     done.append((p, row))
                     _tick(bar, f"{ds} rep {rep} {p.label} B={b}")
-                ars = {p.runtime: row for p, row in done if p.spec.method == "ar"}  # batched AR per runtime
+                # batched AR per runtime (not its control: that is AR read against AR)
+                ars = {p.runtime: row for p, row in done if p.spec.method == "ar" and not p.control}
                 for p, row in sorted(done, key=lambda d: here.index(d[0])):
                     ar = ars[p.runtime]
                     row.update(speedup_vs_batched_ar=row["tokens_per_s"] / ar["tokens_per_s"],
@@ -210,12 +217,21 @@ def run_batch_bench(pair: Any, prompts: dict[str, list[list[int]]], points: Sequ
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (dataset, B, label): the mean and spread (min, max) of tok/s and of the ratio to batched AR."""
+    """Per (dataset, B, label): the mean and spread (min, max) of tok/s and of the ratio to batched AR; where
+    the run has AR's control at that B and runtime, each method's ratios against the control's
+    (:func:`~dynatree_core.bench.spread.against_control`, of the whole run and of the decode alone)."""
+    from dynatree_core.bench.spread import against_control
+
     groups: dict[tuple, list[dict[str, Any]]] = {}
+    controls: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["dataset"], r["batch_size"], r["label"]), []).append(r)
+        if r.get("control"):
+            controls.setdefault((r["dataset"], r["batch_size"], r["runtime"]), []).append(r)
     out = []
     for (ds, b, label), rs in groups.items():
+        ctl = controls.get((ds, b, rs[0].get("runtime", "eager")), [])
+        reads = rs[0].get("method") != "ar" and bool(ctl)
         ratio = [r["speedup_vs_batched_ar"] for r in rs]
         decode = [r["decode_speedup_vs_batched_ar"] for r in rs]
         out.append({"dataset": ds, "batch_size": b, "label": label, "runs": len(rs),
@@ -225,7 +241,11 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                     "decode_speedup_min": min(decode), "decode_speedup_max": max(decode),
                     "padding_efficiency": _mean(r["padding_efficiency"] for r in rs),
                     "mean_accepted_per_row": statistics.mean(r["mean_accepted_per_row"] for r in rs),
-                    "finish_p90_s": statistics.mean(r["finish_p90_s"] for r in rs)})
+                    "finish_p90_s": statistics.mean(r["finish_p90_s"] for r in rs),
+                    "vs_ar_control": against_control(ratio, [c["speedup_vs_batched_ar"] for c in ctl])
+                    if reads else None,
+                    "decode_vs_ar_control": against_control(decode, [c["decode_speedup_vs_batched_ar"] for c in ctl])
+                    if reads else None})
     return out
 
 
@@ -237,7 +257,7 @@ def _mean(xs: Any) -> float | None:
 def to_markdown(summary: Sequence[dict[str, Any]]) -> str:
     """The summary as a table: one line per (dataset, B, method)."""
     head = ("| dataset | B | method | tok/s | × batched AR (min–max) | decode × batched AR (min–max) | padding eff. | "
-            "L̄ per row | p90 finish s |\n|---|---|---|---|---|---|---|---|---|")
+            "L̄ per row | p90 finish s | × AR's control (95%) |\n|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for s in sorted(summary, key=lambda s: (s["dataset"], s["batch_size"], s["label"])):
         pad = "—" if s["padding_efficiency"] is None else f"{s['padding_efficiency']:.2f}"
@@ -245,8 +265,13 @@ def to_markdown(summary: Sequence[dict[str, Any]]) -> str:
                      f"{s['speedup_vs_batched_ar']:.2f} ({s['speedup_min']:.2f}–{s['speedup_max']:.2f}) | "
                      f"{s['decode_speedup_vs_batched_ar']:.2f} ({s['decode_speedup_min']:.2f}–"
                      f"{s['decode_speedup_max']:.2f}) | {pad} | "
-                     f"{s['mean_accepted_per_row']:.2f} | {s['finish_p90_s']:.2f} |")
+                     f"{s['mean_accepted_per_row']:.2f} | {s['finish_p90_s']:.2f} | "
+                     f"{_against(s.get('vs_ar_control'))} |")
     return "\n".join(lines)
+
+
+def _against(v: dict[str, Any] | None) -> str:
+    return "—" if v is None else f"{v['ratio']:.2f} ({v['low']:.2f}–{v['high']:.2f}) {v['verdict']}"
 
 
 def _bar(progress: bool, total: int) -> Any:

@@ -94,7 +94,7 @@ def cmd_batch_bench(args: argparse.Namespace) -> int:
     datasets = parse_datasets(args.dataset)
     specs = build_specs(args, parse_methods(args.methods), device_name(args))
     runtimes = ["eager" if r == "auto" else r for r in args.runtime]  # a batch's CPU default, as one prompt's
-    points = batch.batch_points(specs, args.batch_size, args.batch_budget, runtimes)
+    points = batch.batch_points(specs, args.batch_size, args.batch_budget, runtimes, control=args.ar_control)
     if args.repeats < 1:
         raise CLIError(f"--repeats must be >= 1, got {args.repeats}")
     n, _, t, l_max = protocol_numbers(args, datasets)
@@ -112,7 +112,8 @@ def cmd_batch_bench(args: argparse.Namespace) -> int:
            "config": {"datasets": datasets, "batch_sizes": args.batch_size, "budget": args.batch_budget,
                       "runtimes": runtimes,
                       "max_new_tokens": t, "max_prompt_len": l_max, "num_prompts": n, "seed": args.seed,
-                      "repeats": args.repeats, "methods": [s.to_dict() for s in specs],
+                      "repeats": args.repeats, "ar_control": args.ar_control,
+                      "methods": [s.to_dict() for s in specs],
                       "target": pair.target_name, "draft": pair.draft_name, "device": str(pair.device),
                       "command_line": args.command_line},
            **result}

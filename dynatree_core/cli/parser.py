@@ -83,6 +83,9 @@ def _add_bench(sub: Any) -> None:
                    help="how each drafting method runs: off (no shared budget), on (the budget), widths (the budget "
                         "choosing widths only, not depths), comma-separated; both = off,on (default)")
     g.add_argument("--repeats", type=int, default=2, help="rounds of the batch benchmark (default 2)")
+    g.add_argument("--ar-control", action=argparse.BooleanOptionalAction, default=True,
+                   help="run batched AR twice per round at every B (ar#2, the A/A control): each method's ratio is "
+                        "also read against AR's own run-to-run spread, with a 95%% interval (default on)")
     b.set_defaults(func=cmd_bench)
 
 
