@@ -11,6 +11,8 @@ positions taken from its padded column) is shown to fail.
 from __future__ import annotations
 
 import dataclasses
+import time
+from typing import Any
 
 import pytest
 import torch
@@ -513,7 +515,7 @@ def test_a_draft_that_sat_out_catches_up_exactly(arch):
     finally:
         d.handle.remove()
     drafted = [i for i in its if next(iter(i.records.values())).batch["budget"]["drafted"]]
-    # the draft's prompt prefill (before the first iteration), then only the iterations that drafted
+    # the draft's read of the prompts (at the first drafting iteration), then only the iterations' levels
     assert len(drafted) < len(its) and d.calls == run.draft_forwards == 1 + sum(i.draft_forwards for i in drafted)
     assert all(i.draft_forwards == 0 for i in its if i not in drafted)
     for i in drafted:
@@ -557,26 +559,71 @@ def test_the_budget_learns_what_an_iteration_costs_besides_its_forwards():
     assert b.choose(probs, levels=2).width > before
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_under_the_budget_the_draft_reads_the_prompts_before_the_first_iteration(arch):
-    """With a shared budget the draft's prompt prefill runs once before the first iteration (one forward
-    for every row), so the first drafting iteration's level 0 reads only the root: the rates the budget
-    measures do not charge the prompt to speculation. Every row stays exact."""
+def _draft_widths(arch: str, rows: list[list[int]], script: list[bool]) -> tuple[list[int], Any, list, list]:
+    """A budgeted DynaTree batch on ``script``: the query width of every draft forward, the run, its iterations
+    and its results (12 new tokens a row)."""
     pair = cached_pair(arch, "sdpa", DIFFERING_NOISE[arch])
-    rows = [list(range(2, 32)), list(range(40, 61)), [5, 9, 2]]  # two prompts longer than the chain view
     widths: list[int] = []
     handle = pair.draft.register_forward_hook(lambda m, a, k, o: widths.append(int(k["input_ids"].shape[1])),
                                               with_kwargs=True)
     try:
-        run = iterate(pair, rows, "dynatree", max_new_tokens=12, ignore_eos=True, budget=_Scripted([True] * 20))
+        run = iterate(pair, rows, "dynatree", max_new_tokens=12, ignore_eos=True, budget=_Scripted(script))
         its = list(run)
         res = run.finish()
     finally:
         handle.remove()
-    assert [r.tokens for r in res] == _greedy_rows(arch, "sdpa", [tuple(r) for r in rows], [12] * 3)
+    assert [r.tokens for r in res] == _greedy_rows(arch, "sdpa", [tuple(r) for r in rows], [12] * len(rows))
+    return widths, run, its, res
+
+
+#: two prompts longer than the chain view, and a short one
+READ_ROWS = [list(range(2, 32)), list(range(40, 61)), [5, 9, 2]]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("first", [0, 3])
+def test_under_the_budget_the_draft_reads_the_prompts_at_the_first_drafting_iteration(arch, first):
+    """With a shared budget the draft reads the prompts (and what was committed since) in one forward for every
+    row at the first drafting iteration, before its levels, so that iteration's level 0 reads only the root:
+    the rates the budget measures do not charge the prompt to speculation. Every row stays exact."""
+    widths, run, its, _ = _draft_widths(arch, READ_ROWS, [False] * first + [True] * 20)
     assert len(widths) == run.draft_forwards == 1 + sum(i.draft_forwards for i in its)
-    assert widths[0] == 30 - 1  # the prefill: every prompt token but the root (the longest row; others padded)
+    assert all(i.draft_forwards == 0 for i in its[:first])  # sat out: nothing read yet
+    # every prompt token but the root, plus the tokens committed while sitting out (the longest row; others padded)
+    assert widths[0] == 30 - 1 + first
     assert widths[1] == 1  # the first level 0 reads the root alone
+
+
+def test_a_batch_that_never_drafts_never_has_its_draft_read_the_prompts():
+    """The draft's read of the prompts waits for a drafting iteration: a budget that sits out throughout runs
+    no draft forward at all, the prompts' included (a fully sat-out batch read them in vain before)."""
+    widths, run, its, res = _draft_widths("llama", READ_ROWS, [False] * 20)
+    assert widths == [] and run.draft_forwards == 0
+    assert all(i.draft_forwards == 0 for i in its)
+
+
+def test_the_draft_s_read_of_the_prompts_counts_with_the_prefill_not_with_its_iteration(monkeypatch):
+    """The read's seconds go to ``prefill_s``; the iteration the budget is told about starts after it."""
+    from dynatree_core.drafters.batch_model import BatchModelDraft
+
+    prefill, told = BatchModelDraft.prefill, []
+
+    def slow(self, clock=None):
+        time.sleep(1.0)  # a read that takes far longer than this tiny batch's iterations (even on a slow VM)
+        return prefill(self, clock)
+
+    class Telling(_Scripted):
+        def observe_time(self, rows, drafted, committed, seconds, forwards_s=None):
+            told.append((drafted, seconds))
+            super().observe_time(rows, drafted, committed, seconds, forwards_s)
+
+    monkeypatch.setattr(BatchModelDraft, "prefill", slow)
+    pair = cached_pair("llama", "sdpa", DIFFERING_NOISE["llama"])
+    run = iterate(pair, READ_ROWS, "dynatree", max_new_tokens=6, ignore_eos=True,
+                  budget=Telling([False, False, True, True, True, True]))
+    list(run)
+    assert run.prefill_s >= 1.0
+    assert told[2][0] and told[2][1] < 1.0  # the first drafting iteration, without the read
 
 
 def test_one_unlucky_iteration_moves_s_but_does_not_zero_it():

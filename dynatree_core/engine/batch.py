@@ -179,7 +179,8 @@ class BatchRun:
         #: forwards run for the whole batch (each serves every active row)
         self.target_forwards = 0
         self.draft_forwards = 0
-        #: seconds the prompts' prefill took (both models), before the first iteration
+        #: seconds the prompts' prefill took: the target's before the first iteration, and under a shared budget the
+        #: draft's at the first drafting iteration (:meth:`_read_prompts`; without a budget the first level 0 reads it)
         self.prefill_s = 0.0
         #: the batch's shared node budget (None: every row grows its own tree, as at batch 1)
         self.budget = self._budget(budget, rows)
@@ -213,10 +214,7 @@ class BatchRun:
         hidden = self._prefill(rows, target, clock)
         draft = self._batch_draft(rows, hidden)
         self._start_drafters(rows, draft)
-        if draft is not None and self.budget is not None and draft.prefill(clock):
-            # the draft reads the prompts now, as the target did: the budget's first drafting iteration
-            # then costs what a later one does (at batch 1 the first level 0 reads the prompt)
-            self.draft_forwards += 1
+        unread = draft is not None and self.budget is not None  # read at the first drafting iteration
         for r in rows:
             r.col.lap("prefill")
         self.prefill_s = time.perf_counter() - began
@@ -226,6 +224,8 @@ class BatchRun:
             before = [self._history(r) for r in rows]
             t0, f0 = time.perf_counter(), self._forward_s()
             drafting = self.budget is None or self.budget.drafts(len(rows))  # the budget may choose an AR step
+            if drafting and unread:
+                unread, (t0, f0) = False, self._read_prompts(draft, clock, t0, f0)
             # ... and how deep the trees may grow, before their levels run
             cap = None
             if self.budget is not None and drafting:
@@ -253,6 +253,21 @@ class BatchRun:
             yield BatchIteration(it, recs, width, forwards, 1 + int(self.recompute and any(s is None for s in stops)))
             it += 1
             rows = self._leave(rows, stops, target, draft)
+
+    def _read_prompts(self, draft: BatchModelDraft, clock: pl.ForwardClock, t0: float, f0: float
+                      ) -> tuple[float, float]:
+        """Under a shared budget the draft reads every row's prompt, and what was committed since, as ONE
+        causal chain at the batch's first drafting iteration, before its levels. That is the prompts'
+        one-time cost: counted with the prefill (``prefill_s``), left out of the iteration the budget
+        measures (its first level 0 then reads the root, as a later one does), and never paid by a batch
+        that never drafts. Returns the iteration's start, (wall, forward seconds), moved past the read."""
+        wall, fwd = time.perf_counter(), self._forward_s()
+        if draft.prefill(clock):
+            self.draft_forwards += 1
+        fwd = self._forward_s() - fwd  # (on CUDA reading the clock waits for the read: the wall time is whole)
+        wall = time.perf_counter() - wall
+        self.prefill_s += wall
+        return t0 + wall, f0 + fwd
 
     def _forward_s(self) -> float:
         """The seconds spent inside forwards so far, for the shared budget's prices; 0 without a budget (on CUDA
