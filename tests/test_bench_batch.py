@@ -80,9 +80,9 @@ def test_the_batch_bench_on_the_static_runtime_compares_each_row_with_ar_on_the_
     # the second round runs the points in reverse: no method always runs right after AR
     orders = {rep: [r["label"] for r in sorted(doc["rows"], key=lambda r: r["order"]) if r["repeat"] == rep]
               for rep in (0, 1)}
-    # AR's control runs last, so the reversed round runs it first: AR's two runs trade places
+    # AR's control runs last; the next round turns the order by one place (every point takes every place)
     assert orders[0] == ["ar", "ar@static", "dynatree", "dynatree@static", "ar#2", "ar#2@static"]
-    assert orders[1] == orders[0][::-1]
+    assert orders[1] == orders[0][1:] + orders[0][:1]
     for rep in (0, 1):
         rows = {r["label"]: r for r in doc["rows"] if r["repeat"] == rep}
         for label, r in rows.items():  # each ratio is to AR on the same runtime in the same round
@@ -108,6 +108,20 @@ def test_ar_runs_again_last_at_every_b_as_the_control_where_asked():
     assert not any(p.control for p in batch_points(specs, [2], "on"))
 
 
+def test_over_n_rounds_every_point_runs_once_in_every_place_and_then_the_order_turns_back():
+    from dynatree_core.bench.batch import round_order
+
+    pts = batch_points(method_specs(["ar", "dynatree"]), [2], "on", control=True)  # ar, dynatree+budget, ar#2
+    n = len(pts)
+    for rounds in (range(n), range(n, 2 * n)):
+        places = [[round_order(pts, r).index(p) for r in rounds] for p in pts]
+        assert all(sorted(pl) == list(range(n)) for pl in places)
+    # the second n rounds reverse the first n's turns: who runs right before whom changes too
+    before = {(o[i], o[i + 1]) for r in range(n) for o in [round_order(pts, r)] for i in range(n - 1)}
+    after = {(o[i], o[i + 1]) for r in range(n, 2 * n) for o in [round_order(pts, r)] for i in range(n - 1)}
+    assert before.isdisjoint(after)
+
+
 def test_the_summary_reads_each_method_against_ar_s_control_on_its_runtime():
     def row(label, ratio, rep, runtime="eager", control=False):
         return {"dataset": "d", "batch_size": 2, "label": label, "method": label.split("#")[0].split("@")[0],
@@ -119,7 +133,9 @@ def test_the_summary_reads_each_method_against_ar_s_control_on_its_runtime():
                                                    for i, c in enumerate((0.99, 1.01, 1.0))]
     rows += [row("dynatree", m, i) for i, m in enumerate((0.90, 0.91, 0.89))]
     rows += [row("dynatree@static", m, i, "static") for i, m in enumerate((0.90, 0.91, 0.89))]
+    rows.append(row("dynatree", 0.5, 7))  # a round without a control is not read against one
     cells = {c["label"]: c for c in summarize(rows)}
+    assert cells["dynatree"]["vs_ar_control"]["rounds"] == 3
     assert cells["dynatree"]["vs_ar_control"]["verdict"] == "slower"
     assert cells["dynatree"]["decode_vs_ar_control"]["verdict"] == "slower"
     assert cells["dynatree@static"]["vs_ar_control"] is None  # no control on the static runtime in this run

@@ -4,7 +4,7 @@ Per dataset, batch size B and method, the first B selected prompts are decoded t
 (:class:`~dynatree_core.engine.batch.BatchRun`), EOS ignored, T tokens each; every method with a draft runs with
 and without the batch's shared node budget (label ``+budget``; ``+widths``: the budget choosing the verify's
 widths only, the rows' rules their depth). Runs are interleaved (every method at one B, then the next B; then
-the whole round again, every other round in reverse order within a B: ``order`` is a run's place) and repeated,
+the whole round again, a B's points turned by one place each round: ``order`` is a run's place) and repeated,
 after one untimed warm-up per (B, method); a point's shared budget keeps what it measured from one run to the
 next (the warm-up's included), as a batch that keeps decoding would. A row records total and per-row tok/s,
 p50/p90 time to finish, L̄ per row (committed tokens per iteration), padding efficiency (Σ n_b / (B_active ·
@@ -12,7 +12,7 @@ W)), target tokens per committed token and the ratio to batched AR in the same r
 the decode alone: the prompts' prefill left out); every row's tokens are checked against batched AR's, and
 batched AR's against batch-1 AR (batched kernels need not be batch-invariant: the difference is reported, not
 hidden). Batched AR also runs a second time in each round (``ar#2``, the A/A control; ``--no-ar-control`` leaves
-it out): each method's ratios are read against the control's, a 95% interval on the method's speed relative to AR
+it out): each method is read against both AR runs of its rounds, a 95% interval on its speed relative to AR's
 (:mod:`dynatree_core.bench.spread`). ``--runtime eager,static`` runs every point on each (label ``@static``;
 its ratio is to batched AR on the same runtime). At B = 1 every method also runs through the batch-1 loop
 (:class:`~dynatree_core.engine.loop.DecodingRun`, label ``@loop``) in the same round: what keeping two loops is
@@ -65,8 +65,8 @@ BUDGET_MODES = {"off": (False, True), "on": (True, True), "widths": (True, False
 def batch_points(specs: Sequence[MethodSpec], sizes: Sequence[int], budget: str = "both",
                  runtimes: Sequence[str] = ("eager",), control: bool = False) -> list[BatchPoint]:
     """AR first at every B (the reference), then each method in each budget mode (``budget``: a comma list
-    of :data:`BUDGET_MODES`, or ``both``); ``control``: AR again last at every B, the A/A control (a round
-    run in reverse puts it first: AR's two runs trade places)."""
+    of :data:`BUDGET_MODES`, or ``both``); ``control``: AR again last at every B, the A/A control (the rounds
+    turn the order: every point, AR's two runs included, takes every place)."""
     if not sizes or any(b < 1 for b in sizes):
         raise ValueError(f"--batch-size takes batch sizes >= 1, got {list(sizes)}")
     modes = ["off", "on"] if budget == "both" else str(budget).split(",")
@@ -168,6 +168,15 @@ def _quantile(xs: Sequence[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
+def round_order(points: Sequence[BatchPoint], rep: int) -> list[BatchPoint]:
+    """The order of one B's points in round ``rep``: turned by one place each round, so that over n rounds every
+    point runs once in every place (a run's place, first after another B or between two others, must not lean
+    on the ratios), and reversed in every other n rounds, so that who runs right before whom changes too."""
+    n = len(points)
+    turned = list(points[rep % n:]) + list(points[:rep % n])
+    return turned[::-1] if (rep // n) % 2 else turned
+
+
 def run_batch_bench(pair: Any, prompts: dict[str, list[list[int]]], points: Sequence[BatchPoint], max_new_tokens: int,
                     repeats: int = 2, progress: bool = True) -> dict[str, Any]:
     """Every point on every dataset, interleaved and repeated (see the module docstring)."""
@@ -190,11 +199,9 @@ def run_batch_bench(pair: Any, prompts: dict[str, list[list[int]]], points: Sequ
             _tick(bar, f"{ds} warm-up {p.label} B={p.rows}")
         for rep in range(repeats):
             for b in sizes:
-                # every other round runs the points of a B in reverse: a run's place after another (AR
-                # first, always) must not lean on the ratios
                 here = [p for p in points if p.rows == b]
                 done = []
-                for p in here if rep % 2 == 0 else here[::-1]:
+                for p in round_order(here, rep):
                     row = run_batch_point(pair, p, ps, max_new_tokens, budgets)
                     row.update(dataset=ds, repeat=rep, order=len(done))
                     done.append((p, row))
@@ -220,18 +227,18 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (dataset, B, label): the mean and spread (min, max) of tok/s and of the ratio to batched AR; where
     the run has AR's control at that B and runtime, each method's ratios against the control's
     (:func:`~dynatree_core.bench.spread.against_control`, of the whole run and of the decode alone)."""
-    from dynatree_core.bench.spread import against_control
-
     groups: dict[tuple, list[dict[str, Any]]] = {}
-    controls: dict[tuple, list[dict[str, Any]]] = {}
+    controls: dict[tuple, dict[Any, dict[str, Any]]] = {}  # by (dataset, B, runtime): the control's row per round
     for r in rows:
         groups.setdefault((r["dataset"], r["batch_size"], r["label"]), []).append(r)
         if r.get("control"):
-            controls.setdefault((r["dataset"], r["batch_size"], r["runtime"]), []).append(r)
+            controls.setdefault((r["dataset"], r["batch_size"], r["runtime"]), {})[r.get("repeat")] = r
     out = []
     for (ds, b, label), rs in groups.items():
-        ctl = controls.get((ds, b, rs[0].get("runtime", "eager")), [])
-        reads = rs[0].get("method") != "ar" and bool(ctl)
+        ctl = controls.get((ds, b, rs[0].get("runtime", "eager")), {})
+        # each round's run against the control of the same round (AR itself is not read against its control)
+        paired = [] if rs[0].get("method") == "ar" else [(r, ctl[r.get("repeat")]) for r in rs
+                                                         if r.get("repeat") in ctl]
         ratio = [r["speedup_vs_batched_ar"] for r in rs]
         decode = [r["decode_speedup_vs_batched_ar"] for r in rs]
         out.append({"dataset": ds, "batch_size": b, "label": label, "runs": len(rs),
@@ -242,11 +249,16 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                     "padding_efficiency": _mean(r["padding_efficiency"] for r in rs),
                     "mean_accepted_per_row": statistics.mean(r["mean_accepted_per_row"] for r in rs),
                     "finish_p90_s": statistics.mean(r["finish_p90_s"] for r in rs),
-                    "vs_ar_control": against_control(ratio, [c["speedup_vs_batched_ar"] for c in ctl])
-                    if reads else None,
-                    "decode_vs_ar_control": against_control(decode, [c["decode_speedup_vs_batched_ar"] for c in ctl])
-                    if reads else None})
+                    "vs_ar_control": _against(paired, "speedup_vs_batched_ar"),
+                    "decode_vs_ar_control": _against(paired, "decode_speedup_vs_batched_ar")})
     return out
+
+
+def _against(paired: list[tuple[dict[str, Any], dict[str, Any]]], key: str) -> dict[str, Any] | None:
+    """A method's rounds against the control's in the same rounds (None: no control, or too few rounds)."""
+    from dynatree_core.bench.spread import against_control
+
+    return against_control([m[key] for m, _ in paired], [c[key] for _, c in paired])
 
 
 def _mean(xs: Any) -> float | None:
@@ -266,11 +278,11 @@ def to_markdown(summary: Sequence[dict[str, Any]]) -> str:
                      f"{s['decode_speedup_vs_batched_ar']:.2f} ({s['decode_speedup_min']:.2f}–"
                      f"{s['decode_speedup_max']:.2f}) | {pad} | "
                      f"{s['mean_accepted_per_row']:.2f} | {s['finish_p90_s']:.2f} | "
-                     f"{_against(s.get('vs_ar_control'))} |")
+                     f"{_reading(s.get('vs_ar_control'))} |")
     return "\n".join(lines)
 
 
-def _against(v: dict[str, Any] | None) -> str:
+def _reading(v: dict[str, Any] | None) -> str:
     return "—" if v is None else f"{v['ratio']:.2f} ({v['low']:.2f}–{v['high']:.2f}) {v['verdict']}"
 
 
