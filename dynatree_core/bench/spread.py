@@ -33,9 +33,9 @@ def against_control(ratios: Sequence[float], control: Sequence[float]) -> dict[s
 
     Round i compares the method with both of its AR runs: d_i = log r_i - (log c_i) / 2, the method's log speed
     less the mean of AR's two (r_i = m_i / a_i and c_i = a'_i / a_i: the method's and the control's tok/s over
-    AR's; a round's own speed cancels). ``ratio`` = exp(mean d) is the method's speed over AR's, with a 95% Student t interval [``low``,
-    ``high``] from the rounds' spread of d (n - 1 degrees of freedom), and the verdict (:data:`VERDICTS`). None
-    with fewer than two rounds (no spread to read)."""
+    AR's; a round's own speed cancels). ``ratio`` = exp(mean d) is the method's speed over AR's, with a 95%
+    Student t interval [``low``, ``high``] from the rounds' spread of d (n - 1 degrees of freedom), and the
+    verdict (:data:`VERDICTS`). None with fewer than two rounds (no spread to read)."""
     if len(ratios) != len(control):
         raise ValueError(f"ratios and control pair by round: got {len(ratios)} and {len(control)}")
     if len(ratios) < 2:

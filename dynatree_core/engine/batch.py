@@ -173,6 +173,7 @@ class BatchRun:
         self.kind = kind
         #: the paper's KV mode: crop the tree's entries and re-run the committed tokens (a second forward)
         self.recompute = getattr(self.config, "kv_mode", "gather") == "recompute"
+        self.device = pair.device  #: read once: the models stay put, and ``pair.device`` walks the parameters
         #: one forward clock for the batch: each forward serves every row
         self.clock = pl.ForwardClock(pair.device)
         self.results: list[GenerationResult | None] = [None] * rows
@@ -210,7 +211,7 @@ class BatchRun:
             return
         clock, began = self.clock, time.perf_counter()
         kv = None if self.capacity is None else SlotKV(self.pair.target, self.capacity)
-        target = RowsCache(self.pair.target, len(rows), self.pair.device, kv=kv)
+        target = RowsCache(self.pair.target, len(rows), self.device, kv=kv)
         hidden = self._prefill(rows, target, clock)
         draft = self._batch_draft(rows, hidden)
         self._start_drafters(rows, draft)
@@ -297,12 +298,14 @@ class BatchRun:
             path = sel.path
             new, stop = cut_committed(sel.arrays["tokens"][path].tolist() + [sel.bonus], r.remaining, self.eos)
             r.out.extend(new)
-            target_cols.append(torch.tensor([start] + [start + u for u in path], device=self.pair.device))
+            target_cols.append(torch.tensor([start] + [start + u for u in path], device=self.device))
             rerun.append([r.root] + new[:-1] if stop is None else [])
             if stop is None and r.drafter is not None:  # the drafter's columns refer to the tree as grown
                 grown = sel.arrays["orig"][path].tolist() if "orig" in sel.arrays else path
                 states = at["states"]  # a feature draft reads the target's states of the root and the path
-                hidden = None if states is None else states[i, to_device([0] + path, self.pair.device)]
+                # (the root alone, as in a sat-out iteration: a view, no index sent to the device)
+                hidden = None if states is None else states[i, :1] if not path else \
+                    states[i, to_device([0] + path, self.device)]
                 r.drafter.commit(grown, new, hidden, fed=int(sel.arrays["fed"][path].sum()))
             if stop is None:
                 r.root = new[-1]
@@ -365,7 +368,7 @@ class BatchRun:
             rule = rule_for(r.adapter, self.config, r.remaining)
             if cap is not None and cap < rule.d_max:
                 rule = dataclasses.replace(rule, d_max=cap)
-            r.tree = DeviceTree(r.root, rule, self._top_k(), self.pair.device,
+            r.tree = DeviceTree(r.root, rule, self._top_k(), self.device,
                                 position=len(r.prompt) + len(r.out) - 1, early_exit=r.sampling.rule != "rejection")
             if r.drafter is None or not drafting:
                 if r.drafter is not None:
@@ -518,7 +521,7 @@ class BatchRun:
         if not any(tokens):
             return None
         _, start, states = target.chain(tokens, clock, hidden=hidden)
-        target.commit([torch.arange(start, start + len(t), device=self.pair.device) for t in tokens])
+        target.commit([torch.arange(start, start + len(t), device=self.device) for t in tokens])
         self.target_forwards += 1
         return states
 
