@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from dynatree_core.bench.methods import MethodSpec
+from dynatree_core.bench.spread import against_control
 from dynatree_core.policy.config import ARConfig
 
 #: the batch result's format
@@ -256,8 +257,6 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _against(paired: list[tuple[dict[str, Any], dict[str, Any]]], key: str) -> dict[str, Any] | None:
     """A method's rounds against the control's in the same rounds (None: no control, or too few rounds)."""
-    from dynatree_core.bench.spread import against_control
-
     return against_control([m[key] for m, _ in paired], [c[key] for _, c in paired])
 
 

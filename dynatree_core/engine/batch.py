@@ -175,7 +175,7 @@ class BatchRun:
         self.recompute = getattr(self.config, "kv_mode", "gather") == "recompute"
         self.device = pair.device  #: read once: the models stay put, and ``pair.device`` walks the parameters
         #: one forward clock for the batch: each forward serves every row
-        self.clock = pl.ForwardClock(pair.device)
+        self.clock = pl.ForwardClock(self.device)
         self.results: list[GenerationResult | None] = [None] * rows
         #: forwards run for the whole batch (each serves every active row)
         self.target_forwards = 0
@@ -459,7 +459,7 @@ class BatchRun:
         label = None if sampling.greedy else sampling.label()
         adapter = (HistoryAdapter(self.config, self.histories[b], label)
                    if isinstance(self.config, DynaTreeConfig) and self.config.adaptive else None)
-        samplers = make_samplers(sampling, self.pair.device, int(self.pair.target.config.vocab_size), self.tracing)
+        samplers = make_samplers(sampling, self.device, int(self.pair.target.config.vocab_size), self.tracing)
         draft_sampler, chooser = samplers if samplers is not None else (None, None)
         trace = None
         prompt = self.prompts[b]
@@ -468,7 +468,7 @@ class BatchRun:
             trace = new_trace(self.pair, self.config, prompt, self.eos, self.max_new_tokens[b], settings,
                               None if sampling.greedy else sampling.to_dict(), self.runtime)
             trace.batch = {"size": len(self.prompts), "row": b}
-        col = RunCollector(self.pair.device, self.pair.tokenizer, prompt, trace, draft_sampler, clock=self.clock)
+        col = RunCollector(self.device, self.pair.tokenizer, prompt, trace, draft_sampler, clock=self.clock)
         return _Row(b, prompt, self.max_new_tokens[b], sampling, adapter, col, None, draft_sampler, chooser,
                     root=prompt[-1])
 

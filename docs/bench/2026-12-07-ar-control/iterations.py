@@ -1,6 +1,6 @@
 """B = 4 on WikiText-2 under a kept shared budget, each run against batched AR (alternating): how much of each run's
 decode the budget's iteration seconds cover, the rates it measured, and (last round) every iteration of the budget's run."""
-import sys, time, json
+import sys, time
 from dynatree_core.cli.parser import build_parser
 from dynatree_core.cli.resolve import load_pair, protocol_numbers
 from dynatree_core.bench.data import corpus_tokenize, load_corpus, select_prompts
