@@ -193,6 +193,11 @@ display(Markdown(
 # run measured: when its AR steps commit more tokens per second than its drafting iterations, the batch
 # sits out (no draft forward at all) and probes again after 1, 2, 4, … iterations. A draft that sat out
 # catches up exactly: its next level 0 reads every token committed meanwhile.
+#
+# A batch here waits for its last row, so a row's tokens do not all count alike: in Σ p(u) and in the
+# measured rates each row weighs what its tokens save, its own share of every later iteration plus, by its
+# chance of being the last to finish, the whole batch's share. Rows level weigh 1 each; a row far ahead
+# weighs less (each record keeps them: `batch["budget"]["weights"]`).
 
 # %%
 b = sizes[-1]
@@ -208,10 +213,14 @@ print("no draft forward in an iteration that sat out:",
 
 # %% tags=["nbval-ignore-output"]
 widths = [c["width"] for c in choices if c["drafted"]]
+lightest = min(min(c["weights"]) for c in choices)
+level = sum(1 for c in choices if max(c["weights"]) == min(c["weights"]))
 display(Markdown(
     f"At B = {b} the budget drafted in {sum(drafted)} of {len(steps)} iterations and sat out the other "
     f"{len(steps) - sum(drafted)}; where it drafted it verified W* = {', '.join(map(str, widths)) or 'none'}. "
-    "Where AR steps are faster, DynaTree under the budget is AR plus a probe now and then."))
+    "Where AR steps are faster, DynaTree under the budget is AR plus a probe now and then. "
+    f"The rows weighed alike in {level} of {len(steps)} iterations; the lightest weight a row had was "
+    f"{lightest:.2f}."))
 
 # %% [markdown]
 # ## What to try next

@@ -1,9 +1,10 @@
 """The batch benchmark (``dynatree bench --batch-size 1,2,4``): where speculation stops paying.
 
 Per dataset, batch size B and method, the first B selected prompts are decoded together
-(:class:`~dynatree_core.engine.batch.BatchRun`), EOS ignored, T tokens each; every method with a draft runs with
-and without the batch's shared node budget (label ``+budget``; ``+widths``: the budget choosing the verify's
-widths only, the rows' rules their depth). Runs are interleaved (every method at one B, then the next B; then
+(:class:`~dynatree_core.engine.batch.BatchRun`), EOS ignored, T tokens each: a fixed batch, which takes as long as
+its last row (nothing refills a finished row); every method with a draft runs with and without the batch's shared
+node budget (label ``+budget``; ``+widths``: the budget choosing the verify's widths only, the rows' rules their
+depth; ``+rate``: the budget counting every token alike, not serving the batch's finish). Runs are interleaved (every method at one B, then the next B; then
 the whole round again, a B's points turned by one place each round: ``order`` is a run's place) and repeated,
 after one untimed warm-up per (B, method); a point's shared budget keeps what it measured from one run to the
 next (the warm-up's included), as a batch that keeps decoding would. A row records total and per-row tok/s,
@@ -43,6 +44,9 @@ class BatchPoint:
     rows: int
     budget: bool = False
     depth: bool = True
+    #: what the budget serves (:data:`~dynatree_core.policy.batch_budget.OBJECTIVES`): this fixed batch's
+    #: finish, or every token alike (label ``+rate``: what a server that refills finished rows would want)
+    objective: str = "finish"
 
     #: run through the batch-1 loop (DecodingRun) instead of the batch (B = 1 only)
     loop: bool = False
@@ -53,14 +57,16 @@ class BatchPoint:
 
     @property
     def label(self) -> str:
-        budget = ("+budget" if self.depth else "+widths") if self.budget else ""
+        mode = "+rate" if self.objective == "rate" else "+budget" if self.depth else "+widths"
+        budget = mode if self.budget else ""
         at = "@loop" if self.loop else "" if self.runtime == "eager" else f"@{self.runtime}"
         return self.spec.label + ("#2" if self.control else "") + budget + at
 
 
 #: ``--batch-budget``'s values: how each drafting method runs (without the budget, with it, with it choosing
-#: widths only); ``both`` is off,on
-BUDGET_MODES = {"off": (False, True), "on": (True, True), "widths": (True, False)}
+#: widths only, with it counting every token alike instead of serving the batch's finish); ``both`` is off,on
+BUDGET_MODES = {"off": (False, True, "finish"), "on": (True, True, "finish"), "widths": (True, False, "finish"),
+                "rate": (True, True, "rate")}
 
 
 def batch_points(specs: Sequence[MethodSpec], sizes: Sequence[int], budget: str = "both",
@@ -104,7 +110,7 @@ def run_batch_point(pair: Any, point: BatchPoint, prompts: Sequence[Sequence[int
     if point.budget and kept is None:
         config = resolve_config(point.spec.method, point.spec.config)
         kept = shared_budget(pair, config, point.rows, choose_depth=point.depth,
-                             buckets=run_buckets(config, point.runtime))
+                             buckets=run_buckets(config, point.runtime), objective=point.objective)
     run = BatchRun(pair, [list(p) for p in prompts[:point.rows]], point.spec.method, point.spec.config,
                    max_new_tokens=max_new_tokens, ignore_eos=True, prepare=prepare_config,
                    budget=kept if point.budget else None, runtime=point.runtime)

@@ -113,6 +113,8 @@ def cmd_batch_bench(args: argparse.Namespace) -> int:
                       "runtimes": runtimes,
                       "max_new_tokens": t, "max_prompt_len": l_max, "num_prompts": n, "seed": args.seed,
                       "repeats": args.repeats, "ar_control": args.ar_control,
+                      # every point decodes its B prompts to their end together: nothing refills a finished row
+                      "batching": "fixed",
                       "methods": [s.to_dict() for s in specs],
                       "target": pair.target_name, "draft": pair.draft_name, "device": str(pair.device),
                       "command_line": args.command_line},

@@ -80,8 +80,10 @@ def _add_bench(sub: Any) -> None:
                    help="decode B prompts together at each batch size (e.g. 1,2,4,8): the batch benchmark, "
                         "every method against batched AR in the same round")
     g.add_argument("--batch-budget", default="both", metavar="MODE,...",
-                   help="how each drafting method runs: off (no shared budget), on (the budget), widths (the budget "
-                        "choosing widths only, not depths), comma-separated; both = off,on (default)")
+                   help="how each drafting method runs: off (no shared budget), on (the budget, serving the fixed "
+                        "batch's finish), widths (the budget choosing widths only, not depths), rate (the budget "
+                        "counting every token alike, as a server that refills finished rows would), comma-separated; "
+                        "both = off,on (default)")
     g.add_argument("--repeats", type=int, default=2, help="rounds of the batch benchmark (default 2)")
     g.add_argument("--ar-control", action=argparse.BooleanOptionalAction, default=True,
                    help="run batched AR twice per round at every B (ar#2, the A/A control): each method's ratio is "

@@ -39,7 +39,7 @@ from dynatree_core.engine.loop import adapt, cut_committed, draft_top_k, drafted
 from dynatree_core.engine.run_checks import check_run, check_window, encode_prompt, eos_set, widest_tree
 from dynatree_core.pairs.pair import ModelPair
 from dynatree_core.policy.config import DecoderConfig, DynaTreeConfig, resolve_config
-from dynatree_core.policy.batch_budget import BatchBudget, BatchChoice, BatchCost
+from dynatree_core.policy.batch_budget import OBJECTIVES, BatchBudget, BatchChoice, BatchCost
 from dynatree_core.policy.history import HistoryAdapter, HistoryState, check_history
 from dynatree_core.policy.sampling import GREEDY, SamplingConfig
 from dynatree_core.records.result import GenerationResult
@@ -224,6 +224,8 @@ class BatchRun:
             # 1. draft: every row's tree; one draft forward per level for the rows that draft there
             before = [self._history(r) for r in rows]
             t0, f0 = time.perf_counter(), self._forward_s()
+            # each row's weight in the budget's objective (in a fixed batch, its chance of finishing last)
+            weights = None if self.budget is None else self.budget.weights([r.remaining for r in rows])
             drafting = self.budget is None or self.budget.drafts(len(rows))  # the budget may choose an AR step
             if drafting and unread:
                 unread, (t0, f0) = False, self._read_prompts(draft, clock, t0, f0)
@@ -232,7 +234,7 @@ class BatchRun:
             if self.budget is not None and drafting:
                 cap = self.budget.levels(len(rows), self.config.growth_rule().d_max)
             forwards = self._draft(rows, draft, clock, drafting, cap)
-            choice = self._budget_cut(rows, forwards) if self.budget is not None and drafting else None
+            choice = self._budget_cut(rows, forwards, weights) if self.budget is not None and drafting else None
             for r in rows:
                 r.col.lap("draft")
             # 2. verify (ONE target forward for every row) and 3. select, per row
@@ -243,14 +245,15 @@ class BatchRun:
             for r in rows:
                 r.col.lap("verify")
             # 4. commit: cut at EOS / the budget; keep each row's root + path where it was written
-            budget = None if self.budget is None else dict(drafted=drafting, **({} if choice is None else dict(
-                width=choice.width, rate=choice.rate, ar_rate=choice.ar_rate, predicted=choice.predicted,
-                levels=cap)))
+            budget = None if self.budget is None else dict(drafted=drafting, weights=weights, **(
+                {} if choice is None else dict(width=choice.width, rate=choice.rate, ar_rate=choice.ar_rate,
+                                               predicted=choice.predicted, levels=cap)))
             recs, stops = self._commit(rows, sels, start, target, draft, clock,
                                        dict(before=before, iteration=it, padded_width=width, budget=budget,
                                             states=states))
             if self.budget is not None:
-                self._budget_observe(drafting, choice, sels, forwards, recs, time.perf_counter() - t0, width, phases)
+                self._budget_observe(drafting, choice, sels, forwards, recs, time.perf_counter() - t0, width, phases,
+                                     weights)
             yield BatchIteration(it, recs, width, forwards, 1 + int(self.recompute and any(s is None for s in stops)))
             it += 1
             rows = self._leave(rows, stops, target, draft)
@@ -334,26 +337,27 @@ class BatchRun:
 
     def _budget_observe(self, drafting: bool, choice: BatchChoice | None, sels: list[Selection], forwards: int,
                         recs: dict[int, IterationRecord], seconds: float, width: int,
-                        phases: tuple[float, float]) -> None:
+                        phases: tuple[float, float], weights: list[float]) -> None:
         """What the shared budget learns from an iteration: what the kept nodes' p(u) predicted against
         what was accepted, how deep the accepted paths reached, what its verify (padded to ``width``) and
-        its levels' forwards took (``phases``: seconds), and its measured rate (every overhead included)."""
+        its levels' forwards took (``phases``: seconds), and its measured rate (every overhead included;
+        row b's tokens weighed by ``weights[b]``)."""
         assert self.budget is not None
         if choice is not None:
-            self.budget.observe(choice.predicted, sum(len(sel.path) for sel in sels))
+            self.budget.observe(choice.mass, sum(len(sel.path) for sel in sels))
             depths = [sel.arrays["depths"][1:].tolist() for sel in sels]
             self.budget.observe_depths(max([forwards] + [max(d, default=0) for d in depths]),
-                                       [len(sel.path) for sel in sels], depths)
+                                       [len(sel.path) for sel in sels], depths, weights)
         self.budget.observe_forwards(len(sels), width, forwards, *phases)
-        self.budget.observe_time(len(sels), drafting, sum(len(rec.committed) for rec in recs.values()), seconds,
-                                 sum(phases))
+        self.budget.observe_time(len(sels), drafting, [len(rec.committed) for rec in recs.values()], seconds,
+                                 sum(phases), weights)
 
-    def _budget_cut(self, rows: list[_Row], levels: int) -> BatchChoice:
+    def _budget_cut(self, rows: list[_Row], levels: int, weights: list[float]) -> BatchChoice:
         """The shared budget's width W*: each row keeps its W* - 1 most probable nodes (reads each
-        row's path probabilities: one host read per row)."""
+        row's path probabilities: one host read per row; row b's weigh ``weights[b]``)."""
         assert self.budget is not None
         probs = [r.tree.cum_logps[1:r.tree.n].exp().tolist() for r in rows]
-        choice = self.budget.choose(probs, levels)
+        choice = self.budget.choose(probs, levels, weights)
         for r, keep in zip(rows, choice.keep):
             if keep < r.tree.n - 1:
                 r.tree.cut_to(keep)
@@ -540,13 +544,18 @@ class BatchRun:
 
 
 def shared_budget(pair: ModelPair, config: DecoderConfig, rows: int, choose_depth: bool = True,
-                  buckets: tuple[int, ...] | None = None) -> BatchBudget:
+                  buckets: tuple[int, ...] | None = None, objective: str = "finish") -> BatchBudget:
     """A batch's shared node budget for ``config`` at up to ``rows`` rows, priced by c(B, w) and d(B) as
     measured on ``pair`` (:func:`~dynatree_core.engine.batch_calibrate.batch_cost`: cached per pair and
     device); ``choose_depth`` False: it picks widths only, the rows' rules their depth; ``buckets``: the
-    widths a static run pads its verifies to (:func:`run_buckets`), which it chooses among."""
+    widths a static run pads its verifies to (:func:`run_buckets`), which it chooses among; ``objective``:
+    what it serves (:data:`~dynatree_core.policy.batch_budget.OBJECTIVES`: a fixed batch's finish, or
+    tokens per second)."""
+    if objective not in OBJECTIVES:  # before the calibration's forwards
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     widest = widest_tree(config)
-    return BatchBudget(batch_cost(pair, rows, widest), choose_depth=choose_depth, buckets=buckets)
+    return BatchBudget(batch_cost(pair, rows, widest), choose_depth=choose_depth, buckets=buckets,
+                       objective=objective)
 
 
 def run_buckets(config: DecoderConfig, runtime: str, buckets: tuple[int, ...] | None = None

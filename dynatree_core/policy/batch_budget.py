@@ -33,7 +33,25 @@ share of rows whose accepted path reached depth j when level j ran, and W_L the 
 trees verified, counting their nodes down to depth L. Until :data:`MIN_SAMPLES` drafting iterations
 are measured at a B, and on every :data:`EXPLORE_DEPTH`-th, the rows grow as deep as their rules
 allow (the deeper levels' a_j are measured there); an exploring iteration's rate is not the policy's, so it
-does not enter the drafting rate that decides whether to draft. Torch-free.
+does not enter the drafting rate that decides whether to draft.
+
+What a row's token is worth depends on what the batch is for (:attr:`BatchBudget.objective`). A fixed batch
+(nothing refills a finished row) runs until its last row is done, and an AR step of B rows costs c(B, 1) = f + B·r:
+a share f paid once per iteration and a share r per row (from the calibrated c(1, 1) and c(B, 1)). A token brings
+its row's finish an iteration's worth closer: that saves the row's own r in every later iteration, and the batch's
+f if the row is the one that finishes last. So under ``"finish"`` (the default; :meth:`BatchBudget.weights`)
+
+    w_b ∝ r + f · q_b,   normalised to Σ_b w_b = B,
+
+where q_b is the chance that row b finishes last: with g_b = R_max - R_b the tokens row b is ahead of the row
+with the most left, q_b ∝ erfc(g_b / (2 σ √N)), the chance that the rows' progress over the N = R_max / ℓ̄
+iterations left puts row b behind that row again (ℓ̄ and σ: the mean and spread of a row's committed tokens per
+iteration, measured in the run; two rows' progress over N iterations differs by about σ√(2N)). Every sum over the
+rows above weighs row b by w_b: its nodes' p(u) in W*, its committed tokens in the measured rates, its reach in
+a_j. With the rows level every w_b is 1 and a token is a token; where the rows drift apart and f dominates (this
+CPU: f ≈ 45 ms, r ≈ 2.4 ms), W, L and whether to draft at all are chosen for the rows that decide when the batch
+is done (the rows ahead still fill the padded width W). ``"rate"`` counts every token alike: what a server that
+refills finished rows wants. Torch-free.
 """
 
 from __future__ import annotations
@@ -67,6 +85,8 @@ SCALE_PRIOR = 4.0
 #: every this many drafting iterations at a B one grows as deep as the rows' rules allow: the levels a
 #: depth cap leaves out are measured again (acceptance moves with the text)
 EXPLORE_DEPTH = 8
+#: what a budget serves: the time until every row of a fixed batch is done, or committed tokens per second
+OBJECTIVES = ("finish", "rate")
 
 
 @dataclass(frozen=True)
@@ -158,6 +178,8 @@ class BatchChoice:
     rate: float
     ar_rate: float
     predicted: float  # Σ of the kept nodes' scaled p(u): the accepted tokens expected
+    #: Σ of the kept nodes' p(u) as the draft gave them (what s is measured against: :meth:`BatchBudget.observe`)
+    mass: float = 0.0
 
 
 @dataclass
@@ -167,6 +189,9 @@ class BatchBudget:
     cost: BatchCost
     #: choose the depth before the levels run (:meth:`levels`); False: the rows' rules alone decide it
     choose_depth: bool = True
+    #: what the budget serves (:data:`OBJECTIVES`): ``"finish"``, the time until every row of a fixed batch is done
+    #: (a row's tokens weighed by its chance of finishing last, :meth:`weights`); ``"rate"``, every token alike
+    objective: str = "finish"
     #: the verify widths the batch's runtime pads to (the static runtime's buckets; None: any width). The
     #: padding costs as much as real nodes, so W is chosen among them and the rows fill it
     buckets: tuple[int, ...] | None = None
@@ -202,6 +227,40 @@ class BatchBudget:
     #: drafting iterations whose depths were measured, and depth choices made, by B
     measured: dict[int, int] = field(default_factory=dict)
     _chosen: dict[int, int] = field(default_factory=dict)
+    #: a row's committed tokens per iteration: (rows, Σ tokens, Σ tokens²) over every iteration's rows, summed
+    #: with :data:`FORGET` (ℓ̄ and σ of :meth:`weights`)
+    progress: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
+
+    def weights(self, remaining: Sequence[int]) -> list[float]:
+        """w_b for rows with ``remaining[b]`` tokens still to commit (see the module docstring), normalised to
+        sum to the rows: r + f · q_b, all 1 under ``"rate"``, with the rows level, or before any progress is
+        measured."""
+        rows = len(remaining)
+        last = self.last_chances(remaining)
+        if last is None:
+            return [1.0] * rows
+        c1, cb = self.verify_cost(1, 1), self.verify_cost(rows, 1)
+        row = max(0.0, (cb - c1) / (rows - 1))  # r: a row's share of an AR step
+        w = [row + max(0.0, c1 - row) * q for q in last]  # f = c(1, 1) - r: the batch's fixed share
+        return [rows * x / sum(w) for x in w]
+
+    def last_chances(self, remaining: Sequence[int]) -> list[float] | None:
+        """q_b: the chance that row b, with ``remaining[b]`` tokens to commit, finishes last (summing to 1; see the
+        module docstring); None where every row's is alike (under ``"rate"``, with the rows level, or before any
+        progress is measured)."""
+        last = max(remaining, default=0)
+        gaps = [last - r for r in remaining]
+        n, total, squares = self.progress
+        if self.objective == "rate" or not any(gaps) or n <= 0:
+            return None
+        mean = total / n
+        spread = 2 * math.sqrt(max(0.0, squares / n - mean * mean) * last / max(mean, 1.0))
+        behind = [1.0 if g == 0 else math.erfc(g / spread) if spread > 0 else 0.0 for g in gaps]
+        return [x / sum(behind) for x in behind]
 
     def drafts(self, rows: int) -> bool:
         """Whether this iteration of ``rows`` rows drafts (False: an AR step for every row, no draft
@@ -240,10 +299,17 @@ class BatchBudget:
         if levels > 0 and self.cost.draft(rows) > 0:
             _follow(self.draft_scale, rows, draft_s / (levels * self.cost.draft(rows)))
 
-    def observe_time(self, rows: int, drafted: bool, committed: int, seconds: float,
-                     forwards_s: float | None = None) -> None:
-        """One iteration's committed tokens and wall seconds (every overhead included); ``forwards_s``: the
-        seconds in its forwards (:meth:`observe_forwards`; None: not measured, o(B) learns nothing)."""
+    def observe_time(self, rows: int, drafted: bool, committed: float | Sequence[int], seconds: float,
+                     forwards_s: float | None = None, weights: Sequence[float] | None = None) -> None:
+        """One iteration's committed tokens (each row's: they enter ℓ̄ and σ, and count ``weights[b]`` each; or
+        their count) and wall seconds (every overhead included); ``forwards_s``: the seconds in its forwards
+        (:meth:`observe_forwards`; None: not measured, o(B) learns nothing)."""
+        if not isinstance(committed, (int, float)):
+            per_row = list(committed)
+            n, total, squares = self.progress
+            self.progress = (FORGET * n + len(per_row), FORGET * total + sum(per_row),
+                             FORGET * squares + sum(c * c for c in per_row))
+            committed = sum(per_row) if weights is None else sum(x * c for x, c in zip(weights, per_row))
         if seconds <= 0:
             return
         if drafted and forwards_s is not None:  # o(B): the rest of the iteration
@@ -302,16 +368,19 @@ class BatchBudget:
         self._chosen[rows] = turn + 1
         return self.measured.get(rows, 0) < MIN_SAMPLES or turn % EXPLORE_DEPTH == EXPLORE_DEPTH - 1
 
-    def observe_depths(self, levels: int, accepted: Sequence[int], depths: Sequence[Sequence[int]]) -> None:
+    def observe_depths(self, levels: int, accepted: Sequence[int], depths: Sequence[Sequence[int]],
+                       weights: Sequence[float] | None = None) -> None:
         """A drafting iteration's depths: ``levels`` draft levels ran, row b's accepted path reached depth
-        ``accepted[b]`` and its verified nodes (the root's excluded) sit at ``depths[b]``."""
+        ``accepted[b]`` and its verified nodes (the root's excluded) sit at ``depths[b]``; row b counts
+        ``weights[b]`` (:meth:`weights`, summing to the rows; None: 1)."""
         rows = len(accepted)
+        w_rows = [1.0] * rows if weights is None else list(weights)
         reach = self.reach.setdefault(rows, {})
         for depth in range(1, levels + 1):
             ran, reached, widths, count = reach.get(depth, (0.0, 0.0, 0.0, 0.0))
             widest = 1 + max((sum(1 for d in ds if d <= depth) for ds in depths), default=0)
-            reach[depth] = (FORGET * ran + rows, FORGET * reached + sum(1 for a in accepted if a >= depth),
-                            FORGET * widths + widest, FORGET * count + 1)
+            got = sum(x for x, a in zip(w_rows, accepted) if a >= depth)
+            reach[depth] = (FORGET * ran + rows, FORGET * reached + got, FORGET * widths + widest, FORGET * count + 1)
         self.measured[rows] = self.measured.get(rows, 0) + 1
 
     def rate(self, rows: int, drafted: bool, least: int = 1) -> float | None:
@@ -338,11 +407,14 @@ class BatchBudget:
             return 1
         return max(1, math.ceil(t_d * (1 - spec / ar) / (PROBE_SHARE * t_ar)))
 
-    def choose(self, probs: Sequence[Sequence[float]], levels: int) -> BatchChoice:
+    def choose(self, probs: Sequence[Sequence[float]], levels: int,
+               weights: Sequence[float] | None = None) -> BatchChoice:
         """W* for rows whose drafted nodes have path probabilities ``probs[b]`` (any order) after
-        ``levels`` draft levels (their cost is spent whichever W wins: it prices every W alike);
-        sets the skip before the next probe when no W >= 2 beats AR with those levels paid."""
+        ``levels`` draft levels (their cost is spent whichever W wins: it prices every W alike), row b's
+        nodes weighed by ``weights[b]`` (:meth:`weights`; None: 1); sets the skip before the next probe when
+        no W >= 2 beats AR with those levels paid."""
         rows = len(probs)
+        w_rows = [1.0] * rows if weights is None else list(weights)
         ranked = [sorted(p, reverse=True) for p in probs]
         widest = max((len(p) for p in ranked), default=0) + 1
         spent = levels * self.draft_cost(rows) + self.overhead.get(rows, 0.0)
@@ -351,11 +423,12 @@ class BatchBudget:
         speculating = 0.0
         for w in self._widths(widest):
             keep = [min(len(p), w - 1) for p in ranked]
-            gain = self.scale * sum(sum(p[:k]) for p, k in zip(ranked, keep))
+            mass = [sum(p[:k]) for p, k in zip(ranked, keep)]
+            gain = self.scale * sum(x * m for x, m in zip(w_rows, mass))
             rate = (rows + gain) / (self.verify_cost(rows, w) + spent)
             speculating = max(speculating, rate)
             if rate > best.rate:
-                best = BatchChoice(w, keep, rate, ar, gain)
+                best = BatchChoice(w, keep, rate, ar, self.scale * sum(mass), sum(mass))
         measured = self.rate(rows, True, MIN_SAMPLES), self.rate(rows, False, MIN_SAMPLES)
         if None in measured and speculating <= ar:  # by the model AR wins with the levels paid: sit out
             self._sit_out(rows)
@@ -386,7 +459,8 @@ class BatchBudget:
         return sorted({self._padded(w) for w in range(2, widest + 1)})
 
     def observe(self, predicted: float, accepted: int) -> None:
-        """What the kept nodes' p(u) predicted and what was accepted: s follows their ratio."""
+        """What the kept nodes' p(u) predicted (Σ p(u) as drafted, unscaled: :attr:`BatchChoice.mass`) and what
+        was accepted: s follows their ratio."""
         self._predicted += predicted
         self._accepted += accepted
         self.scale = min(4.0, max(0.05, (self._accepted + SCALE_PRIOR) / (self._predicted + SCALE_PRIOR)))
