@@ -491,10 +491,10 @@ class _Scripted(BatchBudget):
     def observe_forwards(self, rows, width, levels, verify_s, draft_s):
         pass
 
-    def observe_time(self, rows, drafted, committed, seconds, forwards_s=None):
-        super().observe_time(rows, drafted, committed, seconds, None)
+    def observe_time(self, rows, drafted, committed, seconds, forwards_s=None, weights=None):
+        super().observe_time(rows, drafted, committed, seconds, None, weights)
 
-    def choose(self, probs, levels):
+    def choose(self, probs, levels, weights=None):
         from dynatree_core.policy.batch_budget import BatchChoice
         return BatchChoice(max(len(p) for p in probs) + 1, [len(p) for p in probs], 1.0, 1.0, 0.0)
 
@@ -613,9 +613,9 @@ def test_the_draft_s_read_of_the_prompts_counts_with_the_prefill_not_with_its_it
         return prefill(self, clock)
 
     class Telling(_Scripted):
-        def observe_time(self, rows, drafted, committed, seconds, forwards_s=None):
+        def observe_time(self, rows, drafted, committed, seconds, forwards_s=None, weights=None):
             told.append((drafted, seconds))
-            super().observe_time(rows, drafted, committed, seconds, forwards_s)
+            super().observe_time(rows, drafted, committed, seconds, forwards_s, weights)
 
     monkeypatch.setattr(BatchModelDraft, "prefill", slow)
     pair = cached_pair("llama", "sdpa", DIFFERING_NOISE["llama"])

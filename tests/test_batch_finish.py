@@ -18,7 +18,7 @@ import pytest
 from dynatree_core import iterate
 from dynatree_core.policy.batch_budget import BatchBudget, BatchCost
 
-from helpers import cached_pair
+from helpers import cached_pair, reference_greedy
 
 
 def _cost(slope: float) -> BatchCost:
@@ -167,8 +167,6 @@ def test_a_batch_tells_the_budget_each_row_s_remaining_tokens_and_records_its_we
     """Rows asked for different lengths: the batch passes every row's remaining tokens at each iteration, uses the
     weights they give in the width and the rates, records them, passes the draft's own Σ p(u) to ``observe``,
     and every row stays exact."""
-    from test_batch import _greedy_rows
-
     rows, news = [[5, 9, 2, 33], [1, 2, 3, 4, 5, 6], [40, 41]], [24, 6, 12]
     budget = _Told(_cost(0.0005))
     run = iterate(cached_pair("llama", "sdpa", 0.1), rows, "dynatree", max_new_tokens=news, ignore_eos=True,
@@ -191,7 +189,7 @@ def test_a_batch_tells_the_budget_each_row_s_remaining_tokens_and_records_its_we
     choices = [t for t in told if t[0] == "choice"]
     observed = [t[1] for t in told if t[0] == "observe"]
     assert choices and [c[1].mass for c in choices] == observed
-    assert [r.tokens for r in run.finish()] == _greedy_rows("llama", "sdpa", [tuple(r) for r in rows], news)
+    assert [r.tokens for r in run.finish()] == [reference_greedy("llama", "sdpa", tuple(p), n) for p, n in zip(rows, news)]
 
 
 # --- a simulated fixed batch: what the objective buys -----------------------------------------
