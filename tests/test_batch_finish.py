@@ -189,7 +189,8 @@ def test_a_batch_tells_the_budget_each_row_s_remaining_tokens_and_records_its_we
     choices = [t for t in told if t[0] == "choice"]
     observed = [t[1] for t in told if t[0] == "observe"]
     assert choices and [c[1].mass for c in choices] == observed
-    assert [r.tokens for r in run.finish()] == [reference_greedy("llama", "sdpa", tuple(p), n) for p, n in zip(rows, news)]
+    want = [reference_greedy("llama", "sdpa", tuple(p), n) for p, n in zip(rows, news)]
+    assert [r.tokens for r in run.finish()] == want
 
 
 # --- a simulated fixed batch: what the objective buys -----------------------------------------

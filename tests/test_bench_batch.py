@@ -23,6 +23,7 @@ def test_batch_bench_writes_json_with_every_row_checked_against_batched_ar(data_
     assert doc["schema_version"] == BATCH_SCHEMA_VERSION and doc["config"]["batch_sizes"] == [1, 3]
     labels = {(r["dataset"], r["batch_size"], r["label"]) for r in doc["rows"]}
     assert doc["config"]["ar_control"] is True  # AR twice per round: its own spread
+    assert doc["config"]["batching"] == "fixed"  # each point decodes its B prompts to their end: no refill
     assert labels == {(ds, b, lab) for ds in ("wikitext2", "pg19") for b in (1, 3)
                       for lab in ("ar", "dynatree", "dynatree+budget", "ar#2")} | {
         (ds, 1, "dynatree@loop") for ds in ("wikitext2", "pg19")}  # B = 1 through the batch-1 loop as well
@@ -57,6 +58,27 @@ def test_batch_points_put_ar_first_and_pair_each_drafting_method_with_its_budget
     pts = batch_points(specs, [2], "on,widths")
     assert [p.label for p in pts] == ["ar", "linear+budget", "linear+widths", "dynatree+budget", "dynatree+widths"]
     assert [(p.budget, p.depth) for p in pts[3:]] == [(True, True), (True, False)]
+    # the budget serving the fixed batch's finish, and counting every token alike, beside each other
+    pts = batch_points(specs, [2], "on,rate")
+    assert [(p.label, p.objective) for p in pts[3:]] == [("dynatree+budget", "finish"), ("dynatree+rate", "rate")]
+
+
+def test_a_rate_point_s_budget_counts_every_token_alike(monkeypatch):
+    """``--batch-budget rate`` builds its budget with ``objective="rate"``, ``on`` with the finish (the default)."""
+    import dynatree_core.engine.batch as engine_batch
+    from helpers import cached_pair
+
+    from dynatree_core.policy.batch_budget import BatchCost
+
+    cost = BatchCost((1, 2), tuple(tuple(0.01 * w for w in range(1, 40)) for _ in (1, 2)), (0.001, 0.001))
+    monkeypatch.setattr(engine_batch, "batch_cost", lambda *a, **k: cost)
+    (spec,) = method_specs(["dynatree"])
+    pair = cached_pair("llama", "sdpa", 0.05)
+    for mode, objective in (("on", "finish"), ("rate", "rate")):
+        (point,) = [p for p in batch_points([spec], [2], mode) if p.budget]
+        budgets: dict = {}
+        run_batch_point(pair, point, [[5, 9, 2, 33], [1, 2, 3]], 4, budgets)
+        assert budgets[point].objective == objective
 
 
 def test_batch_points_run_on_each_runtime_asked_for_and_refuse_the_others():

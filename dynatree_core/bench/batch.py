@@ -4,8 +4,9 @@ Per dataset, batch size B and method, the first B selected prompts are decoded t
 (:class:`~dynatree_core.engine.batch.BatchRun`), EOS ignored, T tokens each: a fixed batch, which takes as long as
 its last row (nothing refills a finished row); every method with a draft runs with and without the batch's shared
 node budget (label ``+budget``; ``+widths``: the budget choosing the verify's widths only, the rows' rules their
-depth; ``+rate``: the budget counting every token alike, not serving the batch's finish). Runs are interleaved (every method at one B, then the next B; then
-the whole round again, a B's points turned by one place each round: ``order`` is a run's place) and repeated,
+depth; ``+rate``: the budget counting every token alike, not serving the batch's finish). Runs are interleaved
+(every method at one B, then the next B; then the whole round again, a B's points turned by one place each round:
+``order`` is a run's place) and repeated,
 after one untimed warm-up per (B, method); a point's shared budget keeps what it measured from one run to the
 next (the warm-up's included), as a batch that keeps decoding would. A row records total and per-row tok/s,
 p50/p90 time to finish, L̄ per row (committed tokens per iteration), padding efficiency (Σ n_b / (B_active ·

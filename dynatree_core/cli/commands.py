@@ -13,7 +13,7 @@ from dynatree_core.bench.data import parse_datasets
 from dynatree_core.bench.methods import ABLATION_LABELS, parse_methods
 from dynatree_core.bench.protocol import RunPoint
 from dynatree_core.cli.args import CLIError
-from dynatree_core.cli.resolve import (build_specs, check_model_args, device_name, dynatree_overrides,
+from dynatree_core.cli.resolve import (bench_prompts, build_specs, check_model_args, device_name, dynatree_overrides,
                                        generate_sampling, load_pair, protocol_numbers, resolve_preset, runtime_points,
                                        sampled_points)
 from dynatree_core.cli.run import EXACTNESS_FAILED, execute_experiment, make_experiment
@@ -88,7 +88,6 @@ def cmd_batch_bench(args: argparse.Namespace) -> int:
     eager (the default) and/or static."""
     from datetime import datetime, timezone
     from dynatree_core.bench import batch
-    from dynatree_core.bench.data import corpus_tokenize, load_corpus, select_prompts
     from dynatree_core.bench.results import write_json_atomic
 
     datasets = parse_datasets(args.dataset)
@@ -103,9 +102,7 @@ def cmd_batch_bench(args: argparse.Namespace) -> int:
     pair = load_pair(args)
     prompts = {}
     for ds in datasets:
-        corpus = load_corpus(ds, args.data_dir, args.data_source, form=args.prompt_form)
-        chosen, _ = select_prompts(corpus, corpus_tokenize(corpus, pair.tokenizer), n, l_max[ds], seed=args.seed)
-        prompts[ds] = [list(p.token_ids) for p in chosen]
+        prompts[ds] = bench_prompts(args, pair, ds, n, l_max[ds])
     result = batch.run_batch_bench(pair, prompts, points, t, args.repeats, progress=not args.no_progress)
     doc = {"schema_version": batch.BATCH_SCHEMA_VERSION, "kind": "batch_bench",
            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -155,6 +155,16 @@ def protocol_numbers(args: argparse.Namespace, datasets: list[str]) -> tuple[int
     return n, w, t, l_max
 
 
+def bench_prompts(args: argparse.Namespace, pair: Any, dataset: str, n: int, max_len: int) -> list[list[int]]:
+    """The first ``n`` prompts the bench selects from ``dataset`` (at most ``max_len`` tokens each; ``args``: the
+    parsed bench command's data options and seed), as token ids of ``pair``'s tokenizer."""
+    from dynatree_core.bench.data import corpus_tokenize, load_corpus, select_prompts
+
+    corpus = load_corpus(dataset, args.data_dir, args.data_source, form=args.prompt_form)
+    chosen, _ = select_prompts(corpus, corpus_tokenize(corpus, pair.tokenizer), n, max_len, seed=args.seed)
+    return [list(p.token_ids) for p in chosen]
+
+
 def protocol_note(n: int, w: int, t: int, l_max: dict[str, int]) -> str | None:
     paper = n == 10 and w == 2 and t == 1500 and all(l_max[d] == PAPER_MAX_PROMPT_LEN[d] for d in l_max)
     if paper:
