@@ -190,7 +190,8 @@ class BatchBudget:
     #: choose the depth before the levels run (:meth:`levels`); False: the rows' rules alone decide it
     choose_depth: bool = True
     #: what the budget serves (:data:`OBJECTIVES`): ``"finish"``, the time until every row of a fixed batch is done
-    #: (a row's tokens weighed by its chance of finishing last, :meth:`weights`); ``"rate"``, every token alike
+    #: (a row's tokens weighed by what they save: its own share of each later iteration and, by its chance of
+    #: finishing last, the batch's; :meth:`weights`); ``"rate"``, every token alike
     objective: str = "finish"
     #: the verify widths the batch's runtime pads to (the static runtime's buckets; None: any width). The
     #: padding costs as much as real nodes, so W is chosen among them and the rows fill it
