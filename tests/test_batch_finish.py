@@ -48,6 +48,19 @@ def test_rows_level_rate_and_an_unmeasured_run_weigh_every_row_alike():
         BatchBudget(_cost(0.001), objective="makespan")
 
 
+def test_a_shared_budget_refuses_an_unknown_objective_before_its_calibration(monkeypatch):
+    """``shared_budget`` measures c(B, w) with forwards: a bad ``objective`` is refused before any of them."""
+    import dynatree_core.engine.batch as engine_batch
+    from dynatree_core.policy.config import DynaTreeConfig
+
+    def no_forwards(*args, **kwargs):
+        raise AssertionError("the calibration ran")
+
+    monkeypatch.setattr(engine_batch, "batch_cost", no_forwards)
+    with pytest.raises(ValueError, match="objective must be one of"):
+        engine_batch.shared_budget(cached_pair("llama", "sdpa", 0.1), DynaTreeConfig(), 2, objective="makespan")
+
+
 def test_a_row_s_chance_of_finishing_last_is_its_chance_of_falling_behind_again():
     """q_b / q_last is the chance that the rows' progress over the iterations left puts row b, g_b tokens ahead,
     behind the last row again, against the last row's own (1/2): simulated here with steps of the measured mean and

@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from dynatree_core.bench.data import PAPER_MAX_PROMPT_LEN
+from dynatree_core.bench.data import PAPER_MAX_PROMPT_LEN, corpus_tokenize, load_corpus, select_prompts
 from dynatree_core.bench.methods import DYNATREE_FIELDS, MethodSpec, auto_preset, method_specs
 from dynatree_core.bench.protocol import RunPoint
 from dynatree_core.bench.results import HF_ASSISTED
@@ -158,8 +158,6 @@ def protocol_numbers(args: argparse.Namespace, datasets: list[str]) -> tuple[int
 def bench_prompts(args: argparse.Namespace, pair: Any, dataset: str, n: int, max_len: int) -> list[list[int]]:
     """The first ``n`` prompts the bench selects from ``dataset`` (at most ``max_len`` tokens each; ``args``: the
     parsed bench command's data options and seed), as token ids of ``pair``'s tokenizer."""
-    from dynatree_core.bench.data import corpus_tokenize, load_corpus, select_prompts
-
     corpus = load_corpus(dataset, args.data_dir, args.data_source, form=args.prompt_form)
     chosen, _ = select_prompts(corpus, corpus_tokenize(corpus, pair.tokenizer), n, max_len, seed=args.seed)
     return [list(p.token_ids) for p in chosen]

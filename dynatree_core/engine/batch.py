@@ -39,7 +39,7 @@ from dynatree_core.engine.loop import adapt, cut_committed, draft_top_k, drafted
 from dynatree_core.engine.run_checks import check_run, check_window, encode_prompt, eos_set, widest_tree
 from dynatree_core.pairs.pair import ModelPair
 from dynatree_core.policy.config import DecoderConfig, DynaTreeConfig, resolve_config
-from dynatree_core.policy.batch_budget import OBJECTIVES, BatchBudget, BatchChoice, BatchCost
+from dynatree_core.policy.batch_budget import BatchBudget, BatchChoice, BatchCost, check_objective
 from dynatree_core.policy.history import HistoryAdapter, HistoryState, check_history
 from dynatree_core.policy.sampling import GREEDY, SamplingConfig
 from dynatree_core.records.result import GenerationResult
@@ -551,8 +551,7 @@ def shared_budget(pair: ModelPair, config: DecoderConfig, rows: int, choose_dept
     widths a static run pads its verifies to (:func:`run_buckets`), which it chooses among; ``objective``:
     what it serves (:data:`~dynatree_core.policy.batch_budget.OBJECTIVES`: a fixed batch's finish, or
     tokens per second)."""
-    if objective not in OBJECTIVES:  # before the calibration's forwards
-        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    check_objective(objective)  # before the calibration's forwards
     widest = widest_tree(config)
     return BatchBudget(batch_cost(pair, rows, widest), choose_depth=choose_depth, buckets=buckets,
                        objective=objective)

@@ -89,6 +89,12 @@ EXPLORE_DEPTH = 8
 OBJECTIVES = ("finish", "rate")
 
 
+def check_objective(objective: str) -> None:
+    """``objective`` is one of :data:`OBJECTIVES` (else a ValueError naming it)."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+
+
 @dataclass(frozen=True)
 class BatchCost:
     """c(B, w) and d(B), measured on one device for one pair (:mod:`dynatree_core.engine.batch_calibrate`).
@@ -233,8 +239,7 @@ class BatchBudget:
     progress: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
+        check_objective(self.objective)
 
     def weights(self, remaining: Sequence[int]) -> list[float]:
         """w_b for rows with ``remaining[b]`` tokens still to commit (see the module docstring), normalised to
