@@ -13,6 +13,11 @@ sampler, its tokens left), and runs the models for all rows at once:
 * **select / commit**: per row, exactly as at batch 1; a row's kept entries become live where they
   were written, the rest are dead in its mask; a finished row leaves the batch.
 
+An iteration where no row drafts (batched AR, or one a shared budget sits out) is an **AR step** for the batch
+(greedy): the roots in ONE forward, every row's token in ONE read, each selection built on the host and one
+commit for all rows, so its tensor ops do not grow with B (a tree, a select and a read per row had cost about
+900 ops per iteration at B = 8).
+
 Row b's tokens are its prompt's batch-1 tokens: greedy, ``match`` with its seed, and ``rejection``
 with its own random stream (its draws never depend on its neighbours). Runs on the eager runtime or
 the static one (the target's cache in static buffers,
@@ -46,10 +51,11 @@ from dynatree_core.records.result import GenerationResult
 from dynatree_core.records.trace import IterationRecord
 from dynatree_core.runtime.model import forwards as pl
 from dynatree_core.runtime.cache.rows import RowsCache
-from dynatree_core.runtime.tree.tree import DeviceTree, Selection
+from dynatree_core.runtime.tree.codes import CODE
+from dynatree_core.runtime.tree.tree import DeviceTree, Selection, root_selection
 from dynatree_core.runtime.cache.rows_static import SlotKV
 from dynatree_core.runtime.static.fast_path import bucket, buckets_for, resolve_runtime, static_capacity
-from dynatree_core.runtime.host_syncs import to_device
+from dynatree_core.runtime.host_syncs import HostSyncs, to_device
 from dynatree_core.runtime.sampling import draft_candidates, make_samplers
 
 #: the runtimes a batch runs on: the dynamic caches, or static buffers with bucketed verify widths
@@ -90,6 +96,8 @@ class _Row:
     tail: LookupDrafter | None = None
     own_tail: bool = False
     result: GenerationResult | None = None
+    #: the row's root-only tree, kept for its AR steps (:meth:`BatchRun._step_trees`; None until the first)
+    step_tree: DeviceTree | None = None
 
     @property
     def remaining(self) -> int:
@@ -176,10 +184,10 @@ class BatchRun:
         self.device = pair.device  #: read once: the models stay put, and ``pair.device`` walks the parameters
         #: one forward clock for the batch: each forward serves every row
         self.clock = pl.ForwardClock(self.device)
+        self.syncs = HostSyncs()  #: the batch's own reads (an AR step's: every row's token at once)
         self.results: list[GenerationResult | None] = [None] * rows
         #: forwards run for the whole batch (each serves every active row)
-        self.target_forwards = 0
-        self.draft_forwards = 0
+        self.target_forwards = self.draft_forwards = 0
         #: seconds the prompts' prefill took: the target's before the first iteration, and under a shared budget the
         #: draft's at the first drafting iteration (:meth:`_read_prompts`; without a budget the first level 0 reads it)
         self.prefill_s = 0.0
@@ -227,19 +235,22 @@ class BatchRun:
             # each row's weight in the budget's objective (in a fixed batch, its chance of finishing last)
             weights = None if self.budget is None else self.budget.weights([r.remaining for r in rows])
             drafting = self.budget is None or self.budget.drafts(len(rows))  # the budget may choose an AR step
+            # every row's tree is its root alone (AR, or a sat-out iteration) and its token the target's argmax:
+            # an AR step, run for the batch at once (no tree ops per row, one read of every row's token)
+            step = self.sampling.greedy and not (drafting and self.config.drafts)
             if drafting and unread:
                 unread, (t0, f0) = False, self._read_prompts(draft, clock, t0, f0)
             # ... and how deep the trees may grow, before their levels run
             cap = None
             if self.budget is not None and drafting:
                 cap = self.budget.levels(len(rows), self.config.growth_rule().d_max)
-            forwards = self._draft(rows, draft, clock, drafting, cap)
+            forwards = self._draft(rows, draft, clock, drafting, cap, step)
             choice = self._budget_cut(rows, forwards, weights) if self.budget is not None and drafting else None
             for r in rows:
                 r.col.lap("draft")
             # 2. verify (ONE target forward for every row) and 3. select, per row
             f1 = self._forward_s()
-            width, sels, start, states = self._verify(rows, target, clock)
+            width, sels, start, states = self._verify(rows, target, clock, step)
             phases = (self._forward_s() - f1, f1 - f0)  # the seconds in the verify's and the levels' forwards
             self.target_forwards += 1
             for r in rows:
@@ -250,7 +261,7 @@ class BatchRun:
                                                predicted=choice.predicted, levels=cap)))
             recs, stops = self._commit(rows, sels, start, target, draft, clock,
                                        dict(before=before, iteration=it, padded_width=width, budget=budget,
-                                            states=states))
+                                            states=states, step=step))
             if self.budget is not None:
                 self._budget_observe(drafting, choice, sels, forwards, recs, time.perf_counter() - t0, width, phases,
                                      weights)
@@ -301,7 +312,8 @@ class BatchRun:
             path = sel.path
             new, stop = cut_committed(sel.arrays["tokens"][path].tolist() + [sel.bonus], r.remaining, self.eos)
             r.out.extend(new)
-            target_cols.append(torch.tensor([start] + [start + u for u in path], device=self.device))
+            if not at["step"]:  # (an AR step keeps column ``start`` in every row: one op below)
+                target_cols.append(to_device([start] + [start + u for u in path], self.device))
             rerun.append([r.root] + new[:-1] if stop is None else [])
             if stop is None and r.drafter is not None:  # the drafter's columns refer to the tree as grown
                 grown = sel.arrays["orig"][path].tolist() if "orig" in sel.arrays else path
@@ -329,6 +341,8 @@ class BatchRun:
         if self.recompute:  # the paper's mode: drop the tree's entries, re-run the committed tokens
             target.commit([[] for _ in rows])
             self._chain(rerun, target, clock)  # (a feature draft read the verify's states, as at batch 1)
+        elif at["step"]:
+            target.commit_column(start)
         else:
             target.commit(target_cols)
         if draft is not None:
@@ -364,9 +378,13 @@ class BatchRun:
         return choice
 
     def _draft(self, rows: list[_Row], draft: BatchModelDraft | None, clock: pl.ForwardClock,
-               drafting: bool = True, cap: int | None = None) -> int:
+               drafting: bool = True, cap: int | None = None, step: bool = False) -> int:
         """Grow every row's tree (``drafting`` False: the root alone, no draft forward; ``cap``: at most
-        that many levels, the shared budget's L*); returns the draft forwards this iteration ran."""
+        that many levels, the shared budget's L*; ``step``: an AR step's, :meth:`_step_trees`); returns the
+        draft forwards this iteration ran."""
+        if step:
+            self._step_trees(rows)
+            return 0
         asks: dict[int, tuple[Any, torch.Tensor, int]] = {}
         for i, r in enumerate(rows):
             rule = rule_for(r.adapter, self.config, r.remaining)
@@ -409,11 +427,45 @@ class BatchRun:
         self.draft_forwards += forwards
         return forwards
 
-    def _verify(self, rows: list[_Row], target: RowsCache, clock: pl.ForwardClock
+    def _step_trees(self, rows: list[_Row]) -> None:
+        """An AR step's trees: each row's root alone, a tree kept per row from its first step (a sat-out row's
+        root says "batch"). Its device arrays are never touched again, so its root token stays the first step's:
+        the step's verify takes the roots from the host (:meth:`_step`), and a record reads only the tree's counts
+        (one node, no level, no tail)."""
+        for r in rows:
+            if r.step_tree is None:
+                r.step_tree = DeviceTree(r.root, rule_for(r.adapter, self.config, r.remaining), self._top_k(),
+                                         self.device)
+                if r.drafter is not None:
+                    r.step_tree.sit_out()
+            r.tree = r.step_tree
+
+    def _step(self, rows: list[_Row], target: RowsCache, clock: pl.ForwardClock
+              ) -> tuple[int, list[Selection], int, torch.Tensor | None]:
+        """An AR step for every row at once (greedy): ONE target forward over the roots, every row's argmax in
+        ONE read, each row's selection built on the host (:func:`~dynatree_core.runtime.tree.tree.root_selection`:
+        what :meth:`DeviceTree.select` returns for a root alone). Returns what :meth:`_verify` does."""
+        width = 1 if self.buckets is None else bucket(1, self.buckets)
+        target.room(width)
+        ids, pos, allowed = target.padding(width)  # (the padding's own mask lets each root see itself)
+        ids[:, 0] = to_device([r.root for r in rows], self.device)
+        pos[:, 0] = to_device([target.next_position(i) for i in range(len(rows))], self.device)
+        start = target.width
+        logits, states = target.forward(ids, pos, allowed, clock=clock, hidden=self.needs_hidden)
+        tokens = self.syncs.fetch(tokens=logits[:, 0].argmax(-1))["tokens"].tolist()
+        for r in rows:
+            r.col.syncs.shared()
+        sels = [root_selection(r.root, t, r.tree.k_used, CODE["batch"] if r.drafter is not None else 0)
+                for r, t in zip(rows, tokens)]
+        return width, sels, start, states
+
+    def _verify(self, rows: list[_Row], target: RowsCache, clock: pl.ForwardClock, step: bool = False
                 ) -> tuple[int, list[Selection], int, torch.Tensor | None]:
         """ONE target forward over every row's [root] + tree, padded to the widest (W); each row's
-        selection as at batch 1. Returns W, the selections, the column the roots landed in and, for
-        a feature draft, the target's final hidden states [B, W, H]."""
+        selection as at batch 1 (``step``: an AR step's, :meth:`_step`). Returns W, the selections, the column
+        the roots landed in and, for a feature draft, the target's final hidden states [B, W, H]."""
+        if step:
+            return self._step(rows, target, clock)
         width = max(r.tree.n for r in rows)
         if self.buckets is not None:  # static shapes: the trees padded to the next bucket
             width = bucket(width, self.buckets)

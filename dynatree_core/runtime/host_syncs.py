@@ -25,6 +25,11 @@ class HostSyncs:
         #: what tests use to run the GPU's path on a CPU)
         self.pack = pack
 
+    def shared(self) -> None:
+        """Count a read another counter's :meth:`fetch` made for this reader too (a batch reads every row's
+        AR-step token in one transfer; each row's iteration still waited for it)."""
+        self.count += 1
+
     def fetch(self, **tensors: torch.Tensor) -> dict[str, np.ndarray]:
         """Copy several device tensors to the host in ONE transfer (one synchronisation).
 

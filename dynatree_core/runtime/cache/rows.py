@@ -225,6 +225,15 @@ class RowsCache:
         if tidy:
             self._tidy()
 
+    def commit_column(self, column: int) -> None:
+        """Every row keeps its entry at ``column`` (a batch's AR step: one op, not one per row). The column is
+        the last one written, so nothing past it is cropped; a compaction may still fall due."""
+        if not 0 <= column < self.width:
+            raise ValueError(f"column {column} is not among the cache's {self.width} columns")
+        self.live[:, column] = True
+        self.count = [c + 1 for c in self.count]
+        self._tidy(last_live=column == self.width - 1)
+
     def keep_rows(self, rows: Sequence[int]) -> None:
         """Drop every row not in ``rows`` (finished rows leave the batch), in that order."""
         idx = to_device(list(rows), self.device)
@@ -234,13 +243,14 @@ class RowsCache:
         self.first = [self.first[r] for r in rows]
         self._tidy()
 
-    def _tidy(self) -> None:
+    def _tidy(self, last_live: bool = False) -> None:
         """Crop the columns dead in every row at the end (a slice); compact once
-        :attr:`compact_after` columns would be reclaimed."""
+        :attr:`compact_after` columns would be reclaimed. ``last_live``: the last column is known live
+        (nothing to crop, and no read of the live set to find out)."""
         s = self.width
         if not s:
             return
-        used = int(self.live.any(0).nonzero().max()) + 1 if bool(self.live.any()) else 0
+        used = s if last_live else int(self.live.any(0).nonzero().max()) + 1 if bool(self.live.any()) else 0
         if used < s:
             self.kv.crop(used)
             self.live = self.live[:, :used]

@@ -89,6 +89,21 @@ class Selection:
     arrays: dict[str, np.ndarray]
 
 
+def root_selection(root: int, token: int, top_k: int, stop: int = 0) -> Selection:
+    """What :meth:`DeviceTree.select` returns for a tree that is its root alone (an AR step), built on the host
+    from ``token``, the target's choice after ``root``: the same arrays, dtypes and shapes, with no op on the
+    device. A batch whose every row takes an AR step reads all their tokens in one read
+    (:mod:`dynatree_core.engine.batch`). ``top_k``: the tree's candidate columns (:attr:`DeviceTree.k_used`);
+    ``stop``: the root's stop code (0 as built; a sat-out root's is ``CODE["batch"]``)."""
+    one = dict(dtype=np.int64)
+    arrays = dict(best=np.zeros(1, **one), bonus=np.array([token], **one), on_path=np.ones(1, dtype=bool),
+                  argmax=np.array([token], **one), tokens=np.array([root], **one), parents=np.array([-1], **one),
+                  depths=np.zeros(1, **one), branching=np.zeros(1, **one), logps=np.zeros(1), cum_logps=np.zeros(1),
+                  fed=np.zeros(1, dtype=bool), stop=np.array([stop], **one), topk_tokens=np.zeros((1, top_k), **one),
+                  topk_logps=np.zeros((1, top_k)), cand_status=np.zeros((1, top_k), **one))
+    return Selection([], int(token), arrays)
+
+
 class DeviceTree(CostAwareGrowth, Rerank, TailGrowth):
     """A draft tree grown on ``device`` under a :class:`GrowthRule` (node 0 is the root).
 
