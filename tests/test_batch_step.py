@@ -68,11 +68,12 @@ def test_root_selection_is_what_a_root_alone_selects(top_k, sat_out, pack):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_batched_ar_records_batch_one_s_trees_and_reads_once_per_step(arch):
+@pytest.mark.parametrize("runtime", ["eager", "static"])
+def test_batched_ar_records_batch_one_s_trees_and_reads_once_per_step(arch, runtime):
     pair = cached_pair(arch, "sdpa", DIFFERING_NOISE[arch])
     prompt = [5, 9, 2, 33, 7]
     one = generate(pair, prompt, "ar", max_new_tokens=12, ignore_eos=True, trace=True).trace
-    run = iterate(pair, [prompt, [1, 2, 3]], "ar", max_new_tokens=12, ignore_eos=True, trace=True)
+    run = iterate(pair, [prompt, [1, 2, 3]], "ar", max_new_tokens=12, ignore_eos=True, trace=True, runtime=runtime)
     its = list(run)
     batch = run.finish()[0].trace
     assert batch.tokens == one.tokens == reference_greedy(arch, "sdpa", tuple(prompt), 12)
