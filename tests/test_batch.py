@@ -389,8 +389,8 @@ def test_the_budget_picks_the_width_of_the_best_rate_and_ar_when_verifying_costs
     assert (got.width, got.keep, got.predicted) == (1, [0, 0], 0.0)
     assert not steep.drafts(2)  # it sits the next iteration out...
     assert steep.drafts(2)  # ...and probes again
-    steep.choose([[0.9]], levels=1)
-    assert [steep.drafts(1) for _ in range(3)] == [False, False, True]  # the back-off doubled
+    steep.choose([[0.9], [0.8]], levels=1)
+    assert [steep.drafts(2) for _ in range(3)] == [False, False, True]  # the back-off (at that B) doubled
     # in between, the width trades the nodes' p(u) against c(B, w): the 0.1 node is not worth its slot
     mid = BatchBudget(_cost(0.002))
     assert mid.choose([[0.9, 0.5, 0.1], [0.8]], levels=0).width == 3

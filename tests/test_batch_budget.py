@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from dynatree_core import iterate
-from dynatree_core.policy.batch_budget import BatchBudget, BatchCost
+from dynatree_core.policy.batch_budget import MAX_SKIP, BatchBudget, BatchCost
 
 from helpers import cached_pair
 
@@ -182,3 +182,42 @@ def test_a_probe_the_model_prices_as_a_clear_loss_is_put_off_but_not_forever(mon
     flat_probes = _probes(flat)
     monkeypatch.setattr(batch_budget, "PROBE_GATE", 0.0)
     assert flat_probes == _probes(_priced(0.0))
+
+
+def _measure(b: BatchBudget, rows: int, rates: dict[bool, float], n: int = 8) -> None:
+    """n iterations of each side at ``rows`` rows, each committing ``rows`` tokens at ``rates[drafted]`` tok/s."""
+    for _ in range(n):
+        for drafted in (True, False):
+            b.observe_time(rows, drafted, rows, rows / rates[drafted])
+
+
+def _backed_off(rates: dict[int, dict[bool, float]]) -> BatchBudget:
+    """A budget that measured ``rates[B]`` at each B, then ran B = 4 (its decisions followed by iterations at
+    those rates) until it waits more than the next iteration before probing again."""
+    b = BatchBudget(_cost(0.0))
+    for rows, r in rates.items():
+        _measure(b, rows, r)
+    for _ in range(12):
+        drafted = b.drafts(4)
+        b.observe_time(4, drafted, 4, 4 / rates[4][drafted])
+        if b.skip > 1:
+            return b
+    raise AssertionError("the budget never backed off at B = 4")
+
+
+def test_a_wait_decided_for_the_full_batch_ends_when_rows_leave():
+    """A fixed batch's tail: at B = 4 speculation loses (the batch sits out and backs off), at B = 1 it wins.
+    When rows leave, B = 1 decides from its own rates and drafts. The variant that keeps B = 4's wait (its wait
+    taken as B = 1's) keeps the last row on AR steps, as the bench's tail showed before. Back at B = 4 (a kept
+    budget's next batch), its back-off resumes where it was."""
+    rates = {1: {True: 35.0, False: 15.0}, 4: {True: 30.0, False: 45.0}}
+    b = _backed_off(rates)
+    assert b.at_rows == 4
+    kept = _backed_off(rates)
+    kept.at_rows = 1
+    assert kept.drafts(1) is False  # the full batch's wait, spent at B = 1
+    backoff = b.backoff
+    assert b.drafts(1) is True and b.skip == 0  # B = 1 decides: speculation is faster there
+    assert b.drafts(1) is True and b.at_rows == 1 and b.backoffs[4] == backoff  # B = 4's, kept for it
+    # back at the full B, the wait is decided again from its rates (it sits out), and its back-off goes on doubling
+    assert b.drafts(4) is False and b.backoff == min(2 * backoff, MAX_SKIP) and b.backoffs[1] == 1

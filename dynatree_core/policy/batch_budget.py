@@ -25,7 +25,8 @@ with one drafting iteration after 1, 2, 4, ... iterations, or after as many as k
 within :data:`PROBE_SHARE` of the batch's time where that is more (:data:`MAX_SKIP` at most; a probe
 faster than AR's rate starts the back-off over). A probe that falls due is put off where the model prices the
 best drafting iteration at under :data:`PROBE_GATE` of AR's measured rate, at most :data:`GATED_PROBES` times in
-a row; before both are measured, the model's rate against AR's decides.
+a row; before both are measured, the model's rate against AR's decides. Each B waits and backs off on its own:
+when rows leave (a fixed batch's tail), the wait decided for the old B ends and the new B resumes its back-off.
 
 How deep a drafting iteration grows is chosen before its levels run (they cost d(B) each whatever W
 wins): L* = argmax_L (B + B · Σ_{j ≤ L} a_j) / (c(B, W_L) + L · d(B) + o(B)), where a_j is the measured
@@ -208,6 +209,10 @@ class BatchBudget:
     #: AR iterations to run before the next probe, and the next skip's length
     skip: int = 0
     backoff: int = 1
+    #: the B the wait (``skip``, the probe after it) and the back-off belong to; when rows leave, the wait ends and
+    #: the back-off is kept for that B (:attr:`backoffs`) while the new B resumes its own (:meth:`drafts`)
+    at_rows: int = 0
+    backoffs: dict[int, int] = field(default_factory=dict)
     #: measured (committed tokens, seconds, iterations) by (B, drafted), summed over the iterations
     #: (the older ones weighted down by :data:`FORGET`): one iteration's rate swings with its
     #: acceptance, the sums settle
@@ -271,7 +276,8 @@ class BatchBudget:
     def drafts(self, rows: int) -> bool:
         """Whether this iteration of ``rows`` rows drafts (False: an AR step for every row, no draft
         forward): the faster of the two as measured at this B, AR probed first, speculation probed
-        again after each back-off."""
+        again after each back-off (:meth:`_at`: each B waits and backs off on its own)."""
+        self._at(rows)
         if self.skip > 0:
             self.skip -= 1
             return False
@@ -288,6 +294,17 @@ class BatchBudget:
             self._sit_out(rows)
             return False
         return True
+
+    def _at(self, rows: int) -> None:
+        """The batch has ``rows`` rows now. Where that is a new B (rows left), the wait decided at the old one ends:
+        it priced speculation there (in a fixed batch's tail, a back-off decided for the full batch had kept the last
+        rows on AR steps where speculation pays). The old B keeps its back-off, and this B resumes its own."""
+        if rows == self.at_rows:
+            return
+        if self.at_rows:
+            self.backoffs[self.at_rows] = self.backoff
+        self.skip, self._probe, self._gated, self.backoff = 0, False, 0, self.backoffs.get(rows, 1)
+        self.at_rows = rows
 
     def verify_cost(self, rows: int, width: int) -> float:
         """c(B, w) as this run measures it: the calibration's, times the verify scale measured nearest B."""
@@ -333,6 +350,7 @@ class BatchBudget:
             self.backoff = 1  # this drafting iteration beat AR: probe again soon, the sums may be stale
             self._won = True  # (so they do not price the next wait either)
         if drafted and self.spent.get((rows, False), (0, 0.0, 0))[2] < MIN_SAMPLES:
+            self._at(rows)
             self.skip = max(self.skip, 1)  # measure an AR step at this B: the other side of the comparison
 
     def levels(self, rows: int, d_max: int) -> int:
@@ -400,6 +418,7 @@ class BatchBudget:
         both sides are measured, the wait is at least what keeps a probe's loss within
         :data:`PROBE_SHARE` of the time between probes (:meth:`probe_wait`), unless a drafting
         iteration beat AR since the last sit-out (the sums that price the wait may be stale)."""
+        self._at(rows)  # (a wait is this B's)
         wait = min(max(self.backoff, 1 if self._won else self.probe_wait(rows)), MAX_SKIP)
         self.skip, self.backoff, self._probe, self._won = wait - 1, min(2 * self.backoff, MAX_SKIP), True, False
 
