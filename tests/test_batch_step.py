@@ -7,9 +7,6 @@ and a sat-out iteration dispatches what an AR step does.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -23,16 +20,13 @@ from dynatree_core.runtime.tree.tree import DeviceTree, root_selection
 
 from helpers import cached_pair, reference_greedy
 from helpers.exactness import ARCHS, DIFFERING_NOISE
+from helpers.scripts import load_script
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "count_ops.py"
 ROWS = [[5, 9, 2, 33], [1, 2], [40, 41, 42, 43, 44, 45], [7, 7, 8], [3, 4, 5, 6, 7]]
 
 
 def _op_counter():
-    spec = importlib.util.spec_from_file_location("count_ops", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.OpCounter
+    return load_script("count_ops").OpCounter
 
 
 class _Never(BatchBudget):

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 from dynatree_core.pairs.tiny import tiny_pair
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "count_ops.py"
+from helpers.scripts import load_script
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("count_ops", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("count_ops")
 
 
 def test_ops_are_charged_to_the_models_or_to_the_engine_and_trees_cost_more_per_level():
@@ -43,14 +37,6 @@ def test_the_command_line_prints_one_row_per_method(capsys):
         "ar", "linear", "dynatree"]
 
 
-def _script(name: str):
-    path = SCRIPT.parent / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_op_counter_counts_only_inside_its_block():
     import torch
 
@@ -67,7 +53,7 @@ def test_op_counter_counts_only_inside_its_block():
 def test_gpu_profile_writes_its_rows_on_a_cpu(tmp_path):
     import json
 
-    prof = _script("gpu_profile")
+    prof = load_script("gpu_profile")
     assert prof.main(["--target", "tiny-llama", "--device", "cpu", "--tokens", "8", "--methods",
                       "ar,linear:k=2,dynatree:gpu", "--out", str(tmp_path)]) == 0
     doc = json.loads((tmp_path / "profile.json").read_text())
@@ -84,7 +70,7 @@ def test_tune_gpu_preset_grid_overrides_the_paper_preset():
 
     from dynatree_core import DynaTreeConfig
 
-    tune = _script("tune_gpu_preset")
+    tune = load_script("tune_gpu_preset")
     cells = tune.cells(argparse.Namespace(grid="b_min=2,b_mid=3,b_max=4,n_max=32,tau=0.02;d0=4"))
     methods = [m for m, _ in cells]
     assert methods[0] == "ar" and methods.count("linear") == 4 and methods[-2:] == ["dynatree", "dynatree"]

@@ -4,9 +4,6 @@ whole with ``fullgraph=True`` (forward included) and costs the host at most thre
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -21,13 +18,13 @@ from dynatree_core.runtime.tree.tree import DeviceTree
 
 from helpers import cached_pair
 from helpers.features import feature_pair
+from helpers.scripts import load_script
 
 PROMPT = [5, 9, 14, 3, 22, 7, 31, 12, 5, 9, 14, 3, 22, 7]
 CONFIGS = [("dynatree", DynaTreeConfig.gpu()), ("dynatree", DynaTreeConfig.cpu()),
            ("eagle2", Eagle2Config(k=3, depth=4, n_total=10)), ("linear", LinearConfig(k=3)),
            ("fixed_tree", FixedTreeConfig(d=3, b=2, n_max=12)),
            ("sequoia", SequoiaConfig(n_max=8, d_max=4, acceptance=(0.6, 0.2)))]
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "count_ops.py"
 
 
 def _run(pair, method, config, trace, grown):
@@ -93,10 +90,7 @@ def test_a_sampled_drafter_lends_nothing():
 
 
 def _count_ops():
-    spec = importlib.util.spec_from_file_location("count_ops", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("count_ops")
 
 
 #: what a tree costs the host besides its levels after the root's, at most: its setup (the step rule's copy, the

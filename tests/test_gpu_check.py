@@ -4,7 +4,6 @@ script is a thin entry point over dynatree_core.bench.device_check."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,6 +11,7 @@ import sys
 from pathlib import Path
 
 from helpers.exactness import EDGE_CONFIGS
+from helpers.scripts import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gpu_check.py"
@@ -22,10 +22,7 @@ TINY = ["--device", "cpu", "--quick", "--target", "tiny-llama", "--no-progress",
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("gpu_check")
 
 
 def _run(out: Path, *extra: str) -> tuple[int, dict, str]:

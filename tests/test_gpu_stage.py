@@ -5,7 +5,6 @@ into files byte-identical to their sources; a missing or broken part is refused.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import random
 import subprocess
@@ -15,17 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from helpers.scripts import load_script
+
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gpu_stage.py"
 FEATURE = "dynatree_core/assets/smollm2-135m-feature-draft/model.safetensors"
 MODEL = "dynatree_core/assets/smollm2-135m-draft/model.safetensors"
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("gpu_stage", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_stage"] = mod  # its dataclass looks its module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("gpu_stage", register=True)  # its dataclass looks its module up in sys.modules
 
 
 gs = _load()

@@ -4,17 +4,11 @@ step had nothing to change (03's explorer: τ_h 0.91 and 0.92 grow one tree)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "live_notebook_check.py"
+from helpers.scripts import load_script
 
 
 def _check_module():
-    spec = importlib.util.spec_from_file_location("live_notebook_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("live_notebook_check")
 
 
 def _figs(*sigs: int) -> list[dict]:

@@ -18,6 +18,8 @@ import pytest
 
 import dynatree_viz as dv
 
+from helpers.scripts import load_script
+
 NB_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 IGNORE = "nbval-ignore-output"
 DISPLAY_MIME = ("application/vnd.jupyter.widget-view+json", "application/vnd.plotly.v1+json", "text/html")
@@ -299,11 +301,7 @@ def test_notebook_02s_worked_example_branches_and_is_explained_from_the_trace():
 
 
 def _notebook_times():
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("notebook_times", NB_DIR.parent / "scripts" / "notebook_times.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("notebook_times")
 
 
 def test_readme_run_times_are_the_stored_outputs_within_15_percent():
